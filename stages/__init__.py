@@ -1,0 +1,1 @@
+"""Pipeline stages (collect, index, coldstart, distill, evaluate) and their building blocks."""

@@ -1,0 +1,93 @@
+"""The environment protocol every `--env` implements, and the registry that names them.
+
+An environment is created once per rollout (fresh state per episode) by its registered factory::
+
+    env = make_env("bfcl", data_dir=None)
+    tasks = env.tasks(split="train", limit=8)
+    messages = env.reset(tasks[0])          # system + user messages to start the conversation
+    result = env.step(action_text)          # StepResult(observation, reward, done, info)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from schemas import Message, Task, ToolCall
+
+
+class EnvError(Exception):
+    """Raised for unusable environment input (missing/malformed data files), with a one-line message."""
+
+
+@dataclass
+class StepResult:
+    """What an environment returns for one agent action.
+
+    Attributes:
+        observation: new messages to append after the assistant message (tool results, the next
+            user turn, or a parse-error hint); empty when the episode is over.
+        reward: reward in [0, 1]; only meaningful when ``done`` (0.0 before).
+        done: whether the episode ended (task finished, step cap, or failure).
+        tool_calls: calls parsed from the action.
+        info: scoring details (checker verdicts, errors), JSON-serialisable.
+    """
+
+    observation: list[Message]
+    reward: float = 0.0
+    done: bool = False
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Environment(Protocol):
+    """One episode's environment. ``max_steps`` caps agent actions per episode (default 30)."""
+
+    name: str
+    max_steps: int
+
+    def tasks(self, split: str, limit: int | None = None) -> list[Task]:
+        """Tasks of ``split`` ("train" | "test") in a deterministic order, at most ``limit``."""
+
+    def reset(self, task: Task) -> list[Message]:
+        """Start an episode on ``task`` with fresh state; returns the opening messages."""
+
+    def step(self, action: str) -> StepResult:
+        """Apply the policy's raw action text; see :class:`StepResult`."""
+
+    def close(self) -> None:
+        """Release resources (worker processes, temp dirs)."""
+
+
+EnvFactory = Callable[..., Environment]
+_REGISTRY: dict[str, EnvFactory] = {}
+
+
+def register(name: str) -> Callable[[EnvFactory], EnvFactory]:
+    """Class/function decorator adding an environment factory under ``name``."""
+
+    def deco(factory: EnvFactory) -> EnvFactory:
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def make_env(name: str, data_dir: Path | None = None, max_steps: int = 30, **kwargs: Any) -> Environment:
+    """Build the environment registered as ``name``.
+
+    Raises:
+        EnvError: unknown name (the message lists the known ones).
+    """
+    from stages.core import envs  # noqa: F401  (imports every environment module, filling the registry)
+
+    if name not in _REGISTRY:
+        raise EnvError(f"unknown --env {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name](data_dir=data_dir, max_steps=max_steps, **kwargs)
+
+
+def env_names() -> list[str]:
+    """Registered environment names."""
+    from stages.core import envs  # noqa: F401
+
+    return sorted(_REGISTRY)
