@@ -1,0 +1,421 @@
+"""Loss functions of LOPD (Eq. 9-13 of the LOPD paper), as pure tensor functions.
+
+Alignment convention: every function here takes ALREADY-ALIGNED tensors. ``logits[b, t]`` is
+the distribution that scores ``token_ids[b, t]`` and ``mask[b, t]`` says whether that position
+is supervised. With a Hugging Face causal LM, whose logits at position t predict token t+1, the
+caller shifts first: ``logits[:, :-1]``, ``input_ids[:, 1:]``, ``mask[:, 1:]``.
+
+Shapes: B = batch (one row per trajectory), T = positions, V = vocabulary, M = teacher top-M.
+Masks are bool or 0/1 float, 1 on generated action tokens (the paper's omega_{t,n}).
+
+Reductions: the paper normalises per trajectory and then takes the expectation over
+trajectories (Eq. 10 and Eq. 12: E_tau[ sum_n w_n x_n / sum_n w_n ]). ``reduction="trajectory"``
+(default) does exactly that: masked mean within each row, then the mean over rows that hold at
+least one masked token. ``reduction="token"`` instead pools all masked tokens of the batch
+(sum / number of masked tokens). Either way a batch with no masked token gives a loss of 0 whose
+gradient is defined (all zeros), never NaN.
+
+Memory: full-vocabulary work runs on chunks of at most ``chunk_size`` positions, and each
+chunk runs under activation checkpointing when a gradient is needed, so only one chunk's
+[chunk_size x V] log-softmax is alive at a time, in the forward and in the backward pass.
+Half-precision logits are upcast to float32 inside each chunk; float64 stays float64.
+
+Every loss returns ``(loss, metrics)``: a scalar tensor and a dict of plain floats.
+"""
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+Reduction = Literal["trajectory", "token"]
+DEFAULT_CHUNK_SIZE = 256
+
+
+def _upcast(x: Tensor) -> Tensor:
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+def _check_chunk_size(chunk_size: int) -> None:
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+def _mask_positions(mask_BT: Tensor, shape_BT: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """(row ids, column ids) of the masked positions; validates shape and 0/1 values."""
+    if tuple(mask_BT.shape) != tuple(shape_BT):
+        raise ValueError(f"mask shape {tuple(mask_BT.shape)} != expected {tuple(shape_BT)}")
+    if mask_BT.dtype != torch.bool:
+        if not bool(((mask_BT == 0) | (mask_BT == 1)).all()):
+            raise ValueError("mask must be bool or hold only 0/1 values")
+        mask_BT = mask_BT != 0
+    b_idx, t_idx = mask_BT.nonzero(as_tuple=True)
+    return b_idx, t_idx
+
+
+def _check_token_ids(ids: Tensor, vocab_size: int) -> None:
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}) at the scored positions")
+
+
+def _run_chunk(fn: Callable[..., Tensor | tuple[Tensor, ...]], *tensors: Tensor):
+    """Call ``fn(*tensors)``, under activation checkpointing when a gradient is needed."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return checkpoint(fn, *tensors, use_reentrant=False)
+    return fn(*tensors)
+
+
+def _reduce(values_N: Tensor, rows_N: Tensor, num_rows: int, reduction: Reduction) -> Tensor:
+    """Masked mean of per-token values: per trajectory then over trajectories, or pooled."""
+    if reduction == "token":
+        return values_N.sum() / max(values_N.numel(), 1)
+    if reduction != "trajectory":
+        raise ValueError(f"reduction must be 'trajectory' or 'token', got {reduction!r}")
+    row_sum_B = values_N.new_zeros(num_rows).index_add(0, rows_N, values_N)
+    count_B = torch.bincount(rows_N, minlength=num_rows)
+    has_tokens_B = count_B > 0
+    per_row = row_sum_B[has_tokens_B] / count_B[has_tokens_B].to(values_N.dtype)
+    return per_row.sum() / max(int(has_tokens_B.sum()), 1)
+
+
+def _token_logprobs(logits_XV: Tensor, ids_X: Tensor) -> Tensor:
+    logits_XV = _upcast(logits_XV)
+    picked_X = logits_XV.gather(-1, ids_X.long().unsqueeze(-1)).squeeze(-1)
+    return picked_X - torch.logsumexp(logits_XV, dim=-1)
+
+
+def _topm_tail_kl_rows(
+    student_NV: Tensor, teacher_NV: Tensor, M: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-row reverse KL over the (M+1)-bucket distributions, plus both tail masses."""
+    s_logp_NV = torch.log_softmax(_upcast(student_NV), dim=-1)
+    t_logp_NV = torch.log_softmax(_upcast(teacher_NV), dim=-1)
+    vocab_size = t_logp_NV.shape[-1]
+    top_ids_NM = t_logp_NV.detach().topk(min(M, vocab_size), dim=-1).indices
+    s_buckets = s_logp_NV.gather(-1, top_ids_NM)  # (N, M)
+    t_buckets = t_logp_NV.gather(-1, top_ids_NM)  # (N, M)
+    if M < vocab_size:
+        # log of the tail mass = logsumexp of the log-probs outside the top-M (stable in log space)
+        s_tail_N1 = s_logp_NV.scatter(-1, top_ids_NM, float("-inf")).logsumexp(-1, keepdim=True)
+        t_tail_N1 = t_logp_NV.scatter(-1, top_ids_NM, float("-inf")).logsumexp(-1, keepdim=True)
+        s_buckets = torch.cat([s_buckets, s_tail_N1], dim=-1)  # (N, M+1)
+        t_buckets = torch.cat([t_buckets, t_tail_N1], dim=-1)  # (N, M+1)
+        s_tail_mass = s_tail_N1.squeeze(-1).detach().exp()
+        t_tail_mass = t_tail_N1.squeeze(-1).detach().exp()
+    else:  # the top-M covers the vocabulary: no tail bucket, plain full reverse KL
+        s_tail_mass = s_buckets.new_zeros(s_buckets.shape[0])
+        t_tail_mass = s_tail_mass
+    kl_N = (s_buckets.exp() * (s_buckets - t_buckets)).sum(-1)
+    return kl_N, t_tail_mass, s_tail_mass
+
+
+def topm_tail_reverse_kl(
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    mask: Tensor,
+    M: int = 20,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    reduction: Reduction = "trajectory",
+) -> tuple[Tensor, dict[str, float]]:
+    """Reverse KL between student and teacher on the teacher's top-M tokens plus a tail bucket.
+
+    Eq. 9-10 of the LOPD paper. At each masked position, V^M = the M token ids with the highest
+    teacher probability; both distributions are collapsed onto M+1 buckets (the probabilities of
+    those ids, and the tail mass 1 - sum of them, computed in log space as the logsumexp of the
+    log-probs outside V^M); the loss is KL(p~S || p~T) = sum_b p~S(b) (log p~S(b) - log p~T(b)),
+    averaged over masked positions per ``reduction`` (module docstring; default = Eq. 10).
+    With ``M >= V`` there is no tail bucket and this is the full-vocabulary reverse KL.
+
+    Gradient flows into BOTH ``student_logits`` and ``teacher_logits``: in LOPD the teacher
+    weights are frozen but its logits depend on the composer's latents, so the teacher-side
+    gradient is what trains the composer. Pass ``teacher_logits.detach()`` for a fixed teacher.
+    The top-M selection itself is piecewise constant (no gradient through the ids).
+
+    Args:
+        student_logits: student_logits_BTV, float (any float dtype), aligned with ``mask``.
+        teacher_logits: teacher_logits_BTV, same shape as ``student_logits``.
+        mask: mask_BT, bool or 0/1 float, 1 on supervised action tokens.
+        M: size of the teacher top-M support (paper default 20), >= 1.
+        chunk_size: masked positions per chunk of full-vocabulary work, >= 1.
+        reduction: "trajectory" (Eq. 10: per-row masked mean, then mean over rows) or "token".
+
+    Returns:
+        loss: scalar float32 (float64 for float64 inputs) tensor, in nats.
+        metrics: reverse_kl (loss value), teacher_tail_mass and student_tail_mass (means over
+        masked tokens, probabilities), num_tokens (number of masked positions).
+
+    Raises:
+        ValueError: mismatched or non-3-D logits, wrong mask shape or non-0/1 mask values,
+        M < 1, chunk_size < 1, unknown reduction.
+    """
+    if student_logits.dim() != 3 or student_logits.shape != teacher_logits.shape:
+        raise ValueError(
+            f"student/teacher logits must both be (B, T, V), got {tuple(student_logits.shape)}"
+            f" and {tuple(teacher_logits.shape)}"
+        )
+    if M < 1:
+        raise ValueError(f"M must be >= 1, got {M}")
+    _check_chunk_size(chunk_size)
+    B, T, _ = student_logits.shape
+    b_idx, t_idx = _mask_positions(mask, (B, T))
+    student_NV = student_logits[b_idx, t_idx]  # (N, V): only masked rows are gathered
+    teacher_NV = teacher_logits[b_idx, t_idx]  # (N, V)
+
+    def rows_fn(s: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return _topm_tail_kl_rows(s, t, M)
+
+    parts = [
+        _run_chunk(rows_fn, s, t)
+        for s, t in zip(student_NV.split(chunk_size), teacher_NV.split(chunk_size))
+    ]
+    kl_N = torch.cat([p[0] for p in parts])  # (N,)
+    t_tail_N = torch.cat([p[1] for p in parts])  # (N,)
+    s_tail_N = torch.cat([p[2] for p in parts])  # (N,)
+    loss = _reduce(kl_N, b_idx, B, reduction)
+    num_tokens = kl_N.numel()
+    metrics = {
+        "reverse_kl": float(loss.detach()),
+        "teacher_tail_mass": float(t_tail_N.mean()) if num_tokens else 0.0,
+        "student_tail_mass": float(s_tail_N.mean()) if num_tokens else 0.0,
+        "num_tokens": float(num_tokens),
+    }
+    return loss, metrics
+
+
+def sampled_token_logprobs(
+    logits_BTV: Tensor, token_ids_BT: Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> Tensor:
+    """Log-probability of each given token under its aligned logits: log_softmax(logits)[id].
+
+    The gather behind delta in Eq. 11 of the LOPD paper (teacher and student log-probs of the
+    sampled action token) and behind the cold-start NLL. Computed as logit[id] - logsumexp over
+    V, on chunks of at most ``chunk_size`` positions (B * ceil(chunk_size / B) rows per chunk
+    along T), so no [B*T x V] log-softmax is ever materialised. Differentiable w.r.t. logits.
+
+    Args:
+        logits_BTV: float logits (B, T, V), aligned with ``token_ids_BT`` (no shift here).
+        token_ids_BT: int64 token ids (B, T), every entry in [0, V).
+        chunk_size: target positions per chunk, >= 1.
+
+    Returns:
+        logp_BT: (B, T) log-probabilities in nats, float32 (float64 for float64 logits).
+
+    Raises:
+        ValueError: shape mismatch, token id outside [0, V), chunk_size < 1.
+    """
+    _check_chunk_size(chunk_size)
+    if logits_BTV.dim() != 3 or tuple(token_ids_BT.shape) != tuple(logits_BTV.shape[:2]):
+        raise ValueError(
+            f"expected logits (B, T, V) and ids (B, T), got {tuple(logits_BTV.shape)} and"
+            f" {tuple(token_ids_BT.shape)}"
+        )
+    _check_token_ids(token_ids_BT, logits_BTV.shape[-1])
+    steps = max(1, -(-chunk_size // max(logits_BTV.shape[0], 1)))  # time steps per chunk
+    parts = [
+        _run_chunk(_token_logprobs, lg, ids)
+        for lg, ids in zip(logits_BTV.split(steps, dim=1), token_ids_BT.split(steps, dim=1))
+    ]
+    return torch.cat(parts, dim=1)
+
+
+def masked_nll(
+    logits_BTV: Tensor,
+    token_ids_BT: Tensor,
+    mask_BT: Tensor,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> tuple[Tensor, dict[str, float]]:
+    """Token-weighted mean negative log-likelihood over masked positions (composer cold start).
+
+    The cold-start objective of the LOPD paper (Section 3.2): NLL of successful action tokens
+    under the latent-conditioned teacher. Only masked rows are gathered, then processed in
+    chunks of ``chunk_size`` positions; ids at unmasked positions are ignored (may be -100).
+    Pooled over all masked tokens of the batch: sum of -log p / number of masked tokens.
+
+    Args:
+        logits_BTV: float logits (B, T, V), aligned with ``token_ids_BT`` (no shift here).
+        token_ids_BT: int64 target ids (B, T); in [0, V) wherever ``mask_BT`` is 1.
+        mask_BT: bool or 0/1 float (B, T), 1 on supervised tokens.
+        chunk_size: masked positions per chunk, >= 1.
+
+    Returns:
+        loss: scalar tensor in nats (0 with zero gradient when nothing is masked).
+        metrics: nll (loss value), num_tokens.
+
+    Raises:
+        ValueError: shape mismatch, non-0/1 mask, target id outside [0, V), chunk_size < 1.
+    """
+    _check_chunk_size(chunk_size)
+    if logits_BTV.dim() != 3 or tuple(token_ids_BT.shape) != tuple(logits_BTV.shape[:2]):
+        raise ValueError(
+            f"expected logits (B, T, V) and ids (B, T), got {tuple(logits_BTV.shape)} and"
+            f" {tuple(token_ids_BT.shape)}"
+        )
+    b_idx, t_idx = _mask_positions(mask_BT, tuple(token_ids_BT.shape))
+    ids_N = token_ids_BT[b_idx, t_idx]
+    _check_token_ids(ids_N, logits_BTV.shape[-1])
+    rows_NV = logits_BTV[b_idx, t_idx]
+    logp_N = torch.cat(
+        [
+            _run_chunk(_token_logprobs, lg, ids)
+            for lg, ids in zip(rows_NV.split(chunk_size), ids_N.split(chunk_size))
+        ]
+    )
+    loss = -logp_N.sum() / max(logp_N.numel(), 1)
+    return loss, {"nll": float(loss.detach()), "num_tokens": float(logp_N.numel())}
+
+
+def privileged_margin(
+    teacher_logp_BT: Tensor,
+    student_logp_BT: Tensor,
+    mask_BT: Tensor,
+    rewards_B: Tensor,
+    margin: float,
+    beta: float,
+    reduction: Reduction = "trajectory",
+) -> tuple[Tensor, dict[str, float]]:
+    """Privileged-margin penalty beta * (m - Delta) of the LOPD objective.
+
+    Eq. 11-13 of the LOPD paper. Per-token privilege delta = log p_T(a) - sg[log p_S(a)] at the
+    sampled token (the student path is detached, so no gradient reaches the student); advantage
+    A(tau) = 2 r(tau) - 1 per trajectory; Delta = E_tau[ sum_n w_n A delta_n / sum_n w_n ], i.e.
+    with the default ``reduction="trajectory"`` the masked mean of A*delta within each row, then
+    the mean over rows that hold a masked token (``"token"`` pools all masked tokens instead).
+    The returned term is beta * (m - Delta); beta is the dual variable, a plain float held
+    constant here and updated outside by :func:`dual_update` from ``metrics["Delta"]``.
+
+    Args:
+        teacher_logp_BT: float (B, T) teacher log-probs of the sampled tokens (differentiable).
+        student_logp_BT: float (B, T) student log-probs of the same tokens (detached here).
+        mask_BT: bool or 0/1 float (B, T), 1 on supervised action tokens.
+        rewards_B: float (B,) outcome rewards in [0, 1], one per trajectory (row).
+        margin: minimum privilege level m (paper default 0.05), nats per token.
+        beta: current dual variable, >= 0.
+        reduction: "trajectory" (Eq. 12) or "token".
+
+    Returns:
+        loss_term: scalar tensor beta * (m - Delta).
+        metrics: Delta (nats), delta_mean (masked mean of delta, without A, pooled over tokens),
+        margin_term (loss_term value).
+
+    Raises:
+        ValueError: shape mismatch, rewards outside [0, 1], beta < 0, non-0/1 mask,
+        unknown reduction.
+    """
+    if teacher_logp_BT.dim() != 2 or teacher_logp_BT.shape != student_logp_BT.shape:
+        raise ValueError(
+            f"teacher/student log-probs must both be (B, T), got {tuple(teacher_logp_BT.shape)}"
+            f" and {tuple(student_logp_BT.shape)}"
+        )
+    B = teacher_logp_BT.shape[0]
+    if tuple(rewards_B.shape) != (B,):
+        raise ValueError(f"rewards must have shape ({B},), got {tuple(rewards_B.shape)}")
+    if bool(((rewards_B < 0) | (rewards_B > 1)).any()):
+        raise ValueError("rewards must lie in [0, 1] so that A = 2r - 1 lies in [-1, 1]")
+    if beta < 0:
+        raise ValueError(f"beta (dual variable) must be >= 0, got {beta}")
+    b_idx, t_idx = _mask_positions(mask_BT, tuple(teacher_logp_BT.shape))
+    delta_N = teacher_logp_BT[b_idx, t_idx] - student_logp_BT.detach()[b_idx, t_idx]
+    advantage_B = 2.0 * rewards_B.to(delta_N.dtype) - 1.0
+    Delta = _reduce(advantage_B[b_idx] * delta_N, b_idx, B, reduction)
+    loss_term = beta * (margin - Delta)
+    metrics = {
+        "Delta": float(Delta.detach()),
+        "delta_mean": float(delta_N.detach().mean()) if delta_N.numel() else 0.0,
+        "margin_term": float(loss_term.detach()),
+    }
+    return loss_term, metrics
+
+
+def dual_update(beta: float, margin: float, Delta: float, eta_beta: float = 0.5) -> float:
+    """Projected dual ascent step beta <- max(0, beta + eta_beta * (m - Delta)).
+
+    Eq. 13 of the LOPD paper (eta_beta default 0.5, the official code's value). Beta grows while
+    the privilege Delta is below the margin m and shrinks (never below 0) once it exceeds it.
+
+    Args:
+        beta: current dual variable, >= 0.
+        margin: minimum privilege level m, nats per token.
+        Delta: measured privilege (``metrics["Delta"]`` of :func:`privileged_margin`).
+        eta_beta: dual step size, >= 0.
+
+    Returns:
+        The updated beta, a float >= 0.
+
+    Raises:
+        ValueError: beta < 0 or eta_beta < 0.
+    """
+    if beta < 0 or eta_beta < 0:
+        raise ValueError(f"beta and eta_beta must be >= 0, got {beta} and {eta_beta}")
+    return max(0.0, float(beta) + float(eta_beta) * (float(margin) - float(Delta)))
+
+
+def latent_anchor(
+    c_phi: Tensor,
+    c_phi0: Tensor,
+    lam: float = 0.2,
+    reduction: Literal["sum", "token_mean"] = "sum",
+) -> tuple[Tensor, dict[str, float]]:
+    """Latent anchor lambda * ||c_phi - sg[c_phi0]||_2^2 of the LOPD objective.
+
+    Eq. 13 of the LOPD paper (lambda default 0.2, the official code's value). The paper writes
+    the squared L2 norm of the whole latent context c_phi in R^{JK x d}; with the default
+    ``reduction="sum"`` that is the sum of squares over all J*K*d entries of each example,
+    averaged over the batch. ``"token_mean"`` divides it by J*K (the mean over latent tokens of
+    each token's squared norm), which keeps the scale independent of J and K. The target is
+    detached: the gradient reaches ``c_phi`` only.
+
+    Args:
+        c_phi: float latents (B, J*K, d) from the current composer.
+        c_phi0: float latents (B, J*K, d) from the cold-start composer phi_0 (same inputs).
+        lam: anchor weight lambda, >= 0.
+        reduction: "sum" (paper's squared norm) or "token_mean".
+
+    Returns:
+        loss_term: scalar tensor lambda * anchor.
+        metrics: anchor (unweighted squared distance), anchor_term (loss_term value).
+
+    Raises:
+        ValueError: shape mismatch or non-3-D latents, lam < 0, unknown reduction.
+    """
+    if c_phi.dim() != 3 or c_phi.shape != c_phi0.shape:
+        raise ValueError(
+            f"c_phi and c_phi0 must both be (B, J*K, d), got {tuple(c_phi.shape)} and"
+            f" {tuple(c_phi0.shape)}"
+        )
+    if lam < 0:
+        raise ValueError(f"lam must be >= 0, got {lam}")
+    if reduction not in ("sum", "token_mean"):
+        raise ValueError(f"reduction must be 'sum' or 'token_mean', got {reduction!r}")
+    sq_B = (_upcast(c_phi) - _upcast(c_phi0).detach()).pow(2).sum(dim=(1, 2))
+    if reduction == "token_mean":
+        sq_B = sq_B / c_phi.shape[1]
+    anchor = sq_B.mean()
+    loss_term = lam * anchor
+    return loss_term, {"anchor": float(anchor.detach()), "anchor_term": float(loss_term.detach())}
+
+
+def grpo_advantages(rewards_BG: Tensor, eps: float = 1e-6) -> Tensor:
+    """Group-normalised outcome advantages of GRPO: (r - mean_g r) / (std_g r + eps).
+
+    GRPO (Shao et al., 2024), the outcome-reward baseline of the LOPD paper. Each row is one
+    group of G rollouts of the same task; std is the unbiased sample std over the group, so a
+    group whose rewards are all equal gets advantage 0 everywhere.
+
+    Args:
+        rewards_BG: float (B, G) rewards, G >= 2.
+        eps: added to the std to avoid division by zero.
+
+    Returns:
+        advantages_BG: (B, G) float tensor, no gradient path needed (rewards are data).
+
+    Raises:
+        ValueError: not 2-D or G < 2.
+    """
+    if rewards_BG.dim() != 2 or rewards_BG.shape[1] < 2:
+        raise ValueError(f"rewards must be (B, G) with G >= 2, got {tuple(rewards_BG.shape)}")
+    rewards_BG = _upcast(rewards_BG)
+    mean_B1 = rewards_BG.mean(dim=1, keepdim=True)
+    std_B1 = rewards_BG.std(dim=1, keepdim=True)
+    return (rewards_BG - mean_B1) / (std_B1 + eps)
