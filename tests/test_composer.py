@@ -1,0 +1,293 @@
+"""Composer (Eq. 5-6) and latent-context teacher (Eq. 7-8) on a tiny in-process Llama."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from stages.core.composer import (
+    Composer,
+    adapter_parameters,
+    add_lora_adapter,
+    base_parameters,
+    enable_activation_checkpointing,
+    load_composer,
+    save_composer,
+)
+from stages.core.teacher import student_logits, teacher_logits
+
+V, D, K, J = 64, 32, 3, 2
+
+
+def tiny_llama(hidden: int = D, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=V, hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def perturb_lora_b(backbone, name: str, seed: int) -> None:
+    """LoRA B starts at zero (pitfall 5): give it values so every LoRA tensor gets a gradient."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in backbone.named_parameters():
+            if f"lora_B.{name}." in n:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+
+
+@pytest.fixture
+def setup():
+    """(plain initial model copy, composer over a backbone with 'student' + 'composer' adapters)."""
+    model = tiny_llama()
+    initial = copy.deepcopy(model)
+    backbone = add_lora_adapter(model, "student", rank=4, alpha=8)
+    torch.manual_seed(1)
+    composer = Composer(backbone, J=J, K=K, depth=2, lora_rank=4, lora_alpha=8, max_exp_tokens=16)
+    perturb_lora_b(composer.backbone, "student", seed=2)
+    perturb_lora_b(composer.backbone, "composer", seed=3)
+    return initial, composer
+
+
+def experiences(B: int = 2, L: int = 7, seed: int = 4):
+    """Right-padded (B, J, L) experience ids and masks with different lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, V, (B, J, L), generator=gen)
+    lengths = torch.randint(2, L + 1, (B, J), generator=gen)
+    mask = torch.arange(L) < lengths.unsqueeze(-1)
+    return ids, mask
+
+
+def trajectories():
+    """Right-padded (2, 9) token ids, prompt lengths (2,), second row has 2 pad tokens."""
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, V, (2, 9), generator=gen)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 7:] = False
+    return ids, mask, torch.tensor([3, 4])
+
+
+def test_shapes_and_output_scale(setup):
+    _, composer = setup
+    ids, mask = experiences()
+    c_phi = composer(ids, mask)
+    assert c_phi.shape == (2, J * K, D)
+    assert c_phi.dtype == torch.float32
+    # experience j of row b sits at rows [j*K, (j+1)*K) of c_phi
+    torch.testing.assert_close(c_phi[1, K : 2 * K], composer.encode(ids[1, 1:2], mask[1, 1:2])[0])
+    emb_norm = composer.backbone.get_input_embeddings().weight.norm(dim=-1).mean()
+    torch.testing.assert_close(c_phi.norm(dim=-1).mean(), emb_norm, rtol=0.02, atol=0)
+    assert len(composer.compressor.blocks) == 2 and composer.hparams["heads"] == 8
+
+
+def test_right_padding_is_irrelevant_and_real_tokens_matter(setup):
+    _, composer = setup
+    ids, mask = experiences()
+    ids_NL, mask_NL = ids.reshape(-1, 7), mask.reshape(-1, 7)
+    with torch.no_grad():
+        ref = composer.encode(ids_NL, mask_NL)
+        noise = torch.randint(0, V, (ids_NL.shape[0], 5))
+        no_mask = torch.zeros_like(noise, dtype=torch.bool)
+        padded = composer.encode(torch.cat([ids_NL, noise], 1), torch.cat([mask_NL, no_mask], 1))
+        scrambled = torch.where(mask_NL, ids_NL, (ids_NL + 1) % V)
+        same = composer.encode(scrambled, mask_NL)
+        changed_ids = ids_NL.clone()
+        changed_ids[:, 0] = (changed_ids[:, 0] + 1) % V
+        changed = composer.encode(changed_ids, mask_NL)
+    torch.testing.assert_close(padded, ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(same, ref, atol=1e-5, rtol=0)
+    assert (changed - ref).abs().amax(dim=(1, 2)).min() > 1e-4
+
+
+def test_max_exp_tokens_truncates_and_empty_experience_raises(setup):
+    _, composer = setup
+    ids = torch.randint(0, V, (1, 20))
+    mask = torch.ones(1, 20, dtype=torch.bool)
+    with torch.no_grad():
+        torch.testing.assert_close(composer.encode(ids, mask), composer.encode(ids[:, :16], mask[:, :16]))
+    mask[0] = False
+    with pytest.raises(ValueError, match="at least one real token"):
+        composer.encode(ids, mask)
+
+
+def _joint_loss(composer):
+    """Reverse KL(student || teacher with latents) + student NLL: touches all three roles."""
+    exp_ids, exp_mask = experiences()
+    ids, mask, prompt_len = trajectories()
+    c_phi = composer(exp_ids, exp_mask)
+    t = teacher_logits(composer.backbone, ids, mask, c_phi, prompt_len)
+    s = student_logits(composer.backbone, ids, mask)
+    kl = (s.log_softmax(-1).exp() * (s.log_softmax(-1) - t.log_softmax(-1))).sum(-1)
+    nll = F.cross_entropy(s[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1), reduction="none")
+    return (kl * mask).sum() / mask.sum() + (nll * mask[:, 1:].reshape(-1)).mean()
+
+
+def test_every_trainable_tensor_gets_a_grad_and_base_weights_stay_frozen(setup):
+    _, composer = setup
+    backbone = composer.backbone
+    psi = adapter_parameters(backbone, "composer")
+    theta = adapter_parameters(backbone, "student")
+    chi = list(composer.compressor.parameters())
+    assert len(psi) == len(theta) == 2 * 4 * 2  # A and B x q,k,v,o x 2 layers
+    base_before = {n: p.detach().clone() for n, p in base_parameters(backbone)}
+    _joint_loss(composer).backward()
+    for p in composer.trainable_parameters() + theta:
+        assert p.grad is not None and p.grad.abs().sum() > 0
+    assert len(composer.trainable_parameters()) == len(psi) + len(chi)
+    for n, p in base_parameters(backbone):
+        assert p.grad is None, n
+    opt = torch.optim.AdamW(composer.trainable_parameters() + theta, lr=1e-2)
+    lora_before = [p.detach().clone() for p in psi + theta]
+    opt.step()
+    for n, p in base_parameters(backbone):
+        assert torch.equal(p, base_before[n]), n
+    assert all(not torch.equal(p, q) for p, q in zip(psi + theta, lora_before))
+
+
+def test_activation_checkpointing_recomputes_with_the_right_adapter(setup):
+    _, composer = setup
+    backbone = composer.backbone
+    backbone.train()
+    params = composer.trainable_parameters() + adapter_parameters(backbone, "student")
+    _joint_loss(composer).backward()
+    ref = [p.grad.clone() for p in params]
+    backbone.zero_grad()
+    composer.zero_grad()
+    enable_activation_checkpointing(backbone)
+    assert all(layer.gradient_checkpointing for layer in backbone.get_base_model().model.layers)
+    _joint_loss(composer).backward()
+    for p, g in zip(params, ref):
+        torch.testing.assert_close(p.grad, g, atol=1e-5, rtol=1e-4)
+
+
+def test_teacher_without_latents_is_the_initial_backbone(setup):
+    initial, composer = setup
+    ids, mask, prompt_len = trajectories()
+    with torch.no_grad():
+        ref = initial(input_ids=ids, attention_mask=mask.long()).logits
+        t = teacher_logits(composer.backbone, ids, mask, torch.zeros(2, 0, D), prompt_len)
+        s = student_logits(composer.backbone, ids, mask)
+    torch.testing.assert_close(t, ref, atol=1e-5, rtol=0)
+    assert (s - ref).abs().max() > 1e-3  # the student adapter is really active for the student
+
+
+def test_latents_act_only_from_the_insertion_point(setup):
+    initial, composer = setup
+    ids, mask, prompt_len = trajectories()
+    with torch.no_grad():
+        ref = initial(input_ids=ids, attention_mask=mask.long()).logits
+        t = teacher_logits(composer.backbone, ids, mask, torch.randn(2, 4, D), prompt_len)
+    for b, p in enumerate(prompt_len.tolist()):
+        torch.testing.assert_close(t[b, : p - 1], ref[b, : p - 1], atol=1e-5, rtol=0)
+        # position p-1 predicts the first token after the latents, so it must see them (Eq. 8)
+        n = int(mask[b].sum())
+        assert (t[b, p - 1 : n] - ref[b, p - 1 : n]).abs().amax(-1).min() > 1e-4
+
+
+def test_latents_behave_like_inserted_tokens(setup):
+    """Latents equal to token embeddings give the logits of the token sequence with them inserted."""
+    initial, composer = setup
+    ids, mask, prompt_len = trajectories()
+    extra = torch.tensor([[7, 8, 9], [10, 11, 12]])
+    latents = initial.get_input_embeddings()(extra)
+    with torch.no_grad():
+        t = teacher_logits(composer.backbone, ids, mask, latents, prompt_len)
+        for b, p in enumerate(prompt_len.tolist()):
+            n = int(mask[b].sum())
+            full = torch.cat([ids[b, :p], extra[b], ids[b, p:n]]).unsqueeze(0)
+            ref = initial(input_ids=full).logits[0]
+            keep = torch.cat([torch.arange(p - 1), torch.arange(p + 2, n + 3)])
+            torch.testing.assert_close(t[b, :n], ref[keep], atol=1e-5, rtol=0)
+
+
+def test_prefix_equals_per_turn_for_one_turn_and_per_turn_is_exact_eq8(setup):
+    _, composer = setup
+    ids, mask, prompt_len = trajectories()
+    latents = torch.randn(2, 4, D)
+    with torch.no_grad():
+        prefix = teacher_logits(composer.backbone, ids, mask, latents, prompt_len)
+        one_turn = teacher_logits(
+            composer.backbone, ids, mask, latents, placement="per-turn", action_starts=[[3], [4]]
+        )
+        torch.testing.assert_close(one_turn, prefix, atol=1e-6, rtol=0)
+        # two turns in row 0 (actions at 3 and 6): turn 2 sees only its own latent block
+        two = teacher_logits(
+            composer.backbone, ids, mask, latents, placement="per-turn", action_starts=[[3, 6], [4]]
+        )
+        at6 = teacher_logits(composer.backbone, ids, mask, latents, torch.tensor([6, 4]))
+    torch.testing.assert_close(two[0, :5], prefix[0, :5], atol=1e-6, rtol=0)
+    torch.testing.assert_close(two[0, 5:], at6[0, 5:], atol=1e-6, rtol=0)
+    torch.testing.assert_close(two[1], prefix[1], atol=1e-6, rtol=0)
+    assert (two[0, 5:] - prefix[0, 5:]).abs().max() > 1e-4
+    latents.requires_grad_(True)
+    per_turn = teacher_logits(
+        composer.backbone, ids, mask, latents, placement="per-turn", action_starts=[[3, 6], [4]]
+    )
+    per_turn[:, -1].logsumexp(-1).sum().backward()
+    assert (latents.grad.abs().sum(-1) > 0).all()
+
+
+def test_teacher_input_validation(setup):
+    _, composer = setup
+    ids, mask, prompt_len = trajectories()
+    left = mask.flip(1)
+    lat = torch.randn(2, 2, D)
+    with pytest.raises(ValueError, match="right-padded"):
+        teacher_logits(composer.backbone, ids, left, lat, prompt_len)
+    with pytest.raises(ValueError, match="insert_at"):
+        teacher_logits(composer.backbone, ids, mask, lat, torch.tensor([3, 8]))
+    with pytest.raises(ValueError, match="needs insert_at_B"):
+        teacher_logits(composer.backbone, ids, mask, lat)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        teacher_logits(composer.backbone, ids, mask, lat, placement="per-turn", action_starts=[[4, 4], [2]])
+
+
+def test_full_fine_tuning_needs_a_frozen_teacher_copy():
+    student = tiny_llama()
+    teacher = copy.deepcopy(student).requires_grad_(False)
+    ids, mask, prompt_len = trajectories()
+    lat = torch.randn(2, 2, D, requires_grad=True)
+    with pytest.raises(ValueError, match="teacher_model"):
+        teacher_logits(student, ids, mask, lat, prompt_len)
+    t = teacher_logits(student, ids, mask, lat, prompt_len, teacher_model=teacher)
+    s = student_logits(student, ids, mask, adapter=None)
+    (t.logsumexp(-1).sum() + s.logsumexp(-1).sum()).backward()
+    assert lat.grad is not None and lat.grad.abs().sum() > 0
+    assert all(p.grad is None for p in teacher.parameters())
+    assert all(p.grad is not None for p in student.parameters() if p.dim() > 1)
+
+
+def test_save_load_round_trip_and_backbone_checks(setup, tmp_path):
+    initial, composer = setup
+    ids, mask = experiences()
+    with torch.no_grad():
+        ref = composer(ids, mask)
+    out = save_composer(composer, tmp_path / "ckpt", {"backbone_id": "tiny-llama", "placement": "per-turn"})
+    assert (out / "composer" / "adapter_model.safetensors").is_file()
+    assert (out / "compressor.safetensors").is_file()
+    cfg = json.loads((out / "composer_config.json").read_text())
+    assert cfg["backbone_id"] == "tiny-llama" and cfg["placement"] == "per-turn"
+    recorded = [cfg[k] for k in ("J", "K", "depth", "hidden_size", "lora_rank", "lora_alpha")]
+    assert recorded == [J, K, 2, D, 4, 8]
+
+    fresh = add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8)
+    loaded = load_composer(fresh, out, "tiny-llama")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)
+    assert all(p.requires_grad for p in loaded.trainable_parameters())
+    assert set(loaded.backbone.peft_config) == {"student", "composer"}
+    plain = load_composer(copy.deepcopy(initial), out, "tiny-llama")
+    with torch.no_grad():
+        torch.testing.assert_close(plain(ids, mask), ref, atol=0, rtol=0)
+
+    with pytest.raises(ValueError, match=r"trained on backbone tiny-llama, got other-model"):
+        load_composer(copy.deepcopy(initial), out, "other-model")
+    with pytest.raises(ValueError, match="hidden size"):
+        load_composer(tiny_llama(hidden=48), out, "tiny-llama")
+    with pytest.raises(ValueError, match="backbone_id"):
+        save_composer(composer, tmp_path / "bad", {"placement": "prefix"})
