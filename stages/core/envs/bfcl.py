@@ -1,0 +1,258 @@
+"""BFCL-v3 (Berkeley Function-Calling Leaderboard) as an environment, scored by the `nvidia-bfcl` package.
+
+Splits:
+    train  single-turn categories simple, multiple, parallel, parallel_multiple: one action, scored by
+           BFCL's AST checker (``bfcl.eval_checker.ast_eval.ast_checker``, language Python).
+    test   multi-turn categories multi_turn_base, multi_turn_miss_func, multi_turn_miss_param,
+           multi_turn_long_context: executed against BFCL's stateful API classes and scored by its
+           multi-turn checker (see :mod:`stages.core.envs.bfcl_multi`).
+
+Data comes from the package (``bfcl/data``) or from ``data_dir`` holding the same files
+(``BFCL_v3_<category>.json``, ``possible_answer/``, ``multi_turn_func_doc/``). Task ids are BFCL's ids.
+Actions may use any format :func:`stages.core.toolcalls.parse_tool_calls` reads.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from itertools import chain, zip_longest
+from pathlib import Path
+from typing import Any
+
+from schemas import Message, Task, ToolCall
+from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
+
+SINGLE_TURN = ("simple", "multiple", "parallel", "parallel_multiple")
+MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+SPLITS = {"train": SINGLE_TURN, "test": MULTI_TURN}
+_PYTHON_HINT = " Note that the provided function is in Python 3 syntax."  # BFCL's _get_language_specific_hint
+
+
+def package_data_dir() -> Path:
+    """The data folder shipped inside the installed ``bfcl`` package (nvidia-bfcl).
+
+    Raises:
+        EnvError: the package is not installed.
+    """
+    spec = importlib.util.find_spec("bfcl")
+    if spec is None or not spec.submodule_search_locations:
+        raise EnvError("package 'bfcl' (PyPI nvidia-bfcl) is not installed; install it with --no-deps, or pass data_dir")
+    return Path(list(spec.submodule_search_locations)[0]) / "data"
+
+
+def load_jsonl(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Read a BFCL JSON-lines file, checking that every entry has the ``required`` fields.
+
+    Raises:
+        EnvError: missing file, invalid JSON or missing field (message names file, line, field).
+    """
+    if not path.is_file():
+        raise EnvError(f"{path}: file not found")
+    entries = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise EnvError(f"{path}:{lineno}: invalid JSON ({err.msg})") from None
+        if not isinstance(entry, dict):
+            raise EnvError(f"{path}:{lineno}: expected a JSON object")
+        for key in required:
+            if key not in entry:
+                raise EnvError(f"{path}:{lineno}: missing field {key!r}")
+        entries.append(entry)
+    return entries
+
+
+def to_openai_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """BFCL function docs -> OpenAI-style tool schemas ``{"type": "function", "function": {...}}``.
+
+    Mirrors BFCL's ``func_doc_language_specific_pre_processing`` (Python hint) and ``convert_to_tool``
+    with ``GORILLA_TO_OPENAPI`` (``dict`` -> ``object``, ``float`` -> ``number`` + float note, unknown
+    types -> ``string``), which live in ``bfcl.model_handler.utils`` (not importable without its API
+    client dependencies). Function names keep their dots.
+    """
+    from bfcl.model_handler.constant import GORILLA_TO_OPENAPI
+
+    def cast(schema: dict[str, Any]) -> None:
+        gorilla_type = schema.get("type", "string")
+        schema["type"] = GORILLA_TO_OPENAPI.get(gorilla_type, "string")
+        if gorilla_type == "float":
+            schema["format"] = "float"
+            schema["description"] = schema.get("description", "") + " This is a float type value."
+        for sub in schema.get("properties", {}).values():
+            cast(sub)
+        if isinstance(schema.get("items"), dict):
+            cast(schema["items"])
+
+    tools = []
+    for function in copy.deepcopy(functions):
+        function["description"] = function.get("description", "") + _PYTHON_HINT
+        params = function.setdefault("parameters", {"type": "dict", "properties": {}})
+        for sub in params.setdefault("properties", {}).values():
+            cast(sub)
+        params["type"] = "object"
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def system_prompt(tools: list[dict[str, Any]] | None = None) -> str:
+    """BFCL's prompting system prompt; with ``tools`` the function list is written into it."""
+    from bfcl.model_handler.constant import DEFAULT_SYSTEM_PROMPT, DEFAULT_SYSTEM_PROMPT_WITHOUT_FUNC_DOC
+
+    if tools is None:
+        return DEFAULT_SYSTEM_PROMPT_WITHOUT_FUNC_DOC
+    return DEFAULT_SYSTEM_PROMPT.format(functions=json.dumps([t["function"] for t in tools]))
+
+
+def opening_messages(turn: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[Message]:
+    """System prompt + the first turn's messages (a task's own system message is appended to ours)."""
+    system = system_prompt(tools)
+    messages = []
+    for m in turn:
+        if m.get("role") == "system":
+            system += "\n\n" + m.get("content", "")
+        else:
+            messages.append(Message(role=m.get("role", "user"), content=m.get("content", "")))
+    return [Message(role="system", content=system), *messages]
+
+
+def single_turn_verdict(task: Task, calls: list[ToolCall]) -> dict[str, Any]:
+    """Score single-turn ``calls`` on ``task`` with BFCL's AST checker (Python).
+
+    Names written with ``_`` in place of ``.`` (as OpenAI-style tool names) are mapped back.
+
+    Returns:
+        The checker's verdict: ``{"valid": bool, "error": [...], "error_type": str}``.
+    """
+    from bfcl.eval_checker.ast_eval.ast_checker import ast_checker
+
+    meta = task.meta
+    undotted = {f["name"].replace(".", "_"): f["name"] for f in meta["function"]}
+    decoded = [{undotted.get(c.name, c.name): c.args} for c in calls]
+    return ast_checker(meta["function"], decoded, meta["ground_truth"], "Python", meta["category"], "lopd")
+
+
+def _resolve_categories(categories: list[str] | str | None) -> set[str]:
+    if categories is None:
+        return set(SINGLE_TURN + MULTI_TURN)
+    names = [categories] if isinstance(categories, str) else list(categories)
+    known = SINGLE_TURN + MULTI_TURN
+    chosen = set()
+    for name in names:
+        full = name if name in known else f"multi_turn_{name}"
+        if full not in known:
+            raise EnvError(f"bfcl: unknown category {name!r}; choose from {', '.join(known)}")
+        chosen.add(full)
+    return chosen
+
+
+def _load_category(data_dir: Path, category: str) -> list[Task]:
+    path = data_dir / f"BFCL_v3_{category}.json"
+    multi = category in MULTI_TURN
+    required = ("id", "question", "initial_config", "involved_classes") if multi else ("id", "question", "function")
+    entries = load_jsonl(path, required)
+    answer_path = data_dir / "possible_answer" / path.name
+    answers = {a["id"]: a["ground_truth"] for a in load_jsonl(answer_path, ("id", "ground_truth"))}
+    if multi:
+        from stages.core.envs.bfcl_multi import multi_turn_task
+
+        docs: dict[str, list[dict]] = {}
+        return [multi_turn_task(e, category, answers, path, answer_path, data_dir, docs) for e in entries]
+    tasks = []
+    for lineno, entry in enumerate(entries, start=1):
+        if entry["id"] not in answers:
+            raise EnvError(f"{answer_path}: no ground truth for id {entry['id']!r}")
+        if not isinstance(entry["question"], list) or not entry["question"] or not isinstance(entry["question"][0], list):
+            raise EnvError(f"{path}:{lineno}: field 'question' must be a non-empty list of message lists")
+        meta = {"category": category, "question": entry["question"][0], "function": entry["function"],
+                "ground_truth": answers[entry["id"]]}
+        prompt = "\n".join(m.get("content", "") for m in entry["question"][0] if m.get("role") == "user")
+        tasks.append(Task(task_id=entry["id"], env="bfcl", split="train", prompt=prompt,
+                          tools=json.dumps(to_openai_tools(entry["function"])), metadata=json.dumps(meta)))
+    return tasks
+
+
+@register("bfcl")
+class BFCLEnv:
+    """BFCL-v3 environment (one instance per episode).
+
+    Args:
+        data_dir: folder with BFCL-v3 files; default: the data shipped in the ``bfcl`` package.
+        max_steps: cap on agent actions per episode (multi-turn; exceeding it fails the episode).
+        categories: subset of categories (``"simple"``, ``"base"``, ``"multi_turn_miss_func"`` ...).
+        tools_in_prompt: write the function docs into the system prompt (BFCL prompting mode) in
+            addition to ``Task.tools``; for chat templates without tool support.
+
+    Raises:
+        EnvError: unknown category; missing/malformed data files (when tasks are listed).
+    """
+
+    name = "bfcl"
+
+    def __init__(self, data_dir: Path | str | None = None, max_steps: int = 30,
+                 categories: list[str] | str | None = None, tools_in_prompt: bool = False) -> None:
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.max_steps = max_steps
+        self.categories = _resolve_categories(categories)
+        self.tools_in_prompt = tools_in_prompt
+        self._task: Task | None = None
+        self._multi = None  # bfcl_multi.MultiTurnEpisode of the current multi-turn episode
+
+    def tasks(self, split: str, limit: int | None = None) -> list[Task]:
+        """Tasks of ``split``, categories interleaved round-robin (file order within each), at most ``limit``.
+
+        Raises:
+            EnvError: unknown split; missing/malformed data files.
+        """
+        if split not in SPLITS:
+            raise EnvError(f"bfcl: unknown split {split!r}; choose 'train' or 'test'")
+        data_dir = self.data_dir or package_data_dir()
+        per_category = [_load_category(data_dir, c) for c in SPLITS[split] if c in self.categories]
+        tasks = [t for t in chain.from_iterable(zip_longest(*per_category)) if t is not None]
+        return tasks[:limit] if limit is not None else tasks
+
+    def reset(self, task: Task) -> list[Message]:
+        """Start an episode on ``task`` (fresh API instances for multi-turn tasks)."""
+        self.close()
+        self._task = task
+        meta = task.meta
+        tools = task.tool_schemas if self.tools_in_prompt else None
+        if meta.get("category") in MULTI_TURN:
+            from stages.core.envs.bfcl_multi import MultiTurnEpisode
+
+            self._multi = MultiTurnEpisode(task, self.max_steps, self.tools_in_prompt)
+            return opening_messages(meta["question"][0], tools)
+        return opening_messages(meta["question"], tools)
+
+    def step(self, action: str) -> StepResult:
+        """Single-turn: score the one action (done). Multi-turn: see ``MultiTurnEpisode.step``.
+
+        Raises:
+            EnvError: called before :meth:`reset` or after a single-turn episode ended.
+        """
+        if self._multi is not None:
+            return self._multi.step(action)
+        if self._task is None:
+            raise EnvError("bfcl: step() called without an active episode; call reset(task) first")
+        task, self._task = self._task, None
+        try:
+            calls = parse_tool_calls(action)
+        except ToolCallParseError as err:
+            info = {"success": False, "valid": False, "error_type": "ast_decoder:decoder_failed", "error": str(err)}
+            return StepResult(observation=[], reward=0.0, done=True, info=info)
+        verdict = single_turn_verdict(task, calls)
+        valid = bool(verdict["valid"])
+        info = {"success": valid, "valid": valid, "error_type": verdict.get("error_type", ""),
+                "error": [str(e) for e in verdict.get("error", [])]}
+        return StepResult(observation=[], reward=float(valid), done=True, tool_calls=calls, info=info)
+
+    def close(self) -> None:
+        """Drop the episode and its BFCL API instances."""
+        if self._multi is not None:
+            self._multi.close()
+        self._multi = None
+        self._task = None

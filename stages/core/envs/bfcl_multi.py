@@ -1,0 +1,266 @@
+"""BFCL-v3 multi-turn episodes: BFCL's stateful API classes executed per step, BFCL's checker at the end.
+
+Follows the inference loop of ``bfcl.model_handler.base_handler.inference_multi_turn_FC``: in each
+user turn the model may act several times; an action with tool calls is executed
+(``execute_multi_turn_func_call``) and answered with one ``tool`` message per call; an action with
+no decodable call ends the turn and the next user message follows (for miss_func the held-out
+functions are added at their turn, announced with BFCL's user prompt, and the new tool list is
+returned in ``StepResult.info["tools"]``). More than ``MAXIMUM_STEP_LIMIT`` tool steps in one turn is
+a force-quit (failure). After the last turn the answer is scored by ``multi_turn_checker``, which
+replays the model's calls and the ground truth on fresh instances.
+
+The package keeps API instances in module globals of ``multi_turn_utils`` keyed by model name and
+test id, so every episode and every scoring uses a unique model name and deletes its instances.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import logging
+import uuid
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from schemas import Message, Task
+from stages.core.envs.base import EnvError, StepResult
+from stages.core.envs.bfcl import load_jsonl, to_openai_tools
+from stages.core.toolcalls import ToolCallParseError, format_python_call, parse_tool_calls
+
+log = logging.getLogger(__name__)
+
+
+def multi_turn_task(entry: dict[str, Any], category: str, answers: dict[str, Any], path: Path,
+                    answer_path: Path, data_dir: Path, docs: dict[str, list[dict]]) -> Task:
+    """Build the :class:`Task` of one multi-turn BFCL entry (function docs from ``multi_turn_func_doc/``).
+
+    Held-out functions (miss_func) are removed from the offered tools and kept per turn in the
+    metadata, as BFCL's ``process_multi_turn_test_case`` does. ``docs`` caches loaded doc files.
+
+    An entry whose ground truth has a different number of turns than its question (one in the
+    shared copy of multi_turn_base) is kept with a warning: like BFCL, it always scores 0.
+
+    Raises:
+        EnvError: unknown API class, malformed question/ground truth, missing doc file or answer.
+    """
+    from bfcl.constant import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+
+    test_id = entry["id"]
+    where = f"{path}: entry {test_id!r}"
+    question, classes = entry["question"], entry["involved_classes"]
+    if not isinstance(question, list) or not question or not all(isinstance(t, list) for t in question):
+        raise EnvError(f"{where}: field 'question' must be a non-empty list of turns (message lists)")
+    if not isinstance(classes, list) or any(c not in MULTI_TURN_FUNC_DOC_FILE_MAPPING for c in classes):
+        raise EnvError(f"{where}: field 'involved_classes' must list known BFCL API classes, got {classes!r}")
+    if test_id not in answers:
+        raise EnvError(f"{answer_path}: no ground truth for id {test_id!r}")
+    ground_truth = answers[test_id]
+    if not isinstance(ground_truth, list) or not all(isinstance(t, list) for t in ground_truth):
+        raise EnvError(f"{answer_path}: entry {test_id!r}: field 'ground_truth' must be a list of turns (call lists)")
+    if len(ground_truth) != len(question):  # kept, as BFCL does: it can only score force_terminated
+        log.warning("%s: entry %r has %d ground-truth turns for %d question turns; it cannot be solved",
+                    answer_path, test_id, len(ground_truth), len(question))
+    functions = []
+    for cls in classes:
+        doc_file = data_dir / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls]
+        if cls not in docs:
+            docs[cls] = load_jsonl(doc_file, ("name", "description", "parameters"))
+        functions.extend(docs[cls])
+    missed: dict[str, list[dict]] = {}
+    for turn, names in entry.get("missed_function", {}).items():
+        if not turn.isdigit() or int(turn) >= len(question) or question[int(turn)]:
+            raise EnvError(f"{where}: field 'missed_function' turn {turn!r} must index an empty question turn")
+        held = [f for f in functions if f["name"] in names]
+        functions = [f for f in functions if f["name"] not in names]
+        missed[turn] = to_openai_tools(held)
+    meta = {"category": category, "id": test_id, "question": question, "initial_config": entry["initial_config"],
+            "involved_classes": classes, "path": entry.get("path", []), "ground_truth": ground_truth,
+            "missed_function": missed}
+    prompt = "\n".join(m.get("content", "") for m in question[0] if m.get("role") == "user")
+    return Task(task_id=test_id, env="bfcl", split="test", prompt=prompt,
+                tools=json.dumps(to_openai_tools(functions)), metadata=json.dumps(meta))
+
+
+def multi_turn_verdict(task: Task, answer: list[list[list[str]]]) -> dict[str, Any]:
+    """Score a complete multi-turn answer with BFCL's ``multi_turn_checker``.
+
+    Args:
+        task: a multi-turn task from :class:`stages.core.envs.bfcl.BFCLEnv`.
+        answer: per user turn, per step, the executed call strings (BFCL's decoded format, e.g.
+            ``[["cd(folder='docs')"], ["ls()"]]`` for one turn of two steps). Empty steps are dropped.
+
+    Returns:
+        ``{"valid": bool, "error_type": str, "error_message": str}``; a turn count different from
+        the ground truth's is ``multi_turn:force_terminated`` (as in BFCL's runner).
+
+    Raises:
+        ValueError: a call string that is not ``known_method(literal args)`` (it would be eval'd).
+    """
+    from bfcl.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+    meta = task.meta
+    ground_truth = meta["ground_truth"]
+    if len(answer) != len(ground_truth):
+        return {"valid": False, "error_type": "multi_turn:force_terminated",
+                "error_message": f"answer has {len(answer)} turns, ground truth {len(ground_truth)}"}
+    allowed = _api_methods(tuple(meta["involved_classes"]))
+    decoded = [[step for step in turn if step] for turn in answer]
+    for call in (c for turn in decoded for step in turn for c in step):
+        _check_call_string(call, allowed)
+    model_name = _unique_model_name()
+    entry = {"id": meta["id"], "initial_config": meta["initial_config"], "involved_classes": meta["involved_classes"]}
+    try:
+        verdict = multi_turn_checker(decoded, ground_truth, entry, meta["category"], model_name)
+    finally:
+        _release(model_name)
+    return {"valid": bool(verdict["valid"]), "error_type": verdict.get("error_type", ""),
+            "error_message": str(verdict.get("error_message", ""))}
+
+
+def score_multi_turn(task: Task, answer: list[list[list[str]]]) -> bool:
+    """Whether ``answer`` (see :func:`multi_turn_verdict`) solves the multi-turn ``task``."""
+    return multi_turn_verdict(task, answer)["valid"]
+
+
+class MultiTurnEpisode:
+    """The state of one multi-turn BFCL episode (used by :class:`stages.core.envs.bfcl.BFCLEnv`).
+
+    Args:
+        task: a multi-turn task; ``max_steps``: cap on actions over the whole episode;
+        tools_in_prompt: announce held-out functions in the user message (BFCL prompting mode).
+    """
+
+    def __init__(self, task: Task, max_steps: int, tools_in_prompt: bool = False) -> None:
+        self.task, self.meta = task, task.meta
+        self.max_steps, self.tools_in_prompt = max_steps, tools_in_prompt
+        self.tools = task.tool_schemas
+        self.allowed = _api_methods(tuple(self.meta["involved_classes"]))
+        self.model_name = _unique_model_name()
+        self.answer: list[list[list[str]]] = [[]]
+        self.turn_steps = 0
+        self.steps = 0
+        self.done = False
+
+    def step(self, action: str) -> StepResult:
+        """Execute the action's calls (observation: tool messages) or end the user turn.
+
+        An unparsable action ends the turn like a plain answer (BFCL: "Failed to decode the model
+        response. Proceed to next turn."); the parse error is in ``info["parse_error"]``.
+
+        Raises:
+            EnvError: the episode is already over.
+        """
+        if self.done:
+            raise EnvError(f"bfcl: episode {self.task.task_id} is over; call reset(task)")
+        from bfcl.model_handler.constant import MAXIMUM_STEP_LIMIT
+
+        self.steps += 1
+        try:
+            calls, parse_error = parse_tool_calls(action), None
+        except ToolCallParseError as err:
+            calls, parse_error = [], str(err)
+        turn = len(self.answer) - 1
+        if calls:
+            observation = self._execute(calls)
+            self.turn_steps += 1
+            if self.turn_steps > MAXIMUM_STEP_LIMIT:
+                return self._fail("multi_turn:force_terminated", f"more than {MAXIMUM_STEP_LIMIT} steps in turn {turn}", calls)
+            if self.steps >= self.max_steps:
+                return self._fail("max_steps", f"episode step cap {self.max_steps} reached", calls)
+            return StepResult(observation=observation, tool_calls=calls, info={"turn": turn})
+        info: dict[str, Any] = {"turn_ended": turn}
+        if parse_error:
+            info["parse_error"] = parse_error
+        if turn + 1 == len(self.meta["question"]):
+            return self._finish(info)
+        if self.steps >= self.max_steps:
+            return self._fail("max_steps", f"episode step cap {self.max_steps} reached", [], info)
+        self.answer.append([])
+        self.turn_steps = 0
+        return StepResult(observation=self._next_user_turn(turn + 1, info), info=info)
+
+    def close(self) -> None:
+        """Delete this episode's API instances from the package's globals."""
+        _release(self.model_name)
+
+    def _execute(self, calls) -> list[Message]:
+        from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
+
+        strings = [format_python_call(c) for c in calls]
+        known = [s for c, s in zip(calls, strings) if c.name in self.allowed]
+        results, _ = execute_multi_turn_func_call(
+            known, self.meta["initial_config"], self.meta["involved_classes"], self.model_name, self.meta["id"],
+            long_context=self.meta["category"] == "multi_turn_long_context", is_evaL_run=False)
+        if known:
+            self.answer[-1].append(known)
+        results = iter(results)
+        return [Message(role="tool", name=c.name, content=next(results) if c.name in self.allowed
+                        else f"Error during execution: function {c.name!r} is not available") for c in calls]
+
+    def _next_user_turn(self, turn: int, info: dict[str, Any]) -> list[Message]:
+        from bfcl.model_handler.constant import (
+            DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
+            DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING,
+        )
+
+        held = self.meta["missed_function"].get(str(turn))
+        if held is None:
+            return [Message(role=m.get("role", "user"), content=m.get("content", "")) for m in self.meta["question"][turn]]
+        self.tools = self.tools + held
+        info["tools"] = self.tools
+        text = (DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(functions=json.dumps([t["function"] for t in held]))
+                if self.tools_in_prompt else DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC)
+        return [Message(role="user", content=text)]
+
+    def _finish(self, info: dict[str, Any]) -> StepResult:
+        self.done = True
+        self.close()
+        verdict = multi_turn_verdict(self.task, self.answer)
+        info.update(verdict, success=verdict["valid"], answer=self.answer)
+        return StepResult(observation=[], reward=float(verdict["valid"]), done=True, info=info)
+
+    def _fail(self, error_type: str, message: str, calls, info: dict[str, Any] | None = None) -> StepResult:
+        self.done = True
+        self.close()
+        info = {**(info or {}), "success": False, "valid": False, "error_type": error_type,
+                "error_message": message, "answer": self.answer}
+        return StepResult(observation=[], reward=0.0, done=True, tool_calls=calls, info=info)
+
+
+def _unique_model_name() -> str:
+    return f"lopd_{uuid.uuid4().hex}"
+
+
+def _release(model_name: str) -> None:
+    """Delete every API instance the package stored in its globals under ``model_name``."""
+    from bfcl.eval_checker.multi_turn_eval import multi_turn_utils
+
+    store = vars(multi_turn_utils)
+    for key in [k for k in store if k.startswith(model_name + "_")]:
+        del store[key]
+
+
+@lru_cache(maxsize=None)
+def _api_methods(classes: tuple[str, ...]) -> frozenset[str]:
+    """Public method names of the BFCL API classes (the only calls the executor may run)."""
+    import importlib
+
+    from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import CLASS_FILE_PATH_MAPPING
+
+    names = set()
+    for cls_name in classes:
+        cls = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[cls_name]), cls_name)
+        names.update(n for n, _ in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_"))
+    return frozenset(names)
+
+
+def _check_call_string(call: str, allowed: frozenset[str]) -> None:
+    try:
+        node = ast.parse(call, mode="eval").body
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in allowed):
+            raise ValueError("not a call of an API method")
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            ast.literal_eval(arg)
+    except (SyntaxError, TypeError, ValueError) as err:
+        raise ValueError(f"call {call!r} rejected: {err}") from None

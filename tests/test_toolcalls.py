@@ -1,0 +1,107 @@
+"""Tool-call parsing: Hermes tags, BFCL Python lists, bare JSON; errors and plain text."""
+from __future__ import annotations
+
+import pytest
+
+from schemas import ToolCall
+from stages.core.toolcalls import ToolCallParseError, format_python_call, format_python_calls, parse_tool_calls
+
+
+def _pairs(calls: list[ToolCall]) -> list[tuple[str, dict]]:
+    return [(c.name, c.args) for c in calls]
+
+
+def test_hermes_single_and_multiple_blocks():
+    text = (
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>{"name": "get_time", "arguments": {"tz": "CET", "precise": true}}</tool_call>'
+    )
+    assert _pairs(parse_tool_calls(text)) == [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "CET", "precise": True})]
+
+
+def test_hermes_tolerates_missing_close_parameters_and_string_arguments():
+    text = (
+        '<tool_call>{"name": "a", "parameters": {"x": 1}}</tool_call>'
+        '<tool_call>{"name": "b", "arguments": "{\\"y\\": [1, 2]}"}'
+    )
+    assert _pairs(parse_tool_calls(text)) == [("a", {"x": 1}), ("b", {"y": [1, 2]})]
+
+
+def test_hermes_block_without_arguments_and_code_fence():
+    text = '<tool_call>\n```json\n{"name": "ls"}\n```\n</tool_call>'
+    assert _pairs(parse_tool_calls(text)) == [("ls", {})]
+
+
+def test_python_list_with_literals_dotted_names_and_trailing_text():
+    text = '[math.factorial(number=5), plot(xs=[1, -2.5, 3], opts={"color": "red", "w": (1, 2)}, show=True, n=None)] done'
+    assert _pairs(parse_tool_calls(text)) == [
+        ("math.factorial", {"number": 5}),
+        ("plot", {"xs": [1, -2.5, 3], "opts": {"color": "red", "w": [1, 2]}, "show": True, "n": None}),
+    ]
+
+
+def test_python_list_in_code_fence_after_think_block():
+    text = "<think>maybe [wrong(a=1)]?</think>\n```python\n[cd(folder='docs'), ls(a=true)]\n```"
+    assert _pairs(parse_tool_calls(text)) == [("cd", {"folder": "docs"}), ("ls", {"a": True})]
+
+
+def test_python_list_brackets_inside_string_values():
+    assert _pairs(parse_tool_calls("[echo(content='a ] b [x(', n=[[1], [2]])]")) == [
+        ("echo", {"content": "a ] b [x(", "n": [[1], [2]]})
+    ]
+
+
+def test_python_calls_without_brackets():
+    assert _pairs(parse_tool_calls("cd(folder='a'), pwd()")) == [("cd", {"folder": "a"}), ("pwd", {})]
+
+
+def test_bare_json_object_and_list():
+    assert _pairs(parse_tool_calls('Sure: {"name": "f", "arguments": {"k": "v"}} ok')) == [("f", {"k": "v"})]
+    text = '```json\n[{"name": "f", "arguments": {}}, {"name": "g", "parameters": {"z": 0}}]\n```'
+    assert _pairs(parse_tool_calls(text)) == [("f", {}), ("g", {"z": 0})]
+
+
+def test_think_prefix_from_template_and_unfinished_thinking():
+    assert _pairs(parse_tool_calls("reasoning [no(a=1)]</think>[yes(a=2)]")) == [("yes", {"a": 2})]
+    assert parse_tool_calls("<think>I should call [f(a=1)] but") == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["The answer is 42.", "", "Lists like [1, 2, 3] are fine.", "Hello (world)", "I cannot do that [sorry]."],
+)
+def test_plain_text_has_no_calls(text):
+    assert parse_tool_calls(text) == []
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("<tool_call>{name: f}</tool_call>", "invalid JSON"),
+        ("<tool_call></tool_call>", "empty"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "'name'"),
+        ('<tool_call>{"name": "os.system(1)"}</tool_call>', "invalid function name"),
+        ('<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "must be an object"),
+        ('<tool_call>{"name": "f", "arguments": "{bad"}</tool_call>', "not JSON"),
+        ("[f(a=1)", "syntax error"),
+        ("[f('positional')]", "positional"),
+        ("[f(a=some_variable)]", "not a literal"),
+        ("[f(a=g(b=1))]", "not a literal"),
+        ("[f(**kw)]", "kwargs"),
+        ("[f(a=1), 3]", "expected func"),
+        ("[f()(a=1)]", "(dotted) name"),
+        ('{"name": "f", "arguments": {', "invalid JSON"),
+    ],
+)
+def test_malformed_calls_raise_with_useful_message(text, fragment):
+    with pytest.raises(ToolCallParseError) as err:
+        parse_tool_calls(text)
+    assert fragment in str(err.value)
+
+
+def test_format_python_calls_round_trips():
+    calls = [ToolCall(name="mv", arguments='{"source": "a b.txt", "n": -1.5, "flags": [true, null]}'), ToolCall(name="pwd")]
+    text = format_python_calls(calls)
+    assert text == "[mv(source='a b.txt', n=-1.5, flags=[True, None]), pwd()]"
+    assert format_python_call(calls[1]) == "pwd()"
+    assert parse_tool_calls(text) == calls
