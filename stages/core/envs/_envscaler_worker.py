@@ -1,0 +1,243 @@
+"""Isolated worker process that runs one EnvScaler environment instance.
+
+EnvScaler environments are Python classes shipped as source text (``env_class_code``) and their
+check functions are source text too. Both run here, in a separate interpreter started per episode
+(``python -I this_file.py``, stdlib only), never in the caller's process. The child caps its own
+address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``); the parent enforces a wall-clock
+timeout per request and kills the whole process group when it is exceeded.
+
+Protocol: one JSON object per line. The parent writes requests on the child's stdin and reads
+replies from its stdout; the child points fds 0/1 at /dev/null for the environment code, so a
+stray ``print`` or ``input`` in that code cannot corrupt the channel. Requests and replies:
+
+- ``{"op": "init", "code", "class_name", "init_config"}`` -> ``{"status": "ok"}``
+- ``{"op": "call", "name", "args"}`` -> ``{"status": "ok", "result": text}`` or
+  ``{"status": "error", "error": text}`` (the tool raised; the episode goes on)
+- ``{"op": "score", "checks": [source, ...], "timeout_s"}`` ->
+  ``{"status": "ok", "results": [{"passed": bool, "error": text | null}, ...]}``
+
+Any request may instead get ``{"status": "fatal", "error": text}`` (the class failed to load or
+construct, or memory ran out): the episode cannot continue.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+
+class WorkerFailure(Exception):
+    """The worker could not answer: it timed out, died, ran out of memory or failed to start."""
+
+
+class EnvWorker:
+    """Parent-side handle on one worker process.
+
+    Args:
+        memory_mb: address-space cap of the child (``RLIMIT_AS``), in MiB.
+        cpu_s: CPU-seconds cap of the child (``RLIMIT_CPU``), a backstop if the parent dies.
+    """
+
+    def __init__(self, memory_mb: int, cpu_s: int) -> None:
+        self._stderr = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", os.path.abspath(__file__), str(memory_mb), str(cpu_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            start_new_session=True,
+        )
+        self._buf = b""
+
+    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one request and wait at most ``timeout_s`` seconds for its reply.
+
+        Raises:
+            WorkerFailure: timeout, dead worker, unreadable reply or a ``fatal`` reply; the
+                worker is killed before raising.
+        """
+        try:
+            self._proc.stdin.write(json.dumps(payload).encode() + b"\n")
+            self._proc.stdin.flush()
+            reply = json.loads(self._read_line(timeout_s))
+        except (OSError, ValueError) as err:
+            raise self._fail(f"worker channel broken: {err}") from None
+        if reply.get("status") == "fatal":
+            raise self._fail(reply.get("error", "fatal worker error"))
+        return reply
+
+    def _read_line(self, timeout_s: float) -> bytes:
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(f"timed out after {timeout_s:g} s (killed)")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise self._fail(self._death_reason())
+                self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def _death_reason(self) -> str:
+        try:
+            code = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
+        return f"worker died (exit code {code})" + (f": {tail[0][:300]}" if tail else "")
+
+    def _fail(self, reason: str) -> WorkerFailure:
+        self.close()
+        return WorkerFailure(reason)
+
+    def close(self) -> None:
+        """Kill the worker's process group (if still alive) and release its pipes. Idempotent."""
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._stderr.close()
+
+
+# ----------------------------------------------------------------------------- child side
+
+
+class _CheckTimeout(Exception):
+    pass
+
+
+def _alarm(_signum: int, _frame: Any) -> None:
+    raise _CheckTimeout()
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _snapshot(instance: Any) -> dict[str, Any]:
+    """The instance's state as EnvScaler defines it: ``vars(instance)`` minus dunders, deep-copied."""
+    import copy
+
+    return copy.deepcopy({k: v for k, v in vars(instance).items() if not (k.startswith("__") and k.endswith("__"))})
+
+
+def _construct(cls: type, init_config: dict[str, Any]) -> Any:
+    """Build the instance the way EnvScaler does: ``cls(config)`` (or ``cls()`` when the
+    constructor takes no argument), then set every config key as an attribute."""
+    import copy
+    import inspect
+
+    try:
+        takes_config = len(inspect.signature(cls).parameters) > 0
+    except (TypeError, ValueError):
+        takes_config = True
+    instance = cls(copy.deepcopy(init_config)) if takes_config else cls()
+    for key, value in copy.deepcopy(init_config).items():
+        setattr(instance, key, value)
+    return instance
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.instance: Any = None
+        self.initial_state: dict[str, Any] = {}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        if op == "init":
+            namespace: dict[str, Any] = {"__name__": "envscaler_env"}
+            exec(compile(req["code"], "<env_class_code>", "exec"), namespace)
+            cls = namespace.get(req["class_name"])
+            if not isinstance(cls, type):
+                return {"status": "fatal", "error": f"class {req['class_name']!r} not defined by env_class_code"}
+            self.instance = _construct(cls, req["init_config"])
+            self.initial_state = _snapshot(self.instance)
+            return {"status": "ok"}
+        if op == "call":
+            try:
+                result = getattr(self.instance, req["name"])(**req["args"])
+            except MemoryError:
+                raise
+            except Exception as err:  # a tool that raises is an observation, not a crash
+                return {"status": "error", "error": f"{type(err).__name__}: {err}"}
+            return {"status": "ok", "result": _render(result)}
+        if op == "score":
+            final_state = _snapshot(self.instance)
+            return {"status": "ok", "results": [self._check(src, final_state, req["timeout_s"]) for src in req["checks"]]}
+        return {"status": "fatal", "error": f"unknown op {op!r}"}
+
+    def _check(self, source: str, final_state: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        import builtins
+        import copy
+
+        namespace: dict[str, Any] = {"__builtins__": builtins, "initial_state": copy.deepcopy(self.initial_state)}
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            exec(compile(source, "<check_func>", "exec"), namespace)
+            func = namespace.get("check_func")
+            if not callable(func):
+                return {"passed": False, "error": "source defines no check_func"}
+            result = func(copy.deepcopy(final_state))
+        except _CheckTimeout:
+            return {"passed": False, "error": f"check timed out after {timeout_s:g} s"}
+        except MemoryError:
+            raise
+        except Exception as err:  # a check that raises counts as failed
+            return {"passed": False, "error": f"{type(err).__name__}: {err}"}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if not isinstance(result, bool):
+            return {"passed": False, "error": f"check_func returned {type(result).__name__}, not bool"}
+        return {"passed": result, "error": None}
+
+
+def _main(memory_mb: int, cpu_s: int) -> None:
+    import resource
+
+    for limit, value in ((resource.RLIMIT_AS, memory_mb << 20), (resource.RLIMIT_CPU, cpu_s)):
+        hard = resource.getrlimit(limit)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(limit, (value, value if hard == resource.RLIM_INFINITY else hard))
+    signal.signal(signal.SIGALRM, _alarm)
+    channel_in = os.fdopen(os.dup(0), "rb")
+    channel_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    session = _Session()
+    for line in channel_in:
+        try:
+            reply = session.handle(json.loads(line))
+        except MemoryError:
+            reply = {"status": "fatal", "error": "MemoryError: environment exceeded the memory limit"}
+        except Exception as err:  # environment source that fails to load or construct
+            reply = {"status": "fatal", "error": f"{type(err).__name__}: {err}"}
+        channel_out.write(json.dumps(reply).encode() + b"\n")
+        channel_out.flush()
+
+
+if __name__ == "__main__":
+    _main(int(sys.argv[1]), int(sys.argv[2]))

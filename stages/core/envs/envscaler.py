@@ -1,0 +1,471 @@
+"""EnvScaler environments: synthesized stateful Python classes with rule-based check functions.
+
+Data (see DESIGN.md, "EnvScaler format"): an environments table {env_id, env_class_code,
+env_class_name, tools, environment_introduction, constraints_rules} and a tasks table {task_id,
+env_id, init_config, task, checklist_with_func: [{check_item, check_func}]}. ``tools``,
+``init_config`` and ``checklist_with_func`` may be parsed values or JSON strings (the public
+release stores strings). Sources, first match wins:
+
+- ``envs_file=`` / ``tasks_file=``: explicit JSON (list, or dict keyed by id) / JSONL files;
+- ``data_dir``: a folder holding one ``*env*.json[l]`` file and one ``*task*``/``*scen*`` file;
+- ``hf_dataset=`` (or a ``data_dir`` that is no local folder but looks like ``owner/name``): a
+  Hugging Face dataset id or local dataset path of the tasks (scenarios), e.g. :data:`HF_TASKS`,
+  loaded with ``datasets.load_dataset``; environments come from the same rows when they carry
+  ``env_class_code``, otherwise from ``hf_envs=`` (default :data:`HF_ENVS`);
+- nothing: the bundled fixtures in ``examples/envscaler_fixtures/`` (logged).
+
+Split: task ids are sorted, shuffled with ``random.Random(seed)`` and the first ``n_test`` form the
+``test`` split, the rest ``train`` (disjoint, deterministic). ``n_test = test_size`` (default 200)
+when there are at least ``2 * test_size`` tasks, otherwise 20% of them (at least 1, and at most
+all but one when there are two or more). Seed and ``n_test`` are recorded in ``Task.metadata``.
+
+Episode: ``reset`` starts a fresh worker process (:mod:`._envscaler_worker`) that builds the
+instance from source + ``init_config`` under memory/CPU limits. Each tool call in an action runs
+as ``getattr(instance, name)(**args)`` in the worker; an action without tool calls is the final
+answer. At the end every check function runs on the final state (``vars(instance)`` deep-copied,
+as EnvScaler does; ``initial_state`` is a global of the check); reward = fraction passed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from schemas import Message, Task, ToolCall
+from stages.core.envs._envscaler_worker import EnvWorker, WorkerFailure
+from stages.core.envs.base import EnvError, StepResult, register
+
+log = logging.getLogger(__name__)
+
+FIXTURES_DIR = Path(__file__).resolve().parents[3] / "examples" / "envscaler_fixtures"
+HF_ENVS = "XXHStudyHard/EnvScaler-191-Env"
+HF_TASKS = "XXHStudyHard/EnvScaler-RL-Scenario"
+OBSERVATION_MAX_CHARS = 8000
+TOOL_CALL_NOTE = (
+    "## How to act\n"
+    "Use the tools to complete the user's task. Call a tool by writing\n"
+    '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>\n'
+    "(several blocks are allowed in one reply). Each result comes back in a tool message. "
+    "When the task is done, reply with a plain message (no tool call) summarising the outcome; "
+    "that ends the episode."
+)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One environment class: source, tools and the text shown to the agent."""
+
+    env_id: str
+    class_name: str
+    code: str
+    tools: tuple[dict[str, Any], ...]
+    introduction: str
+    rules: tuple[str, ...]
+
+    @property
+    def tool_names(self) -> list[str]:
+        """Names of the offered tools."""
+        return [t["function"]["name"] for t in self.tools]
+
+    def system_prompt(self) -> str:
+        """Environment introduction + constraints + the tool-call format note."""
+        rules = "\n".join(f"- {r}" for r in self.rules) or "- (none)"
+        return (
+            f"# Environment Information\n\n## Brief Introduction\n{self.introduction}\n\n"
+            f"## Environment Rules / Constraints\n{rules}\n\n{TOOL_CALL_NOTE}"
+        )
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One scenario: initial state, task text and check functions."""
+
+    task_id: str
+    env_id: str
+    class_name: str
+    init_config: dict[str, Any]
+    text: str
+    checks: tuple[tuple[str, str], ...]  # (check_item, check_func source)
+
+
+@dataclass(frozen=True)
+class EnvScalerData:
+    """Loaded, validated data and its split."""
+
+    source: str
+    envs: dict[str, EnvSpec]
+    tasks: dict[str, TaskSpec]
+    splits: dict[str, tuple[str, ...]]
+    seed: int
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _json_value(value: Any, where: str, field: str, kind: type) -> Any:
+    if isinstance(value, str) and kind in (list, dict):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise EnvError(f"{where}: field {field!r} is not valid JSON ({err.msg})") from None
+    if not isinstance(value, kind):
+        raise EnvError(f"{where}: field {field!r} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _required(row: dict[str, Any], field: str, where: str, kind: type = str) -> Any:
+    if field not in row or row[field] is None:
+        raise EnvError(f"{where}: missing field {field!r}")
+    return _json_value(row[field], where, field, kind)
+
+
+def _tool_schema(tool: Any, where: str) -> dict[str, Any]:
+    fn = tool.get("function", tool) if isinstance(tool, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise EnvError(f"{where}: field 'tools' holds an entry without a function name")
+    return {"type": "function", "function": fn}
+
+
+def _env_spec(row: dict[str, Any], where: str) -> EnvSpec:
+    rules = row.get("constraints_rules") or []
+    if isinstance(rules, str):
+        rules = [line.lstrip("- ").strip() for line in rules.splitlines() if line.strip()]
+    tools = _required(row, "tools", where, list)
+    return EnvSpec(
+        env_id=str(_required(row, "env_id", where, object)),
+        class_name=_required(row, "env_class_name", where),
+        code=_required(row, "env_class_code", where),
+        tools=tuple(_tool_schema(t, where) for t in tools),
+        introduction=str(row.get("environment_introduction") or ""),
+        rules=tuple(str(r) for r in _json_value(rules, where, "constraints_rules", list)),
+    )
+
+
+def _task_spec(row: dict[str, Any], where: str, envs: dict[str, EnvSpec]) -> TaskSpec:
+    task_id = str(_required(row, "task_id", where, object))
+    where = f"{where} (task {task_id})"
+    env_id = str(_required(row, "env_id", where, object))
+    if env_id not in envs:
+        raise EnvError(f"{where}: field 'env_id' = {env_id!r} names no loaded environment")
+    checks = []
+    for item in _required(row, "checklist_with_func", where, list):
+        if not isinstance(item, dict) or not isinstance(item.get("check_func"), str):
+            raise EnvError(f"{where}: field 'checklist_with_func' holds an entry without a check_func string")
+        checks.append((str(item.get("check_item", "")), item["check_func"]))
+    return TaskSpec(
+        task_id=task_id,
+        env_id=env_id,
+        class_name=str(row.get("env_class_name") or envs[env_id].class_name),
+        init_config=_required(row, "init_config", where, dict),
+        text=_required(row, "task", where),
+        checks=tuple(checks),
+    )
+
+
+def _read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """Rows of a JSON (list, or dict keyed by id) or JSONL file, each with its location."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise EnvError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        if path.suffix == ".jsonl":
+            data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise EnvError(f"{path}: invalid JSON at line {err.lineno} ({err.msg})") from None
+    if isinstance(data, dict):
+        data = list(data.values())
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise EnvError(f"{path}: expected a list of objects (or a dict of objects keyed by id)")
+    return [(f"{path}: row {i}", r) for i, r in enumerate(data)]
+
+
+def _find_file(folder: Path, kind: str) -> Path:
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
+    is_task = [p for p in files if "task" in p.name.lower() or "scen" in p.name.lower()]
+    hits = is_task if kind == "tasks" else [p for p in files if "env" in p.name.lower() and p not in is_task]
+    if len(hits) != 1:
+        found = ", ".join(p.name for p in hits) or "none"
+        raise EnvError(f"{folder}: need exactly one {kind} file (*{'task' if kind == 'tasks' else 'env'}*.json[l]); found {found}")
+    return hits[0]
+
+
+def _hf_rows(name: str, split: str) -> list[tuple[str, dict[str, Any]]]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(name, split=split)
+    except Exception as err:  # network, missing dataset, bad split: all reported the same way
+        raise EnvError(f"hf dataset {name!r}: cannot load split {split!r} ({type(err).__name__}: {err})") from None
+    return [(f"hf dataset {name!r}: row {i}", dict(r)) for i, r in enumerate(ds)]
+
+
+def _split(task_ids: list[str], test_size: int, seed: int) -> dict[str, tuple[str, ...]]:
+    ids = sorted(task_ids)
+    random.Random(seed).shuffle(ids)
+    n = len(ids)
+    n_test = test_size if n >= 2 * test_size else max(1, round(0.2 * n))
+    n_test = min(n_test, n - 1) if n >= 2 else n
+    return {"test": tuple(ids[:n_test]), "train": tuple(ids[n_test:])}
+
+
+def _build(source: str, env_rows: list, task_rows: list, test_size: int, seed: int) -> EnvScalerData:
+    envs: dict[str, EnvSpec] = {}
+    for where, row in env_rows:
+        spec = _env_spec(row, where)
+        envs[spec.env_id] = spec
+    tasks: dict[str, TaskSpec] = {}
+    skipped = 0
+    for where, row in task_rows:
+        spec = _task_spec(row, where, envs)
+        if spec.task_id in tasks:
+            raise EnvError(f"{where}: field 'task_id' = {spec.task_id!r} is duplicated")
+        if not spec.checks:
+            skipped += 1
+            continue
+        tasks[spec.task_id] = spec
+    if skipped:
+        log.warning("envscaler: skipped %d task(s) with an empty checklist_with_func in %s", skipped, source)
+    if not tasks:
+        raise EnvError(f"{source}: no usable tasks")
+    return EnvScalerData(source, envs, tasks, _split(list(tasks), test_size, seed), seed)
+
+
+@lru_cache(maxsize=4)
+def _load_files(envs_file: Path, tasks_file: Path, stamp: tuple[float, float], test_size: int, seed: int) -> EnvScalerData:
+    if envs_file.parent == FIXTURES_DIR:
+        log.info("envscaler: no data_dir or hf_dataset given; using the bundled fixtures in %s", FIXTURES_DIR)
+    return _build(f"{envs_file} + {tasks_file}", _read_rows(envs_file), _read_rows(tasks_file), test_size, seed)
+
+
+@lru_cache(maxsize=4)
+def _load_hf(hf_dataset: str, hf_envs: str, hf_split: str, test_size: int, seed: int) -> EnvScalerData:
+    task_rows = _hf_rows(hf_dataset, hf_split)
+    inline = bool(task_rows) and "env_class_code" in task_rows[0][1]
+    env_rows = task_rows if inline else _hf_rows(hf_envs, hf_split)
+    return _build(f"hf dataset {hf_dataset!r}", env_rows, task_rows, test_size, seed)
+
+
+def load_data(
+    data_dir: Path | str | None = None,
+    envs_file: Path | str | None = None,
+    tasks_file: Path | str | None = None,
+    hf_dataset: str | None = None,
+    hf_envs: str = HF_ENVS,
+    hf_split: str = "train",
+    test_size: int = 200,
+    seed: int = 0,
+) -> EnvScalerData:
+    """Load and validate EnvScaler data (cached per source; see the module docstring for sources).
+
+    Raises:
+        EnvError: missing/ambiguous files, malformed rows (message names file/row and field),
+            an unreachable HF dataset, or no usable task.
+    """
+    if test_size < 1:
+        raise EnvError(f"envscaler: test_size must be >= 1, got {test_size}")
+    if data_dir is not None and not Path(data_dir).exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", str(data_dir)):
+        hf_dataset, data_dir = hf_dataset or str(data_dir), None
+    if hf_dataset:
+        if data_dir is not None or envs_file or tasks_file:
+            raise EnvError("envscaler: give either hf_dataset or local files (data_dir / envs_file / tasks_file), not both")
+        return _load_hf(hf_dataset, hf_envs, hf_split, test_size, seed)
+    if data_dir is None and not (envs_file or tasks_file):
+        if not FIXTURES_DIR.is_dir():
+            raise EnvError(f"envscaler: bundled fixtures not found at {FIXTURES_DIR}; pass data_dir or hf_dataset")
+        data_dir = FIXTURES_DIR
+    folder = Path(data_dir) if data_dir is not None else None
+    if folder is None and not (envs_file and tasks_file):
+        raise EnvError("envscaler: envs_file and tasks_file go together (or give data_dir to find the other)")
+    if folder is not None and not folder.is_dir():
+        raise EnvError(f"{folder}: data_dir is not a folder")
+    env_path = Path(envs_file) if envs_file else _find_file(folder, "environments")
+    task_path = Path(tasks_file) if tasks_file else _find_file(folder, "tasks")
+    for p in (env_path, task_path):
+        if not p.is_file():
+            raise EnvError(f"{p}: file not found")
+    stamp = (env_path.stat().st_mtime, task_path.stat().st_mtime)
+    return _load_files(env_path.resolve(), task_path.resolve(), stamp, test_size, seed)
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+@register("envscaler")
+class EnvScalerEnv:
+    """EnvScaler episodes (see the module docstring).
+
+    Args:
+        data_dir, envs_file, tasks_file, hf_dataset, hf_envs, hf_split, test_size, seed: data
+            source and split, see :func:`load_data`.
+        max_steps: agent actions per episode; reaching it ends and scores the episode.
+        call_timeout_s: wall-clock limit per worker request (building the instance, one tool
+            call); exceeding it kills the worker and fails the episode.
+        check_timeout_s: limit per check function (a timed-out check counts as failed).
+        memory_mb: address-space limit of the worker (MiB).
+        cpu_s: CPU-seconds limit of the worker over the whole episode.
+
+    Raises:
+        EnvError: unusable data (from :func:`load_data`).
+    """
+
+    name = "envscaler"
+
+    def __init__(
+        self,
+        data_dir: Path | str | None = None,
+        max_steps: int = 30,
+        *,
+        envs_file: Path | str | None = None,
+        tasks_file: Path | str | None = None,
+        hf_dataset: str | None = None,
+        hf_envs: str = HF_ENVS,
+        hf_split: str = "train",
+        test_size: int = 200,
+        seed: int = 0,
+        call_timeout_s: float = 10.0,
+        check_timeout_s: float = 5.0,
+        memory_mb: int = 1024,
+        cpu_s: int = 300,
+    ) -> None:
+        self.data = load_data(data_dir, envs_file, tasks_file, hf_dataset, hf_envs, hf_split, test_size, seed)
+        self.max_steps = max_steps
+        self.call_timeout_s = call_timeout_s
+        self.check_timeout_s = check_timeout_s
+        self.memory_mb = memory_mb
+        self.cpu_s = cpu_s
+        self._worker: EnvWorker | None = None
+        self._task: TaskSpec | None = None
+        self._env: EnvSpec | None = None
+        self._failure: str | None = None
+        self._steps = 0
+        self._done = True
+
+    def tasks(self, split: str, limit: int | None = None) -> list[Task]:
+        """Tasks of ``split`` ("train" | "test") in the seeded split order, at most ``limit``.
+
+        Raises:
+            EnvError: unknown split.
+        """
+        if split not in self.data.splits:
+            raise EnvError(f"envscaler: unknown split {split!r}; use 'train' or 'test'")
+        ids = self.data.splits[split][: limit if limit is not None else None]
+        n_test = len(self.data.splits["test"])
+        out = []
+        for tid in ids:
+            spec = self.data.tasks[tid]
+            env = self.data.envs[spec.env_id]
+            meta = {"env_id": spec.env_id, "env_class_name": spec.class_name, "num_checks": len(spec.checks),
+                    "split_seed": self.data.seed, "split_test_size": n_test, "source": self.data.source}
+            out.append(Task(task_id=tid, env=self.name, split=split, prompt=spec.text,
+                            tools=json.dumps(list(env.tools)), metadata=json.dumps(meta)))
+        return out
+
+    def reset(self, task: Task) -> list[Message]:
+        """Start a fresh worker with the task's environment instance; returns system + user messages.
+
+        An environment that fails to build (error, timeout, memory) does not raise: the episode
+        is marked failed and the next :meth:`step` ends it with reward 0 and the reason.
+
+        Raises:
+            EnvError: the task is not in the loaded data.
+        """
+        spec = self.data.tasks.get(task.task_id)
+        if spec is None:
+            raise EnvError(f"envscaler: task {task.task_id!r} is not in {self.data.source}")
+        self.close()
+        self._task, self._env = spec, self.data.envs[spec.env_id]
+        self._steps, self._done, self._failure = 0, False, None
+        try:
+            self._worker = EnvWorker(self.memory_mb, self.cpu_s)
+            self._worker.request({"op": "init", "code": self._env.code, "class_name": spec.class_name,
+                                  "init_config": spec.init_config}, self.call_timeout_s)
+        except WorkerFailure as err:
+            self._failure = f"environment failed to start: {err}"
+        return [Message(role="system", content=self._env.system_prompt()), Message(role="user", content=spec.text)]
+
+    def step(self, action: str) -> StepResult:
+        """Apply one agent action (see the module docstring); scores the episode when it ends.
+
+        Raises:
+            EnvError: no episode in progress (call :meth:`reset` first).
+        """
+        from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
+
+        if self._done or self._task is None:
+            raise EnvError("envscaler: no episode in progress; call reset() first")
+        self._steps += 1
+        if self._failure:
+            return self._fail()
+        try:
+            calls = parse_tool_calls(action)
+        except ToolCallParseError as err:
+            hint = f"Error: your tool call could not be parsed ({err}). {TOOL_CALL_NOTE.splitlines()[2]}"
+            return self._after([Message(role="user", content=hint)], [])
+        if not calls:
+            return self._finish("final_answer", [])
+        observation = []
+        for call in calls:
+            try:
+                text = self._call(call)
+            except WorkerFailure as err:
+                self._failure = f"environment failed in tool {call.name!r}: {err}"
+                return self._fail(calls)
+            observation.append(Message(role="tool", name=call.name, content=text))
+        return self._after(observation, calls)
+
+    def _call(self, call: ToolCall) -> str:
+        if call.name not in self._env.tool_names:
+            return f"Error: unknown tool {call.name!r}; available tools: {', '.join(self._env.tool_names)}"
+        args = call.args
+        if not isinstance(args, dict):
+            return f"Error: the arguments of {call.name!r} must be a JSON object"
+        reply = self._worker.request({"op": "call", "name": call.name, "args": args}, self.call_timeout_s)
+        text = reply["result"] if reply["status"] == "ok" else f"Error: {reply['error']}"
+        if len(text) > OBSERVATION_MAX_CHARS:
+            text = text[:OBSERVATION_MAX_CHARS] + " ...[truncated]"
+        return text
+
+    def _after(self, observation: list[Message], calls: list[ToolCall]) -> StepResult:
+        if self._steps >= self.max_steps:
+            return self._finish("step_cap", calls)
+        return StepResult(observation=observation, tool_calls=calls)
+
+    def _finish(self, end: str, calls: list[ToolCall]) -> StepResult:
+        checks = self._task.checks
+        budget = self.check_timeout_s * len(checks) + self.call_timeout_s
+        try:
+            reply = self._worker.request({"op": "score", "checks": [c[1] for c in checks],
+                                          "timeout_s": self.check_timeout_s}, budget)
+        except WorkerFailure as err:
+            self._failure = f"scoring failed: {err}"
+            return self._fail(calls)
+        results = [{"check_item": item, **r} for (item, _), r in zip(checks, reply["results"])]
+        passed = sum(r["passed"] for r in results)
+        info = {"end": end, "steps": self._steps, "checks": results, "passed": passed,
+                "total": len(results), "success": passed == len(results)}
+        self._end()
+        return StepResult(observation=[], reward=passed / len(results), done=True, tool_calls=calls, info=info)
+
+    def _fail(self, calls: list[ToolCall] | None = None) -> StepResult:
+        info = {"end": "env_failure", "steps": self._steps, "error": self._failure, "passed": 0,
+                "total": len(self._task.checks), "success": False}
+        self._end()
+        return StepResult(observation=[], reward=0.0, done=True, tool_calls=calls or [], info=info)
+
+    def _end(self) -> None:
+        self._done = True
+        self.close()
+
+    def close(self) -> None:
+        """Kill the episode's worker process, if any. Safe to call repeatedly."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
