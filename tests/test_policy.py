@@ -1,0 +1,267 @@
+"""Backbone resolution, chat rendering with tools, action masks and the HF rollout engine."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from schemas import Message, ToolCall
+from stages.core.chat import action_spans, render, render_prompt, tokenize_for_training
+from stages.core.policy import (
+    HFRolloutEngine,
+    SamplingParams,
+    load_policy,
+    resolve_model,
+)
+from tests.tiny import save_tiny, tiny_model, tiny_tokenizer
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+CONVERSATION = [
+    Message(role="system", content="You are a helpful assistant."),
+    Message(role="user", content="What is the weather in Paris?"),
+    Message(role="assistant", content="", tool_calls=[ToolCall(name="get_weather", arguments='{"city": "Paris"}')]),
+    Message(role="tool", name="get_weather", content="sunny, 21 degrees"),
+    Message(role="assistant", content="The weather in Paris is sunny."),
+    Message(role="user", content="And 2+2?"),
+    Message(role="assistant", content="The answer is 4."),
+]
+CALL_TEXT = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def engine(tok):
+    return HFRolloutEngine(tiny_model(tok), tok, batch_size=8)
+
+
+# --- resolve_model / load_policy -------------------------------------------------------------
+
+
+def test_resolve_passthrough_hf_id_and_existing_path(tmp_path):
+    assert resolve_model("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
+    assert resolve_model("gpt2") == "gpt2"
+    assert resolve_model(str(tmp_path)) == str(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["./no/such/model", "/no/such/model", "runs/lopd/final"])
+def test_resolve_missing_local_path_raises(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no such local folder"):
+        resolve_model(name)
+
+
+def test_load_policy_from_saved_folder(tmp_path, tok):
+    folder = save_tiny(tmp_path / "tiny")
+    model, loaded = load_policy(str(folder))
+    assert not model.training
+    assert loaded.padding_side == "left" and loaded.pad_token == "<|endoftext|>"
+    assert model.config.vocab_size == len(loaded) == len(tok)
+    ids = torch.tensor([tok("What is 2+2?")["input_ids"]])
+    expected = tiny_model(tok)(ids).logits
+    torch.testing.assert_close(model(ids).logits, expected)
+
+
+def test_load_policy_rejects_bad_dtype(tmp_path):
+    with pytest.raises(ValueError, match="not a torch dtype"):
+        load_policy(str(save_tiny(tmp_path / "tiny")), dtype="float33")
+
+
+@pytest.mark.skipif(os.environ.get("LOPD_REAL_MODEL") != "1", reason="slow (GGUF conversion); set LOPD_REAL_MODEL=1")
+def test_real_smollm2_conversion_and_chat(tmp_path):
+    path = Path(resolve_model("smollm2-135m", cache_dir=tmp_path))
+    assert (path / "config.json").is_file() and not list(path.parent.glob(".*tmp-*"))
+    model, tok = load_policy(str(path))
+    ids, mask = tokenize_for_training(tok, CONVERSATION, TOOLS)
+    assert ids.tolist() == tok(render(tok, CONVERSATION, TOOLS, False), add_special_tokens=False)["input_ids"]
+    prompt = render_prompt(tok, [Message(role="user", content="What is 2+2?")], [])
+    (gen,) = HFRolloutEngine(model, tok).generate([prompt], SamplingParams(temperature=0, max_new_tokens=16))
+    assert "4" in gen.text
+
+
+# --- chat rendering -------------------------------------------------------------------------
+
+
+def test_tools_injected_into_system_prompt_when_template_has_no_tools(tok):
+    text = render_prompt(tok, CONVERSATION[:4], TOOLS)
+    system = text.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\nYou are a helpful assistant.")
+    assert json.dumps(TOOLS[0]) in system and "<tool_call>" in system
+    assert f"<|im_start|>assistant\n{CALL_TEXT}<|im_end|>\n" in text
+    assert "<|im_start|>user\n<tool_response>\nsunny, 21 degrees\n</tool_response><|im_end|>\n" in text
+    assert "<|im_start|>tool" not in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_system_message_created_for_tools_and_bare_schema_wrapped(tok):
+    text = render_prompt(tok, [Message(role="user", content="hi")], [TOOLS[0]["function"]])
+    assert text.startswith("<|im_start|>system\n# Tools")
+    assert json.dumps(TOOLS[0]) in text
+
+
+def test_raw_action_with_tool_call_text_is_not_duplicated(tok):
+    raw = Message(role="assistant", content=CALL_TEXT, tool_calls=CONVERSATION[2].tool_calls)
+    text = render_prompt(tok, [*CONVERSATION[:2], raw], TOOLS)
+    assert text.count(CALL_TEXT) == 1
+
+
+def test_consecutive_tool_results_share_one_user_turn(tok):
+    msgs = [*CONVERSATION[:3], Message(role="tool", content="a"), Message(role="tool", content="b")]
+    text = render_prompt(tok, msgs, TOOLS)
+    assert "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response><|im_end|>" in text
+
+
+def test_native_tool_template_gets_tools_and_openai_tool_calls():
+    tok = tiny_tokenizer()
+    tok.chat_template = (
+        "{% if tools %}TOOLS={{ tools | tojson }}\n{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}CALL {{ c.function.name }} {{ c.function.arguments | tojson }}{% endfor %}"
+        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    text = render_prompt(tok, CONVERSATION[:4], TOOLS)
+    assert text.startswith("TOOLS=") and '"get_weather"' in text.splitlines()[0]
+    assert 'CALL get_weather {"city": "Paris"}' in text
+    assert "<|im_start|>tool\nsunny, 21 degrees" in text and "<tool_response>" not in text
+
+
+def test_missing_chat_template_is_a_clear_error(tok):
+    bare = tiny_tokenizer()
+    bare.chat_template = None
+    with pytest.raises(ValueError, match="chat_template is missing"):
+        render_prompt(bare, CONVERSATION[:2], [])
+
+
+# --- training tokens and action mask --------------------------------------------------------
+
+
+def test_segments_concatenate_to_whole_conversation_tokens(tok):
+    ids, mask = tokenize_for_training(tok, CONVERSATION, TOOLS)
+    whole = tok(render(tok, CONVERSATION, TOOLS, add_generation_prompt=False), add_special_tokens=False)
+    assert ids.dtype == torch.long and mask.dtype == torch.bool and ids.shape == mask.shape
+    assert ids.tolist() == whole["input_ids"]
+
+
+def test_mask_covers_exactly_assistant_tokens(tok):
+    ids, mask = tokenize_for_training(tok, CONVERSATION, TOOLS)
+    spans = action_spans(mask)
+    expected = [CALL_TEXT, "The weather in Paris is sunny.", "The answer is 4."]
+    assert len(spans) == len(expected)
+    for (start, end), content in zip(spans, expected):
+        assert tok.decode(ids[start:end]) == content + "<|im_end|>"
+        assert ids[end - 1].item() == tok.eos_token_id
+        assert tok.decode(ids[:start]).endswith("<|im_start|>assistant\n")  # scaffolding unmasked
+        assert not mask[start - 1] and (end == len(mask) or not mask[end])
+    assert mask.sum().item() == sum(e - s for s, e in spans)
+    unmasked = tok.decode(ids[~mask])
+    assert "What is the weather in Paris?" in unmasked and "sunny, 21 degrees" in unmasked
+    assert "The answer is 4." not in unmasked
+
+
+def test_prompt_tokens_match_training_context(tok):
+    """The tokens a rollout is sampled from equal the training context before that action."""
+    ids, mask = tokenize_for_training(tok, CONVERSATION, TOOLS)
+    start = action_spans(mask)[1][0]
+    prompt_ids = tok(render_prompt(tok, CONVERSATION[:4], TOOLS), add_special_tokens=False)["input_ids"]
+    assert ids[:start].tolist() == prompt_ids
+
+
+def test_action_spans_of_mask():
+    mask = torch.tensor([0, 1, 1, 0, 0, 1, 0, 1], dtype=torch.bool)
+    assert action_spans(mask) == [(1, 3), (5, 6), (7, 8)]
+    assert action_spans(torch.zeros(4, dtype=torch.bool)) == []
+
+
+# --- rollouts -------------------------------------------------------------------------------
+
+PROMPTS = [
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "The quick brown fox",
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the weather?<|im_end|>\n",
+]
+GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
+
+
+def test_batched_greedy_equals_unbatched_and_is_deterministic(engine):
+    batch = engine.generate(PROMPTS, GREEDY)
+    assert len(batch) == 3
+    assert batch == engine.generate(PROMPTS, GREEDY)
+    assert [engine.generate([p], GREEDY)[0] for p in PROMPTS] == batch  # left padding is transparent
+    for g in batch:
+        assert g.num_tokens == len(g.token_ids) <= GREEDY.max_new_tokens
+        assert g.finish_reason == ("length" if g.num_tokens == GREEDY.max_new_tokens else "stop")
+
+
+def test_mini_batches_match_one_batch(tok, engine):
+    small = HFRolloutEngine(engine.model, tok, batch_size=2)
+    assert small.generate(PROMPTS, GREEDY) == engine.generate(PROMPTS, GREEDY)
+
+
+def test_max_new_tokens_respected(engine):
+    gens = engine.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=3))
+    assert all(g.num_tokens <= 3 for g in gens)
+    assert any(g.num_tokens == 3 and g.finish_reason == "length" for g in gens)
+
+
+def test_stop_string_cuts_text(engine):
+    params = SamplingParams(temperature=0, max_new_tokens=24)
+    (full,) = engine.generate(PROMPTS[1:2], params)
+    stop = next(
+        full.text[i : i + 2] for i in range(1, len(full.text) - 1) if "\ufffd" not in full.text[i : i + 2]
+    )
+    (cut,) = engine.generate(PROMPTS[1:2], params.model_copy(update={"stop": [stop]}))
+    assert cut.text == full.text[: full.text.index(stop)]
+    assert cut.finish_reason == "stop"
+    assert cut.token_ids == full.token_ids[: cut.num_tokens] and cut.num_tokens < full.num_tokens
+
+
+def test_eos_ends_generation_and_is_kept(tok, engine):
+    (full,) = engine.generate(PROMPTS[1:2], GREEDY)
+    assert full.num_tokens > 3
+    # make eos outscore the 3rd greedy token wherever that token wins: eos must come by step 3
+    model = copy.deepcopy(engine.model)
+    with torch.no_grad():
+        model.lm_head.weight[tok.eos_token_id] = 2 * model.lm_head.weight[full.token_ids[2]]
+    eos_engine = HFRolloutEngine(model, tok)
+    gens = eos_engine.generate(PROMPTS, GREEDY)
+    g = gens[1]
+    assert g.finish_reason == "stop" and g.num_tokens <= 3
+    assert g.token_ids[-1] == tok.eos_token_id and tok.eos_token_id not in g.token_ids[:-1]
+    assert g.token_ids[:-1] == full.token_ids[: g.num_tokens - 1]
+    assert "<|im_end|>" not in g.text and tok.pad_token_id not in g.token_ids
+    assert [eos_engine.generate([p], GREEDY)[0] for p in PROMPTS] == gens
+
+
+def test_seeded_sampling_is_reproducible(engine):
+    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=7)
+    first = engine.generate(PROMPTS, params)
+    assert engine.generate(PROMPTS, params) == first
+    other = engine.generate(PROMPTS, params.model_copy(update={"seed": 8}))
+    assert [g.token_ids for g in other] != [g.token_ids for g in first]
+
+
+def test_sampling_params_validation():
+    with pytest.raises(ValueError):
+        SamplingParams(temperature=-1)
+    with pytest.raises(ValueError):
+        SamplingParams(top_p=0)
+    with pytest.raises(ValueError):
+        SamplingParams(max_new_tokens=0)
+    with pytest.raises(ValueError):
+        SamplingParams(stop=[""])
