@@ -1,0 +1,1 @@
+"""The `lopd` command line: flags -> validated config -> stages.<stage>.run(config)."""

@@ -1,0 +1,149 @@
+"""`lopd`: Latent On-Policy Self-Distillation for LLM agents.
+
+Pipeline: collect -> index -> coldstart -> distill -> evaluate. Every command only turns its flags
+into a validated config and calls ``stages.<stage>.run(config)``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+app = typer.Typer(
+    name="lopd",
+    help="Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD).\n\n"
+    "Stages: collect -> index -> coldstart -> distill -> evaluate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err_console = Console(stderr=True)
+
+
+@app.callback()
+def _root() -> None:
+    """Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD)."""
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from stages.core.envs import EnvError
+    from stages.core.store import StoreError
+
+    return (EnvError, StoreError, ValidationError, FileNotFoundError, ValueError)
+
+
+def friendly(fn: Callable) -> Callable:
+    """Turn the errors a user can fix into one red line and exit code 2 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _expected_errors() as err:
+            if isinstance(err, ValidationError):
+                first = err.errors()[0]
+                msg = f"invalid option {'.'.join(map(str, first['loc']))}: {first['msg']}"
+            else:
+                msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+            err_console.print(f"[red]error:[/] {msg}")
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+@app.command()
+@friendly
+def collect(
+    env: str = typer.Option(..., "--env", help="Environment: bfcl, code, envscaler."),
+    store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
+    split: str = typer.Option("train", "--split", help="Task split: train or test."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks."),
+    samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Policy: smollm2-135m (embedded), an HF id or a local path."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Read the environment's task files from here."),
+    max_steps: int = typer.Option(30, "--max-steps", help="Step cap per episode."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Generated tokens per action."),
+    temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature (0 = greedy)."),
+    top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling mass."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name (default: derived from the settings)."),
+    resume: bool = typer.Option(False, "--resume", help="Skip tasks this run already stored."),
+) -> None:
+    """Roll out a policy on an environment's tasks and store scored trajectories."""
+    from stages import collect as stage
+
+    cfg = stage.CollectConfig(
+        env=env, store=store, split=split, limit=limit, samples_per_task=samples_per_task,
+        model=model, data_dir=data_dir, max_steps=max_steps, max_new_tokens=max_new_tokens,
+        temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
+        run_id=run_id, resume=resume,
+    )
+    stage.run(cfg)
+
+
+@app.command()
+@friendly
+def index(
+    store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
+    embedder: Optional[str] = typer.Option(None, "--embedder", help="minilm (packaged all-MiniLM-L6-v2, default) or a sentence-transformers id/path."),
+    field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text, default) or trajectory (the transcript)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Texts per embedder batch."),
+    ann_threshold: int = typer.Option(10_000, "--ann-threshold", help="Build an ANN index from this many rows on (exact search below)."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Drop all embeddings and indexes first (to change embedder or field)."),
+) -> None:
+    """Embed new trajectories and build the vector and full-text indexes used for retrieval."""
+    from stages import index as stage
+
+    stage.run(stage.IndexConfig(store=store, embedder=embedder, field=field, batch_size=batch_size,
+                                ann_threshold=ann_threshold, rebuild=rebuild))
+
+
+@app.command()
+@friendly
+def evaluate(
+    bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks (bfcl-v3: per category)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench)."),
+    user_model: Optional[str] = typer.Option(None, "--user-model", help="User-simulator model for multi-turn ACEBench."),
+    release: str = typer.Option("v6", "--release", help="LiveCodeBench release window: v5 or v6."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Override the bench's decoding temperature (default greedy)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Override the bench's tokens per action."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Override the bench's step cap."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
+    workers: int = typer.Option(2, "--workers", help="evalplus evaluator processes."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),
+    reports: Optional[list[str]] = typer.Argument(None, help="Report files for --compare.", show_default=False),
+) -> None:
+    """Score a model on a benchmark with its official checker, or compare reports side by side."""
+    from pathlib import Path
+
+    from stages import evaluate as stage
+
+    if compare:
+        if not reports or len(reports) < 2:
+            raise ValueError("--compare needs at least two report files: lopd evaluate --compare A.json B.json")
+        Console().print(stage.compare([Path(r) for r in reports]))
+        return
+    if bench is None:
+        raise ValueError("--bench is required (bfcl-v3, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench)")
+    stage.run(stage.EvaluateConfig(
+        bench=bench, model=model, limit=limit, out=out, data_dir=data_dir, user_model=user_model,
+        release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_steps=max_steps,
+        batch_size=batch_size, workers=workers, seed=seed,
+    ))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

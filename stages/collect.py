@@ -1,0 +1,141 @@
+"""`lopd collect`: roll out a policy on an environment's tasks and store scored trajectories.
+
+Trajectories are appended to the experience store task by task (all G samples of a task in one
+transaction), so a killed run loses at most the tasks in flight and ``--resume`` continues with
+the tasks the run has not stored yet.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schemas import Trajectory
+from stages.core.envs import make_env
+from stages.core.provenance import config_run_id, git_commit, write_manifest
+from stages.core.rollout import RolloutStats, play
+from stages.core.store import ExperienceStore, StoreError
+
+
+class CollectConfig(BaseModel):
+    """Settings of one `lopd collect` run (the CLI flags, validated)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str
+    store: str
+    split: Literal["train", "test"] = "train"
+    limit: int | None = Field(default=None, ge=1)
+    samples_per_task: int = Field(default=1, ge=1)
+    model: str = "smollm2-135m"
+    data_dir: str | None = None
+    max_steps: int = Field(default=30, ge=1)
+    max_new_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.7, ge=0.0)
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    seed: int = 0
+    batch_size: int = Field(default=8, ge=1)
+    run_id: str | None = None
+    resume: bool = False
+
+
+class CollectReport(BaseModel):
+    """Summary of a collect run."""
+
+    run_id: str
+    tasks: int
+    skipped_tasks: int
+    trajectories: int
+    mean_reward: float
+    success_rate: float
+    generated_tokens: int
+    tokens_per_s: float
+    seconds: float
+
+
+_RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_steps",
+             "max_new_tokens", "temperature", "top_p", "seed"]
+
+
+def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
+    """Collect trajectories as configured; returns the summary (also printed as a table).
+
+    Raises:
+        StoreError: unusable store, or the run already has rows and ``resume`` is False.
+        EnvError: unknown environment or unusable task data.
+    """
+    from stages.core.policy import HFRolloutEngine, SamplingParams, load_policy
+
+    console = console or Console()
+    run_id = config.run_id or config_run_id("collect", config, _RUN_KEYS)
+    store = ExperienceStore.open(config.store)
+    done_ids = store.task_ids(run_id=run_id)
+    if done_ids and not config.resume:
+        raise StoreError(
+            f"run {run_id} already has trajectories for {len(done_ids)} tasks in {config.store}; "
+            "pass --resume to continue it or --run-id NAME to start another run"
+        )
+    data_dir = Path(config.data_dir) if config.data_dir else None
+    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_steps)  # noqa: E731
+    probe = env_factory()
+    tasks = probe.tasks(config.split, config.limit)
+    probe.close()
+    todo = [t for t in tasks if t.task_id not in done_ids]
+    if "://" not in config.store:  # manifests live beside a local store
+        write_manifest(Path(config.store) / "runs" / f"{run_id}.json", "collect", run_id, config)
+    console.print(
+        f"[bold]collect[/] run {run_id}: {len(todo)} tasks to play "
+        f"({len(tasks) - len(todo)} already stored), {config.samples_per_task} sample(s) each, "
+        f"env={config.env} split={config.split} model={config.model}"
+    )
+    model, tokenizer = load_policy(config.model)
+    engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size)
+    params = SamplingParams(
+        temperature=config.temperature, top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens, seed=config.seed,
+    )
+    stats = RolloutStats()
+    pending: dict[str, list[Trajectory]] = {}
+    written: list[Trajectory] = []
+    t0 = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(),
+                  console=console, transient=False) as bar:
+        job = bar.add_task("tasks", total=len(todo), reward=0.0)
+        for traj in play(engine, tokenizer, env_factory, todo,
+                         samples_per_task=config.samples_per_task, params=params,
+                         policy_id=config.model, run_id=run_id, git_commit=git_commit(),
+                         max_concurrent=config.batch_size, stats=stats):
+            group = pending.setdefault(traj.task_id, [])
+            group.append(traj)
+            if len(group) == config.samples_per_task:
+                store.append(pending.pop(traj.task_id))
+                written.extend(group)
+                mean = sum(t.reward for t in written) / len(written)
+                bar.update(job, advance=1, reward=mean)
+    seconds = time.perf_counter() - t0
+    report = CollectReport(
+        run_id=run_id, tasks=len(todo), skipped_tasks=len(tasks) - len(todo),
+        trajectories=len(written),
+        mean_reward=sum(t.reward for t in written) / max(1, len(written)),
+        success_rate=sum(t.success for t in written) / max(1, len(written)),
+        generated_tokens=stats.generated_tokens,
+        tokens_per_s=stats.generated_tokens / max(stats.generate_seconds, 1e-9),
+        seconds=seconds,
+    )
+    _print_summary(console, report, config)
+    return report
+
+
+def _print_summary(console: Console, r: CollectReport, config: CollectConfig) -> None:
+    table = Table(title=f"collect {config.env}/{config.split} -> {config.store}")
+    for col in ("tasks", "trajectories", "mean reward", "success rate", "tokens/s", "wall s"):
+        table.add_column(col, justify="right")
+    table.add_row(str(r.tasks), str(r.trajectories), f"{r.mean_reward:.3f}",
+                  f"{r.success_rate:.1%}", f"{r.tokens_per_s:.1f}", f"{r.seconds:.0f}")
+    console.print(table)

@@ -1,0 +1,160 @@
+"""Multi-turn rollouts: a policy engine plays many environment episodes at once.
+
+Used by `collect`, `distill` (on-policy rollouts) and `evaluate`. Episodes advance in lock step:
+every live episode's conversation is rendered with the chat template, one batched ``generate``
+produces one action for each, and each environment answers its own action. Finished episodes
+leave the batch and queued ones take their place, so the batch stays full.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from schemas import Message, Task, Trajectory, Turn
+from stages.core.envs import Environment
+from stages.core.chat import render_prompt
+from stages.core.policy import RolloutEngine, SamplingParams
+
+
+@dataclass
+class _Episode:
+    task: Task
+    sample: int
+    env: Environment
+    messages: list[Message]
+    tools: list[dict]
+    turns: list[Turn] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class RolloutStats:
+    """Running totals over all episodes played so far (tokens are generated tokens)."""
+
+    episodes: int = 0
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    env_seconds: float = 0.0
+
+
+def play(
+    engine: RolloutEngine,
+    tokenizer,
+    make_env: Callable[[], Environment],
+    tasks: Iterable[Task],
+    *,
+    samples_per_task: int,
+    params: SamplingParams,
+    policy_id: str,
+    run_id: str,
+    git_commit: str = "",
+    max_concurrent: int = 8,
+    stats: RolloutStats | None = None,
+) -> Iterator[Trajectory]:
+    """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
+
+    Args:
+        engine: batched text generator (see :class:`stages.core.policy.RolloutEngine`).
+        tokenizer: the policy's tokenizer, used to render conversations with its chat template.
+        make_env: builds a fresh environment; called once per episode (no state is shared).
+        tasks: tasks to play, in order.
+        samples_per_task: G, independent episodes per task.
+        params: sampling parameters; ``params.seed`` (if set) is offset per generate call so a
+            run is reproducible while samples differ.
+        policy_id, run_id, git_commit: provenance written into every trajectory.
+        max_concurrent: episodes advanced together in one batched generate call.
+        stats: optional totals to update in place (tokens, seconds).
+
+    Yields:
+        Trajectory rows with the environment's verified reward. Environment failures inside an
+        episode end that episode with reward 0 and the reason in ``info``; they never stop the run.
+    """
+    stats = stats if stats is not None else RolloutStats()
+    queue = [(t, g) for t in tasks for g in range(samples_per_task)]
+    queue.reverse()
+    live: list[_Episode] = []
+    call = 0
+    while queue or live:
+        while queue and len(live) < max_concurrent:
+            task, sample = queue.pop()
+            env = make_env()
+            try:
+                opening = env.reset(task)
+            except Exception as err:  # an environment that cannot start fails its episode only
+                env.close()
+                yield _failed(task, policy_id, run_id, git_commit, f"reset failed: {err}")
+                continue
+            live.append(_Episode(task, sample, env, list(opening), task.tool_schemas))
+        if not live:
+            break
+        prompts = [render_prompt(tokenizer, ep.messages, ep.tools) for ep in live]
+        step_params = params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
+        call += 1
+        t0 = time.perf_counter()
+        generations = engine.generate(prompts, step_params)
+        stats.generate_seconds += time.perf_counter() - t0
+        still_live: list[_Episode] = []
+        for ep, gen in zip(live, generations):
+            stats.generated_tokens += gen.num_tokens
+            t0 = time.perf_counter()
+            try:
+                result = ep.env.step(gen.text)
+            except Exception as err:
+                result = None
+                ep.info = {"error": f"environment step failed: {err}"}
+            stats.env_seconds += time.perf_counter() - t0
+            calls = result.tool_calls if result else []
+            ep.messages.append(Message(role="assistant", content=gen.text, tool_calls=calls))
+            obs = result.observation if result else []
+            ep.messages.extend(obs)
+            ep.turns.append(
+                Turn(
+                    action=gen.text,
+                    tool_calls=calls,
+                    observation="\n".join(m.content for m in obs),
+                    action_tokens=gen.num_tokens,
+                )
+            )
+            if result is not None and "tools" in result.info:
+                ep.tools = result.info.pop("tools")
+            if result is not None and not result.done and len(ep.turns) < ep.env.max_steps:
+                still_live.append(ep)
+                continue
+            reward = result.reward if result is not None and result.done else 0.0
+            if result is not None:
+                ep.info = {**result.info, **({} if result.done else {"stopped": "step cap reached"})}
+            ep.env.close()
+            stats.episodes += 1
+            yield _trajectory(ep, reward, policy_id, run_id, git_commit)
+        live = still_live
+
+
+def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str) -> Trajectory:
+    reward = min(1.0, max(0.0, float(reward)))
+    return Trajectory(
+        trajectory_id=uuid.uuid4().hex,
+        task_id=ep.task.task_id,
+        env=ep.task.env,
+        split=ep.task.split,
+        prompt=ep.task.prompt,
+        policy=policy_id,
+        messages=ep.messages,
+        turns=ep.turns,
+        reward=reward,
+        success=bool(ep.info.get("success", reward >= 1.0)),
+        num_steps=len(ep.turns),
+        num_tool_calls=sum(len(t.tool_calls) for t in ep.turns),
+        run_id=run_id,
+        git_commit=git_commit,
+        # the tool schemas offered at the end, so training can re-render exactly this prompt
+        info=json.dumps({**ep.info, "tools": ep.tools}, default=str),
+    )
+
+
+def _failed(task: Task, policy_id: str, run_id: str, git_commit: str, reason: str) -> Trajectory:
+    ep = _Episode(task, 0, None, [Message(role="user", content=task.prompt)], [])  # type: ignore[arg-type]
+    ep.info = {"error": reason, "success": False}
+    return _trajectory(ep, 0.0, policy_id, run_id, git_commit)

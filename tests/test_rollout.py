@@ -1,0 +1,120 @@
+"""The multi-turn rollout loop, with a scripted engine and a toy environment (no model needed)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas import Message, Task, ToolCall
+from stages.core.envs import StepResult
+from stages.core.policy import Generation, SamplingParams
+from stages.core.rollout import RolloutStats, play
+from tests.tiny import tiny_tokenizer
+
+
+class CounterEnv:
+    """Reward 1 once the agent has called inc() `target` times and then answers in plain text."""
+
+    name = "counter"
+
+    def __init__(self, max_steps: int = 30, fail_reset: bool = False, fail_step: bool = False):
+        self.max_steps = max_steps
+        self.fail_reset, self.fail_step = fail_reset, fail_step
+        self.closed = False
+
+    def reset(self, task: Task) -> list[Message]:
+        if self.fail_reset:
+            raise RuntimeError("cannot start")
+        self.count, self.target = 0, task.meta["target"]
+        return [Message(role="system", content="count"), Message(role="user", content=task.prompt)]
+
+    def step(self, action: str) -> StepResult:
+        if self.fail_step:
+            raise RuntimeError("boom")
+        if action.startswith("inc"):
+            self.count += 1
+            call = ToolCall(name="inc")
+            return StepResult([Message(role="tool", name="inc", content=str(self.count))], tool_calls=[call])
+        ok = self.count == self.target
+        return StepResult([], reward=1.0 if ok else 0.0, done=True, info={"success": ok, "count": self.count})
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptedEngine:
+    """Answers each prompt by how many tool responses it already contains."""
+
+    def __init__(self, incs: int):
+        self.incs, self.calls = incs, []
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
+        self.calls.append((len(prompts), params.seed))
+        out = []
+        for p in prompts:
+            done = p.count("<tool_response>")
+            text = "inc()" if done < self.incs else "done"
+            out.append(Generation(text=text, token_ids=[1, 2], num_tokens=2, finish_reason="stop"))
+        return out
+
+
+def _tasks(n: int, target: int = 2) -> list[Task]:
+    return [Task(task_id=f"t{i}", env="counter", split="train", prompt=f"count to {target}",
+                 metadata=json.dumps({"target": target})) for i in range(n)]
+
+
+def _play(engine, envs, tasks, **kw):
+    made = []
+
+    def factory():
+        made.append(envs())
+        return made[-1]
+
+    params = SamplingParams(temperature=0.0, max_new_tokens=4, seed=kw.pop("seed", 5))
+    out = list(play(engine, tiny_tokenizer(), factory, tasks, params=params, policy_id="p",
+                    run_id="r", **kw))
+    return out, made
+
+
+def test_multi_turn_episode_records_turns_and_reward():
+    trajs, envs = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(3), samples_per_task=2, max_concurrent=4)
+    assert len(trajs) == 6 and {t.task_id for t in trajs} == {"t0", "t1", "t2"}
+    for t in trajs:
+        assert t.reward == 1.0 and t.success
+        assert [turn.action for turn in t.turns] == ["inc()", "inc()", "done"]
+        assert t.num_steps == 3 and t.num_tool_calls == 2
+        assert [m.role for m in t.messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+        assert json.loads(t.info)["count"] == 2
+    assert all(e.closed for e in envs) and len(envs) == 6
+
+
+def test_wrong_policy_gets_zero_and_seeds_advance():
+    engine = ScriptedEngine(incs=1)
+    trajs, _ = _play(engine, CounterEnv, _tasks(2), samples_per_task=1, seed=10)
+    assert [t.reward for t in trajs] == [0.0, 0.0] and not any(t.success for t in trajs)
+    assert [seed for _, seed in engine.calls] == [10, 11]
+
+
+def test_step_cap_ends_episode_without_reward():
+    stats = RolloutStats()
+    trajs, _ = _play(ScriptedEngine(incs=100), lambda: CounterEnv(max_steps=4), _tasks(1),
+                     samples_per_task=1, stats=stats)
+    assert trajs[0].num_steps == 4 and trajs[0].reward == 0.0
+    assert json.loads(trajs[0].info)["stopped"] == "step cap reached"
+    assert stats.episodes == 1 and stats.generated_tokens == 8
+
+
+@pytest.mark.parametrize("kind", ["fail_reset", "fail_step"])
+def test_environment_failure_fails_the_episode_not_the_run(kind):
+    trajs, _ = _play(ScriptedEngine(incs=2), lambda: CounterEnv(**{kind: True}), _tasks(2), samples_per_task=1)
+    assert len(trajs) == 2
+    for t in trajs:
+        assert t.reward == 0.0 and not t.success
+        assert "failed" in json.loads(t.info)["error"]
+
+
+def test_batch_stays_full():
+    engine = ScriptedEngine(incs=2)
+    _play(engine, CounterEnv, _tasks(5), samples_per_task=1, max_concurrent=2)
+    assert max(n for n, _ in engine.calls) == 2
+    assert sum(n for n, _ in engine.calls) == 15  # 5 episodes x 3 actions
