@@ -1,0 +1,231 @@
+"""The experience store: trajectories in a LanceDB database (local folder or object storage).
+
+Table ``trajectories`` has exactly the schema :func:`schemas.arrow.arrow_schema` derives from
+:class:`schemas.trajectory.Trajectory`. Every :meth:`ExperienceStore.append` is one Lance
+transaction, i.e. one table version (see :meth:`ExperienceStore.versions`). Sibling tables
+(the ``embeddings`` table of :mod:`stages.core.retrieval`) live in the same database.
+
+The connection is opened with ``read_consistency_interval=0``: every read sees the latest
+committed version, also when another process or another table handle has written since.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+from pydantic import ValidationError
+
+from schemas.arrow import arrow_schema, from_row, schema_diff, to_rows
+from schemas.trajectory import Trajectory
+
+TRAJECTORIES = "trajectories"
+# Ids per `IN (...)` clause when looking rows up by id.
+_ID_CHUNK = 1000
+
+
+class StoreError(Exception):
+    """A problem with the experience store; the message is one line naming the store/row/field."""
+
+
+def sql_str(value: str) -> str:
+    """``value`` as a quoted SQL string literal (single quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_in(column: str, values: Iterable[str], negate: bool = False) -> str:
+    """``column [NOT] IN ('a', 'b')``; an empty ``values`` gives ``false`` (``true`` if negated)."""
+    values = sorted(set(values))
+    if not values:
+        return "true" if negate else "false"
+    return f"{column} {'NOT IN' if negate else 'IN'} ({', '.join(map(sql_str, values))})"
+
+
+def where_clause(**filters: Any) -> str | None:
+    """AND of equality filters (``None`` values skipped), e.g. ``env='bfcl' AND success=true``.
+
+    A value that is a set/list/tuple becomes an ``IN`` list. Returns ``None`` when no filter
+    is set.
+    """
+    parts = []
+    for column, value in filters.items():
+        if value is None:
+            continue
+        if isinstance(value, (set, frozenset, list, tuple)):
+            parts.append(sql_in(column, value))
+        elif isinstance(value, bool):
+            parts.append(f"{column} = {str(value).lower()}")
+        elif isinstance(value, str):
+            parts.append(f"{column} = {sql_str(value)}")
+        else:
+            raise TypeError(f"filter {column!r}: unsupported value {value!r}")
+    return " AND ".join(parts) or None
+
+
+def _is_remote(uri: str) -> bool:
+    return "://" in uri
+
+
+def _validation_message(err: ValidationError) -> str:
+    errors = err.errors()
+    loc = ".".join(str(p) for p in errors[0]["loc"]) or "<row>"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"field '{loc}': {errors[0]['msg']}{more}"
+
+
+class ExperienceStore:
+    """Append-only store of :class:`Trajectory` rows, with filters and versions.
+
+    Create with :meth:`open`, not the constructor.
+    """
+
+    def __init__(self, uri: str, db: lancedb.DBConnection, table: lancedb.table.Table):
+        self._uri = uri
+        self._db = db
+        self._table = table
+
+    @classmethod
+    def open(cls, uri: str | Path, create: bool = True) -> ExperienceStore:
+        """Open (and with ``create`` make) the store at a local path or URI (``s3://...``).
+
+        Raises:
+            StoreError: the path is a file; the store does not exist and ``create`` is False;
+                the ``trajectories`` table's schema differs from ``arrow_schema(Trajectory)``
+                (the message lists the differing fields).
+        """
+        uri = str(uri)
+        if not _is_remote(uri):
+            path = Path(uri)
+            if path.is_file():
+                raise StoreError(f"store path {uri} is a file, expected a directory")
+            if not create and not path.is_dir():
+                raise StoreError(f"no experience store at {uri}")
+        db = lancedb.connect(uri, read_consistency_interval=timedelta(0))
+        expected = arrow_schema(Trajectory)
+        try:
+            table = db.open_table(TRAJECTORIES)
+        except ValueError:
+            if not create:
+                raise StoreError(f"no experience store at {uri} (no '{TRAJECTORIES}' table)") from None
+            table = db.create_table(TRAJECTORIES, schema=expected, exist_ok=True)
+        diffs = schema_diff(expected, table.schema)
+        if diffs:
+            raise StoreError(
+                f"store {uri}: table '{TRAJECTORIES}' does not match the Trajectory schema: "
+                + "; ".join(diffs)
+            )
+        return cls(uri, db, table)
+
+    @property
+    def uri(self) -> str:
+        """The location the store was opened from."""
+        return self._uri
+
+    @property
+    def db(self) -> lancedb.DBConnection:
+        """The LanceDB connection (for sibling tables such as ``embeddings``)."""
+        return self._db
+
+    @property
+    def table(self) -> lancedb.table.Table:
+        """The ``trajectories`` LanceDB table."""
+        return self._table
+
+    def append(self, trajectories: Sequence[Trajectory | dict]) -> int:
+        """Validate and append trajectories in one transaction; returns the number of rows.
+
+        Raises:
+            StoreError: a row is invalid (``row 3: field 'reward': ...``) or its
+                ``trajectory_id`` repeats one in the batch or in the store. Nothing is written.
+        """
+        rows: list[Trajectory] = []
+        for i, item in enumerate(trajectories):
+            if isinstance(item, Trajectory):
+                rows.append(item)
+                continue
+            try:
+                rows.append(Trajectory.model_validate(item))
+            except ValidationError as err:
+                raise StoreError(f"row {i}: {_validation_message(err)}") from None
+        if not rows:
+            return 0
+        seen: set[str] = set()
+        for i, t in enumerate(rows):
+            if t.trajectory_id in seen:
+                raise StoreError(f"row {i}: duplicate trajectory_id {t.trajectory_id!r} in batch")
+            seen.add(t.trajectory_id)
+        ids = [t.trajectory_id for t in rows]
+        existing = self._lookup(ids, columns=["trajectory_id"])
+        if existing.num_rows:
+            dup = existing.column("trajectory_id")[0].as_py()
+            raise StoreError(f"row {ids.index(dup)}: trajectory_id {dup!r} already in store")
+        self._table.add(to_rows(rows, Trajectory))
+        return len(rows)
+
+    def count(self, *, env: str | None = None, split: str | None = None,
+              success: bool | None = None, task_ids: Iterable[str] | None = None,
+              run_id: str | None = None) -> int:
+        """Number of trajectories matching all given filters (``None`` = no filter)."""
+        where = where_clause(env=env, split=split, success=success, run_id=run_id,
+                             task_id=None if task_ids is None else set(task_ids))
+        return self._table.count_rows(where)
+
+    def query(self, *, env: str | None = None, split: str | None = None,
+              success: bool | None = None, task_ids: Iterable[str] | None = None,
+              run_id: str | None = None, limit: int | None = None) -> list[Trajectory]:
+        """Trajectories matching all given filters, in insertion order, at most ``limit``."""
+        where = where_clause(env=env, split=split, success=success, run_id=run_id,
+                             task_id=None if task_ids is None else set(task_ids))
+        q = self._table.search().limit(limit)
+        if where:
+            q = q.where(where)
+        return [from_row(Trajectory, r) for r in q.to_arrow().to_pylist()]
+
+    def get(self, trajectory_ids: Sequence[str]) -> list[Trajectory]:
+        """The trajectories with these ids, in the given order.
+
+        Raises:
+            StoreError: some ids are not in the store (the first few are named).
+        """
+        by_id = {r["trajectory_id"]: r for r in self._lookup(trajectory_ids).to_pylist()}
+        missing = [i for i in trajectory_ids if i not in by_id]
+        if missing:
+            shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+            raise StoreError(f"store {self._uri}: {len(missing)} trajectory id(s) not found: {shown}")
+        return [from_row(Trajectory, by_id[i]) for i in trajectory_ids]
+
+    def trajectory_ids(self) -> list[str]:
+        """All trajectory ids, in insertion order."""
+        q = self._table.search().select(["trajectory_id"]).limit(None)
+        return q.to_arrow().column("trajectory_id").to_pylist()
+
+    def task_ids(self, run_id: str | None = None, env: str | None = None) -> set[str]:
+        """Distinct task ids with at least one trajectory (optionally of one run / env)."""
+        q = self._table.search().select(["task_id"]).limit(None)
+        where = where_clause(run_id=run_id, env=env)
+        if where:
+            q = q.where(where)
+        return set(q.to_arrow().column("task_id").to_pylist())
+
+    def versions(self) -> list[dict]:
+        """Table versions, oldest first: ``[{"version": int, "timestamp": datetime}, ...]``
+
+        Timestamps are as LanceDB reports them (naive datetimes).
+        """
+        return [{"version": v["version"], "timestamp": v["timestamp"]}
+                for v in self._table.list_versions()]
+
+    def _lookup(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
+        """Rows whose trajectory_id is in ``ids`` (any order), queried in chunks."""
+        parts = []
+        for start in range(0, len(ids), _ID_CHUNK):
+            q = self._table.search().where(sql_in("trajectory_id", ids[start:start + _ID_CHUNK]))
+            if columns:
+                q = q.select(columns)
+            parts.append(q.limit(None).to_arrow())
+        if not parts:
+            return pa.table({"trajectory_id": pa.array([], pa.string())})
+        return pa.concat_tables(parts)

@@ -1,0 +1,104 @@
+"""The ``lopd index`` stage: embed new trajectories, then (re)build the retrieval indices.
+
+Incremental: only trajectories without an embedding are embedded. Indices are rebuilt when
+rows were added (or are missing): a cosine ANN index once the store holds ``ann_threshold``
+embeddings (exact search below that), and a native full-text index on the embedded text.
+"""
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from stages.core.retrieval import (
+    build_indices,
+    drop_embeddings,
+    embeddings_info,
+    index_new,
+    load_embedder,
+    open_embeddings,
+)
+from stages.core.store import ExperienceStore
+
+
+class IndexConfig(BaseModel):
+    """Options of ``lopd index``.
+
+    Attributes:
+        store: experience store path or URI (must exist).
+        embedder: ``minilm`` (packaged all-MiniLM-L6-v2) or a HF sentence-transformers id/path;
+            default: the embedder the store was indexed with, else ``minilm``.
+        field: what is embedded: the task ``prompt`` or the rendered ``trajectory`` transcript;
+            default: the field the store was indexed with, else ``task``.
+        batch_size: texts per embedder forward pass.
+        rows_per_write: embeddings per table append (one table version each).
+        ann_threshold: build an ANN index from this many rows on; below, search is exact.
+        max_chars: transcript length cut for ``field="trajectory"``.
+        rebuild: drop all embeddings and indices first (needed to change embedder or field).
+        progress: show a progress bar.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    store: str
+    embedder: str | None = None
+    field: Literal["task", "trajectory"] | None = None
+    batch_size: int = Field(default=32, ge=1)
+    rows_per_write: int = Field(default=2048, ge=1)
+    ann_threshold: int = Field(default=10_000, ge=1)
+    max_chars: int = Field(default=4000, ge=1)
+    rebuild: bool = False
+    progress: bool = True
+
+
+class IndexReport(BaseModel):
+    """What an index run did.
+
+    Attributes:
+        store, embedder, field: what was indexed, and how.
+        embedded: rows embedded by this run.
+        total: embedding rows in the store after the run.
+        indices: indices present, e.g. ``["IVF_HNSW_SQ(vector)", "FTS(text)"]``.
+        seconds: wall time of the run.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    store: str
+    embedder: str
+    field: str
+    embedded: int
+    total: int
+    indices: list[str]
+    seconds: float
+
+
+def run(config: IndexConfig) -> IndexReport:
+    """Embed the store's new trajectories and rebuild its indices.
+
+    Raises:
+        StoreError: the store does not exist, or it was indexed with another embedder/field
+            and ``rebuild`` is not set.
+    """
+    start = time.perf_counter()
+    store = ExperienceStore.open(config.store, create=False)
+    if config.rebuild:
+        drop_embeddings(store)
+    info = embeddings_info(store)
+    embedder = load_embedder(config.embedder or (info.embedder if info else None),
+                             batch_size=config.batch_size)
+    field = config.field or (info.field if info else "task")
+    with Progress(TextColumn("embedding"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), disable=not config.progress, transient=True) as bar:
+        task = bar.add_task("embed", total=None)
+        embedded = index_new(
+            store, embedder, field=field, batch_size=config.batch_size,
+            rows_per_write=config.rows_per_write, max_chars=config.max_chars,
+            on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+    table = open_embeddings(store)
+    indices = build_indices(table, config.ann_threshold, changed=embedded > 0) if table else []
+    return IndexReport(store=store.uri, embedder=embedder.name, field=field,
+                       embedded=embedded, total=table.count_rows() if table else 0,
+                       indices=indices, seconds=round(time.perf_counter() - start, 3))
