@@ -72,6 +72,7 @@ def collect(
     batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name (default: derived from the settings)."),
     resume: bool = typer.Option(False, "--resume", help="Skip tasks this run already stored."),
+    reference: bool = typer.Option(False, "--reference", help="Play each task's reference solution (BFCL possible answer, HumanEval canonical solution) through the real environment and checker instead of a model: seeds the store with verified demonstrations."),
 ) -> None:
     """Roll out a policy on an environment's tasks and store scored trajectories."""
     from stages import collect as stage
@@ -80,7 +81,7 @@ def collect(
         env=env, store=store, split=split, limit=limit, samples_per_task=samples_per_task,
         model=model, data_dir=data_dir, max_steps=max_steps, max_new_tokens=max_new_tokens,
         temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
-        run_id=run_id, resume=resume,
+        run_id=run_id, resume=resume, reference=reference,
     )
     stage.run(cfg)
 

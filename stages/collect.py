@@ -42,6 +42,7 @@ class CollectConfig(BaseModel):
     batch_size: int = Field(default=8, ge=1)
     run_id: str | None = None
     resume: bool = False
+    reference: bool = False
 
 
 class CollectReport(BaseModel):
@@ -59,7 +60,7 @@ class CollectReport(BaseModel):
 
 
 _RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_steps",
-             "max_new_tokens", "temperature", "top_p", "seed"]
+             "max_new_tokens", "temperature", "top_p", "seed", "reference"]
 
 
 def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
@@ -69,6 +70,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         StoreError: unusable store, or the run already has rows and ``resume`` is False.
         EnvError: unknown environment or unusable task data.
     """
+    from stages.core.envs import EnvError
     from stages.core.policy import HFRolloutEngine, SamplingParams, load_policy
 
     console = console or Console()
@@ -85,16 +87,22 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)
     probe.close()
+    if config.reference and not hasattr(probe, "reference_actions"):
+        raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
     todo = [t for t in tasks if t.task_id not in done_ids]
     if "://" not in config.store:  # manifests live beside a local store
         write_manifest(Path(config.store) / "runs" / f"{run_id}.json", "collect", run_id, config)
     console.print(
         f"[bold]collect[/] run {run_id}: {len(todo)} tasks to play "
         f"({len(tasks) - len(todo)} already stored), {config.samples_per_task} sample(s) each, "
-        f"env={config.env} split={config.split} model={config.model}"
+        f"env={config.env} split={config.split} "
+        f"policy={'reference solutions' if config.reference else config.model}"
     )
-    model, tokenizer = load_policy(config.model)
-    engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size)
+    policy_id, engine, tokenizer = "reference", None, None
+    if not config.reference:
+        policy_id = config.model
+        model, tokenizer = load_policy(config.model)
+        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size)
     params = SamplingParams(
         temperature=config.temperature, top_p=config.top_p,
         max_new_tokens=config.max_new_tokens, seed=config.seed,
@@ -109,8 +117,8 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         job = bar.add_task("tasks", total=len(todo), reward=0.0)
         for traj in play(engine, tokenizer, env_factory, todo,
                          samples_per_task=config.samples_per_task, params=params,
-                         policy_id=config.model, run_id=run_id, git_commit=git_commit(),
-                         max_concurrent=config.batch_size, stats=stats):
+                         policy_id=policy_id, run_id=run_id, git_commit=git_commit(),
+                         max_concurrent=config.batch_size, stats=stats, reference=config.reference):
             group = pending.setdefault(traj.task_id, [])
             group.append(traj)
             if len(group) == config.samples_per_task:

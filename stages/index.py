@@ -10,6 +10,8 @@ import time
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from stages.core.retrieval import (
@@ -99,6 +101,14 @@ def run(config: IndexConfig) -> IndexReport:
             on_progress=lambda done, total: bar.update(task, completed=done, total=total))
     table = open_embeddings(store)
     indices = build_indices(table, config.ann_threshold, changed=embedded > 0) if table else []
-    return IndexReport(store=store.uri, embedder=embedder.name, field=field,
-                       embedded=embedded, total=table.count_rows() if table else 0,
-                       indices=indices, seconds=round(time.perf_counter() - start, 3))
+    report = IndexReport(store=store.uri, embedder=embedder.name, field=field,
+                         embedded=embedded, total=table.count_rows() if table else 0,
+                         indices=indices, seconds=round(time.perf_counter() - start, 3))
+    if config.progress:
+        summary = Table(title=f"index {store.uri}")
+        for col in ("embedded now", "rows indexed", "embedder", "field", "indexes", "wall s"):
+            summary.add_column(col)
+        summary.add_row(str(report.embedded), str(report.total), report.embedder, report.field,
+                        ", ".join(report.indices) or "exact search only", f"{report.seconds:.1f}")
+        Console().print(summary)
+    return report

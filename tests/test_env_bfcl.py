@@ -14,7 +14,7 @@ from schemas import ToolCall
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.bfcl import MULTI_TURN, SINGLE_TURN, to_openai_tools
 from stages.core.envs.bfcl_multi import multi_turn_verdict, score_multi_turn
-from stages.core.toolcalls import format_python_calls
+from stages.core.toolcalls import format_python_calls, parse_tool_calls
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl_v3"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared BFCL-v3 data not found at {SHARED}")
@@ -178,26 +178,15 @@ def test_package_data_single_turn_and_multi_turn_tasks():
     assert [t.task_id for t in test] == ["multi_turn_base_0", "multi_turn_base_1"]
 
 
-def _possible_answer_calls(task) -> list[ToolCall]:
-    def pick(options):
-        value = next((v for v in options if v != ""), "")
-        return {k: pick(v) for k, v in value.items()} if isinstance(value, dict) else value
-
-    return [
-        ToolCall(name=name, arguments=json.dumps({k: pick(v) for k, v in args.items() if pick(v) != ""}))
-        for item in task.meta["ground_truth"]
-        for name, args in item.items()
-    ]
-
-
 @pytest.mark.parametrize("category", SINGLE_TURN)
 def test_single_turn_possible_answer_scores_one_and_wrong_name_zero(category):
     env = make_env("bfcl", categories=[category])
     for task in env.tasks("train", limit=3):
         messages = env.reset(task)
         assert [m.role for m in messages] == ["system", "user"]
-        calls = _possible_answer_calls(task)
-        result = env.step(format_python_calls(calls))
+        reference = env.reference_actions(task)
+        calls = parse_tool_calls(reference[0])
+        result = env.step(reference[0])
         assert result.done and result.reward == 1.0, result.info
         env.reset(task)
         hermes = "".join(f'<tool_call>{{"name": "{c.name}", "arguments": {c.arguments}}}</tool_call>' for c in calls)
@@ -273,3 +262,9 @@ def test_single_turn_accepts_underscored_dotted_names():
     assert env.step('<tool_call>{"name": "math_factorial", "arguments": {"number": 5}}</tool_call>').reward == 1.0
     env.reset(task)
     assert env.step("[math.factorial(number=6)]").reward == 0.0
+
+
+def test_reference_actions_are_single_turn_only():
+    env = make_env("bfcl")
+    with pytest.raises(EnvError, match="no reference actions for multi-turn"):
+        env.reference_actions(make_env("bfcl", categories=["base"]).tasks("test", limit=1)[0])

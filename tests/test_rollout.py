@@ -38,6 +38,9 @@ class CounterEnv:
         ok = self.count == self.target
         return StepResult([], reward=1.0 if ok else 0.0, done=True, info={"success": ok, "count": self.count})
 
+    def reference_actions(self, task: Task) -> list[str]:
+        return ["inc()"] * task.meta["target"] + ["done"]
+
     def close(self) -> None:
         self.closed = True
 
@@ -118,3 +121,10 @@ def test_batch_stays_full():
     _play(engine, CounterEnv, _tasks(5), samples_per_task=1, max_concurrent=2)
     assert max(n for n, _ in engine.calls) == 2
     assert sum(n for n, _ in engine.calls) == 15  # 5 episodes x 3 actions
+
+
+def test_reference_mode_plays_reference_actions_through_the_env():
+    trajs, _ = _play(None, CounterEnv, _tasks(2, target=3), samples_per_task=1, reference=True)
+    for t in trajs:
+        assert [turn.action for turn in t.turns] == ["inc()"] * 3 + ["done"]
+        assert t.reward == 1.0 and json.loads(t.info)["count"] == 3

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.envs import Environment
 from stages.core.chat import render_prompt
-from stages.core.policy import RolloutEngine, SamplingParams
+from stages.core.policy import Generation, RolloutEngine, SamplingParams
 
 
 @dataclass
@@ -26,6 +26,7 @@ class _Episode:
     env: Environment
     messages: list[Message]
     tools: list[dict]
+    reference: list[str] | None = None
     turns: list[Turn] = field(default_factory=list)
     info: dict = field(default_factory=dict)
 
@@ -41,7 +42,7 @@ class RolloutStats:
 
 
 def play(
-    engine: RolloutEngine,
+    engine: RolloutEngine | None,
     tokenizer,
     make_env: Callable[[], Environment],
     tasks: Iterable[Task],
@@ -53,6 +54,7 @@ def play(
     git_commit: str = "",
     max_concurrent: int = 8,
     stats: RolloutStats | None = None,
+    reference: bool = False,
 ) -> Iterator[Trajectory]:
     """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
 
@@ -67,6 +69,9 @@ def play(
         policy_id, run_id, git_commit: provenance written into every trajectory.
         max_concurrent: episodes advanced together in one batched generate call.
         stats: optional totals to update in place (tokens, seconds).
+        reference: play each task's reference solution (``env.reference_actions(task)``) instead
+            of generating; ``engine`` is then unused. The actions still go through the real
+            environment and checker, so the reward is verified, not assumed.
 
     Yields:
         Trajectory rows with the environment's verified reward. Environment failures inside an
@@ -83,18 +88,22 @@ def play(
             env = make_env()
             try:
                 opening = env.reset(task)
+                refs = env.reference_actions(task) if reference else None
             except Exception as err:  # an environment that cannot start fails its episode only
                 env.close()
                 yield _failed(task, policy_id, run_id, git_commit, f"reset failed: {err}")
                 continue
-            live.append(_Episode(task, sample, env, list(opening), task.tool_schemas))
+            live.append(_Episode(task, sample, env, list(opening), task.tool_schemas, refs))
         if not live:
             break
-        prompts = [render_prompt(tokenizer, ep.messages, ep.tools) for ep in live]
-        step_params = params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
-        call += 1
         t0 = time.perf_counter()
-        generations = engine.generate(prompts, step_params)
+        if reference:
+            generations = [_reference_generation(ep) for ep in live]
+        else:
+            prompts = [render_prompt(tokenizer, ep.messages, ep.tools) for ep in live]
+            step_params = params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
+            generations = engine.generate(prompts, step_params)
+        call += 1
         stats.generate_seconds += time.perf_counter() - t0
         still_live: list[_Episode] = []
         for ep, gen in zip(live, generations):
@@ -130,6 +139,13 @@ def play(
             stats.episodes += 1
             yield _trajectory(ep, reward, policy_id, run_id, git_commit)
         live = still_live
+
+
+def _reference_generation(ep: _Episode) -> Generation:
+    """The next reference action of ``ep`` (an empty answer once the reference is used up)."""
+    refs = ep.reference or []
+    text = refs[len(ep.turns)] if len(ep.turns) < len(refs) else ""
+    return Generation(text=text, token_ids=[], num_tokens=0, finish_reason="stop")
 
 
 def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str) -> Trajectory:

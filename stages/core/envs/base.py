@@ -58,6 +58,10 @@ class Environment(Protocol):
     def close(self) -> None:
         """Release resources (worker processes, temp dirs)."""
 
+    # Optional: environments with reference solutions also provide
+    # ``reference_actions(task) -> list[str]`` (the actions of a reference episode), used by
+    # ``lopd collect --reference``; they raise EnvError for tasks without one.
+
 
 EnvFactory = Callable[..., Environment]
 _REGISTRY: dict[str, EnvFactory] = {}

@@ -22,7 +22,7 @@ from typing import Any
 
 from schemas import Message, Task, ToolCall
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
+from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
 
 SINGLE_TURN = ("simple", "multiple", "parallel", "parallel_multiple")
 MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
@@ -249,6 +249,26 @@ class BFCLEnv:
         info = {"success": valid, "valid": valid, "error_type": verdict.get("error_type", ""),
                 "error": [str(e) for e in verdict.get("error", [])]}
         return StepResult(observation=[], reward=float(valid), done=True, tool_calls=calls, info=info)
+
+    def reference_actions(self, task: Task) -> list[str]:
+        """The task's reference answer as actions (single-turn: one BFCL python-list call string).
+
+        For each parameter the first non-empty accepted value of BFCL's possible answer is used.
+
+        Raises:
+            EnvError: ``task`` is multi-turn (no reference demonstrations are produced for those).
+        """
+        meta = task.meta
+        if meta.get("category") in MULTI_TURN:
+            raise EnvError(f"bfcl: no reference actions for multi-turn task {task.task_id}")
+
+        def pick(options: Any) -> Any:
+            value = next((v for v in options if v != ""), "") if isinstance(options, list) else options
+            return {k: pick(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+        calls = [ToolCall(name=name, arguments=json.dumps({k: pick(v) for k, v in args.items() if pick(v) != ""}))
+                 for item in meta["ground_truth"] for name, args in item.items()]
+        return [format_python_calls(calls)]
 
     def close(self) -> None:
         """Drop the episode and its BFCL API instances."""
