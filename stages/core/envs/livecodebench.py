@@ -1,0 +1,307 @@
+"""LiveCodeBench code generation as a one-step environment, graded in the sandbox.
+
+Data: the LiveCodeBench release format (``livecodebench/code_generation_lite``), one problem per
+row with ``question_id``, ``question_title``, ``question_content``, ``starter_code``,
+``public_test_cases`` and ``private_test_cases`` (JSON strings of ``[{input, output, testtype}]``
+with ``testtype`` ``stdin`` or ``functional``), ``metadata`` (JSON string, ``func_name`` for
+functional problems) and ``contest_date`` (ISO date-time). Sources, in order:
+
+* ``data_dir``: a ``.jsonl`` / ``.json`` file, or a folder whose ``*.jsonl`` / ``*.json`` files
+  are all read (the lite release ships ``test.jsonl`` ... ``test6.jsonl``);
+* ``dataset=``: a Hugging Face dataset id or local dataset folder read with ``datasets``
+  (``split="test"``).
+
+In the official release ``private_test_cases`` is ``base64(zlib(pickle(json_string)))``. It is
+decoded with an unpickler whose ``find_class`` refuses every global, so only pickle's built-in
+primitive opcodes (str, list, dict, numbers) can be used; a pickle that names any class or
+function is rejected instead of executed. A value that is already a JSON list is used as is.
+
+``release`` selects problems by ``contest_date`` (both ends inclusive). LiveCodeBench publishes
+releases as cumulative problem sets; the windows used here are the ones papers evaluating on
+"LiveCodeBench v5 / v6" report (assumption, stated in the report): v5 = 2024-08-01..2025-02-01,
+v6 = 2024-08-01..2025-05-01.
+
+Grading follows LiveCodeBench's ``testing_util``: all public and private tests run in one sandboxed
+process, stopping at the first failure. ``stdin`` tests compare stdout line by line after
+stripping (tokens that parse as decimals compare by value); ``functional`` tests call
+``Solution().<func_name>(*args)`` with one JSON value per input line and compare the JSON result.
+Reward is 1 when every test passes, else 0.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import re
+import secrets
+import zlib
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from schemas import Message, Task
+from stages.core.envs.base import EnvError, StepResult, register
+
+RELEASE_WINDOWS: dict[str, tuple[date, date]] = {
+    "v5": (date(2024, 8, 1), date(2025, 2, 1)),
+    "v6": (date(2024, 8, 1), date(2025, 5, 1)),
+}
+_SOURCE_HINT = (
+    "pass --data-dir <file.jsonl or folder> (LiveCodeBench release files, e.g. test*.jsonl of the HF "
+    "dataset livecodebench/code_generation_lite) or dataset=<HF id / local dataset folder>"
+)
+SYSTEM_PROMPT = (
+    "You are an expert Python programmer. You will be given a question (problem specification) and "
+    "will generate a correct Python program that matches the specification and passes all tests."
+)
+_CODE_BLOCK = re.compile(r"```(?:python|py|Python3?)?\s*\n(.*?)```", re.DOTALL)
+
+
+class _PrimitiveUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in test data")
+
+
+def decode_tests(value: Any, where: str) -> list[dict[str, str]]:
+    """Test cases from a ``*_test_cases`` field: a JSON list, or the release's compressed form.
+
+    Raises:
+        EnvError: the value is neither (message names ``where``).
+    """
+    if isinstance(value, list):
+        tests = value
+    elif isinstance(value, str) and value.lstrip().startswith("["):
+        tests = json.loads(value)
+    elif isinstance(value, str):
+        try:
+            raw = _PrimitiveUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(value)))).load()
+            tests = json.loads(raw) if isinstance(raw, str) else raw
+        except (ValueError, zlib.error, pickle.UnpicklingError, EOFError) as err:
+            raise EnvError(f"{where}: cannot decode test cases ({err})") from None
+    else:
+        raise EnvError(f"{where}: test cases must be a JSON list or an encoded string")
+    if not isinstance(tests, list) or not all(isinstance(t, dict) and {"input", "output"} <= t.keys() for t in tests):
+        raise EnvError(f"{where}: test cases must be a list of {{input, output, testtype}} objects")
+    return tests
+
+
+def encode_private_tests(tests: list[dict[str, str]]) -> str:
+    """The official compressed encoding of ``tests`` (used to build fixtures)."""
+    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+def _read_rows(data_dir: Path | None, dataset: str | None) -> tuple[list[dict], str]:
+    if data_dir is not None:
+        path = Path(data_dir)
+        files = sorted(p for p in path.glob("*.json*") if p.suffix in (".json", ".jsonl")) if path.is_dir() else [path]
+        if not files or not all(f.is_file() for f in files):
+            raise EnvError(f"livecodebench: no .jsonl/.json files at {path}; {_SOURCE_HINT}")
+        rows: list[dict] = []
+        for f in files:
+            text = f.read_text(encoding="utf-8")
+            try:
+                if f.suffix == ".json" and text.lstrip().startswith("["):
+                    rows += json.loads(text)
+                else:
+                    rows += [json.loads(line) for line in text.splitlines() if line.strip()]
+            except json.JSONDecodeError as err:
+                raise EnvError(f"{f}: not valid JSON lines ({err.msg} at line {err.lineno})") from None
+        return rows, str(path)
+    if dataset:
+        import datasets
+
+        try:
+            return list(datasets.load_dataset(dataset, split="test")), dataset
+        except Exception as err:  # datasets raises many types for an unusable source
+            raise EnvError(f"livecodebench: cannot load dataset {dataset!r} ({type(err).__name__}); "
+                           f"{_SOURCE_HINT}") from None
+    raise EnvError(f"livecodebench: no data source; {_SOURCE_HINT}")
+
+
+def _prompt(row: dict) -> str:
+    text = f"### Question:\n{row['question_content']}\n\n"
+    if row.get("starter_code"):
+        return text + (
+            "### Format: You will use the following starter code to write the solution to the problem "
+            f"and enclose your code within delimiters.\n```python\n{row['starter_code']}\n```\n\n"
+            "### Answer: (use the provided format with backticks)\n"
+        )
+    return text + (
+        "### Format: Read the inputs from stdin solve the problem and write the answer to stdout "
+        "(do not directly test on the sample inputs). Enclose your code within delimiters as follows.\n"
+        "```python\n# YOUR CODE HERE\n```\n\n### Answer: (use the provided format with backticks)\n"
+    )
+
+
+def load_tasks(data_dir: Path | None, dataset: str | None, release: str | None) -> list[Task]:
+    """LiveCodeBench problems as test-split tasks, filtered to the ``release`` window if given.
+
+    Raises:
+        EnvError: no source, unreadable file, a row missing a field, or an unknown release.
+    """
+    if release is not None and release not in RELEASE_WINDOWS:
+        raise EnvError(f"livecodebench: unknown release {release!r}; choose one of {', '.join(RELEASE_WINDOWS)}")
+    rows, source = _read_rows(data_dir, dataset)
+    tasks = []
+    for i, row in enumerate(rows):
+        where = f"{source} row {i}"
+        for key in ("question_id", "question_content", "public_test_cases", "private_test_cases", "contest_date"):
+            if key not in row:
+                raise EnvError(f"{where}: missing field {key!r}")
+        day = date.fromisoformat(str(row["contest_date"])[:10])
+        if release is not None and not RELEASE_WINDOWS[release][0] <= day <= RELEASE_WINDOWS[release][1]:
+            continue
+        meta = row.get("metadata") or "{}"
+        meta = json.loads(meta) if isinstance(meta, str) else meta
+        tests = decode_tests(row["public_test_cases"], f"{where} public_test_cases")
+        tests += decode_tests(row["private_test_cases"], f"{where} private_test_cases")
+        if not tests:
+            raise EnvError(f"{where}: no test cases")
+        if any(t.get("testtype") == "functional" for t in tests) and not meta.get("func_name"):
+            raise EnvError(f"{where}: functional tests need metadata.func_name")
+        tasks.append(Task(
+            task_id=str(row["question_id"]), env="livecodebench", split="test", prompt=_prompt(row),
+            metadata=json.dumps({"tests": tests, "func_name": meta.get("func_name"),
+                                 "contest_date": str(row["contest_date"]),
+                                 "difficulty": row.get("difficulty", "")}),
+        ))
+    return tasks
+
+
+def extract_code(text: str) -> str:
+    """The last fenced code block of a model answer ("" when there is none)."""
+    blocks = _CODE_BLOCK.findall(text)
+    return blocks[-1] if blocks else ""
+
+
+# Runs inside the sandbox after a header defining CODE, TESTS, FUNC, PER_TEST_S and MARK: executes the
+# candidate once per test, LiveCodeBench style, and prints MARK + the JSON list of verdicts.
+_HARNESS = r'''
+import io, json, signal, sys
+from decimal import Decimal, InvalidOperation
+
+def _alarm(signum, frame):
+    raise TimeoutError("test timed out")
+signal.signal(signal.SIGALRM, _alarm)
+
+def _tokens_equal(a, b):
+    if a == b:
+        return True
+    ta, tb = a.split(), b.split()
+    if len(ta) != len(tb):
+        return False
+    for x, y in zip(ta, tb):
+        if x == y:
+            continue
+        try:
+            if Decimal(x) != Decimal(y):
+                return False
+        except InvalidOperation:
+            return False
+    return True
+
+def _stdout_equal(got, want):
+    g = [l.strip() for l in got.strip().split("\n")]
+    w = [l.strip() for l in want.strip().split("\n")]
+    return len(g) == len(w) and all(_tokens_equal(x, y) for x, y in zip(g, w))
+
+verdicts = []
+for test in TESTS:
+    out, old_in, old_out = io.StringIO(), sys.stdin, sys.stdout
+    try:
+        signal.alarm(PER_TEST_S)
+        if test.get("testtype") == "functional":
+            scope = {"__name__": "__lopd_solution__"}
+            args = [json.loads(line) for line in test["input"].split("\n") if line.strip()]
+            sys.stdout = out
+            exec(compile("from typing import *\n" + CODE, "<solution>", "exec"), scope)
+            result = getattr(scope["Solution"](), FUNC)(*args)
+            sys.stdout = old_out
+            ok = json.loads(json.dumps(result)) == json.loads(test["output"])
+        else:
+            sys.stdin, sys.stdout = io.StringIO(test["input"]), out
+            try:
+                exec(compile(CODE, "<solution>", "exec"), {"__name__": "__main__"})
+            except SystemExit:
+                pass
+            sys.stdin, sys.stdout = old_in, old_out
+            ok = _stdout_equal(out.getvalue(), test["output"])
+        verdicts.append("pass" if ok else "wrong answer")
+    except BaseException as err:
+        sys.stdin, sys.stdout = old_in, old_out
+        verdicts.append(type(err).__name__ + ": " + str(err)[:200])
+    finally:
+        signal.alarm(0)
+    if verdicts[-1] != "pass":
+        break
+print(MARK + json.dumps(verdicts))
+'''
+
+
+def grade(code: str, tests: list[dict[str, str]], func_name: str | None, per_test_s: int = 6) -> dict[str, Any]:
+    """Run ``code`` on ``tests`` in the sandbox; returns ``{passed, total, first_failure}``."""
+    from stages.core.sandbox import run_python
+
+    if not code.strip():
+        return {"passed": 0, "total": len(tests), "first_failure": "no code block in the answer"}
+    mark = f"__lopd_verdicts_{secrets.token_hex(8)}__"
+    header = f"CODE = {code!r}\nTESTS = {tests!r}\nFUNC = {func_name!r}\nPER_TEST_S = {per_test_s}\nMARK = {mark!r}\n"
+    program = header + _HARNESS
+    budget = per_test_s * len(tests) + 5
+    res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=2048)
+    marker = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(mark)), None)
+    if marker is None:
+        return {"passed": 0, "total": len(tests), "first_failure": f"sandbox {res.status}: {res.reason}"}
+    verdicts = json.loads(marker[len(mark):])
+    passed = sum(v == "pass" for v in verdicts)
+    failure = next((v for v in verdicts if v != "pass"), None)
+    return {"passed": passed, "total": len(tests), "first_failure": failure}
+
+
+@register("livecodebench")
+class LiveCodeBenchEnv:
+    """One-step environment: the answer's last ```python block is graded on all tests.
+
+    Args:
+        data_dir: release file or folder (see the module docstring).
+        max_steps: kept for the protocol; episodes always end after one action.
+        dataset: Hugging Face id or local dataset folder, used when ``data_dir`` is None.
+        release: ``"v5"`` | ``"v6"`` | None (all problems).
+    """
+
+    name = "livecodebench"
+
+    def __init__(self, data_dir: Path | None = None, max_steps: int = 1, dataset: str | None = None,
+                 release: str | None = None):
+        self.data_dir, self.dataset, self.release = data_dir, dataset, release
+        self.max_steps = max_steps
+        self._task: Task | None = None
+
+    def tasks(self, split: str, limit: int | None = None) -> list[Task]:
+        """Problems of the selected release (only ``split="test"`` exists).
+
+        Raises:
+            EnvError: ``split`` is not ``test``, or the data is missing/malformed.
+        """
+        if split != "test":
+            raise EnvError(f"livecodebench: only split 'test' exists, got {split!r}")
+        tasks = load_tasks(self.data_dir, self.dataset, self.release)
+        return tasks[:limit] if limit is not None else tasks
+
+    def reset(self, task: Task) -> list[Message]:
+        """System prompt + the problem statement."""
+        self._task = task
+        return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=task.prompt)]
+
+    def step(self, action: str) -> StepResult:
+        """Grade the answer; always ends the episode."""
+        if self._task is None:
+            raise EnvError("livecodebench: step() before reset()")
+        meta = self._task.meta
+        verdict = grade(extract_code(action), meta["tests"], meta.get("func_name"))
+        ok = verdict["passed"] == verdict["total"]
+        return StepResult([], reward=1.0 if ok else 0.0, done=True, info={**verdict, "success": ok})
+
+    def close(self) -> None:
+        """Nothing to release."""

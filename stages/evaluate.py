@@ -1,0 +1,229 @@
+"""`lopd evaluate`: benchmark scores and behaviour statistics of a policy, and side-by-side comparison.
+
+A run plays every task of the bench once with greedy decoding (temperature 0 unless overridden;
+the value used is recorded), scores the trajectories with the bench's official checker (see
+:mod:`stages.core.benches`), and writes one JSON report atomically to ``--out``
+(default ``runs/eval/<bench>-<model-slug>.json``)::
+
+    {bench, scores, behaviour, per_task: [...], notes, config, model, git_commit,
+     started_at, finished_at, seconds}
+
+Behaviour statistics, over the bench's trajectories: ``mean_steps`` (agent actions per episode),
+``tool_calls_per_step``, ``first_step_tokens`` (generated tokens of the first action) and
+``repeated_calls_per_task`` (calls whose name + arguments already appeared earlier in the same
+trajectory).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schemas import Trajectory
+from stages.core.benches import BENCHES
+from stages.core.provenance import git_commit
+
+BenchName = Literal["bfcl-v3", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "livecodebench"]
+
+
+class EvaluateConfig(BaseModel):
+    """Settings of one `lopd evaluate` run (the CLI flags, validated).
+
+    ``temperature`` / ``max_new_tokens`` / ``max_steps`` of None take the bench's defaults
+    (temperature 0 = greedy). ``data_dir`` is a folder or file, or for livecodebench also a
+    Hugging Face dataset id. ``workers`` is the evalplus evaluator's process count.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    bench: BenchName
+    model: str = "smollm2-135m"
+    limit: int | None = Field(default=None, ge=1)
+    out: str | None = None
+    data_dir: str | None = None
+    user_model: str | None = None
+    release: Literal["v5", "v6"] = "v6"
+    temperature: float | None = Field(default=None, ge=0.0)
+    max_new_tokens: int | None = Field(default=None, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
+    batch_size: int = Field(default=8, ge=1)
+    workers: int = Field(default=2, ge=1)
+    seed: int = 0
+
+
+def model_slug(model: str) -> str:
+    """A file-name-safe form of a model id or path (``runs/lopd/final`` -> ``runs-lopd-final``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-.") or "model"
+
+
+def behaviour_stats(trajs: list[Trajectory]) -> dict[str, float]:
+    """Mean steps, tool calls per step, first-step tokens and repeated identical calls per task."""
+    if not trajs:
+        return {"mean_steps": 0.0, "tool_calls_per_step": 0.0, "first_step_tokens": 0.0, "repeated_calls_per_task": 0.0}
+    steps = sum(t.num_steps for t in trajs)
+    repeats = 0
+    for t in trajs:
+        seen: set[tuple[str, str]] = set()
+        for turn in t.turns:
+            for call in turn.tool_calls:
+                key = (call.name, json.dumps(call.args, sort_keys=True))
+                repeats += key in seen
+                seen.add(key)
+    return {
+        "mean_steps": steps / len(trajs),
+        "tool_calls_per_step": sum(t.num_tool_calls for t in trajs) / max(steps, 1),
+        "first_step_tokens": sum(t.turns[0].action_tokens if t.turns else 0 for t in trajs) / len(trajs),
+        "repeated_calls_per_task": repeats / len(trajs),
+    }
+
+
+def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    tmp.replace(path)
+
+
+def run(config: EvaluateConfig, console: Console | None = None, engine: Any = None,
+        tokenizer: Any = None) -> dict[str, Any]:
+    """Evaluate ``config.model`` on ``config.bench``; returns the report (also written and printed).
+
+    Args:
+        config: the run settings.
+        console: where the progress bar and tables go (default: a new rich Console).
+        engine, tokenizer: a ready rollout engine (``.generate(prompts, params)``) and the tokenizer
+            whose chat template renders prompts; when None the model is loaded with
+            :func:`stages.core.policy.load_policy`.
+
+    Raises:
+        EnvError: missing or malformed bench data (the message says which flag to pass).
+        RuntimeError: the evalplus evaluator failed.
+    """
+    from stages.core.policy import SamplingParams
+    from stages.core.rollout import RolloutStats, play
+
+    console = console or Console()
+    bench = BENCHES[config.bench]
+    started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    prepared = bench.prepare(config)
+    out = Path(config.out or f"runs/eval/{config.bench}-{model_slug(config.model)}.json")
+    params = SamplingParams(
+        temperature=bench_temperature(config), top_p=1.0,
+        max_new_tokens=config.max_new_tokens or bench.max_new_tokens, seed=config.seed,
+    )
+    console.print(f"[bold]evaluate[/] {config.bench}: {len(prepared.tasks)} tasks, model={config.model}, "
+                  f"temperature={params.temperature}, max_new_tokens={params.max_new_tokens}")
+    for note in prepared.notes:
+        console.print(f"  note: {note}")
+    if engine is None:
+        from stages.core.policy import HFRolloutEngine, load_policy
+
+        model, tokenizer = load_policy(config.model)
+        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size)
+    order = {t.task_id: i for i, t in enumerate(prepared.tasks)}
+    trajs: list[Trajectory] = []
+    stats = RolloutStats()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(), console=console) as bar:
+        job = bar.add_task(config.bench, total=len(prepared.tasks), reward=0.0)
+        for traj in play(engine, tokenizer, prepared.env_factory, prepared.tasks, samples_per_task=1, params=params,
+                         policy_id=config.model, run_id=f"evaluate-{config.bench}", git_commit=git_commit(),
+                         max_concurrent=config.batch_size, stats=stats):
+            trajs.append(traj)
+            bar.update(job, advance=1, reward=sum(t.reward for t in trajs) / len(trajs))
+    trajs.sort(key=lambda t: order.get(t.task_id, len(order)))
+    scores, extras = bench.score(config, prepared, trajs)
+    finished = datetime.now(timezone.utc)
+    report = {
+        "bench": config.bench,
+        "scores": scores,
+        "behaviour": behaviour_stats(trajs),
+        "per_task": [_task_row(t, extras.get(t.task_id, {})) for t in trajs],
+        "notes": prepared.notes,
+        "config": {**config.model_dump(), "temperature": params.temperature, "max_new_tokens": params.max_new_tokens},
+        "model": config.model,
+        "git_commit": git_commit(),
+        "started_at": started.isoformat(),
+        "finished_at": finished.isoformat(),
+        "seconds": time.perf_counter() - t0,
+        "generated_tokens": stats.generated_tokens,
+    }
+    _write_atomic(out, report)
+    console.print(report_table(report))
+    console.print(f"report written to {out}")
+    return report
+
+
+def bench_temperature(config: EvaluateConfig) -> float:
+    """The decoding temperature of the run: ``config.temperature`` or the benches' fixed 0 (greedy)."""
+    return 0.0 if config.temperature is None else config.temperature
+
+
+def _task_row(t: Trajectory, extra: dict[str, Any]) -> dict[str, Any]:
+    info = json.loads(t.info)
+    info.pop("tests", None)
+    return {"task_id": t.task_id, "reward": t.reward, "success": t.success, "steps": t.num_steps,
+            "tool_calls": t.num_tool_calls, "first_step_tokens": t.turns[0].action_tokens if t.turns else 0,
+            **extra, "info": info}
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    """Scores and behaviour statistics of one report as a two-column rich table."""
+    table = Table(title=f"{report['bench']} - {report['model']}", caption=f"{len(report['per_task'])} tasks")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in report["scores"].items():
+        table.add_row(key, f"{value:.3f}")
+    for key, value in report["behaviour"].items():
+        table.add_row(f"[dim]{key}[/]", f"{value:.2f}")
+    return table
+
+
+def _load_report(path: Path) -> dict[str, Any]:
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable evaluate report ({err})") from None
+    for field in ("bench", "model", "scores", "behaviour"):
+        if field not in report:
+            raise ValueError(f"{path}: missing field {field!r} (not an evaluate report)")
+    return report
+
+
+def compare(paths: list[Path]) -> Table:
+    """Side-by-side table of evaluate reports; later columns show deltas vs the first report.
+
+    Raises:
+        ValueError: fewer than one path, or a file that is not an evaluate report (names file and field).
+    """
+    if not paths:
+        raise ValueError("compare: give at least one report path")
+    reports = [_load_report(Path(p)) for p in paths]
+    benches = sorted({r["bench"] for r in reports})
+    table = Table(title=f"compare {', '.join(benches)}")
+    table.add_column("metric")
+    for r in reports:
+        table.add_column(f"{r['model']}" + ("" if len(benches) == 1 else f" [{r['bench']}]"), justify="right")
+    for section in ("scores", "behaviour"):
+        keys = list(dict.fromkeys(k for r in reports for k in r[section]))
+        for key in keys:
+            base = reports[0][section].get(key)
+            cells = []
+            for i, r in enumerate(reports):
+                value = r[section].get(key)
+                if value is None:
+                    cells.append("-")
+                elif i == 0 or base is None:
+                    cells.append(f"{value:.3f}")
+                else:
+                    cells.append(f"{value:.3f} ({value - base:+.3f})")
+            table.add_row(key if section == "scores" else f"[dim]{key}[/]", *cells)
+    return table

@@ -1,0 +1,189 @@
+"""`lopd evaluate`: bench scoring with official checkers, behaviour statistics, reports, compare.
+
+A scripted engine replays canned answers (no LLM): episodes run one at a time (batch size 1), and
+the engine moves to the next task's script whenever a prompt has no assistant turn yet.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from schemas import ToolCall, Trajectory, Turn
+from stages.core.benches import bfcl_scores, evalplus_evaluate, humaneval_base
+from stages.core.envs import EnvError, make_env
+from stages.core.policy import Generation
+from stages.evaluate import EvaluateConfig, behaviour_stats, compare, model_slug, run
+from tests.tiny import tiny_tokenizer
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+FIXTURES = Path(__file__).parent / "fixtures"
+LCB_SOLUTIONS = json.loads((FIXTURES / "livecodebench_solutions.json").read_text())
+
+
+def needs(path: Path):
+    return pytest.mark.skipif(not path.exists(), reason=f"shared data missing: {path}")
+
+
+class SequentialEngine:
+    """Plays ``scripts[i]`` (one action per step) for the i-th episode; "Done." after a script ends."""
+
+    def __init__(self, scripts: list[list[str]]):
+        self.scripts, self.episode = scripts, -1
+
+    def generate(self, prompts, params):
+        out = []
+        for prompt in prompts:
+            step = prompt.count("<|im_start|>assistant") - 1
+            self.episode += step == 0
+            script = self.scripts[self.episode]
+            text = script[step] if step < len(script) else "Done."
+            out.append(Generation(text=text, token_ids=[0] * len(text.split()), num_tokens=len(text.split()),
+                                  finish_reason="stop"))
+        return out
+
+
+def _run(tmp_path, scripts, **kw):
+    config = EvaluateConfig(out=str(tmp_path / "report.json"), batch_size=1, **kw)
+    report = run(config, Console(file=open("/dev/null", "w")), engine=SequentialEngine(scripts), tokenizer=tiny_tokenizer())
+    assert json.loads((tmp_path / "report.json").read_text())["scores"] == report["scores"]
+    return report
+
+
+def _traj(turns: list[Turn], task_id: str = "t") -> Trajectory:
+    return Trajectory(trajectory_id="x", task_id=task_id, env="toy", split="test", prompt="p", policy="m", messages=[],
+                      turns=turns, reward=1.0, success=True, num_steps=len(turns),
+                      num_tool_calls=sum(len(t.tool_calls) for t in turns), run_id="r")
+
+
+def test_behaviour_stats_known_values():
+    a, a2, b = ToolCall(name="f", arguments='{"x": 1, "y": 2}'), ToolCall(name="f", arguments='{"y": 2, "x": 1}'), ToolCall(name="g")
+    t1 = _traj([Turn(action="1", tool_calls=[a, b], action_tokens=10), Turn(action="2", tool_calls=[a2], action_tokens=4),
+                Turn(action="3", tool_calls=[b, b], action_tokens=2), Turn(action="end", action_tokens=1)])
+    t2 = _traj([Turn(action="only", action_tokens=20)])
+    stats = behaviour_stats([t1, t2])
+    assert stats == {"mean_steps": 2.5, "tool_calls_per_step": 1.0, "first_step_tokens": 15.0,
+                     "repeated_calls_per_task": 1.5}  # t1 repeats: a2 (same as a), b, b
+
+
+def test_compare_shows_deltas_vs_first(tmp_path):
+    paths = []
+    for i, (model, score) in enumerate([("base", 0.25), ("lopd", 0.5)]):
+        report = {"bench": "acebench", "model": model, "scores": {"end_to_end": score},
+                  "behaviour": {"mean_steps": 3.0 + i}}
+        paths.append(tmp_path / f"{model}.json")
+        paths[-1].write_text(json.dumps(report))
+    console = Console(record=True, width=150)
+    console.print(compare(paths))
+    text = console.export_text()
+    assert "0.500 (+0.250)" in text and "4.000 (+1.000)" in text and "base" in text and "lopd" in text
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="bad.json: missing field 'bench'"):
+        compare([paths[0], tmp_path / "bad.json"])
+
+
+@pytest.mark.parametrize("bench,flag", [("acebench", "--data-dir ../shared/data/acebench"),
+                                        ("humaneval-plus", "HumanEvalPlus-v0.1.10.jsonl.gz"),
+                                        ("mbpp-plus", "MbppPlus-v0.2.0.jsonl.gz"),
+                                        ("livecodebench", "livecodebench/code_generation_lite")])
+def test_missing_data_error_says_what_to_pass(tmp_path, bench, flag):
+    with pytest.raises(EnvError, match="pass --data-dir") as err:
+        run(EvaluateConfig(bench=bench, data_dir=None, out=str(tmp_path / "r.json")), Console(file=open("/dev/null", "w")))
+    assert flag in str(err.value) and "\n" not in str(err.value)
+
+
+def test_livecodebench_reference_passes_empty_fails(tmp_path):
+    ids = ["lcbfx_stdin", "lcbfx_functional", "lcbfx_compressed"]
+    good = _run(tmp_path, [[f"```python\n{LCB_SOLUTIONS[i]}```"] for i in ids], bench="livecodebench",
+                data_dir=str(FIXTURES / "livecodebench"), release="v6", model="tiny")
+    assert good["scores"] == {"pass@1": 1.0}
+    assert [r["task_id"] for r in good["per_task"]] == ids and good["config"]["temperature"] == 0.0
+    assert good["behaviour"]["mean_steps"] == 1.0 and good["behaviour"]["tool_calls_per_step"] == 0.0
+    assert {"git_commit", "started_at", "finished_at", "seconds", "model"} <= good.keys()
+    empty = _run(tmp_path, [[""]] * 2, bench="livecodebench", data_dir=str(FIXTURES / "livecodebench"), release="v5")
+    assert empty["scores"] == {"pass@1": 0.0} and len(empty["per_task"]) == 2
+
+
+@needs(SHARED / "acebench")
+def test_acebench_possible_answers_score_full_process_accuracy(tmp_path):
+    from tests.test_env_acebench import INCONSISTENT, _action, _path
+
+    tasks = make_env("acebench", data_dir=SHARED / "acebench").tasks("test")
+    report = _run(tmp_path, [[_action(s) for s in _path(t)] for t in tasks], bench="acebench",
+                  data_dir=str(SHARED / "acebench"))
+    assert report["scores"]["process_accuracy"] == 1.0
+    assert report["scores"]["end_to_end"] == pytest.approx((20 - len(INCONSISTENT)) / 20)
+    assert any("multi-turn skipped" in n for n in report["notes"])
+    empty = _run(tmp_path, [["Sorry."]] * 3, bench="acebench", data_dir=str(SHARED / "acebench"), limit=3)
+    assert empty["scores"] == {"end_to_end": 0.0, "process_accuracy": 0.0}
+
+
+def test_envscaler_oracle_actions_score_full(tmp_path):
+    from tests.test_env_envscaler import ORACLE
+
+    tasks = make_env("envscaler").tasks("test")
+    report = _run(tmp_path, [ORACLE[t.task_id] for t in tasks], bench="envscaler")
+    assert report["scores"] == {"mean_reward": 1.0, "success_rate": 1.0}
+    assert report["behaviour"]["tool_calls_per_step"] > 0
+    empty = _run(tmp_path, [["Done."]] * len(tasks), bench="envscaler")
+    assert empty["scores"]["success_rate"] == 0.0
+
+
+def _evalplus_rows(name: str, n: int) -> list[dict]:
+    with gzip.open(next((SHARED / "evalplus").glob(name)), "rt") as fh:
+        return [json.loads(next(fh)) for _ in range(n)]
+
+
+@needs(SHARED / "evalplus")
+@pytest.mark.parametrize("bench,pattern", [("humaneval-plus", "HumanEvalPlus*"), ("mbpp-plus", "MbppPlus*")])
+def test_evalplus_canonical_solutions_pass_empty_fail(tmp_path, bench, pattern):
+    pytest.importorskip("evalplus.evaluate", reason="evalplus' evaluator needs appdirs, wget, tempdir, tree-sitter-python")
+    rows = _evalplus_rows(pattern, 3)
+    full = {r["task_id"]: (r["prompt"] + r["canonical_solution"] if bench == "humaneval-plus" else r["canonical_solution"])
+            for r in rows}
+    data = next((SHARED / "evalplus").glob(pattern))
+    good = evalplus_evaluate(bench, data, full, tmp_path / "cache", workers=1)
+    assert good == {tid: {"base": True, "plus": True} for tid in full}
+    bad = evalplus_evaluate(bench, data, {tid: "" for tid in full}, tmp_path / "cache", workers=1)
+    assert bad == {tid: {"base": False, "plus": False} for tid in full}
+    if bench == "humaneval-plus":
+        assert humaneval_base(full) == {tid: True for tid in full}
+        assert humaneval_base({tid: "" for tid in full}) == {tid: False for tid in full}
+
+
+@needs(SHARED / "evalplus")
+def test_humaneval_plus_run_end_to_end(tmp_path, monkeypatch):
+    pytest.importorskip("evalplus.evaluate", reason="evalplus' evaluator needs appdirs, wget, tempdir, tree-sitter-python")
+    monkeypatch.setenv("LOPD_CACHE", str(tmp_path / "lopd-cache"))
+    rows = _evalplus_rows("HumanEvalPlus*", 2)
+    scripts = [[f"```python\n{r['prompt']}{r['canonical_solution']}```"] for r in rows]
+    report = _run(tmp_path, scripts, bench="humaneval-plus", data_dir=str(SHARED / "evalplus"), limit=2, workers=1)
+    assert report["scores"] == {"pass@1_base": 1.0, "pass@1_plus": 1.0, "humaneval_base": 1.0}
+    assert report["per_task"][0]["plus"] is True
+
+
+@needs(SHARED / "bfcl_v3")
+def test_bfcl_ground_truth_passes_empty_fails_per_category():
+    from stages.core.envs.bfcl_multi import score_multi_turn
+
+    for category in ("base", "miss_func", "miss_param", "long_context"):
+        task = make_env("bfcl", data_dir=SHARED / "bfcl_v3", categories=[category]).tasks("test", limit=1)[0]
+        gt = task.meta["ground_truth"]
+        assert score_multi_turn(task, [[turn] if turn else [] for turn in gt]), category
+        assert not score_multi_turn(task, [[] for _ in gt]), category
+
+
+def test_bfcl_scores_per_category_and_mean():
+    def traj(cat: str, ok: bool) -> Trajectory:
+        t = _traj([Turn(action="a")], task_id=f"{cat}_0")
+        return t.model_copy(update={"success": ok, "info": json.dumps({"category": cat})})
+
+    scores = bfcl_scores([traj("multi_turn_base", True), traj("multi_turn_base", False), traj("multi_turn_miss_func", True)])
+    assert scores == {"base": 0.5, "miss_func": 1.0, "mean": 0.75}
+
+
+def test_model_slug():
+    assert model_slug("runs/lopd/final") == "runs-lopd-final" and model_slug("Qwen/Qwen3-4B") == "Qwen-Qwen3-4B"
