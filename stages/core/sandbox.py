@@ -27,14 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-
-# lancedb warns on every fork once it is loaded; the sandbox child execs a fresh interpreter
-# right after the fork, so none of lancedb's state is used there.
-warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
 
 Status = Literal["ok", "error", "timeout", "memory", "blocked"]
 

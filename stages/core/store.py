@@ -10,6 +10,7 @@ committed version, also when another process or another table handle has written
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +22,10 @@ from pydantic import ValidationError
 
 from schemas.arrow import arrow_schema, from_row, schema_diff, to_rows
 from schemas.trajectory import Trajectory
+
+# lancedb warns on every fork once loaded; our forks (sandbox, environment workers) exec a fresh
+# interpreter at once and never touch lancedb's state in the child.
+warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
 
 TRAJECTORIES = "trajectories"
 # Ids per `IN (...)` clause when looking rows up by id.
