@@ -105,6 +105,93 @@ def index(
 
 @app.command()
 @friendly
+def coldstart(
+    experiences: str = typer.Option("runs/store", "--experiences", help="Indexed experience store (`lopd index`) whose successful trajectories train the composer."),
+    out: str = typer.Option("runs/composer0", "--out", help="Output folder (checkpoints, metrics.jsonl, final/)."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Frozen backbone: smollm2-135m, an HF id or a local path."),
+    steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
+    lr: float = typer.Option(1e-4, "--lr", help="AdamW learning rate of the composer."),
+    batch_size: int = typer.Option(2, "--batch-size", help="Target trajectories per step."),
+    J: int = typer.Option(3, "--J", help="Retrieved experiences per task."),
+    K: int = typer.Option(32, "--K", help="Latent tokens per experience."),
+    depth: int = typer.Option(8, "--depth", help="QFormer compressor blocks."),
+    lora_rank: int = typer.Option(8, "--lora-rank", help="Rank of the composer encoder's LoRA."),
+    max_exp_tokens: int = typer.Option(256, "--max-exp-tokens", help="Token budget per (task, experience) pair."),
+    max_len: int = typer.Option(1024, "--max-len", help="Token cap of a target conversation."),
+    placement: str = typer.Option("prefix", "--placement", help="Latents after the task prompt (prefix) or before each action (per-turn, Eq. 8)."),
+    heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", help="Share of tasks held out to measure the NLL."),
+    checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Steps between checkpoints."),
+    eval_every: int = typer.Option(50, "--eval-every", help="Steps between held-out evaluations."),
+    env: Optional[str] = typer.Option(None, "--env", help="Use only this environment's trajectories."),
+    seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+) -> None:
+    """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
+    from stages import coldstart as stage
+
+    stage.run(stage.ColdstartConfig(
+        experiences=experiences, out=out, model=model, steps=steps, lr=lr, batch_size=batch_size,
+        J=J, K=K, depth=depth, lora_rank=lora_rank, max_exp_tokens=max_exp_tokens, max_len=max_len,
+        placement=placement, heldout_fraction=heldout_fraction, checkpoint_every=checkpoint_every,
+        eval_every=eval_every, env=env, seed=seed, resume=resume,
+    ))
+
+
+@app.command()
+@friendly
+def distill(
+    config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML file with any of these options; flags override it."),
+    env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler."),
+    store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training). (default runs/store)"),
+    composer: Optional[str] = typer.Option(None, "--composer", help="Cold-start composer folder (lopd coldstart's final/)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Run folder. (default runs/lopd)"),
+    model: Optional[str] = typer.Option(None, "--model", help="Student/teacher backbone. (default smollm2-135m)"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Environment task files."),
+    margin: Optional[float] = typer.Option(None, "--margin", help="Privileged margin m (0 = the no-margin ablation). (default 0.05)"),
+    J: Optional[int] = typer.Option(None, "--J", help="Retrieved experiences per task. (default 3)"),
+    K: Optional[int] = typer.Option(None, "--K", help="Latent tokens per experience (must match the composer). (default 32)"),
+    M: Optional[int] = typer.Option(None, "--M", help="Teacher top-M tokens in the KL (plus a tail bucket). (default 20)"),
+    lam: Optional[float] = typer.Option(None, "--lambda", help="Anchor weight lambda. (default 0.2)"),
+    eta_beta: Optional[float] = typer.Option(None, "--eta-beta", help="Dual step size of beta. (default 0.5)"),
+    lr: Optional[float] = typer.Option(None, "--lr", help="Learning rate. (default 1e-5)"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Training steps. (default 10)"),
+    tasks_per_step: Optional[int] = typer.Option(None, "--tasks-per-step", help="Tasks per step (B). (default 2)"),
+    group_size: Optional[int] = typer.Option(None, "--group-size", help="Rollouts per task (G). (default 2)"),
+    max_turns: Optional[int] = typer.Option(None, "--max-turns", help="Environment step cap per episode. (default 30)"),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens per action. (default 256)"),
+    student_lora_rank: Optional[int] = typer.Option(None, "--student-lora-rank", help="Student LoRA rank; 0 = full fine-tuning. (default 8)"),
+    freeze_composer: Optional[bool] = typer.Option(None, "--freeze-composer/--train-composer", help="Freeze the composer (the paper's ablation). (default train)"),
+    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
+    tensorboard: Optional[bool] = typer.Option(None, "--tensorboard", help="Also log to TensorBoard (needs the tensorboard package)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out."),
+) -> None:
+    """Train the student with LOPD: rollouts, latent-context teacher, reverse KL + margin + anchor."""
+    from stages import distill as stage
+
+    values = stage.load_config(config) if config else {}
+    flags = {
+        "env": env, "store": store, "composer": composer, "out": out, "model": model,
+        "data_dir": data_dir, "margin": margin, "J": J, "K": K, "M": M, "lam": lam,
+        "eta_beta": eta_beta, "lr": lr, "steps": steps, "tasks_per_step": tasks_per_step,
+        "group_size": group_size, "max_steps": max_turns, "max_new_tokens": max_new_tokens,
+        "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
+        "checkpoint_every": checkpoint_every, "tensorboard": tensorboard, "seed": seed,
+    }
+    if "lambda" in values and lam is not None:
+        values.pop("lambda")
+    values.update({k: v for k, v in flags.items() if v is not None})
+    values.setdefault("store", "runs/store")
+    values.setdefault("out", "runs/lopd")
+    for required in ("env", "composer"):
+        if required not in values:
+            raise ValueError(f"--{required} is required (as a flag or in the --config file)")
+    values["resume"] = resume
+    stage.run(stage.DistillConfig(**values))
+
+
+@app.command()
+@friendly
 def evaluate(
     bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench."),
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
