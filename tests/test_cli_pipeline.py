@@ -1,0 +1,57 @@
+"""The whole pipeline through the CLI with a tiny in-process model and 2 tasks per stage:
+collect (reference + policy) -> index -> coldstart -> distill -> evaluate (base vs student) -> compare."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from transformers import AutoModelForCausalLM
+from typer.testing import CliRunner
+
+from lopd_cli.main import app
+from stages.core.store import ExperienceStore
+from tests.tiny import save_tiny
+
+runner = CliRunner()
+
+
+def _ok(args: list[str]) -> str:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, f"lopd {' '.join(args)}\n{res.output}\n{res.exception!r}"
+    return res.output
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_pipeline_end_to_end(tmp_path):
+    tiny = str(save_tiny(tmp_path / "tiny"))
+    store, composer, run, reports = (str(tmp_path / n) for n in ("store", "composer0", "lopd", "eval"))
+
+    _ok(["collect", "--env", "code", "--reference", "--limit", "4", "--store", store])
+    _ok(["collect", "--env", "code", "--limit", "2", "--model", tiny, "--store", store,
+         "--max-new-tokens", "8", "--samples-per-task", "2"])
+    rows = ExperienceStore.open(store).query()
+    assert len(rows) == 8 and sum(r.success for r in rows) >= 4
+
+    _ok(["index", "--store", store])
+    out = _ok(["coldstart", "--experiences", store, "--out", composer, "--model", tiny, "--steps", "2",
+               "--J", "2", "--K", "2", "--depth", "1", "--max-exp-tokens", "48", "--checkpoint-every", "1",
+               "--eval-every", "2", "--heldout-fraction", "0.25"])
+    assert (tmp_path / "composer0" / "final" / "composer_config.json").is_file(), out
+
+    _ok(["distill", "--env", "code", "--store", store, "--composer", f"{composer}/final", "--out", run,
+         "--model", tiny, "--steps", "1", "--tasks-per-step", "1", "--group-size", "2", "--J", "2",
+         "--K", "2", "--max-new-tokens", "8", "--lr", "1e-3"])
+    metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1] and metrics[0]["reverse_kl"] >= 0.0
+    assert ExperienceStore.open(store).count() == 10  # the step's 2 rollouts joined the memory
+    student = f"{run}/final/student"
+    assert AutoModelForCausalLM.from_pretrained(student).config.vocab_size > 0
+
+    for name, model in (("base", tiny), ("lopd", student)):
+        _ok(["evaluate", "--bench", "envscaler", "--model", model, "--limit", "2", "--max-new-tokens", "8",
+             "--max-steps", "2", "--out", f"{reports}/{name}.json"])
+        report = json.loads((tmp_path / "eval" / f"{name}.json").read_text())
+        assert report["bench"] == "envscaler" and report["model"] == model and len(report["per_task"]) == 2
+    table = _ok(["evaluate", "--compare", f"{reports}/base.json", f"{reports}/lopd.json"])
+    assert "compare envscaler" in table and re.search(r"\([+-]\d\.\d{3}\)", table)
