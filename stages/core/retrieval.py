@@ -384,7 +384,10 @@ class Retriever:
                 score_col = "_distance"
         if where:
             q = q.where(where, prefilter=True)
-        result = q.select(["trajectory_id"]).limit(limit).to_arrow()
+        # naming the score column keeps lance from warning that it projects it implicitly (the
+        # hybrid builder's inner searches still warn: lancedb does not expose the switch)
+        columns = ["trajectory_id"] if mode == "hybrid" else ["trajectory_id", score_col]
+        result = q.select(columns).limit(limit).to_arrow()
         ids = result.column("trajectory_id").to_pylist()
         scores = result.column(score_col).to_pylist()
         if score_col == "_distance":
