@@ -1,0 +1,218 @@
+"""`lopd coldstart` on the tiny model and a tiny indexed store (CPU, a few seconds per run)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from schemas import Message, ToolCall, Trajectory, Turn
+from stages import coldstart
+from stages.coldstart import ColdstartConfig, batch_indices, load_phi, split_tasks
+from stages.core import policy
+from stages.core.composer import Composer, base_parameters, load_composer, save_composer
+from stages.core.contexts import build_batch
+from stages.core.retrieval import index_new
+from stages.core.store import ExperienceStore, StoreError
+from tests.test_index import HashEmbedder
+from tests.tiny import save_tiny, tiny_tokenizer
+
+PAIRS = [(1, 2), (3, 4), (5, 6), (7, 8), (2, 9), (4, 4), (6, 1), (8, 3)]
+
+
+def make_traj(tid: str, a: int, b: int, success: bool = True) -> Trajectory:
+    """A two-action ChatML-friendly conversation: tool call, tool result, final answer."""
+    prompt = f"What is {a}+{b}? Use the add tool."
+    call = ToolCall(name="add", arguments=json.dumps({"a": a, "b": b}))
+    action1 = f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
+    answer = a + b if success else a + b + 1
+    action2 = f"The answer is {answer}."
+    messages = [Message(role="system", content="You are a helpful assistant."),
+                Message(role="user", content=prompt),
+                Message(role="assistant", content=action1, tool_calls=[call]),
+                Message(role="tool", content=str(a + b), name="add"),
+                Message(role="assistant", content=action2)]
+    turns = [Turn(action=action1, tool_calls=[call], observation=str(a + b), action_tokens=20),
+             Turn(action=action2, action_tokens=6)]
+    return Trajectory(trajectory_id=tid, task_id=f"add-{a}-{b}", env="toy", split="train", prompt=prompt,
+                      policy="tiny", messages=messages, turns=turns, reward=1.0 if success else 0.0,
+                      success=success, num_steps=2, num_tool_calls=1, run_id="r",
+                      info=json.dumps({"tools": []}))  # short prompts keep the test fast
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matrices: intra-op threads only add sync overhead (5x slower on a busy 2-core box)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cs") / "store"
+    store = ExperienceStore.open(path)
+    rows = [make_traj(f"t{i}-{g}", a, b) for i, (a, b) in enumerate(PAIRS) for g in range(2)]
+    rows.append(make_traj("fail-0", 1, 2, success=False))
+    store.append(rows)
+    index_new(store, HashEmbedder())
+    return str(path)
+
+
+def cfg(tmp_path, store_path, tiny_dir, name="out", **kw) -> ColdstartConfig:
+    base = dict(experiences=store_path, out=str(tmp_path / name), model=tiny_dir, steps=6, lr=3e-3,
+                batch_size=2, J=2, K=4, depth=1, lora_rank=4, max_exp_tokens=96, max_len=1024,
+                heldout_fraction=0.25, checkpoint_every=2, eval_every=3, seed=0)
+    base.update(kw)
+    return ColdstartConfig(**base)
+
+
+def run(config: ColdstartConfig):
+    return coldstart.run(config, embedder=HashEmbedder())
+
+
+def metrics(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_split_and_batches_are_deterministic():
+    tasks = {f"t{i}" for i in range(10)}
+    train, held = split_tasks(tasks, 0.2, seed=0)
+    assert len(held) == 2 and train | held == tasks and not train & held
+    assert split_tasks(tasks, 0.2, seed=0) == (train, held)
+    assert split_tasks(tasks, 0.2, seed=1) != (train, held)
+    assert split_tasks({"a", "b"}, 0.01, 0)[1] and split_tasks({"a"}, 0.5, 0) == ({"a"}, set())
+    seen = [i for s in range(5) for i in batch_indices(5, 2, s, seed=3)]
+    assert sorted(seen[:5]) == list(range(5))  # each epoch is a permutation
+    assert batch_indices(5, 2, 3, seed=3) == batch_indices(5, 2, 3, seed=3)
+
+
+def test_training_lowers_nll_and_keeps_backbone(tmp_path, store_path, tiny_dir, monkeypatch):
+    held = {}
+    real_load = policy.load_policy
+
+    def capture(name, **kw):
+        model, tok = real_load(name, **kw)
+        held["model"] = model
+        held["before"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        return model, tok
+
+    monkeypatch.setattr(policy, "load_policy", capture)
+    # whole training set in every batch: the per-step losses are comparable
+    config = cfg(tmp_path, store_path, tiny_dir, steps=8, batch_size=12, lr=1e-2, grad_checkpointing=False)
+    report = run(config)
+    rows = metrics(tmp_path / "out")
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert set(rows[0]) >= {"step", "loss", "nll", "grad_norm", "lr", "seconds", "tokens"}
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.1
+    assert all(r["grad_norm"] > 0 for r in rows)
+    # backbone bit-identical, only phi changed
+    assert report.backbone_unchanged
+    after = dict(base_parameters(held["model"]))
+    for name, before in held["before"].items():
+        if name in after:
+            assert torch.equal(after[name], before), name
+    # held-out evaluation: three numbers, reported and written
+    h = report.heldout
+    assert h is not None and h.tokens > 0 and h.trajectories == report.heldout_trajectories
+    assert h.nll_untrained is not None
+    assert json.loads((tmp_path / "out" / "heldout.json").read_text())["nll_trained"] == h.nll_trained
+    assert (tmp_path / "out" / "manifest.json").is_file()
+    assert "heldout_nll" in rows[2]  # eval_every=3
+
+
+def test_checkpoints_and_round_trip(tmp_path, store_path, tiny_dir):
+    config = cfg(tmp_path, store_path, tiny_dir, steps=6, checkpoint_every=2)
+    report = run(config)
+    out = tmp_path / "out"
+    ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert ckpts == ["step-4", "step-6"]  # last two kept, no temp folders left
+    for name in ckpts:
+        assert {"composer", "compressor.safetensors", "composer_config.json", "trainer_state.pt",
+                "coldstart_config.json"} <= {p.name for p in (out / "checkpoints" / name).iterdir()}
+    tok = tiny_tokenizer()
+    from stages.core.policy import load_policy
+
+    exps_batch = build_batch(tok, [make_traj("x", 3, 5)], [[make_traj("e1", 1, 2), make_traj("e2", 4, 4)]],
+                             J=2, max_exp_tokens=96)
+
+    def latents(composer):
+        with torch.no_grad():
+            return composer(exps_batch.exp_ids_BJL, exps_batch.exp_mask_BJL)
+
+    final = load_composer(load_policy(tiny_dir)[0], out / "final", report.backbone_id)
+    c_final = latents(final)
+    # the last checkpoint holds the same phi, loaded in place into a freshly built composer
+    torch.manual_seed(123)
+    fresh = Composer(load_policy(tiny_dir)[0], J=2, K=4, depth=1, lora_rank=4, lora_alpha=8, max_exp_tokens=96)
+    assert not torch.equal(latents(fresh), c_final)
+    load_phi(fresh, out / "checkpoints" / "step-6")
+    assert torch.equal(latents(fresh), c_final)
+    # save / load round trip: identical latents
+    save_composer(final, tmp_path / "again", {"backbone_id": report.backbone_id})
+    again = load_composer(load_policy(tiny_dir)[0], tmp_path / "again", report.backbone_id)
+    assert torch.equal(latents(again), c_final)
+
+
+def test_resume_is_bit_identical(tmp_path, store_path, tiny_dir):
+    keys = ("step", "loss", "nll", "grad_norm", "lr", "tokens", "heldout_nll")
+    full = run(cfg(tmp_path, store_path, tiny_dir, name="full", steps=6, checkpoint_every=4))
+    # an "interrupted" run: it wrote metrics up to step 6 but only checkpoint step-4 survived
+    run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4))
+    cut = tmp_path / "cut"
+    shutil.rmtree(cut / "checkpoints" / "step-6")
+    shutil.rmtree(cut / "final")
+    with pytest.raises(ValueError, match="already holds a coldstart run"):
+        run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4))
+    with pytest.raises(ValueError, match="cannot resume .* lr="):
+        run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4, lr=1e-3, resume=True))
+    resumed = run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4, resume=True))
+    assert resumed.start_step == 4
+    a, b = metrics(tmp_path / "full"), metrics(cut)
+    assert [r["step"] for r in b] == list(range(1, 7))
+    assert [{k: r.get(k) for k in keys} for r in a] == [{k: r.get(k) for k in keys} for r in b]
+    assert resumed.heldout == full.heldout
+    # extending a finished run continues from its last checkpoint
+    longer = run(cfg(tmp_path, store_path, tiny_dir, name="full", steps=7, checkpoint_every=4, resume=True))
+    assert longer.start_step == 6 and [r["step"] for r in metrics(tmp_path / "full")] == list(range(1, 8))
+
+
+def test_target_never_among_its_experiences(tmp_path, store_path, tiny_dir, monkeypatch):
+    seen = []
+    real = coldstart.build_batch
+
+    def spy(tok, trajectories, experiences, **kw):
+        seen.extend(zip(trajectories, experiences))
+        return real(tok, trajectories, experiences, **kw)
+
+    monkeypatch.setattr(coldstart, "build_batch", spy)
+    config = cfg(tmp_path, store_path, tiny_dir, steps=4, batch_size=3, placement="per-turn")
+    report = run(config)
+    train_tasks, held_tasks = split_tasks({f"add-{a}-{b}" for a, b in PAIRS}, 0.25, 0)
+    assert len(seen) >= 12 + report.heldout_trajectories
+    for target, exps in seen:
+        assert exps, "every target gets experiences (the store has other successes)"
+        assert target.trajectory_id not in {e.trajectory_id for e in exps}
+        assert target.task_id not in {e.task_id for e in exps}  # exclude_same_task
+        assert all(e.success for e in exps)
+        if target.task_id in train_tasks:  # held-out tasks never enter training
+            assert not {e.task_id for e in exps} & held_tasks
+
+
+def test_errors(tmp_path, store_path, tiny_dir):
+    store = ExperienceStore.open(tmp_path / "few")
+    store.append([make_traj("only", 1, 2), make_traj("bad", 3, 4, success=False)])
+    index_new(store, HashEmbedder())
+    with pytest.raises(StoreError, match="1 successful train trajectories.*at least 2"):
+        run(cfg(tmp_path, str(tmp_path / "few"), tiny_dir))
+    with pytest.raises(StoreError, match="only 0 successful trajectories fit max_len=20"):
+        run(cfg(tmp_path, store_path, tiny_dir, name="short", max_len=20))
+    with pytest.raises(Exception, match="extra"):
+        ColdstartConfig(experiences="x", out="y", bogus=1)
