@@ -310,7 +310,8 @@ class Distiller:
         if embeddings_info(self.store) is None:
             return [[] for _ in trajectories]
         retriever = Retriever(self.store, self.embedder)
-        return retrieve_experiences(retriever, trajectories, self.config.J)
+        # training experiences only: held-out (test split) rows never become privileged context
+        return retrieve_experiences(retriever, trajectories, self.config.J, split="train")
 
     def _losses(self, trajectories: list[Trajectory], experiences: list[list[Trajectory]],
                 weight: float) -> tuple[torch.Tensor, dict]:

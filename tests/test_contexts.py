@@ -185,9 +185,10 @@ def test_retrieve_experiences_arguments():
     assert [[e.trajectory_id for e in row] for row in out] == [["x0", "x1"]] * 2
     text, J, kw = r.calls[1]
     assert (text, J) == ("What is 2+2?", 2)
-    assert kw == {"success_only": True, "env": "bfcl", "exclude_ids": {"b"}, "exclude_task_ids": {"t2"}}
-    retrieve_experiences(r, [a], 1)
-    assert r.calls[-1][2]["exclude_task_ids"] == set()
+    assert kw == {"success_only": True, "env": "bfcl", "split": None, "exclude_ids": {"b"},
+                  "exclude_task_ids": {"t2"}}
+    retrieve_experiences(r, [a], 1, split="train")
+    assert r.calls[-1][2]["exclude_task_ids"] == set() and r.calls[-1][2]["split"] == "train"
 
 
 def test_lookup_tools_falls_back_to_the_environment_tasks():

@@ -279,10 +279,9 @@ def retrieve_experiences(
     out: list[list[Trajectory]] = []
     for traj in trajectories:
         tasks = extra | ({traj.task_id} if exclude_same_task else set())
-        kwargs = {"split": split} if split is not None else {}
         found = retriever.retrieve(
-            traj.prompt, J, success_only=True, env=traj.env,
-            exclude_ids={traj.trajectory_id}, exclude_task_ids=tasks, **kwargs,
+            traj.prompt, J, success_only=True, env=traj.env, split=split,
+            exclude_ids={traj.trajectory_id}, exclude_task_ids=tasks,
         )
         if any(e.trajectory.trajectory_id == traj.trajectory_id for e in found):
             raise RuntimeError(f"retriever returned trajectory {traj.trajectory_id} as its own experience")
