@@ -33,15 +33,12 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import random
 import resource
-import shutil
 import time
 from pathlib import Path
 from typing import Iterator, Literal
 
-import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
@@ -57,6 +54,10 @@ from rich.table import Table
 
 from schemas import Trajectory
 from stages.core.chat import action_spans, tokenize_for_training
+from stages.core.checkpoint import (
+    CHECKPOINTS, OPTIMIZER_FILE, checkpoint_dirs, clean_partial, latest_checkpoint, read_state, restore_rng,
+    write_checkpoint,
+)
 from stages.core.composer import Composer, base_parameters, enable_activation_checkpointing, save_composer
 from stages.core.contexts import build_batch, lookup_tools, retrieve_experiences, shift_for_loss
 from stages.core.losses import masked_nll
@@ -64,11 +65,9 @@ from stages.core.provenance import config_run_id, write_manifest
 from stages.core.store import ExperienceStore, StoreError
 from stages.core.teacher import teacher_logits
 
-CHECKPOINTS = "checkpoints"
 FINAL = "final"
 METRICS = "metrics.jsonl"
 HELDOUT = "heldout.json"
-TRAINER_STATE = "trainer_state.pt"
 CONFIG_FILE = "coldstart_config.json"
 KEEP_CHECKPOINTS = 2
 # Settings a resumed run may change: they do not affect the training trajectory.
@@ -337,46 +336,17 @@ def evaluate_heldout(
 # ---------------------------------------------------------------------------------------------
 
 
-def _checkpoint_dirs(out: Path) -> list[tuple[int, Path]]:
-    root = out / CHECKPOINTS
-    found = []
-    if root.is_dir():
-        for d in root.iterdir():
-            if d.is_dir() and d.name.startswith("step-") and d.name[5:].isdigit():
-                found.append((int(d.name[5:]), d))
-    return sorted(found)
-
-
-def latest_checkpoint(out: str | Path) -> Path | None:
-    """The newest ``out/checkpoints/step-N`` folder, or None."""
-    dirs = _checkpoint_dirs(Path(out))
-    return dirs[-1][1] if dirs else None
-
-
 def _save_checkpoint(out: Path, step: int, composer: Composer, optimizer, config: ColdstartConfig,
                      backbone_id: str) -> Path:
-    """Write ``out/checkpoints/step-<step>`` atomically (temp folder + rename); keep the last 2."""
-    root = out / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step}"
-    tmp = root / f".tmp-step-{step}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_composer(composer, tmp, {"backbone_id": backbone_id, "placement": config.placement,
-                                  "coldstart_step": step})
-    torch.save({
-        "step": step,
-        "optimizer": optimizer.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "python_rng": random.getstate(),
-        "numpy_rng": np.random.get_state(),
-    }, tmp / TRAINER_STATE)
-    (tmp / CONFIG_FILE).write_text(config.model_dump_json(indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    for _, old in _checkpoint_dirs(out)[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    """Write ``out/checkpoints/step-<step>`` atomically (composer, optimizer, config, RNG states)."""
+
+    def fill(folder: Path) -> None:
+        save_composer(composer, folder, {"backbone_id": backbone_id, "placement": config.placement,
+                                         "coldstart_step": step})
+        torch.save(optimizer.state_dict(), folder / OPTIMIZER_FILE)
+        (folder / CONFIG_FILE).write_text(config.model_dump_json(indent=2))
+
+    return write_checkpoint(out, step, fill, {"step": step}, keep=KEEP_CHECKPOINTS)
 
 
 def load_phi(composer: Composer, ckpt_dir: str | Path) -> None:
@@ -463,8 +433,9 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     t_start = time.perf_counter()
     out = Path(config.out)
     run_id = config_run_id("coldstart", config, _RUN_KEYS)
+    clean_partial(out)
     ckpt = latest_checkpoint(out) if config.resume else None
-    if not config.resume and (_checkpoint_dirs(out) or (out / METRICS).is_file() or (out / FINAL).is_dir()):
+    if not config.resume and (checkpoint_dirs(out) or (out / METRICS).is_file() or (out / FINAL).is_dir()):
         raise ValueError(f"{out} already holds a coldstart run: pass --resume to continue it or "
                          "choose another --out")
     if ckpt is not None:
@@ -512,12 +483,9 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     start_step = 0
     if ckpt is not None:
         load_phi(composer, ckpt)
-        state = torch.load(ckpt / TRAINER_STATE, weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        np.random.set_state(state["numpy_rng"])
-        start_step = int(state["step"])
+        optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True))
+        restore_rng(ckpt)
+        start_step = int(read_state(ckpt)["step"])
     elif config.resume:
         console.print(f"[yellow]no checkpoint in {out / CHECKPOINTS}: starting from step 0[/]")
     out.mkdir(parents=True, exist_ok=True)

@@ -135,8 +135,8 @@ def test_checkpoints_and_round_trip(tmp_path, store_path, tiny_dir):
     ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert ckpts == ["step-4", "step-6"]  # last two kept, no temp folders left
     for name in ckpts:
-        assert {"composer", "compressor.safetensors", "composer_config.json", "trainer_state.pt",
-                "coldstart_config.json"} <= {p.name for p in (out / "checkpoints" / name).iterdir()}
+        assert {"composer", "compressor.safetensors", "composer_config.json", "optimizer.pt", "rng.pt",
+                "state.json", "coldstart_config.json"} <= {p.name for p in (out / "checkpoints" / name).iterdir()}
     tok = tiny_tokenizer()
     from stages.core.policy import load_policy
 
