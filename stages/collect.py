@@ -75,13 +75,6 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
 
     console = console or Console()
     run_id = config.run_id or config_run_id("collect", config, _RUN_KEYS)
-    store = ExperienceStore.open(config.store)
-    done_ids = store.task_ids(run_id=run_id)
-    if done_ids and not config.resume:
-        raise StoreError(
-            f"run {run_id} already has trajectories for {len(done_ids)} tasks in {config.store}; "
-            "pass --resume to continue it or --run-id NAME to start another run"
-        )
     data_dir = Path(config.data_dir) if config.data_dir else None
     env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_steps)  # noqa: E731
     probe = env_factory()
@@ -89,6 +82,14 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     probe.close()
     if config.reference and not hasattr(probe, "reference_actions"):
         raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
+    # the store is opened (and created) only once the tasks are known to be playable
+    store = ExperienceStore.open(config.store)
+    done_ids = store.task_ids(run_id=run_id)
+    if done_ids and not config.resume:
+        raise StoreError(
+            f"run {run_id} already has trajectories for {len(done_ids)} tasks in {config.store}; "
+            "pass --resume to continue it or --run-id NAME to start another run"
+        )
     todo = [t for t in tasks if t.task_id not in done_ids]
     if "://" not in config.store:  # manifests live beside a local store
         write_manifest(Path(config.store) / "runs" / f"{run_id}.json", "collect", run_id, config)

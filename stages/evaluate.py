@@ -49,7 +49,6 @@ class EvaluateConfig(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     out: str | None = None
     data_dir: str | None = None
-    user_model: str | None = None
     release: Literal["v5", "v6"] = "v6"
     temperature: float | None = Field(default=None, ge=0.0)
     max_new_tokens: int | None = Field(default=None, ge=1)

@@ -52,5 +52,6 @@ def test_collect_errors_are_one_line(tiny_dir, tmp_path):
     assert res.exit_code == 2 and "is a file" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["collect", "--env", "nope", "--store", str(tmp_path / "s")])
     assert res.exit_code == 2 and "unknown --env 'nope'" in res.output
+    assert not (tmp_path / "s").exists()  # nothing is created for a run that cannot start
     res = _collect(tiny_dir, tmp_path / "s2", "--data-dir", str(tmp_path / "missing"))
     assert res.exit_code == 2 and "missing" in res.output

@@ -45,6 +45,10 @@ def test_pipeline_end_to_end(tmp_path):
     metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1] and metrics[0]["reverse_kl"] >= 0.0
     assert ExperienceStore.open(store).count() == 10  # the step's 2 rollouts joined the memory
+    _ok(["distill", "--out", run, "--resume", "--steps", "2"])  # the saved config supplies the rest
+    metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert ExperienceStore.open(store).count() == 12
     student = f"{run}/final/student"
     assert AutoModelForCausalLM.from_pretrained(student).config.vocab_size > 0
 

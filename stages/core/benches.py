@@ -237,9 +237,8 @@ def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tupl
 def _acebench_prepare(config: Any) -> BenchRun:
     data = _require_dir(config, "../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)")
     run = _simple("acebench")(config.model_copy(update={"data_dir": str(data)}))
-    note = ("multi-turn skipped: it needs a simulated user (--user-model)" if not config.user_model else
-            "multi-turn skipped: the simulated-user loop is not implemented yet (--user-model ignored)")
-    notes = [note, "ACEBench platform re-implemented; see stages/core/envs/acebench.py"]
+    notes = ["agent multi-step only: multi-turn needs a simulated-user loop, not implemented yet",
+             "ACEBench platform re-implemented; see stages/core/envs/acebench.py"]
     return BenchRun(run.env_factory, run.tasks, notes)
 
 
