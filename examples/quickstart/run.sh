@@ -35,7 +35,10 @@ for who in base lopd; do
   model=smollm2-135m; [ "$who" = lopd ] && model="$RUN/lopd/final/student"
   report="$RUN/eval/bfcl-v3-$who.json"
   if [ -f "$report" ]; then echo "reusing $report"; continue; fi
-  lopd evaluate --bench bfcl-v3 --model "$model" --limit "$EVAL_LIMIT" --out "$report"
+  # a short step cap and response budget keep the CPU demo in minutes; drop both flags for
+  # BFCL's own rules (20 steps per user turn)
+  lopd evaluate --bench bfcl-v3 --model "$model" --limit "$EVAL_LIMIT" --max-steps 8 \
+    --max-new-tokens 96 --batch-size 4 --out "$report"
 done
 lopd evaluate --compare "$RUN/eval/bfcl-v3-base.json" "$RUN/eval/bfcl-v3-lopd.json"
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN"
