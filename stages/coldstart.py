@@ -56,7 +56,7 @@ from schemas import Trajectory
 from stages.core.chat import action_spans, tokenize_for_training
 from stages.core.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, checkpoint_dirs, clean_partial, latest_checkpoint, read_state, restore_rng,
-    write_checkpoint,
+    truncate_metrics, write_checkpoint,
 )
 from stages.core.composer import Composer, base_parameters, enable_activation_checkpointing, save_composer
 from stages.core.contexts import build_batch, lookup_tools, retrieve_experiences, shift_for_loss
@@ -408,13 +408,6 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _read_metrics(path: Path, upto: int) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["step"] <= upto]
-
-
 def run(config: ColdstartConfig, console: Console | None = None, embedder=None) -> ColdstartReport:
     """Train the composer as configured; returns the summary (also printed as a table).
 
@@ -491,8 +484,9 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out / "manifest.json", "coldstart", run_id, config)
     metrics_path = out / METRICS
-    history = _read_metrics(metrics_path, start_step)
-    metrics_path.write_text("".join(json.dumps(r) + "\n" for r in history))
+    # rows of steps after the checkpoint (and a line cut short by a kill) are dropped
+    truncate_metrics(metrics_path, start_step)
+    history = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.is_file() else []
 
     console.print(
         f"[bold]coldstart[/] run {run_id}: {len(train)} train / {len(heldout)} held-out successful "
