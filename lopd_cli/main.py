@@ -12,6 +12,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from stages.core.prefix_cache import PREFIX_CACHE_TOKENS
+
 app = typer.Typer(
     name="lopd",
     help="Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD).\n\n"
@@ -70,6 +72,7 @@ def collect(
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling mass."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
+    prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name (default: derived from the settings)."),
     resume: bool = typer.Option(False, "--resume", help="Skip tasks this run already stored."),
     reference: bool = typer.Option(False, "--reference", help="Play each task's reference solution (BFCL possible answer, HumanEval canonical solution) through the real environment and checker instead of a model: seeds the store with verified demonstrations."),
@@ -81,7 +84,7 @@ def collect(
         env=env, store=store, split=split, limit=limit, samples_per_task=samples_per_task,
         model=model, data_dir=data_dir, max_steps=max_steps, max_new_tokens=max_new_tokens,
         temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
-        run_id=run_id, resume=resume, reference=reference,
+        prefix_cache_tokens=prefix_cache_tokens, run_id=run_id, resume=resume, reference=reference,
     )
     stage.run(cfg)
 
@@ -217,6 +220,7 @@ def evaluate(
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Override the bench's step cap."),
     batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
     workers: int = typer.Option(2, "--workers", help="evalplus evaluator processes."),
+    prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),
     reports: Optional[list[str]] = typer.Argument(None, help="Report files for --compare.", show_default=False),
@@ -236,7 +240,7 @@ def evaluate(
     stage.run(stage.EvaluateConfig(
         bench=bench, model=model, limit=limit, out=out, data_dir=data_dir,
         release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_steps=max_steps,
-        batch_size=batch_size, workers=workers, seed=seed,
+        batch_size=batch_size, workers=workers, seed=seed, prefix_cache_tokens=prefix_cache_tokens,
     ))
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from schemas import Trajectory
 from stages.core.envs import make_env
+from stages.core.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.core.provenance import config_run_id, git_commit, write_manifest
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore, StoreError
@@ -40,6 +41,7 @@ class CollectConfig(BaseModel):
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
     seed: int = 0
     batch_size: int = Field(default=8, ge=1)
+    prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
     run_id: str | None = None
     resume: bool = False
     reference: bool = False
@@ -103,7 +105,8 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     if not config.reference:
         policy_id = config.model
         model, tokenizer = load_policy(config.model)
-        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size)
+        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size,
+                                 prefix_cache_tokens=config.prefix_cache_tokens)
     params = SamplingParams(
         temperature=config.temperature, top_p=config.top_p,
         max_new_tokens=config.max_new_tokens, seed=config.seed,
@@ -113,13 +116,14 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     written: list[Trajectory] = []
     t0 = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(),
-                  console=console, transient=False) as bar:
-        job = bar.add_task("tasks", total=len(todo), reward=0.0)
+                  TextColumn("reward {task.fields[reward]:.3f}"), TextColumn("{task.fields[actions]} actions"),
+                  TimeElapsedColumn(), console=console, transient=False) as bar:
+        job = bar.add_task("tasks", total=len(todo), reward=0.0, actions=0)
         for traj in play(engine, tokenizer, env_factory, todo,
                          samples_per_task=config.samples_per_task, params=params,
                          policy_id=policy_id, run_id=run_id, git_commit=git_commit(),
-                         max_concurrent=config.batch_size, stats=stats, reference=config.reference):
+                         max_concurrent=config.batch_size, stats=stats, reference=config.reference,
+                         on_step=lambda s: bar.update(job, actions=s.actions)):
             group = pending.setdefault(traj.task_id, [])
             group.append(traj)
             if len(group) == config.samples_per_task:

@@ -29,6 +29,7 @@ from rich.table import Table
 
 from schemas import Trajectory
 from stages.core.benches import BENCHES
+from stages.core.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.core.provenance import git_commit
 
 BenchName = Literal["bfcl-v3", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "livecodebench"]
@@ -38,7 +39,8 @@ class EvaluateConfig(BaseModel):
     """Settings of one `lopd evaluate` run (the CLI flags, validated).
 
     ``temperature`` / ``max_new_tokens`` / ``max_steps`` of None take the bench's defaults
-    (temperature 0 = greedy). ``data_dir`` is a folder or file, or for livecodebench also a
+    (temperature 0 = greedy). ``prefix_cache_tokens`` bounds the rollout engine's KV prefix
+    cache (0 turns it off). ``data_dir`` is a folder or file, or for livecodebench also a
     Hugging Face dataset id. ``workers`` is the evalplus evaluator's process count.
     """
 
@@ -55,6 +57,7 @@ class EvaluateConfig(BaseModel):
     max_steps: int | None = Field(default=None, ge=1)
     batch_size: int = Field(default=8, ge=1)
     workers: int = Field(default=2, ge=1)
+    prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
     seed: int = 0
 
 
@@ -126,16 +129,19 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         from stages.core.policy import HFRolloutEngine, load_policy
 
         model, tokenizer = load_policy(config.model)
-        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size)
+        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size,
+                                 prefix_cache_tokens=config.prefix_cache_tokens)
     order = {t.task_id: i for i, t in enumerate(prepared.tasks)}
     trajs: list[Trajectory] = []
     stats = RolloutStats()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(), console=console) as bar:
-        job = bar.add_task(config.bench, total=len(prepared.tasks), reward=0.0)
+                  TextColumn("reward {task.fields[reward]:.3f}"), TextColumn("{task.fields[actions]} actions"),
+                  TimeElapsedColumn(), console=console) as bar:
+        job = bar.add_task(config.bench, total=len(prepared.tasks), reward=0.0, actions=0)
         for traj in play(engine, tokenizer, prepared.env_factory, prepared.tasks, samples_per_task=1, params=params,
                          policy_id=config.model, run_id=f"evaluate-{config.bench}", git_commit=git_commit(),
-                         max_concurrent=config.batch_size, stats=stats):
+                         max_concurrent=config.batch_size, stats=stats,
+                         on_step=lambda s: bar.update(job, actions=s.actions)):
             trajs.append(traj)
             bar.update(job, advance=1, reward=sum(t.reward for t in trajs) / len(trajs))
     trajs.sort(key=lambda t: order.get(t.task_id, len(order)))
@@ -154,11 +160,18 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         "finished_at": finished.isoformat(),
         "seconds": time.perf_counter() - t0,
         "generated_tokens": stats.generated_tokens,
+        **_cache_counts(engine),
     }
     _write_atomic(out, report)
     console.print(report_table(report))
     console.print(f"report written to {out}")
     return report
+
+
+def _cache_counts(engine: Any) -> dict[str, int]:
+    """Prompt tokens the engine's prefix cache served and those it had to encode (none: {})."""
+    cache = getattr(engine, "prefix_cache", None)
+    return {} if cache is None else {"prompt_tokens_cached": cache.hit_tokens, "prompt_tokens_encoded": cache.miss_tokens}
 
 
 def bench_temperature(config: EvaluateConfig) -> float:

@@ -198,14 +198,22 @@ class HFRolloutEngine:
         model: a causal LM (eval mode), e.g. from :func:`load_policy`.
         tokenizer: its tokenizer; must have a pad token (``load_policy`` sets one).
         batch_size: prompts per ``generate`` call.
+        prefix_cache_tokens: when > 0, keep the KV cache of up to this many tokens of earlier
+            sequences and encode only the uncached part of each prompt
+            (:mod:`stages.core.prefix_cache`); the model's weights must not change while the
+            engine is in use (or call ``engine.prefix_cache.clear()``). 0 disables it.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 8):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 8,
+                 prefix_cache_tokens: int = 0):
+        from stages.core.prefix_cache import PrefixCache
+
         if tokenizer.pad_token_id is None:
             raise ValueError("HFRolloutEngine: tokenizer.pad_token is not set (use load_policy)")
         if batch_size < 1:
             raise ValueError(f"HFRolloutEngine: batch_size must be >= 1, got {batch_size}")
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         eos = model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
@@ -227,13 +235,6 @@ class HFRolloutEngine:
         import torch
         from transformers import GenerationConfig
 
-        side = self.tokenizer.padding_side
-        self.tokenizer.padding_side = "left"
-        try:
-            enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        finally:
-            self.tokenizer.padding_side = side
-        enc = enc.to(self.model.device)
         sample = params.temperature > 0
         config = GenerationConfig(
             max_new_tokens=params.max_new_tokens,
@@ -245,14 +246,27 @@ class HFRolloutEngine:
             eos_token_id=self.eos_ids,
             stop_strings=params.stop or None,
         )
+        stop_kwargs = {"tokenizer": self.tokenizer} if params.stop else {}
         devices = [self.model.device] if self.model.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             if params.seed is not None:
                 torch.manual_seed(params.seed + index)
-            seqs = self.model.generate(
-                **enc, generation_config=config, tokenizer=self.tokenizer if params.stop else None
-            )
-        new = seqs[:, enc["input_ids"].shape[1] :].tolist()
+            if self.prefix_cache is not None:
+                from stages.core.prefix_cache import generate_cached
+
+                prompt_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+                new = generate_cached(self.model, prompt_ids, config, self.prefix_cache,
+                                      self.tokenizer.pad_token_id, self.eos_ids, **stop_kwargs)
+            else:
+                side = self.tokenizer.padding_side
+                self.tokenizer.padding_side = "left"
+                try:
+                    enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+                finally:
+                    self.tokenizer.padding_side = side
+                enc = enc.to(self.model.device)
+                seqs = self.model.generate(**enc, generation_config=config, **stop_kwargs)
+                new = seqs[:, enc["input_ids"].shape[1] :].tolist()
         return [self._finish(ids, params) for ids in new]
 
     def _finish(self, ids: list[int], params: SamplingParams) -> Generation:

@@ -36,6 +36,7 @@ class RolloutStats:
     """Running totals over all episodes played so far (tokens are generated tokens)."""
 
     episodes: int = 0
+    actions: int = 0
     generated_tokens: int = 0
     generate_seconds: float = 0.0
     env_seconds: float = 0.0
@@ -55,6 +56,7 @@ def play(
     max_concurrent: int = 8,
     stats: RolloutStats | None = None,
     reference: bool = False,
+    on_step: Callable[[RolloutStats], None] | None = None,
 ) -> Iterator[Trajectory]:
     """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
 
@@ -72,6 +74,8 @@ def play(
         reference: play each task's reference solution (``env.reference_actions(task)``) instead
             of generating; ``engine`` is then unused. The actions still go through the real
             environment and checker, so the reward is verified, not assumed.
+        on_step: called with ``stats`` after every batched generate call (e.g. to refresh a
+            progress bar while long episodes are still running).
 
     Yields:
         Trajectory rows with the environment's verified reward. Environment failures inside an
@@ -105,6 +109,9 @@ def play(
             generations = engine.generate(prompts, step_params)
         call += 1
         stats.generate_seconds += time.perf_counter() - t0
+        stats.actions += len(generations)
+        if on_step is not None:
+            on_step(stats)
         still_live: list[_Episode] = []
         for ep, gen in zip(live, generations):
             stats.generated_tokens += gen.num_tokens
