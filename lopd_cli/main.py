@@ -194,8 +194,6 @@ def distill(
         "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
         "checkpoint_every": checkpoint_every, "tensorboard": tensorboard, "seed": seed,
     }
-    if "lambda" in values and lam is not None:
-        values.pop("lambda")
     values.update({k: v for k, v in flags.items() if v is not None})
     values.setdefault("store", "runs/store")
     values.setdefault("out", "runs/lopd")

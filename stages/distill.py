@@ -130,11 +130,12 @@ class DistillReport(BaseModel):
 def load_config(path: str | Path) -> dict:
     """Read a TOML (``.toml``) or YAML/JSON (``.yaml``, ``.yml``, ``.json``) config file.
 
-    Returns the mapping (CLI flags override its keys before ``DistillConfig`` validation).
+    Returns the mapping (CLI flags override its keys before ``DistillConfig`` validation), with
+    the paper's name ``lambda`` for the anchor weight renamed to the field name ``lam``.
 
     Raises:
-        ValueError: unknown extension, unparsable file, or a top level that is no mapping
-            (one line naming the file).
+        ValueError: unknown extension, unparsable file, a top level that is no mapping, or both
+            ``lambda`` and ``lam`` given (one line naming the file).
     """
     import tomllib
 
@@ -153,6 +154,10 @@ def load_config(path: str | Path) -> dict:
         raise ValueError(f"{path}: not valid {path.suffix[1:]}: {str(err).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the top level must be a mapping of option names to values")
+    if "lambda" in data:
+        if "lam" in data:
+            raise ValueError(f"{path}: give the anchor weight once, as `lambda` or as `lam`")
+        data["lam"] = data.pop("lambda")
     return data
 
 

@@ -39,15 +39,23 @@ def test_pipeline_end_to_end(tmp_path):
                "--eval-every", "2", "--heldout-fraction", "0.25"])
     assert (tmp_path / "composer0" / "final" / "composer_config.json").is_file(), out
 
-    _ok(["distill", "--env", "code", "--store", store, "--composer", f"{composer}/final", "--out", run,
-         "--model", tiny, "--steps", "1", "--tasks-per-step", "1", "--group-size", "2", "--J", "2",
-         "--K", "2", "--max-new-tokens", "8", "--lr", "1e-3"])
+    # like the quickstart: a config file (using the paper's name `lambda`) plus flags
+    config = tmp_path / "distill.toml"
+    config.write_text('env = "code"\nlambda = 0.3\nJ = 2\nK = 2\nsteps = 1\ntasks_per_step = 1\n'
+                      'group_size = 2\nmax_new_tokens = 8\nlr = 1e-3\n')
+    distill = ["distill", "--config", str(config), "--store", store, "--composer", f"{composer}/final",
+               "--out", run, "--model", tiny]
+    _ok(distill)
     metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1] and metrics[0]["reverse_kl"] >= 0.0
+    assert json.loads((tmp_path / "lopd" / "config.json").read_text())["lam"] == 0.3
     assert ExperienceStore.open(store).count() == 10  # the step's 2 rollouts joined the memory
     _ok(["distill", "--out", run, "--resume", "--steps", "2"])  # the saved config supplies the rest
     metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
+    assert ExperienceStore.open(store).count() == 12
+    _ok(distill + ["--resume", "--steps", "2"])  # a second `make demo`: finished, nothing added
+    assert len((tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()) == 2
     assert ExperienceStore.open(store).count() == 12
     student = f"{run}/final/student"
     assert AutoModelForCausalLM.from_pretrained(student).config.vocab_size > 0

@@ -283,7 +283,7 @@ def test_load_config_toml_yaml_and_overrides(tmp_path):
     toml.write_text('env = "bfcl"\nstore = "s"\ncomposer = "c"\nout = "o"\nlambda = 0.3\nJ = 2\n')
     yml = tmp_path / "run.yaml"
     yml.write_text("env: bfcl\nstore: s\ncomposer: c\nout: o\nlam: 0.3\nJ: 2\n")
-    assert load_config(toml)["lambda"] == load_config(yml)["lam"] == 0.3
+    assert load_config(toml)["lam"] == load_config(yml)["lam"] == 0.3
     for path in (toml, yml):
         config = DistillConfig.model_validate({**load_config(path), "steps": 7})
         assert (config.lam, config.J, config.steps, config.K) == (0.3, 2, 7, 32)
@@ -297,6 +297,10 @@ def test_load_config_toml_yaml_and_overrides(tmp_path):
     broken.write_text("env = \n")
     with pytest.raises(ValueError, match="broken.toml: not valid toml"):
         load_config(broken)
+    both = tmp_path / "both.toml"
+    both.write_text("lambda = 0.3\nlam = 0.2\n")
+    with pytest.raises(ValueError, match="both.toml: give the anchor weight once"):
+        load_config(both)
 
 
 def test_micro_batches_and_activation_checkpointing_give_the_same_step(assets, tmp_path):

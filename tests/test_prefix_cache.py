@@ -117,3 +117,16 @@ def test_seeded_sampling_and_stop_strings_match_uncached(tok, model):
     stop = full.text[2:4]
     with_stop = GREEDY.model_copy(update={"stop": [stop]})
     assert cached.generate(prompts[:1], with_stop) == plain.generate(prompts[:1], with_stop)
+
+
+def test_rows_sharing_a_long_prefix_encode_it_once(tok, model):
+    system = "<|im_start|>system\n" + "You are a helpful assistant. " * 60 + "<|im_end|>\n"
+    prompts = [system + f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n" for q in QUESTIONS]
+    lengths = [len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    shared = len(tok(system, add_special_tokens=False)["input_ids"])
+    assert shared >= 256  # long enough for share_prefixes' threshold
+    cached = HFRolloutEngine(model, tok, batch_size=3, prefix_cache_tokens=10_000)
+    assert cached.generate(prompts, GREEDY) == HFRolloutEngine(model, tok, batch_size=3).generate(prompts, GREEDY)
+    # the system prompt was encoded once, not once per row
+    assert cached.prefix_cache.miss_tokens < sum(lengths) - shared
+    assert cached.prefix_cache.hit_tokens >= 3 * (shared - 1)

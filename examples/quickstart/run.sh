@@ -9,7 +9,7 @@ EVAL_LIMIT=${EVAL_LIMIT:-1}   # BFCL-v3 multi-turn tasks per category (4 categor
 here=$(cd "$(dirname "$0")" && pwd)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 start=$(date +%s)
-step() { printf '\n\033[1m== %s ==\033[0m\n' "$*"; }
+step() { printf '\n\033[1m== [%s] %s ==\033[0m\n' "$(date -u -d @$(( $(date +%s) - start )) +%M:%S)" "$*"; }
 
 step "1/6 collect: reference demonstrations (BFCL single-turn possible answers, checker-verified)"
 lopd collect --env bfcl --split train --reference --limit 40 --store "$RUN/store" --resume
@@ -35,10 +35,11 @@ for who in base lopd; do
   model=smollm2-135m; [ "$who" = lopd ] && model="$RUN/lopd/final/student"
   report="$RUN/eval/bfcl-v3-$who.json"
   if [ -f "$report" ]; then echo "reusing $report"; continue; fi
-  # a short step cap and response budget keep the CPU demo in minutes; drop both flags for
-  # BFCL's own rules (20 steps per user turn)
+  # a short step cap and the response budget the student was trained with (64 tokens, as in
+  # distill.toml) keep the CPU demo in minutes; drop both flags for BFCL's own rules (20 steps
+  # per user turn, 256 tokens)
   lopd evaluate --bench bfcl-v3 --model "$model" --limit "$EVAL_LIMIT" --max-steps 8 \
-    --max-new-tokens 96 --batch-size 4 --out "$report"
+    --max-new-tokens 64 --batch-size 4 --out "$report"
 done
 lopd evaluate --compare "$RUN/eval/bfcl-v3-base.json" "$RUN/eval/bfcl-v3-lopd.json"
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN"
