@@ -537,11 +537,15 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
             bar.update(job, advance=1, loss=record["loss"])
 
     composer.backbone.eval()
-    final = save_composer(composer, out / FINAL, {"backbone_id": backbone_id, "placement": config.placement,
-                                                  "coldstart_steps": config.steps, "store": config.experiences})
-    result = heldout_eval(baselines=True)
-    if result is not None:
-        (out / HELDOUT).write_text(result.model_dump_json(indent=2))
+    if start_step == config.steps and (out / FINAL).is_dir() and (out / HELDOUT).is_file():
+        # a finished run resumed again (a second `make demo`): its final composer and report stand
+        final, result = out / FINAL, HeldoutResult.model_validate_json((out / HELDOUT).read_text())
+    else:
+        final = save_composer(composer, out / FINAL, {"backbone_id": backbone_id, "placement": config.placement,
+                                                      "coldstart_steps": config.steps, "store": config.experiences})
+        result = heldout_eval(baselines=True)
+        if result is not None:
+            (out / HELDOUT).write_text(result.model_dump_json(indent=2))
     unchanged = _backbone_digest(composer) == digest_before
     tail = losses[-max(1, min(10, len(losses))):] if losses else [math.nan]
     report = ColdstartReport(

@@ -427,7 +427,8 @@ class Distiller:
         """Run the remaining steps, checkpointing every ``checkpoint_every`` and at the end."""
         c = self.config
         first, rows, t0 = self.step + 1, [], time.perf_counter()
-        self.console.print(f"[bold]distill[/] run {c.run_id}: steps {first}..{c.steps}, "
+        todo = f"steps {first}..{c.steps}" if first <= c.steps else f"all {c.steps} steps done, nothing to train"
+        self.console.print(f"[bold]distill[/] run {c.run_id}: {todo}, "
                            f"{c.tasks_per_step} tasks x {c.group_size} rollouts, env={c.env}, "
                            f"placement={self.placement}, out={c.out}")
         metrics_file = self.out / "metrics.jsonl"

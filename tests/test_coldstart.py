@@ -179,6 +179,12 @@ def test_resume_is_bit_identical(tmp_path, store_path, tiny_dir):
     assert [r["step"] for r in b] == list(range(1, 7))
     assert [{k: r.get(k) for k in keys} for r in a] == [{k: r.get(k) for k in keys} for r in b]
     assert resumed.heldout == full.heldout
+    # resuming a finished run trains nothing and keeps its final composer and held-out report
+    final_files = {f: f.stat().st_mtime_ns for f in (cut / "final").rglob("*") if f.is_file()}
+    again = run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4, resume=True))
+    assert again.start_step == 6 and again.heldout == resumed.heldout
+    assert {f: f.stat().st_mtime_ns for f in (cut / "final").rglob("*") if f.is_file()} == final_files
+    assert len(metrics(cut)) == 6
     # extending a finished run continues from its last checkpoint
     longer = run(cfg(tmp_path, store_path, tiny_dir, name="full", steps=7, checkpoint_every=4, resume=True))
     assert longer.start_step == 6 and [r["step"] for r in metrics(tmp_path / "full")] == list(range(1, 8))
