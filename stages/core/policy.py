@@ -5,7 +5,8 @@
   converting it once; any other name is a Hugging Face model id or a local path.
 * :func:`load_policy` returns ``(model, tokenizer)`` ready for batched generation.
 * :class:`HFRolloutEngine` samples completions with transformers ``generate`` (batched, left
-  padding, KV cache); :class:`RolloutEngine` is the protocol other engines (vLLM) implement.
+  padding, KV cache, optional prefix caching across calls: :mod:`stages.core.prefix_cache`);
+  :class:`RolloutEngine` is the protocol other engines (vLLM) implement.
 
 Chat rendering and training masks live in :mod:`stages.core.chat`.
 """
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from stages.core.prefix_cache import PrefixCache, generate_cached
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -206,8 +209,6 @@ class HFRolloutEngine:
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 8,
                  prefix_cache_tokens: int = 0):
-        from stages.core.prefix_cache import PrefixCache
-
         if tokenizer.pad_token_id is None:
             raise ValueError("HFRolloutEngine: tokenizer.pad_token is not set (use load_policy)")
         if batch_size < 1:
@@ -252,8 +253,6 @@ class HFRolloutEngine:
             if params.seed is not None:
                 torch.manual_seed(params.seed + index)
             if self.prefix_cache is not None:
-                from stages.core.prefix_cache import generate_cached
-
                 prompt_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
                 new = generate_cached(self.model, prompt_ids, config, self.prefix_cache,
                                       self.tokenizer.pad_token_id, self.eos_ids, **stop_kwargs)
