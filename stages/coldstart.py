@@ -419,7 +419,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
         ValueError: ``out`` already holds a run and ``resume`` is False, or resume settings
             differ from the checkpoint's.
     """
-    from stages.core.policy import load_policy, resolve_model
+    from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_model
     from stages.core.retrieval import Retriever
 
     console = console or Console()
@@ -446,7 +446,8 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     retriever = Retriever(store, embedder)
 
     # model
-    backbone_id = resolve_model(config.model)
+    # the name, not this machine's cache path, for the embedded default backbone
+    backbone_id = config.model if config.model == DEFAULT_MODEL else resolve_model(config.model)
     model, tokenizer = load_policy(config.model)
 
     # targets whose prompt alone fills max_len cannot be scored: leave them out (not as experiences)
@@ -576,8 +577,9 @@ def _print_summary(console: Console, r: ColdstartReport) -> None:
                       "-" if h.nll_untrained is None else f"{h.nll_untrained:.4f}")
         table.add_row("held-out NLL, trained composer", f"{h.nll_trained:.4f}")
         table.add_row("held-out action tokens", str(h.tokens))
-    table.add_row("s / step", f"{r.seconds_per_step:.2f}")
-    table.add_row("peak RSS (MB)", f"{r.peak_rss_mb:.0f}")
+    trained_now = r.start_step < r.steps
+    table.add_row("s / step", f"{r.seconds_per_step:.2f}" if trained_now else "- (nothing left to train)")
+    table.add_row("peak RSS (MB)" if trained_now else "peak RSS of this run (MB)", f"{r.peak_rss_mb:.0f}")
     table.add_row("backbone unchanged", str(r.backbone_unchanged))
     table.add_row("composer", r.final)
     console.print(table)

@@ -54,9 +54,12 @@ def test_pipeline_end_to_end(tmp_path):
     metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert ExperienceStore.open(store).count() == 12
+    weights = tmp_path / "lopd" / "final" / "student" / "model.safetensors"
+    written = weights.stat().st_mtime_ns
     _ok(distill + ["--resume", "--steps", "2"])  # a second `make demo`: finished, nothing added
     assert len((tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()) == 2
     assert ExperienceStore.open(store).count() == 12
+    assert weights.stat().st_mtime_ns == written  # the final student is not written again
     student = f"{run}/final/student"
     assert AutoModelForCausalLM.from_pretrained(student).config.vocab_size > 0
 

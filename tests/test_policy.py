@@ -67,6 +67,25 @@ def test_resolve_missing_local_path_raises(name, tmp_path, monkeypatch):
         resolve_model(name)
 
 
+def test_hub_like_name_under_a_local_folder_is_a_missing_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model("runs/nope") == "runs/nope"  # could be a hub id while no runs/ exists
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(FileNotFoundError, match="'runs/nope': no such local folder"):
+        resolve_model("runs/nope")
+
+
+def test_unloadable_hub_id_is_one_clear_error(monkeypatch):
+    from transformers import AutoTokenizer
+
+    def offline(*args, **kwargs):
+        raise OSError("We couldn't connect to the hub to load this file.\nCheck your connection.")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", offline)
+    with pytest.raises(FileNotFoundError, match=r"^--model 'owner/model': cannot load it: We couldn't connect"):
+        load_policy("owner/model")
+
+
 def test_load_policy_from_saved_folder(tmp_path, tok):
     folder = save_tiny(tmp_path / "tiny")
     model, loaded = load_policy(str(folder))

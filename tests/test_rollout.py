@@ -89,6 +89,10 @@ def test_multi_turn_episode_records_turns_and_reward():
         assert [m.role for m in t.messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
         assert json.loads(t.info)["count"] == 2
     assert all(e.closed for e in envs) and len(envs) == 6
+    # ids are unique within the run and the same when the run is played again
+    again, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(3), samples_per_task=2, max_concurrent=4)
+    assert len({t.trajectory_id for t in trajs}) == 6
+    assert sorted(t.trajectory_id for t in again) == sorted(t.trajectory_id for t in trajs)
 
 
 def test_wrong_policy_gets_zero_and_seeds_advance():
@@ -109,8 +113,8 @@ def test_step_cap_ends_episode_without_reward():
 
 @pytest.mark.parametrize("kind", ["fail_reset", "fail_step"])
 def test_environment_failure_fails_the_episode_not_the_run(kind):
-    trajs, _ = _play(ScriptedEngine(incs=2), lambda: CounterEnv(**{kind: True}), _tasks(2), samples_per_task=1)
-    assert len(trajs) == 2
+    trajs, _ = _play(ScriptedEngine(incs=2), lambda: CounterEnv(**{kind: True}), _tasks(2), samples_per_task=2)
+    assert len(trajs) == 4 and len({t.trajectory_id for t in trajs}) == 4
     for t in trajs:
         assert t.reward == 0.0 and not t.success
         assert "failed" in json.loads(t.info)["error"]

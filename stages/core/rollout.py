@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
+import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -80,6 +80,8 @@ def play(
     Yields:
         Trajectory rows with the environment's verified reward. Environment failures inside an
         episode end that episode with reward 0 and the reason in ``info``; they never stop the run.
+        ``trajectory_id`` is derived from (``run_id``, task id, sample index), so a run's ids are
+        unique and the same every time it is played.
     """
     stats = stats if stats is not None else RolloutStats()
     queue = [(t, g) for t in tasks for g in range(samples_per_task)]
@@ -95,7 +97,7 @@ def play(
                 refs = env.reference_actions(task) if reference else None
             except Exception as err:  # an environment that cannot start fails its episode only
                 env.close()
-                yield _failed(task, policy_id, run_id, git_commit, f"reset failed: {err}")
+                yield _failed(task, sample, policy_id, run_id, git_commit, f"reset failed: {err}")
                 continue
             live.append(_Episode(task, sample, env, list(opening), task.tool_schemas, refs))
         if not live:
@@ -158,7 +160,8 @@ def _reference_generation(ep: _Episode) -> Generation:
 def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str) -> Trajectory:
     reward = min(1.0, max(0.0, float(reward)))
     return Trajectory(
-        trajectory_id=uuid.uuid4().hex,
+        # a function of (run, task, sample): a re-run orders and retrieves its rows the same way
+        trajectory_id=hashlib.sha1(f"{run_id}\0{ep.task.task_id}\0{ep.sample}".encode()).hexdigest()[:32],
         task_id=ep.task.task_id,
         env=ep.task.env,
         split=ep.task.split,
@@ -177,7 +180,7 @@ def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_co
     )
 
 
-def _failed(task: Task, policy_id: str, run_id: str, git_commit: str, reason: str) -> Trajectory:
-    ep = _Episode(task, 0, None, [Message(role="user", content=task.prompt)], [])  # type: ignore[arg-type]
+def _failed(task: Task, sample: int, policy_id: str, run_id: str, git_commit: str, reason: str) -> Trajectory:
+    ep = _Episode(task, sample, None, [Message(role="user", content=task.prompt)], [])  # type: ignore[arg-type]
     ep.info = {"error": reason, "success": False}
     return _trajectory(ep, 0.0, policy_id, run_id, git_commit)
