@@ -223,7 +223,7 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     Raises:
         ValueError: the composer checkpoint was trained on another backbone.
     """
-    recorded = read_composer_config(composer_dir)["backbone_id"]  # coldstart records the resolved path
+    recorded = read_composer_config(composer_dir)["backbone_id"]  # a name, or an older run's resolved path
     if recorded not in (model, resolve_model(model)):  # before loading (or downloading) the model
         raise ValueError(f"composer in {composer_dir} was trained on backbone {recorded}, got {model}")
     if lora_rank == 0 and resume_from:

@@ -112,7 +112,7 @@ def _encode_prefix(model, ids: torch.Tensor, cache: PrefixCache) -> None:
     past = DynamicCache([(k[None], v[None]) for k, v in layers], config=model.config) if n else None
     out = model(input_ids=ids[None, n:].to(model.device), cache=past, use_cache=True)
     cache.miss_tokens += len(ids) - n
-    cache.add(ids.clone(), [(lay.keys[0], lay.values[0]) for lay in out.cache.layers])
+    cache.add(ids, [(lay.keys[0], lay.values[0]) for lay in out.cache.layers])
 
 
 def share_prefixes(model, ids: list[torch.Tensor], cache: PrefixCache, min_tokens: int = 256) -> None:
@@ -141,7 +141,8 @@ def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCac
     """Batched ``model.generate`` that encodes only what ``cache`` does not hold; updates ``cache``.
 
     Args:
-        model: a causal LM whose cache is a ``DynamicCache`` of (B, H, L, D) keys/values.
+        model: a causal LM with (B, H, L, D) key/value caches (``generate`` is given a
+            ``StaticCache`` holding the cached prefixes).
         prompt_ids: B prompts as token ids (unpadded, each at least one token).
         config: the ``GenerationConfig`` (``return_dict_in_generate`` is forced on).
         cache: the prefix cache, read for every prompt and given each finished sequence.
@@ -200,8 +201,7 @@ def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCac
         gen = new_tokens[i].tolist()
         body = next((j for j, t in enumerate(gen) if t in eos), len(gen))
         keep = min(body, stored - (C + N))
-        cols = torch.cat([torch.arange(C - n, C), torch.arange(C + N - (len(p) - n), C + N + keep)])
+        cols = torch.cat([torch.arange(C - n, C), torch.arange(C + N - (len(p) - n), C + N + keep)]).to(device)
         seq = torch.cat([p, new_tokens[i, :keep]])
-        cols = cols.to(device)
         cache.add(seq, [(lay.keys[i, :, cols], lay.values[i, :, cols]) for lay in kv.layers])
     return new_tokens.tolist()

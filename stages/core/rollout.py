@@ -7,9 +7,9 @@ leave the batch and queued ones take their place, so the batch stays full.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
