@@ -148,9 +148,10 @@ def coldstart(
 @friendly
 def distill(
     config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML file with any of these options; flags override it."),
+    method: Optional[str] = typer.Option(None, "--method", help="Training method (stages/methods): lopd. (default lopd)"),
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training). (default runs/store)"),
-    composer: Optional[str] = typer.Option(None, "--composer", help="Cold-start composer folder (lopd coldstart's final/)."),
+    composer: Optional[str] = typer.Option(None, "--composer", help="lopd: cold-start composer folder (lopd coldstart's final/)."),
     out: Optional[str] = typer.Option(None, "--out", help="Run folder. (default runs/lopd)"),
     model: Optional[str] = typer.Option(None, "--model", help="Student/teacher backbone. (default smollm2-135m)"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Environment task files."),
@@ -173,35 +174,22 @@ def distill(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
 ) -> None:
-    """Train the student with LOPD: rollouts, latent-context teacher, reverse KL + margin + anchor.
+    """Train the student on its own rollouts with --method (default lopd: latent-context teacher,
+    reverse KL + margin + anchor).
 
     With --resume the run's saved OUT/config.json supplies every option not given again.
     """
-    import json
-    from pathlib import Path
-
     from stages import distill as stage
 
-    values = stage.load_config(config) if config else {}
-    run_dir = Path(out or values.get("out", "runs/lopd"))
-    if resume and (run_dir / "config.json").is_file():  # the run's own settings are the base
-        values = {**json.loads((run_dir / "config.json").read_text()), **values}
     flags = {
-        "env": env, "store": store, "composer": composer, "out": out, "model": model,
+        "method": method, "env": env, "store": store, "composer": composer, "out": out, "model": model,
         "data_dir": data_dir, "margin": margin, "J": J, "K": K, "M": M, "lam": lam,
         "eta_beta": eta_beta, "lr": lr, "steps": steps, "tasks_per_step": tasks_per_step,
-        "group_size": group_size, "max_steps": max_turns, "max_new_tokens": max_new_tokens,
+        "group_size": group_size, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
         "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
         "checkpoint_every": checkpoint_every, "tensorboard": tensorboard, "seed": seed,
     }
-    values.update({k: v for k, v in flags.items() if v is not None})
-    values.setdefault("store", "runs/store")
-    values.setdefault("out", "runs/lopd")
-    for required in ("env", "composer"):
-        if required not in values:
-            raise ValueError(f"--{required} is required (as a flag or in the --config file)")
-    values["resume"] = resume
-    stage.run(stage.DistillConfig(**values))
+    stage.run(stage.settings(flags, config, resume))
 
 
 @app.command()

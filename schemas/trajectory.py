@@ -10,7 +10,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
 Split = Literal["train", "test"]
@@ -92,20 +92,54 @@ class Task(_Frozen):
         return json.loads(self.metadata)
 
 
+FinishReason = Literal["", "eos", "stop", "length"]
+
+
 class Turn(_Frozen):
     """One agent action and the environment's answer to it.
 
+    The token fields make on-policy training exact: the training sequence of a trajectory is
+    ``context_ids[0] + token_ids[0] + context_ids[1] + token_ids[1] + ...`` (a turn with
+    ``context_restart`` starts a new sequence), i.e. exactly the ids the policy was conditioned
+    on and sampled, never a re-tokenization of the text. Rows written before these fields
+    existed have them empty (training then re-tokenizes the text, with a warning).
+
     Attributes:
-        action: the exact text the policy generated at this turn.
+        action: the text the policy generated at this turn (cut before a stop string).
         tool_calls: calls parsed from ``action`` (empty when none or unparsable).
         observation: the environment's reply rendered as text ("" when the episode ended).
-        action_tokens: number of generated tokens in ``action``.
+        action_tokens: number of tokens the policy generated (0 for replayed reference actions).
+        token_ids: the sampled token ids of the action (eos id included when sampled).
+        logprobs: per sampled token, its log-prob (nats) under the sampling distribution
+            (``log_softmax(logits / temperature)``); [] when not recorded.
+        finish_reason: why generation stopped: "eos", "stop" (a stop string), "length"
+            (``max_new_tokens``); "" when unknown (older rows).
+        context_ids: the prompt tokens fed between the previous action's ``token_ids`` and this
+            action (the whole prompt on the first turn or after a context restart).
+        context_restart: True when the prompt was rebuilt from scratch before this action
+            (e.g. the environment changed the tool list); ``context_ids`` is then the whole prompt.
     """
 
     action: str
     tool_calls: list[ToolCall] = Field(default_factory=list)
     observation: str = ""
     action_tokens: int = Field(default=0, ge=0)
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    finish_reason: FinishReason = ""
+    context_ids: list[int] = Field(default_factory=list)
+    context_restart: bool = False
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "Turn":
+        if self.logprobs and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"logprobs has {len(self.logprobs)} entries for {len(self.token_ids)} token ids")
+        return self
+
+    @property
+    def has_tokens(self) -> bool:
+        """Whether the sampled ids and their context were recorded (rows of this release)."""
+        return bool(self.token_ids) and bool(self.context_ids)
 
 
 class Trajectory(_Frozen):

@@ -28,7 +28,10 @@ from stages.core.losses import dual_update
 from stages.core.policy import load_policy
 from stages.core.retrieval import index_new, open_embeddings
 from stages.core.store import ExperienceStore
-from stages.distill import METRIC_FIELDS, TIMING_FIELDS, DistillConfig, Distiller, load_config
+from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller, load_config
+from stages.methods import lopd as lopd_method
+
+METRIC_FIELDS = COMMON_FIELDS + lopd_method.LOPD.metrics
 from tests.tiny import save_tiny
 
 ENV = "toy-distill"
@@ -146,11 +149,11 @@ def test_three_steps_metrics_store_and_dual_update(straight):
         assert set(METRIC_FIELDS) <= set(r)
         assert all(math.isfinite(r[k]) for k in METRIC_FIELDS), r
         assert r["action_tokens"] > 0 and r["tokens"] > 0
-    beta = config.beta0
+    beta = config.options["beta0"]
     for r in rows:  # Eq. 13 dual ascent from the logged Delta
-        beta = dual_update(beta, config.margin, r["Delta"], config.eta_beta)
+        beta = dual_update(beta, config.options["margin"], r["Delta"], config.options["eta_beta"])
         assert r["beta"] == pytest.approx(beta, abs=1e-12)
-    assert report.beta == rows[-1]["beta"]
+    assert report.method_state == {"beta": rows[-1]["beta"]}
     store = ExperienceStore.open(config.store)
     ours = store.query(run_id=config.run_id)
     assert store.count() == SEED_ROWS + 3 * 4 and len(ours) == 12 and report.rows_added == 12
@@ -159,20 +162,20 @@ def test_three_steps_metrics_store_and_dual_update(straight):
     assert [p.name for p in ckpt.checkpoint_dirs(out)] == ["step-2", "step-3"]
     state = ckpt.read_state(out / "checkpoints" / "step-3")
     assert state == {"step": 3, "beta": rows[-1]["beta"], "data_position": 6, "run_id": "lopd-test"}
-    assert json.loads((out / "config.json").read_text())["max_exp_tokens"] == 64
+    assert json.loads((out / "config.json").read_text())["options"]["max_exp_tokens"] == 64
 
 
 def test_trainable_parameters_move_and_backbone_stays(straight, assets):
     trainer, config, _ = straight
-    backbone = trainer.composer.backbone
+    backbone = trainer.method.composer.backbone
     student_b = [p for n, p in backbone.named_parameters() if "lora_B.student." in n]
     composer_b = [p for n, p in backbone.named_parameters() if "lora_B.composer." in n]
     assert student_b and all(bool(p.abs().sum() > 0) for p in student_b)  # LoRA B starts at zero
     assert composer_b and any(bool(p.abs().sum() > 0) for p in composer_b)
     start = load_file(str(assets[1] / "compressor.safetensors"))
-    now = trainer.composer.compressor.state_dict()
+    now = trainer.method.composer.compressor.state_dict()
     assert any(not torch.equal(start[k], now[k]) for k in start)
-    anchor = trainer.anchor.compressor.state_dict()  # phi_0 stays frozen
+    anchor = trainer.method.anchor.compressor.state_dict()  # phi_0 stays frozen
     assert all(torch.equal(start[k], anchor[k]) for k in start)
     fresh = AutoModelForCausalLM.from_pretrained(assets[0]).state_dict()
     base = {n.replace("base_model.model.", "").replace(".base_layer", ""): p
@@ -185,9 +188,9 @@ def test_final_student_is_merged_plain_model(straight, assets):
     trainer, _, report = straight
     merged = AutoModelForCausalLM.from_pretrained(f"{report.final_dir}/student")
     assert not hasattr(merged, "peft_config")
-    ids = trainer.tokenizer(["What is 3 + 3? The answer is 6."], return_tensors="pt")["input_ids"]
-    with torch.no_grad(), adapter_scope(trainer.composer.backbone, "student"):
-        expected = trainer.composer.backbone(input_ids=ids).logits
+    ids = trainer.student.tokenizer(["What is 3 + 3? The answer is 6."], return_tensors="pt")["input_ids"]
+    with torch.no_grad(), adapter_scope(trainer.method.composer.backbone, "student"):
+        expected = trainer.method.composer.backbone(input_ids=ids).logits
         got = merged(input_ids=ids).logits
     base = AutoModelForCausalLM.from_pretrained(assets[0])(input_ids=ids).logits.detach()
     assert torch.allclose(got, expected, atol=1e-4)
@@ -227,14 +230,14 @@ def test_resume_after_kill_matches_straight_run(straight, assets, tmp_path, monk
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(assets, tmp_path, monkeypatch):
     config = make_config(assets, tmp_path, "nan", steps=2, checkpoint_every=1, micro_batch=4)
-    real_kl, calls = distill.topm_tail_reverse_kl, []
+    real_kl, calls = lopd_method.topm_tail_reverse_kl, []
 
     def kl_nan_on_step_2(*args, **kwargs):
         calls.append(1)
         loss, m = real_kl(*args, **kwargs)
         return (loss * float("nan"), m) if len(calls) == 2 else (loss, m)
 
-    monkeypatch.setattr(distill, "topm_tail_reverse_kl", kl_nan_on_step_2)
+    monkeypatch.setattr(lopd_method, "topm_tail_reverse_kl", kl_nan_on_step_2)
     expected = r"non-finite loss at step 2; last good checkpoint: .*step-1"
     with pytest.raises(FloatingPointError, match=expected):
         Distiller(config).fit()
@@ -248,12 +251,12 @@ def test_non_finite_loss_stops_and_keeps_last_checkpoint(assets, tmp_path, monke
 def test_freeze_composer_keeps_phi(assets, tmp_path):
     config = make_config(assets, tmp_path, "frozen", steps=1, freeze_composer=True)
     trainer = Distiller(config)
-    before = [p.detach().clone() for p in trainer.composer.trainable_parameters()]
-    student_before = [p.detach().clone() for p in adapter_parameters(trainer.composer.backbone, "student")]
+    before = [p.detach().clone() for p in trainer.method.composer.trainable_parameters()]
+    student_before = [p.detach().clone() for p in adapter_parameters(trainer.method.composer.backbone, "student")]
     trainer.fit()
-    assert all(torch.equal(a, p) for a, p in zip(before, trainer.composer.trainable_parameters()))
+    assert all(torch.equal(a, p) for a, p in zip(before, trainer.method.composer.trainable_parameters()))
     assert any(not torch.equal(a, p) for a, p in
-               zip(student_before, adapter_parameters(trainer.composer.backbone, "student")))
+               zip(student_before, adapter_parameters(trainer.method.composer.backbone, "student")))
     row = metrics(trainer.out)[0]
     assert row["grad_norm_composer"] == 0.0 and row["anchor"] == 0.0 and row["grad_norm_student"] > 0
 
@@ -262,12 +265,12 @@ def test_full_fine_tuning_uses_a_frozen_teacher_copy(assets, tmp_path):
     config = make_config(assets, tmp_path, "full", steps=1, student_lora_rank=0, lr=1e-3)
     trainer = Distiller(config)
     trainer.fit()
-    assert trainer.student is not trainer.composer.backbone and trainer.student_adapter is None
+    assert trainer.student.model is not trainer.method.composer.backbone and trainer.student.adapter is None
     fresh = AutoModelForCausalLM.from_pretrained(assets[0]).state_dict()
-    student = trainer.student.state_dict()
+    student = trainer.student.model.state_dict()
     assert any(not torch.equal(student[k], fresh[k]) for k in fresh)
     teacher = {n.replace("base_model.model.", "").replace(".base_layer", ""): p
-               for n, p in base_parameters(trainer.composer.backbone)}
+               for n, p in base_parameters(trainer.method.composer.backbone)}
     assert all(torch.equal(teacher[k], fresh[k]) for k in fresh)
     final = load_file(str(trainer.out / "final" / "student" / "model.safetensors"))
     assert torch.equal(final["model.embed_tokens.weight"], student["model.embed_tokens.weight"])
@@ -286,7 +289,8 @@ def test_load_config_toml_yaml_and_overrides(tmp_path):
     assert load_config(toml)["lam"] == load_config(yml)["lam"] == 0.3
     for path in (toml, yml):
         config = DistillConfig.model_validate({**load_config(path), "steps": 7})
-        assert (config.lam, config.J, config.steps, config.K) == (0.3, 2, 7, 32)
+        o = config.options
+        assert (o["lam"], o["J"], config.steps, o["K"]) == (0.3, 2, 7, 32)
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just\n- a list\n")
     with pytest.raises(ValueError, match="bad.yaml: the top level must be a mapping"):
@@ -327,7 +331,7 @@ def test_per_turn_placement_and_empty_store(assets, tmp_path):
     ExperienceStore.open(empty)
     config = make_config(assets, tmp_path, "per-turn", steps=2, composer=str(per_turn), store=str(empty))
     trainer = Distiller(config)
-    assert trainer.placement == "per-turn"
+    assert trainer.method.placement == "per-turn"
     trainer.fit()
     rows = metrics(trainer.out)
     assert len(rows) == 2 and all(math.isfinite(r["reverse_kl"]) and r["action_tokens"] > 0 for r in rows)

@@ -141,6 +141,48 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[Message], t
     return render(tokenizer, messages, tools, add_generation_prompt=True)
 
 
+# Stands in for an action's text when rendering what follows it (private-use code points: never
+# produced by a tokenizer's decode of real text, never rewritten by a template).
+_ACTION_SENTINEL = "\ue000lopd-action\ue001"
+
+
+def context_after_action(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[Message],
+    tools: list[dict[str, Any]],
+    sampled_end: str = "",
+) -> str:
+    """The prompt text that follows an action's sampled tokens, up to the next generation prompt.
+
+    ``messages`` is the conversation whose LAST assistant message is the action just taken,
+    followed by the environment's answer (zero or more messages). The conversation is rendered
+    with that action's content replaced by a sentinel and the generation prompt added; the text
+    after the sentinel is returned: the template's end-of-turn marker, the observation turns and
+    the next assistant header. When the policy itself sampled the end-of-turn token
+    (``sampled_end`` = its decoded text, e.g. ``"<|im_end|>"``) and the text starts with it, it
+    is left out: those ids are already among the sampled ones. A truncated action (no end token
+    sampled) keeps the marker here, as unsupervised context.
+
+    Rendering only what follows the action keeps earlier turns exactly as sampled, also with
+    templates that rewrite earlier assistant turns (Qwen3 drops old ``<think>`` blocks).
+
+    Raises:
+        ValueError: no assistant message, no chat template, or a template that does not render
+            assistant content verbatim.
+    """
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=None)
+    if last is None:
+        raise ValueError("context_after_action: the conversation has no assistant message")
+    stand_in = [*messages[:last], Message(role="assistant", content=_ACTION_SENTINEL), *messages[last + 1:]]
+    text = render(tokenizer, stand_in, tools, add_generation_prompt=True)
+    at = text.rfind(_ACTION_SENTINEL)
+    if at < 0:
+        raise ValueError(f"chat template of {tokenizer.name_or_path!r} does not render assistant "
+                         "content verbatim; cannot place the sampled tokens")
+    after = text[at + len(_ACTION_SENTINEL):]
+    return after[len(sampled_end):] if sampled_end and after.startswith(sampled_end) else after
+
+
 def _end_of_turn(tokenizer: PreTrainedTokenizerBase, segment: str) -> int:
     """Character index just past the end-of-turn marker in an assistant segment (len if none)."""
     for marker in (tokenizer.eos_token, *_END_OF_TURN):

@@ -118,14 +118,13 @@ def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: 
     return final
 
 
-def save_models(folder: Path, *, student: nn.Module, adapter: str | None, tokenizer,
-                composer: Composer, composer_config: dict, optimizer: torch.optim.Optimizer) -> None:
-    """Write the trainable state of a step into ``folder`` (the ``fill`` of write_checkpoint).
+def save_student(folder: Path, *, student: nn.Module, adapter: str | None, tokenizer,
+                 optimizer: torch.optim.Optimizer) -> None:
+    """Write the student and optimizer of a step into ``folder`` (part of write_checkpoint's ``fill``).
 
     ``student/``: the peft adapter ``adapter`` of ``student`` (adapter_config.json +
     adapter_model.safetensors), or with ``adapter=None`` the whole fully fine-tuned model and
-    its tokenizer; ``composer/``: :func:`save_composer` with ``composer_config``;
-    ``optimizer.pt``: the optimizer state dict.
+    its tokenizer; ``optimizer.pt``: the optimizer state dict.
     """
     if adapter:  # peft writes a named adapter into <folder>/<adapter>/ (FIELD-NOTES pitfall 4)
         student.save_pretrained(str(folder), selected_adapters=[adapter])
@@ -134,17 +133,17 @@ def save_models(folder: Path, *, student: nn.Module, adapter: str | None, tokeni
     else:
         student.save_pretrained(folder / "student")
         tokenizer.save_pretrained(folder / "student")
-    save_composer(composer, folder / "composer", composer_config)
     torch.save(optimizer.state_dict(), folder / OPTIMIZER_FILE)
 
 
 def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: nn.Module,
-               adapter: str | None, composer: Composer, composer_config: dict) -> Path:
-    """Write ``out/final``: ``student/`` (plain merged HF model + tokenizer) and ``composer/``.
+               adapter: str | None, export: Callable[[Path], None] | None = None) -> Path:
+    """Write ``out/final``: ``student/`` (plain merged HF model + tokenizer) and what ``export`` adds.
 
     A LoRA student is merged from ``checkpoint/student`` onto a freshly loaded ``model``
     (W + s * B A), so the folder loads with ``AutoModelForCausalLM.from_pretrained`` and the
     training backbone stays untouched. A fully fine-tuned ``student`` is saved as it is.
+    ``export(folder)`` writes the method's own final artifacts (LOPD: ``composer/``).
     Written to a temporary folder and renamed, so ``final`` is complete or absent; ``final``
     names its checkpoint in ``checkpoint.txt``, and one already made from ``checkpoint`` is kept
     as it is (a finished run resumed again writes nothing).
@@ -162,7 +161,8 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
             student = PeftModel.from_pretrained(fresh, str(checkpoint / "student")).merge_and_unload()
         student.save_pretrained(tmp / "student")
         tokenizer.save_pretrained(tmp / "student")
-        save_composer(composer, tmp / "composer", composer_config)
+        if export is not None:
+            export(tmp)
         (tmp / "checkpoint.txt").write_text(checkpoint.name)
         shutil.rmtree(final, ignore_errors=True)  # a re-run replaces an older final folder
         os.rename(tmp, final)

@@ -3,22 +3,23 @@
 Shared by ``coldstart`` and ``distill``. One :class:`LatentBatch` holds everything a
 teacher/student forward pair needs:
 
-- the target trajectories' whole conversations, tokenized with
-  :func:`stages.core.chat.tokenize_for_training` (right-padded, with the action mask w_{t,n}),
+- the target trajectories' token sequences (:func:`training_rows`: the ids the policy was
+  conditioned on and sampled, as rollout recorded them; right-padded, with the action mask
+  w_{t,n} True exactly on sampled ids),
   the index where "prefix" latents go (``insert_at``: the first action token, i.e. right after
   the task prompt / initial state) and every action start (``per-turn`` placement);
 - for each row, J retrieved experiences m_j encoded as "task x + experience m_j" token
   sequences (the composer's input, Eq. 5 of the LOPD paper: ``Enc_psi(x, m_j)``).
 
-Tool schemas: the policy saw the task's tool schemas rendered into its prompt
-(:func:`stages.core.chat.render_prompt`), but :class:`schemas.Trajectory` has no field for
-them. They are read from ``json.loads(traj.info)["tools"]`` (written by rollout), or passed
-explicitly to :func:`build_batch`; a trajectory without either is rendered without tools,
-which differs from what the policy saw whenever the task had tools.
+Rows of earlier releases carry no token ids; they are re-tokenized from their text with
+:func:`stages.core.chat.tokenize_for_training` (a warning once per process). Their tool
+schemas are read from ``json.loads(traj.info)["tools"]`` (written by rollout), or passed
+explicitly to :func:`build_batch`.
 """
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
@@ -123,6 +124,91 @@ def encode_experiences(
     return ids, mask
 
 
+@dataclass(frozen=True)
+class TrainRow:
+    """One training sequence of a trajectory (most trajectories have exactly one).
+
+    Attributes:
+        trajectory: the trajectory it comes from.
+        ids_T: LongTensor (T,), context and sampled ids in order.
+        mask_T: BoolTensor (T,), True exactly on the sampled action ids.
+    """
+
+    trajectory: Trajectory
+    ids_T: Tensor
+    mask_T: Tensor
+
+
+_warned_retokenize = False
+
+
+def trajectory_sequences(tokenizer: PreTrainedTokenizerBase, traj: Trajectory,
+                         tools: list[dict[str, Any]] | None = None) -> list[tuple[Tensor, Tensor]]:
+    """The token sequences ``(ids_T, mask_T)`` a trajectory trains on.
+
+    From the recorded ids (:class:`schemas.Turn`): ``context_ids`` then ``token_ids`` of each
+    turn, in order; a turn with ``context_restart`` starts a new sequence. The mask is True on
+    exactly the sampled ids: no template token is supervised that the policy did not sample (a
+    truncated action has no end-of-turn token). A trajectory of an earlier release (no ids) is
+    re-tokenized from its messages (one sequence; warns once per process).
+
+    Raises:
+        ValueError: no turn / no assistant message (nothing to train on).
+    """
+    global _warned_retokenize
+    if not traj.turns:
+        raise ValueError(f"trajectory {traj.trajectory_id}: no action tokens (no turn)")
+    if not all(t.has_tokens for t in traj.turns):
+        if not _warned_retokenize:
+            warnings.warn("some trajectories were stored without their sampled token ids (an "
+                          "earlier release): they are re-tokenized from their text", stacklevel=2)
+            _warned_retokenize = True
+        ids_T, mask_T = tokenize_for_training(tokenizer, traj.messages,
+                                              trajectory_tools(traj) if tools is None else tools)
+        return [(ids_T, mask_T)]
+    seqs: list[tuple[list[int], list[bool]]] = []
+    for k, turn in enumerate(traj.turns):
+        if k == 0 or turn.context_restart:
+            seqs.append(([], []))
+        ids, mask = seqs[-1]
+        ids += turn.context_ids + turn.token_ids
+        mask += [False] * len(turn.context_ids) + [True] * len(turn.token_ids)
+    return [(torch.tensor(i, dtype=torch.long), torch.tensor(m, dtype=torch.bool)) for i, m in seqs]
+
+
+def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory], *,
+                  max_len: int | None = None, tools: list[list[dict]] | None = None,
+                  skip_too_long: bool = True) -> tuple[list[TrainRow], list[str]]:
+    """All training sequences of ``trajectories``, each cut to ``max_len`` tokens.
+
+    A sequence whose prompt alone (everything before its first sampled id) fills ``max_len``
+    has no action token left: with ``skip_too_long`` it is skipped and its trajectory id
+    returned in the second list (callers count it in their metrics), else ValueError. Longer
+    sequences keep their first ``max_len`` tokens.
+
+    Raises:
+        ValueError: a trajectory without action tokens, or (``skip_too_long=False``) one whose
+            prompt fills ``max_len`` (the trajectory id is named).
+    """
+    if max_len is not None and max_len < 2:
+        raise ValueError(f"max_len must be >= 2, got {max_len}")
+    rows: list[TrainRow] = []
+    skipped: list[str] = []
+    for b, traj in enumerate(trajectories):
+        for ids_T, mask_T in trajectory_sequences(tokenizer, traj, None if tools is None else tools[b]):
+            spans = action_spans(mask_T)
+            if not spans:
+                raise ValueError(f"trajectory {traj.trajectory_id}: no action tokens (no assistant message)")
+            if max_len is not None and spans[0][0] >= max_len:
+                if skip_too_long:
+                    skipped.append(traj.trajectory_id)
+                    continue
+                raise ValueError(f"trajectory {traj.trajectory_id}: the prompt alone is {spans[0][0]} "
+                                 f"tokens, max_len={max_len} leaves no action token; raise max_len")
+            rows.append(TrainRow(traj, ids_T[:max_len], mask_T[:max_len]))
+    return rows, skipped
+
+
 @dataclass
 class LatentBatch:
     """Everything one teacher/student forward pair needs; all (B, T) tensors right-padded.
@@ -171,7 +257,7 @@ def trajectory_tools(traj: Trajectory) -> list[dict[str, Any]]:
 
 def build_batch(
     tokenizer: PreTrainedTokenizerBase,
-    trajectories: list[Trajectory],
+    trajectories: list[Trajectory] | list[TrainRow],
     experiences: list[list[Trajectory]],
     *,
     J: int,
@@ -182,20 +268,23 @@ def build_batch(
     """Tokenize target trajectories and their retrieved experiences into a :class:`LatentBatch`.
 
     Args:
-        tokenizer: the backbone's tokenizer (its chat template renders the conversations).
-        trajectories: B target trajectories (each needs at least one assistant message).
+        tokenizer: the backbone's tokenizer (encodes the composer inputs; re-tokenizes rows of
+            earlier releases).
+        trajectories: B target trajectories (each must give exactly one training sequence, see
+            :func:`trajectory_sequences`), or B :class:`TrainRow` from :func:`training_rows`
+            (then ``max_len`` and ``tools`` are ignored: the rows are final).
         experiences: B lists of retrieved experiences (first J used; fewer are padded with
             task-only rows, see :func:`encode_experiences`).
         J, max_exp_tokens: composer inputs per row and their token cap.
-        max_len: keep the first ``max_len`` tokens of each conversation (None = all). The cut
+        max_len: keep the first ``max_len`` tokens of each sequence (None = all). The cut
             never falls at or before ``insert_at``: at least one action token always remains.
-        tools: per trajectory, the tool schemas rendered into its prompt; default
-            :func:`trajectory_tools` of each trajectory.
+        tools: per trajectory, the tool schemas rendered into its prompt (only used to
+            re-tokenize rows without recorded ids); default :func:`trajectory_tools`.
 
     Raises:
-        ValueError: empty batch, length mismatches, a trajectory without action tokens, or one
-            whose prompt alone (everything before its first action token) fills ``max_len``
-            (the trajectory id is named).
+        ValueError: empty batch, length mismatches, a trajectory without action tokens, one
+            with several sequences, or one whose prompt alone fills ``max_len`` (the
+            trajectory id is named).
     """
     B = len(trajectories)
     if B == 0:
@@ -204,39 +293,30 @@ def build_batch(
         raise ValueError(f"build_batch: {B} trajectories but {len(experiences)} experience lists")
     if tools is not None and len(tools) != B:
         raise ValueError(f"build_batch: {B} trajectories but {len(tools)} tool lists")
-    if max_len is not None and max_len < 2:
-        raise ValueError(f"max_len must be >= 2, got {max_len}")
-    seqs: list[tuple[Tensor, Tensor]] = []
+    rows = trajectories
+    if not isinstance(trajectories[0], TrainRow):
+        rows = training_rows(tokenizer, trajectories, max_len=max_len, tools=tools, skip_too_long=False)[0]
+        if len(rows) != B:
+            raise ValueError("build_batch: a trajectory restarts its context (several sequences); "
+                             "pass training_rows(...) instead")
     inserts: list[int] = []
     starts_all: list[list[int]] = []
-    for b, traj in enumerate(trajectories):
-        row_tools = tools[b] if tools is not None else trajectory_tools(traj)
-        ids_T, mask_T = tokenize_for_training(tokenizer, traj.messages, row_tools)
-        spans = action_spans(mask_T)
-        if not spans:
-            raise ValueError(f"trajectory {traj.trajectory_id}: no action tokens (no assistant message)")
-        insert_at = spans[0][0]
-        if max_len is not None:
-            if insert_at >= max_len:
-                raise ValueError(
-                    f"trajectory {traj.trajectory_id}: the prompt alone is {insert_at} tokens, "
-                    f"max_len={max_len} leaves no action token; raise max_len"
-                )
-            ids_T, mask_T = ids_T[:max_len], mask_T[:max_len]
-        seqs.append((ids_T, mask_T))
-        inserts.append(insert_at)
-        starts_all.append([s for s, _ in spans if s < len(ids_T)])
-    T = max(len(ids) for ids, _ in seqs)
+    for row in rows:
+        spans = action_spans(row.mask_T)
+        inserts.append(spans[0][0])
+        starts_all.append([start for start, _ in spans])
+    T = max(len(row.ids_T) for row in rows)
     input_ids = torch.full((B, T), _pad_id(tokenizer), dtype=torch.long)
     attn = torch.zeros((B, T), dtype=torch.bool)
     action = torch.zeros((B, T), dtype=torch.bool)
-    for b, (ids_T, mask_T) in enumerate(seqs):
-        n = len(ids_T)
-        input_ids[b, :n] = ids_T
+    for b, row in enumerate(rows):
+        n = len(row.ids_T)
+        input_ids[b, :n] = row.ids_T
         attn[b, :n] = True
-        action[b, :n] = mask_T
+        action[b, :n] = row.mask_T
+    targets = [row.trajectory for row in rows]
     encoded = [encode_experiences(tokenizer, t.prompt, exps, J, max_exp_tokens)
-               for t, exps in zip(trajectories, experiences)]
+               for t, exps in zip(targets, experiences)]
     L = max((ids.shape[1] for ids, _ in encoded), default=0)
     exp_ids = torch.full((B, J, L), _pad_id(tokenizer), dtype=torch.long)
     exp_mask = torch.zeros((B, J, L), dtype=torch.bool)
@@ -249,10 +329,10 @@ def build_batch(
         action_mask_BT=action,
         insert_at_B=torch.tensor(inserts, dtype=torch.long),
         action_starts=starts_all,
-        rewards_B=torch.tensor([float(t.reward) for t in trajectories], dtype=torch.float32),
+        rewards_B=torch.tensor([float(t.reward) for t in targets], dtype=torch.float32),
         exp_ids_BJL=exp_ids,
         exp_mask_BJL=exp_mask,
-        trajectory_ids=[t.trajectory_id for t in trajectories],
+        trajectory_ids=[t.trajectory_id for t in targets],
     )
 
 

@@ -1,9 +1,16 @@
 """Multi-turn rollouts: a policy engine plays many environment episodes at once.
 
 Used by `collect`, `distill` (on-policy rollouts) and `evaluate`. Episodes advance in lock step:
-every live episode's conversation is rendered with the chat template, one batched ``generate``
-produces one action for each, and each environment answers its own action. Finished episodes
-leave the batch and queued ones take their place, so the batch stays full.
+one batched ``generate`` produces one action for each live episode, and each environment answers
+its own action. Finished episodes leave the batch and queued ones take their place.
+
+Token transcript: each episode keeps the token ids its policy is conditioned on. The first
+prompt is the chat-template rendering of the opening messages; after each action the SAMPLED ids
+are appended as they are (never re-tokenized from text), then the tokens of what follows them
+(:func:`stages.core.chat.context_after_action`: end-of-turn marker unless sampled, observation,
+next assistant header). Each :class:`Turn` records its context ids, sampled ids, sampling
+log-probs and finish reason, so training sees exactly what the policy saw and sampled. When the
+environment changes the tool list, the prompt is rebuilt from scratch (``context_restart``).
 """
 from __future__ import annotations
 
@@ -15,8 +22,8 @@ from typing import Callable, Iterable, Iterator
 
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.envs import Environment
-from stages.core.chat import render_prompt
-from stages.core.policy import Generation, RolloutEngine, SamplingParams
+from stages.core.chat import context_after_action, render_prompt
+from stages.engines import Generation, RolloutEngine, SamplingParams
 
 
 @dataclass
@@ -29,6 +36,9 @@ class _Episode:
     reference: list[str] | None = None
     turns: list[Turn] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)  # the token transcript (the next prompt)
+    context: list[int] = field(default_factory=list)  # ids appended since the last action
+    restart: bool = False
 
 
 @dataclass
@@ -99,16 +109,17 @@ def play(
                 env.close()
                 yield _failed(task, sample, policy_id, run_id, git_commit, f"reset failed: {err}")
                 continue
-            live.append(_Episode(task, sample, env, list(opening), task.tool_schemas, refs))
+            ep = _Episode(task, sample, env, list(opening), task.tool_schemas, refs)
+            ep.ids = ep.context = _encode(tokenizer, render_prompt(tokenizer, ep.messages, ep.tools))
+            live.append(ep)
         if not live:
             break
         t0 = time.perf_counter()
         if reference:
-            generations = [_reference_generation(ep) for ep in live]
+            generations = [_reference_generation(ep, tokenizer) for ep in live]
         else:
-            prompts = [render_prompt(tokenizer, ep.messages, ep.tools) for ep in live]
             step_params = params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
-            generations = engine.generate(prompts, step_params)
+            generations = engine.generate([ep.ids for ep in live], step_params)
         call += 1
         stats.generate_seconds += time.perf_counter() - t0
         stats.actions += len(generations)
@@ -134,11 +145,20 @@ def play(
                     tool_calls=calls,
                     observation="\n".join(m.content for m in obs),
                     action_tokens=gen.num_tokens,
+                    token_ids=gen.token_ids,
+                    logprobs=gen.logprobs,
+                    finish_reason=gen.finish_reason,
+                    context_ids=ep.context,
+                    context_restart=ep.restart,
                 )
             )
             if result is not None and "tools" in result.info:
                 ep.tools = result.info.pop("tools")
+                ep.restart = True
+            else:
+                ep.restart = False
             if result is not None and not result.done and len(ep.turns) < ep.env.max_steps:
+                _advance(ep, gen, tokenizer)
                 still_live.append(ep)
                 continue
             reward = result.reward if result is not None and result.done else 0.0
@@ -150,11 +170,31 @@ def play(
         live = still_live
 
 
-def _reference_generation(ep: _Episode) -> Generation:
-    """The next reference action of ``ep`` (an empty answer once the reference is used up)."""
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _advance(ep: _Episode, gen: Generation, tokenizer) -> None:
+    """Extend ``ep``'s transcript past ``gen`` and the environment's answer (the next prompt)."""
+    if ep.restart:  # new tool list: the whole prompt is rendered again
+        ep.context = _encode(tokenizer, render_prompt(tokenizer, ep.messages, ep.tools))
+        ep.ids = ep.context
+        return
+    end = tokenizer.decode(gen.token_ids[-1:]) if gen.finish_reason == "eos" else ""
+    ep.context = _encode(tokenizer, context_after_action(tokenizer, ep.messages, ep.tools, sampled_end=end))
+    ep.ids = [*ep.ids, *gen.token_ids, *ep.context]
+
+
+def _reference_generation(ep: _Episode, tokenizer) -> Generation:
+    """The next reference action of ``ep`` (an empty answer once the reference is used up).
+
+    Its ids are the tokenization of the reference text plus the eos id (the policy's way of
+    ending a turn); it has no sampling log-probs.
+    """
     refs = ep.reference or []
     text = refs[len(ep.turns)] if len(ep.turns) < len(refs) else ""
-    return Generation(text=text, token_ids=[], num_tokens=0, finish_reason="stop")
+    ids = [*_encode(tokenizer, text), *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])]
+    return Generation(text=text, token_ids=ids, logprobs=[], num_tokens=0, finish_reason="eos")
 
 
 def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str) -> Trajectory:

@@ -81,6 +81,24 @@ def _validation_message(err: ValidationError) -> str:
     return f"field '{loc}': {errors[0]['msg']}{more}"
 
 
+def _upgrade_turns(uri: str, db: lancedb.DBConnection, table: lancedb.table.Table,
+                   expected: pa.Schema) -> lancedb.table.Table:
+    """Rewrite a store of an earlier release whose ``turns`` lack this release's fields.
+
+    Rows are read, validated into :class:`Trajectory` (new fields take their defaults: empty
+    token ids, so training re-tokenizes those rows) and written back as ONE new table version
+    (Lance overwrite); the earlier versions stay in the table's history. Embeddings are keyed
+    by trajectory id and stay valid.
+    """
+    rows = [from_row(Trajectory, r) for r in table.to_arrow().to_pylist()]
+    table = db.create_table(TRAJECTORIES, to_rows(rows, Trajectory) if rows else None,
+                            schema=expected, mode="overwrite")
+    warnings.warn(f"store {uri}: upgraded table '{TRAJECTORIES}' ({len(rows)} rows) to this "
+                  "release's schema (turns now keep their sampled token ids); earlier versions "
+                  "stay in the table's history", stacklevel=3)
+    return table
+
+
 class ExperienceStore:
     """Append-only store of :class:`Trajectory` rows, with filters and versions.
 
@@ -117,6 +135,9 @@ class ExperienceStore:
                 raise StoreError(f"no experience store at {uri} (no '{TRAJECTORIES}' table)") from None
             table = db.create_table(TRAJECTORIES, schema=expected, exist_ok=True)
         diffs = schema_diff(expected, table.schema)
+        if diffs and all(d.startswith("turns:") for d in diffs):
+            table = _upgrade_turns(uri, db, table, expected)
+            diffs = schema_diff(expected, table.schema)
         if diffs:
             raise StoreError(
                 f"store {uri}: table '{TRAJECTORIES}' does not match the Trajectory schema: "

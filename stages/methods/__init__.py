@@ -1,0 +1,198 @@
+"""Training methods of `lopd distill`, one module each, registered by name.
+
+A method is a class behind one small interface (:class:`Method`). The loop in
+:mod:`stages.distill` owns everything that is the same for every method (rollouts with the
+current student, micro-batching, the optimizer step, the experience memory, checkpoints); the
+method owns what differs: its options, the teacher's view of a batch, the loss, what it does
+after the optimizer step, and the state it checkpoints.
+
+Adding a method is one new module plus one registry line (:data:`_MODULES`)::
+
+    @register("sft")
+    class SelfSFT(Method):
+        metrics = ("nll",)
+        def loss(self, rows, weight): ...
+
+Look-up: :func:`get_method` (an unknown name lists the known ones).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from schemas import Trajectory
+from stages.core.contexts import TrainRow
+
+# Registry line per method module: importing it registers its class.
+_MODULES = {"lopd": "stages.methods.lopd"}
+_REGISTRY: dict[str, type[Method]] = {}
+
+
+class NoOptions(BaseModel):
+    """Options of a method that has none (unknown keys are an error)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class Student:
+    """The policy being trained, as the loop built it.
+
+    Attributes:
+        model: the module whose forward is the student (a peft backbone or a plain model).
+        adapter: its LoRA adapter name, or None for full fine-tuning.
+        tokenizer: the backbone's tokenizer.
+        params: the student's trainable parameters.
+        model_name: the ``--model`` value (the frozen initial weights come from it).
+    """
+
+    model: nn.Module
+    adapter: str | None
+    tokenizer: Any
+    params: list[nn.Parameter]
+    model_name: str
+
+
+@dataclass
+class StepBatch:
+    """What a method trains on in one step: the training rows and the whole step's rollouts.
+
+    Attributes:
+        rows: training sequences (:func:`stages.core.contexts.training_rows`), in order.
+        trajectories: every rollout of the step (rows come from those with turns), grouped by
+            task: ``group_size`` consecutive trajectories per task.
+        extras: per row, whatever :meth:`Method.prepare` attached (e.g. retrieved experiences).
+    """
+
+    rows: list[TrainRow]
+    trajectories: list[Trajectory]
+    extras: list[Any] = field(default_factory=list)
+
+
+class Method:
+    """One training method of the distill loop (subclass, then :func:`register`).
+
+    Class attributes:
+        Options: pydantic model of the method's own options (flags / config keys).
+        metrics: names of the values :meth:`loss` and :meth:`after_step` report in each
+            metrics row (loss values are summed over micro-batches, so return them already
+            multiplied by the micro-batch ``weight``).
+        needs_composer: whether the method reads a composer checkpoint.
+
+    Args:
+        options: validated ``Options`` (after :meth:`resolve_options`).
+        config: the whole :class:`stages.distill.DistillConfig` (common settings).
+        resume_from: the checkpoint folder the run resumes from, or None.
+        state: the method's :meth:`state` saved in that checkpoint ({} when fresh).
+    """
+
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    metrics: ClassVar[tuple[str, ...]] = ()
+    needs_composer: ClassVar[bool] = False
+    name: ClassVar[str] = ""
+
+    def __init__(self, options: BaseModel, config: Any, resume_from: Path | None, state: dict) -> None:
+        self.options, self.config = options, config
+        self.student = self.build_student(resume_from)
+
+    @classmethod
+    def resolve_options(cls, options: BaseModel) -> BaseModel:
+        """Fill option defaults that depend on files (e.g. a checkpoint's values) before the
+        run's settings are frozen or compared on resume; raises ValueError on a mismatch."""
+        return options
+
+    def build_student(self, resume_from: Path | None) -> Student:
+        """The student: a LoRA adapter (or a full copy) on ``config.model``, fresh or restored."""
+        return load_student(self.config.model, self.config.student_lora_rank, resume_from)
+
+    def train_mode(self) -> None:
+        """Put the method's own modules in training mode before the step's forwards."""
+
+    def param_groups(self) -> dict[str, tuple[list[nn.Parameter], float]]:
+        """Trainable parameters besides the student's: {group name: (params, lr)}."""
+        return {}
+
+    def prepare(self, batch: StepBatch, memory: Any) -> list[Any]:
+        """Per row, the privileged context the loss needs (default: nothing).
+
+        ``memory`` is the run's :class:`stages.core.retrieval.Retriever` over the store, or
+        None while the store has no index.
+        """
+        return [None] * len(batch.rows)
+
+    def loss(self, rows: list[TrainRow], extras: list[Any], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of one micro-batch times ``weight`` (its share of the step's rows), and its metrics."""
+        raise NotImplementedError
+
+    def after_step(self, sums: dict[str, float]) -> dict[str, float]:
+        """Called after each optimizer step with the summed loss metrics; returns extra metrics."""
+        return {}
+
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable state saved in each checkpoint's ``state.json`` (e.g. a dual variable)."""
+        return {}
+
+    def save(self, folder: Path) -> None:
+        """Write the method's modules into a checkpoint folder (e.g. ``composer/``)."""
+
+    def export(self, folder: Path) -> None:
+        """Write what the final folder holds besides the student (e.g. the trained composer)."""
+
+
+def load_student(model: str, lora_rank: int, resume_from: Path | None, adapter: str = "student") -> Student:
+    """A student on backbone ``model``: LoRA adapter ``adapter`` (rank ``lora_rank``, alpha 2 x
+    rank; restored from ``resume_from/student`` when resuming) or, with ``lora_rank=0``, the
+    whole model (from ``resume_from/student`` when resuming). Only the student's parameters
+    require grad."""
+    from stages.core.composer import adapter_parameters, add_lora_adapter
+    from stages.core.policy import load_policy
+
+    if lora_rank == 0:
+        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model)
+        net.requires_grad_(True)
+        return Student(net, None, tokenizer, list(net.parameters()), model)
+    backbone, tokenizer = load_policy(model)
+    backbone.requires_grad_(False)
+    if resume_from:
+        from peft import PeftModel
+        backbone = PeftModel.from_pretrained(backbone, str(resume_from / "student"), adapter_name=adapter,
+                                             is_trainable=True)
+    else:
+        backbone = add_lora_adapter(backbone, adapter, lora_rank, 2 * lora_rank)
+    params = adapter_parameters(backbone, adapter)
+    for p in params:
+        p.requires_grad_(True)
+    return Student(backbone, adapter, tokenizer, params, model)
+
+
+def register(name: str):
+    """Class decorator: make a :class:`Method` available as ``--method name``."""
+    def deco(cls: type[Method]) -> type[Method]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return deco
+
+
+def known_methods() -> list[str]:
+    """Names of every method the registry knows."""
+    return sorted(set(_MODULES) | set(_REGISTRY))
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class registered as ``name``.
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+    """
+    if name not in _REGISTRY and name in _MODULES:
+        importlib.import_module(_MODULES[name])
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown method {name!r} (known: {', '.join(known_methods())})")
+    return _REGISTRY[name]

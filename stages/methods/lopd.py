@@ -1,0 +1,153 @@
+"""LOPD: latent on-policy self-distillation (Algorithm 1 and Eq. 9-13 of the LOPD paper).
+
+Teacher view: the frozen initial backbone (every adapter disabled) re-scores the student's own
+sampled tokens with the composer's latents c_phi spliced in (Eq. 7-8). Loss (Eq. 13) =
+top-M + tail reverse KL (Eq. 9-10) + beta * (m - Delta) (Eq. 11-12) + lambda * ||c_phi -
+sg[c_phi0]||^2; after each optimizer step the dual variable beta takes a projected step.
+The student and the composer phi are trained jointly; phi_0 (the cold-start composer) stays
+frozen as the anchor's target.
+
+Model layout (one peft backbone): adapters "composer" (phi's encoder LoRA), "composer0"
+(phi_0) and "student"; the teacher is that backbone with every adapter disabled. With
+``student_lora_rank=0`` the student is a separate, fully trainable model.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from stages.core import checkpoint as ckpt
+from stages.core.composer import enable_activation_checkpointing, read_composer_config, save_composer
+from stages.core.contexts import TrainRow, build_batch, retrieve_experiences, shift_for_loss
+from stages.core.losses import (
+    dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
+)
+from stages.core.teacher import student_logits, teacher_logits
+from stages.methods import Method, StepBatch, Student, register
+
+ANCHOR_ADAPTER = "composer0"
+
+
+class LOPDOptions(BaseModel):
+    """LOPD's options (defaults = the paper's; official code for lambda, eta_beta).
+
+    ``composer`` is the cold-start composer folder (``lopd coldstart``'s ``final/``); ``K``
+    must equal its K. ``lam`` is the anchor weight lambda (``lambda`` in config files).
+    ``composer_lr`` None = the run's ``lr``; ``max_exp_tokens`` None = the composer's value
+    (512 if it has none); ``freeze_composer`` is the paper's frozen-composer ablation.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    composer: str
+    margin: float = Field(0.05, ge=0.0)
+    J: int = Field(3, ge=1)
+    K: int = Field(32, ge=1)
+    M: int = Field(20, ge=1)
+    lam: float = Field(0.2, ge=0.0, validation_alias=AliasChoices("lam", "lambda"))
+    eta_beta: float = Field(0.5, ge=0.0)
+    beta0: float = Field(0.0, ge=0.0)
+    composer_lr: float | None = Field(None, gt=0.0)
+    freeze_composer: bool = False
+    max_exp_tokens: int | None = Field(None, ge=1)
+
+
+@register("lopd")
+class LOPD(Method):
+    """LOPD in the distill loop; see the module docstring. ``beta`` is the dual variable."""
+
+    Options = LOPDOptions
+    metrics = ("reverse_kl", "Delta", "beta", "anchor", "margin_term", "latent_norm", "grad_norm_composer")
+    needs_composer = True
+
+    def __init__(self, options: LOPDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
+        self.composer_cfg = read_composer_config(options.composer)
+        self.placement = self.composer_cfg.get("placement", "prefix")
+        self.beta = state.get("beta", options.beta0)
+        super().__init__(options, config, resume_from, state)
+
+    @classmethod
+    def resolve_options(cls, options: LOPDOptions) -> LOPDOptions:
+        """Check K against the composer checkpoint and fill ``max_exp_tokens`` from it."""
+        cfg_file = Path(options.composer) / "composer_config.json"
+        if not cfg_file.is_file():
+            raise ValueError(f"{cfg_file}: no composer checkpoint (composer_config.json missing)")
+        cfg = read_composer_config(options.composer)
+        if cfg["K"] != options.K:
+            raise ValueError(f"{cfg_file}: field 'K' is {cfg['K']}, but the run asks "
+                             f"for K={options.K} (K must match the cold-start composer)")
+        return options.model_copy(update={"max_exp_tokens": options.max_exp_tokens
+                                          or cfg.get("max_exp_tokens") or 512})
+
+    def build_student(self, resume_from: Path | None) -> Student:
+        """Student, composer phi and frozen phi_0 on one backbone (:func:`checkpoint.load_models`)."""
+        o, c = self.options, self.config
+        m = ckpt.load_models(c.model, Path(o.composer), resume_from, lora_rank=c.student_lora_rank,
+                             freeze_composer=o.freeze_composer, anchor_adapter=ANCHOR_ADAPTER)
+        self.composer, self.anchor, self.composer_params = m.composer, m.anchor, m.composer_params
+        if c.activation_checkpointing:
+            enable_activation_checkpointing(self.composer.backbone)
+        return Student(m.student, m.student_adapter, m.tokenizer, m.student_params, c.model)
+
+    def param_groups(self) -> dict[str, tuple[list, float]]:
+        if not self.composer_params:
+            return {}
+        return {"composer": (self.composer_params, self.options.composer_lr or self.config.lr)}
+
+    def train_mode(self) -> None:
+        self.composer.backbone.train()  # engages activation checkpointing (no dropout here)
+
+    def prepare(self, batch: StepBatch, memory: Any) -> list[list]:
+        """J retrieved successful training-split experiences per row ([] without an index)."""
+        if memory is None:
+            return [[] for _ in batch.rows]
+        # training experiences only: held-out (test split) rows never become privileged context
+        return retrieve_experiences(memory, [r.trajectory for r in batch.rows], self.options.J, split="train")
+
+    def loss(self, rows: list[TrainRow], extras: list[list], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """Eq. 13 on one micro-batch times ``weight``.
+
+        Every row holds action tokens, so the per-row means of Eq. 10 / Eq. 12 and the
+        anchor's batch mean all accumulate exactly over micro-batches with this weight.
+        """
+        o, s = self.options, self.student
+        batch = build_batch(s.tokenizer, rows, extras, J=o.J, max_exp_tokens=o.max_exp_tokens)
+        exp = (batch.exp_ids_BJL, batch.exp_mask_BJL)
+        with torch.set_grad_enabled(not o.freeze_composer):
+            c_phi = self.composer(*exp)  # (B, J*K, d)
+        with torch.no_grad():
+            c_phi0 = c_phi.detach() if self.anchor is None else self.anchor(*exp)
+        ids, attn = batch.input_ids_BT, batch.attn_mask_BT
+        s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
+        t_logits = teacher_logits(self.composer.backbone, ids, attn, c_phi, batch.insert_at_B,
+                                  placement=self.placement, action_starts=batch.action_starts)
+        s_logits, targets, mask = shift_for_loss(s_logits, batch)
+        t_logits = shift_for_loss(t_logits, batch)[0]
+        kl, kl_m = topm_tail_reverse_kl(s_logits, t_logits, mask, M=o.M)
+        with torch.no_grad():
+            s_logp = sampled_token_logprobs(s_logits, targets)  # sg[log p_S(a)] of Eq. 11
+        margin_term, margin_m = privileged_margin(sampled_token_logprobs(t_logits, targets), s_logp,
+                                                  mask, batch.rewards_B, o.margin, self.beta)
+        anchor_term, anchor_m = latent_anchor(c_phi, c_phi0, o.lam)
+        loss = weight * (kl + margin_term + anchor_term)
+        metrics = {"reverse_kl": weight * kl_m["reverse_kl"], "Delta": weight * margin_m["Delta"],
+                   "margin_term": weight * margin_m["margin_term"], "anchor": weight * anchor_m["anchor"],
+                   "latent_norm": weight * float(c_phi.detach().norm(dim=-1).mean())}
+        return loss, metrics
+
+    def after_step(self, sums: dict[str, float]) -> dict[str, float]:
+        """Projected dual step of Eq. 13 on the step's Delta; reports beta after the update."""
+        self.beta = dual_update(self.beta, self.options.margin, sums["Delta"], self.options.eta_beta)
+        return {"beta": self.beta}
+
+    def state(self) -> dict[str, Any]:
+        return {"beta": self.beta}
+
+    def save(self, folder: Path) -> None:
+        """Write phi as ``folder/composer`` (:func:`save_composer` format)."""
+        save_composer(self.composer, folder / "composer", self.composer_cfg)
+
+    export = save  # the final folder holds the trained composer too
