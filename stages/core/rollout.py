@@ -108,7 +108,7 @@ def play(
         else:
             prompts = [render_prompt(tokenizer, ep.messages, ep.tools) for ep in live]
             step_params = params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
-            generations = engine.generate(prompts, step_params)
+            generations = engine.generate([tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts], step_params)
         call += 1
         stats.generate_seconds += time.perf_counter() - t0
         stats.actions += len(generations)
@@ -154,7 +154,7 @@ def _reference_generation(ep: _Episode) -> Generation:
     """The next reference action of ``ep`` (an empty answer once the reference is used up)."""
     refs = ep.reference or []
     text = refs[len(ep.turns)] if len(ep.turns) < len(refs) else ""
-    return Generation(text=text, token_ids=[], num_tokens=0, finish_reason="stop")
+    return Generation(text=text, token_ids=[], logprobs=[], num_tokens=0, finish_reason="stop")
 
 
 def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str) -> Trajectory:
