@@ -13,9 +13,11 @@ import argparse
 import time
 
 from stages.core.benches import BENCHES
-from stages.core.policy import HFRolloutEngine, SamplingParams, load_policy
-from stages.core.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.core.policy import load_policy
 from stages.core.rollout import RolloutStats, play
+from stages.engines import SamplingParams
+from stages.engines.hf import HFRolloutEngine
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.evaluate import EvaluateConfig
 
 
@@ -36,7 +38,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     args = parser.parse_args()
     model, tokenizer = load_policy(args.model)
-    bench_run = BENCHES["bfcl-v3"].prepare(EvaluateConfig(bench="bfcl-v3", limit=1, max_steps=args.steps))
+    bench_run = BENCHES["bfcl-v3"].prepare(EvaluateConfig(bench="bfcl-v3", limit=1, max_turns=args.steps))
     params = SamplingParams(temperature=0, max_new_tokens=args.max_new_tokens)
     results = {}
     for budget in (0, PREFIX_CACHE_TOKENS):

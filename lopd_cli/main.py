@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from stages.core.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
 app = typer.Typer(
     name="lopd",
@@ -82,7 +82,7 @@ def collect(
 
     cfg = stage.CollectConfig(
         env=env, store=store, split=split, limit=limit, samples_per_task=samples_per_task,
-        model=model, data_dir=data_dir, max_steps=max_steps, max_new_tokens=max_new_tokens,
+        model=model, data_dir=data_dir, max_turns=max_steps, max_new_tokens=max_new_tokens,
         temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
         prefix_cache_tokens=prefix_cache_tokens, run_id=run_id, resume=resume, reference=reference,
     )
@@ -225,7 +225,7 @@ def evaluate(
         raise ValueError("--bench is required (bfcl-v3, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench)")
     stage.run(stage.EvaluateConfig(
         bench=bench, model=model, limit=limit, out=out, data_dir=data_dir,
-        release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_steps=max_steps,
+        release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_turns=max_steps,
         batch_size=batch_size, workers=workers, seed=seed, prefix_cache_tokens=prefix_cache_tokens,
     ))
 

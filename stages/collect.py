@@ -10,21 +10,24 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas import Trajectory
 from stages.core.envs import make_env
-from stages.core.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.core.provenance import config_run_id, git_commit, write_manifest
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore, StoreError
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
 
 class CollectConfig(BaseModel):
-    """Settings of one `lopd collect` run (the CLI flags, validated)."""
+    """Settings of one `lopd collect` run (the CLI flags, validated).
+
+    ``max_turns`` (agent actions per episode) is also accepted under its former name ``max_steps``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -35,7 +38,7 @@ class CollectConfig(BaseModel):
     samples_per_task: int = Field(default=1, ge=1)
     model: str = "smollm2-135m"
     data_dir: str | None = None
-    max_steps: int = Field(default=30, ge=1)
+    max_turns: int = Field(default=30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
     max_new_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.7, ge=0.0)
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
@@ -61,7 +64,7 @@ class CollectReport(BaseModel):
     seconds: float
 
 
-_RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_steps",
+_RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_turns",
              "max_new_tokens", "temperature", "top_p", "seed", "reference"]
 
 
@@ -73,12 +76,13 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         EnvError: unknown environment or unusable task data.
     """
     from stages.core.envs import EnvError
-    from stages.core.policy import HFRolloutEngine, SamplingParams, load_policy
+    from stages.core.policy import load_policy
+    from stages.engines import SamplingParams, make_engine
 
     console = console or Console()
     run_id = config.run_id or config_run_id("collect", config, _RUN_KEYS)
     data_dir = Path(config.data_dir) if config.data_dir else None
-    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_steps)  # noqa: E731
+    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_turns)  # noqa: E731
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)
     probe.close()
@@ -105,8 +109,8 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     if not config.reference:
         policy_id = config.model
         model, tokenizer = load_policy(config.model)
-        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size,
-                                 prefix_cache_tokens=config.prefix_cache_tokens)
+        engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
+                             prefix_cache_tokens=config.prefix_cache_tokens)
     params = SamplingParams(
         temperature=config.temperature, top_p=config.top_p,
         max_new_tokens=config.max_new_tokens, seed=config.seed,

@@ -22,15 +22,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas import Trajectory
 from stages.core.benches import BENCHES
-from stages.core.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.core.provenance import git_commit
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
 BenchName = Literal["bfcl-v3", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "livecodebench"]
 
@@ -38,10 +38,11 @@ BenchName = Literal["bfcl-v3", "humaneval-plus", "mbpp-plus", "acebench", "envsc
 class EvaluateConfig(BaseModel):
     """Settings of one `lopd evaluate` run (the CLI flags, validated).
 
-    ``temperature`` / ``max_new_tokens`` / ``max_steps`` of None take the bench's defaults
-    (temperature 0 = greedy). ``prefix_cache_tokens`` bounds the rollout engine's KV prefix
-    cache (0 turns it off). ``data_dir`` is a folder or file, or for livecodebench also a
-    Hugging Face dataset id. ``workers`` is the evalplus evaluator's process count.
+    ``temperature`` / ``max_new_tokens`` / ``max_turns`` of None take the bench's defaults
+    (temperature 0 = greedy); ``max_turns`` is also accepted under its former name ``max_steps``.
+    ``prefix_cache_tokens`` bounds the rollout engine's KV prefix cache (0 turns it off).
+    ``data_dir`` is a folder or file, or for livecodebench also a Hugging Face dataset id.
+    ``workers`` is the evalplus evaluator's process count.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,7 +55,7 @@ class EvaluateConfig(BaseModel):
     release: Literal["v5", "v6"] = "v6"
     temperature: float | None = Field(default=None, ge=0.0)
     max_new_tokens: int | None = Field(default=None, ge=1)
-    max_steps: int | None = Field(default=None, ge=1)
+    max_turns: int | None = Field(default=None, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
     batch_size: int = Field(default=8, ge=1)
     workers: int = Field(default=2, ge=1)
     prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
@@ -101,15 +102,15 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     Args:
         config: the run settings.
         console: where the progress bar and tables go (default: a new rich Console).
-        engine, tokenizer: a ready rollout engine (``.generate(prompts, params)``) and the tokenizer
-            whose chat template renders prompts; when None the model is loaded with
-            :func:`stages.core.policy.load_policy`.
+        engine, tokenizer: a ready rollout engine (:class:`stages.engines.RolloutEngine`) and the
+            tokenizer that renders and tokenizes its prompts; when None the model is loaded with
+            :func:`stages.core.policy.load_policy` into an ``hf`` engine.
 
     Raises:
         EnvError: missing or malformed bench data (the message says which flag to pass).
         RuntimeError: the evalplus evaluator failed.
     """
-    from stages.core.policy import SamplingParams
+    from stages.engines import SamplingParams
     from stages.core.rollout import RolloutStats, play
 
     console = console or Console()
@@ -126,11 +127,12 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     for note in prepared.notes:
         console.print(f"  note: {note}")
     if engine is None:
-        from stages.core.policy import HFRolloutEngine, load_policy
+        from stages.core.policy import load_policy
+        from stages.engines import make_engine
 
         model, tokenizer = load_policy(config.model)
-        engine = HFRolloutEngine(model, tokenizer, batch_size=config.batch_size,
-                                 prefix_cache_tokens=config.prefix_cache_tokens)
+        engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
+                             prefix_cache_tokens=config.prefix_cache_tokens)
     order = {t.task_id: i for i, t in enumerate(prepared.tasks)}
     trajs: list[Trajectory] = []
     stats = RolloutStats()

@@ -95,7 +95,7 @@ def _simple(env: str, **kwargs: Any) -> Callable[[Any], BenchRun]:
 
     def prepare(config: Any) -> BenchRun:
         data = _data_dir(config)
-        steps = config.max_steps or BENCHES[config.bench].max_steps
+        steps = config.max_turns or BENCHES[config.bench].max_steps
         factory = lambda: make_env(env, data_dir=data, max_steps=steps, **kwargs)  # noqa: E731
         probe = factory()
         try:
@@ -116,7 +116,7 @@ def _success_scores(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tu
 
 def _bfcl_prepare(config: Any) -> BenchRun:
     data = _data_dir(config)
-    steps = config.max_steps or BENCHES["bfcl-v3"].max_steps
+    steps = config.max_turns or BENCHES["bfcl-v3"].max_steps
     tasks: list[Task] = []
     for category in BFCL_CATEGORIES:
         env = make_env("bfcl", data_dir=data, max_steps=steps, categories=[category])

