@@ -366,9 +366,9 @@ class Distiller:
         self.step, self.cursor = step, self.cursor + c.tasks_per_step
         rewards = [t.reward for t in trajectories]
         row = {"step": step, "reward_mean": float(np.mean(rewards)),
-               "success_rate": float(np.mean([t.success for t in trajectories])),
+               "success_rate": float(np.mean([t.success for t in trajectories])), **self._defaults(),
                **{k: v for k, v in sums.items() if k not in ("loss", "action_tokens")},
-               **self._defaults(), **after, **norms, "loss": sums["loss"],
+               **after, **norms, "loss": sums["loss"],
                "tokens": stats.generated_tokens, "action_tokens": int(sums["action_tokens"]),
                "skipped_rows": len(skipped), "generations": step * c.tasks_per_step * c.group_size,
                "tokens_per_s": stats.generated_tokens / max(stats.generate_seconds, 1e-9),
@@ -378,7 +378,7 @@ class Distiller:
 
     def _defaults(self) -> dict[str, float]:
         """0.0 for every method metric, so each row has all of them (also on an empty step)."""
-        return {k: 0.0 for k in self.method.metrics if not k.startswith("grad_norm_")}
+        return dict.fromkeys(self.method.metrics, 0.0)
 
     def save_checkpoint(self) -> Path:
         """Write ``out/checkpoints/step-<step>`` (student, method modules, optimizer, state, RNG)."""

@@ -72,7 +72,8 @@ class Recorder:
 
     def generate(self, prompt_ids, params):
         out = self.engine.generate(prompt_ids, params)
-        self.seen.update({tuple(p): g for p, g in zip(prompt_ids, out)})
+        for p, g in zip(prompt_ids, out):  # samples of one task share their first prompt
+            self.seen.setdefault(tuple(p), []).append(g)
         return out
 
 
@@ -109,8 +110,10 @@ def test_supervised_ids_are_the_sampled_ids_and_contexts_what_the_engine_saw():
         spans = action_spans(mask_T)
         assert len(spans) == 3
         for turn, (start, end) in zip(t.turns, spans):
-            gen = engine.seen[tuple(ids[:start])]  # the exact prompt ids the engine was given
-            assert ids[start:end] == gen.token_ids == turn.token_ids
+            gens = engine.seen[tuple(ids[:start])]  # the exact prompt ids the engine was given
+            gen = next(g for g in gens if g.token_ids == turn.token_ids)
+            gens.remove(gen)
+            assert ids[start:end] == gen.token_ids
             assert turn.logprobs == pytest.approx(gen.logprobs) and len(turn.logprobs) == len(turn.token_ids)
             assert turn.finish_reason == gen.finish_reason
         assert int(mask_T.sum()) == sum(len(turn.token_ids) for turn in t.turns)
@@ -136,12 +139,14 @@ def test_truncated_actions_carry_no_supervised_end_of_turn_token():
 def test_too_long_prompt_is_skipped_and_counted():
     tok = tiny_tokenizer()
     trajs = _play(Scripted(tok), tok, samples=1)
-    (ids_T, mask_T), = trajectory_sequences(tok, trajs[0])
-    first = action_spans(mask_T)[0][0]
-    rows, skipped = training_rows(tok, trajs, max_len=first)
+    firsts = [action_spans(trajectory_sequences(tok, t)[0][1])[0][0] for t in trajs]
+    rows, skipped = training_rows(tok, trajs, max_len=min(firsts))
     assert rows == [] and skipped == [t.trajectory_id for t in trajs]
-    rows, skipped = training_rows(tok, trajs, max_len=first + 2)
-    assert skipped == [] and all(len(r.ids_T) == first + 2 and int(r.mask_T.sum()) == 2 for r in rows)
+    rows, skipped = training_rows(tok, trajs, max_len=max(firsts) + 2)
+    assert skipped == [] and all(len(r.ids_T) == max(firsts) + 2 for r in rows)
+    assert [int(r.mask_T.sum()) for r in rows] == [max(firsts) + 2 - f for f in firsts]
+    with pytest.raises(ValueError, match="the prompt alone is"):
+        training_rows(tok, trajs, max_len=min(firsts), skip_too_long=False)
 
 
 def test_store_of_release_0_1_opens_upgrades_and_trains(assets, tmp_path):

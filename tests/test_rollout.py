@@ -51,13 +51,16 @@ class ScriptedEngine:
     def __init__(self, incs: int):
         self.incs, self.calls = incs, []
 
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         self.calls.append((len(prompts), params.seed))
+        tok = tiny_tokenizer()
         out = []
         for p in prompts:
-            done = p.count("<tool_response>")
+            done = tok.decode(p).count("<tool_response>")
             text = "inc()" if done < self.incs else "done"
-            out.append(Generation(text=text, token_ids=[1, 2], num_tokens=2, finish_reason="stop"))
+            ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            out.append(Generation(text=text, token_ids=ids, logprobs=[-1.0] * len(ids), num_tokens=len(ids),
+                                  finish_reason="eos"))
         return out
 
 
@@ -108,7 +111,7 @@ def test_step_cap_ends_episode_without_reward():
                      samples_per_task=1, stats=stats)
     assert trajs[0].num_steps == 4 and trajs[0].reward == 0.0
     assert json.loads(trajs[0].info)["stopped"] == "step cap reached"
-    assert stats.episodes == 1 and stats.generated_tokens == 8
+    assert stats.episodes == 1 and stats.generated_tokens == sum(len(t.token_ids) for t in trajs[0].turns) > 4
 
 
 @pytest.mark.parametrize("kind", ["fail_reset", "fail_step"])
