@@ -7,7 +7,7 @@ import pytest
 
 from schemas import Message, Task, ToolCall
 from stages.core.envs import StepResult
-from stages.core.policy import Generation, SamplingParams
+from stages.engines import Generation, SamplingParams
 from stages.core.rollout import RolloutStats, play
 from tests.tiny import tiny_tokenizer
 
@@ -51,13 +51,13 @@ class ScriptedEngine:
     def __init__(self, incs: int):
         self.incs, self.calls = incs, []
 
-    def generate(self, prompts: list[str], params: SamplingParams) -> list[Generation]:
-        self.calls.append((len(prompts), params.seed))
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
+        self.calls.append((len(prompt_ids), params.seed))
         out = []
-        for p in prompts:
-            done = p.count("<tool_response>")
+        for ids in prompt_ids:
+            done = tiny_tokenizer().decode(ids).count("<tool_response>")
             text = "inc()" if done < self.incs else "done"
-            out.append(Generation(text=text, token_ids=[1, 2], num_tokens=2, finish_reason="stop"))
+            out.append(Generation(text=text, token_ids=[1, 2], logprobs=[-0.5, -0.5], num_tokens=2, finish_reason="eos"))
         return out
 
 
