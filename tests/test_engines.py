@@ -127,6 +127,17 @@ def test_logprobs_equal_a_teacher_forced_forward(model, tok, ids, temperature, c
                                        atol=1e-4, rtol=0)
 
 
+def test_model_generation_config_does_not_reshape_the_distribution(tok, ids, engine):
+    model = tiny_model(tok)
+    model.generation_config.repetition_penalty = 5.0
+    model.generation_config.no_repeat_ngram_size = 1
+    model.generation_config.min_new_tokens = 4
+    gens = HFRolloutEngine(model, tok).generate(ids, GREEDY)
+    assert_same(gens, engine.generate(ids, GREEDY))
+    for prompt, g in zip(ids, gens):
+        torch.testing.assert_close(torch.tensor(g.logprobs), teacher_forced(model, prompt, g, 0.0), atol=1e-4, rtol=0)
+
+
 def test_cached_and_uncached_agree_on_ids_and_logprobs_over_many_calls(model, tok, ids):
     plain = HFRolloutEngine(model, tok, batch_size=2)
     cached = HFRolloutEngine(model, tok, batch_size=2, prefix_cache_tokens=10_000)
