@@ -55,3 +55,13 @@ def test_collect_errors_are_one_line(tiny_dir, tmp_path):
     assert not (tmp_path / "s").exists()  # nothing is created for a run that cannot start
     res = _collect(tiny_dir, tmp_path / "s2", "--data-dir", str(tmp_path / "missing"))
     assert res.exit_code == 2 and "missing" in res.output
+
+
+def test_turn_cap_is_max_turns_and_accepts_max_steps():
+    from stages.collect import CollectConfig
+
+    assert CollectConfig(env="envscaler", store="s").max_turns == 30
+    assert CollectConfig(env="envscaler", store="s", max_turns=3).max_turns == 3
+    assert CollectConfig(env="envscaler", store="s", max_steps=2).max_turns == 2  # the former name
+    with pytest.raises(ValueError):
+        CollectConfig(env="envscaler", store="s", max_turns=0)

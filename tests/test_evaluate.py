@@ -15,7 +15,7 @@ from rich.console import Console
 from schemas import ToolCall, Trajectory, Turn
 from stages.core.benches import bfcl_scores, evalplus_evaluate, humaneval_base
 from stages.core.envs import EnvError, make_env
-from stages.core.policy import Generation
+from stages.engines import Generation
 from stages.evaluate import EvaluateConfig, behaviour_stats, compare, model_slug, run
 from tests.tiny import tiny_tokenizer
 
@@ -34,15 +34,16 @@ class SequentialEngine:
     def __init__(self, scripts: list[list[str]]):
         self.scripts, self.episode = scripts, -1
 
-    def generate(self, prompts, params):
+    def generate(self, prompt_ids, params):
         out = []
-        for prompt in prompts:
-            step = prompt.count("<|im_start|>assistant") - 1
+        for ids in prompt_ids:
+            step = tiny_tokenizer().decode(ids).count("<|im_start|>assistant") - 1
             self.episode += step == 0
             script = self.scripts[self.episode]
             text = script[step] if step < len(script) else "Done."
-            out.append(Generation(text=text, token_ids=[0] * len(text.split()), num_tokens=len(text.split()),
-                                  finish_reason="stop"))
+            n = len(text.split())
+            out.append(Generation(text=text, token_ids=[0] * n, logprobs=[0.0] * n, num_tokens=n,
+                                  finish_reason="eos"))
         return out
 
 
@@ -187,3 +188,11 @@ def test_bfcl_scores_per_category_and_mean():
 
 def test_model_slug():
     assert model_slug("runs/lopd/final") == "runs-lopd-final" and model_slug("Qwen/Qwen3-4B") == "Qwen-Qwen3-4B"
+
+
+def test_turn_cap_is_max_turns_and_accepts_max_steps():
+    assert EvaluateConfig(bench="bfcl-v3", max_turns=3).max_turns == 3
+    assert EvaluateConfig(bench="bfcl-v3", max_steps=2).max_turns == 2  # the former name
+    assert EvaluateConfig.model_validate({"bench": "bfcl-v3", "max_steps": 4}).model_dump()["max_turns"] == 4
+    with pytest.raises(ValueError):
+        EvaluateConfig(bench="bfcl-v3", max_turns=0)

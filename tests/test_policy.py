@@ -1,7 +1,6 @@
-"""Backbone resolution, chat rendering with tools, action masks and the HF rollout engine."""
+"""Backbone resolution, chat rendering with tools and action masks (the engines: test_engines.py)."""
 from __future__ import annotations
 
-import copy
 import json
 import os
 from pathlib import Path
@@ -11,12 +10,9 @@ import torch
 
 from schemas import Message, ToolCall
 from stages.core.chat import action_spans, render, render_prompt, tokenize_for_training
-from stages.core.policy import (
-    HFRolloutEngine,
-    SamplingParams,
-    load_policy,
-    resolve_model,
-)
+from stages.core.policy import load_policy, resolve_model
+from stages.engines import SamplingParams
+from stages.engines.hf import HFRolloutEngine
 from tests.tiny import save_tiny, tiny_model, tiny_tokenizer
 
 TOOLS = [
@@ -44,11 +40,6 @@ CALL_TEXT = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}<
 @pytest.fixture(scope="module")
 def tok():
     return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def engine(tok):
-    return HFRolloutEngine(tiny_model(tok), tok, batch_size=8)
 
 
 # --- resolve_model / load_policy -------------------------------------------------------------
@@ -110,7 +101,8 @@ def test_real_smollm2_conversion_and_chat(tmp_path):
     ids, mask = tokenize_for_training(tok, CONVERSATION, TOOLS)
     assert ids.tolist() == tok(render(tok, CONVERSATION, TOOLS, False), add_special_tokens=False)["input_ids"]
     prompt = render_prompt(tok, [Message(role="user", content="What is 2+2?")], [])
-    (gen,) = HFRolloutEngine(model, tok).generate([prompt], SamplingParams(temperature=0, max_new_tokens=16))
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    (gen,) = HFRolloutEngine(model, tok).generate([prompt_ids], SamplingParams(temperature=0, max_new_tokens=16))
     assert "4" in gen.text
 
 
@@ -205,82 +197,3 @@ def test_action_spans_of_mask():
     mask = torch.tensor([0, 1, 1, 0, 0, 1, 0, 1], dtype=torch.bool)
     assert action_spans(mask) == [(1, 3), (5, 6), (7, 8)]
     assert action_spans(torch.zeros(4, dtype=torch.bool)) == []
-
-
-# --- rollouts -------------------------------------------------------------------------------
-
-PROMPTS = [
-    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
-    "The quick brown fox",
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the weather?<|im_end|>\n",
-]
-GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
-
-
-def test_batched_greedy_equals_unbatched_and_is_deterministic(engine):
-    batch = engine.generate(PROMPTS, GREEDY)
-    assert len(batch) == 3
-    assert batch == engine.generate(PROMPTS, GREEDY)
-    assert [engine.generate([p], GREEDY)[0] for p in PROMPTS] == batch  # left padding is transparent
-    for g in batch:
-        assert g.num_tokens == len(g.token_ids) <= GREEDY.max_new_tokens
-        assert g.finish_reason == ("length" if g.num_tokens == GREEDY.max_new_tokens else "stop")
-
-
-def test_mini_batches_match_one_batch(tok, engine):
-    small = HFRolloutEngine(engine.model, tok, batch_size=2)
-    assert small.generate(PROMPTS, GREEDY) == engine.generate(PROMPTS, GREEDY)
-
-
-def test_max_new_tokens_respected(engine):
-    gens = engine.generate(PROMPTS, SamplingParams(temperature=0, max_new_tokens=3))
-    assert all(g.num_tokens <= 3 for g in gens)
-    assert any(g.num_tokens == 3 and g.finish_reason == "length" for g in gens)
-
-
-def test_stop_string_cuts_text(engine):
-    params = SamplingParams(temperature=0, max_new_tokens=24)
-    (full,) = engine.generate(PROMPTS[1:2], params)
-    stop = next(
-        full.text[i : i + 2] for i in range(1, len(full.text) - 1) if "\ufffd" not in full.text[i : i + 2]
-    )
-    (cut,) = engine.generate(PROMPTS[1:2], params.model_copy(update={"stop": [stop]}))
-    assert cut.text == full.text[: full.text.index(stop)]
-    assert cut.finish_reason == "stop"
-    assert cut.token_ids == full.token_ids[: cut.num_tokens] and cut.num_tokens < full.num_tokens
-
-
-def test_eos_ends_generation_and_is_kept(tok, engine):
-    (full,) = engine.generate(PROMPTS[1:2], GREEDY)
-    assert full.num_tokens > 3
-    # make eos outscore the 3rd greedy token wherever that token wins: eos must come by step 3
-    model = copy.deepcopy(engine.model)
-    with torch.no_grad():
-        model.lm_head.weight[tok.eos_token_id] = 2 * model.lm_head.weight[full.token_ids[2]]
-    eos_engine = HFRolloutEngine(model, tok)
-    gens = eos_engine.generate(PROMPTS, GREEDY)
-    g = gens[1]
-    assert g.finish_reason == "stop" and g.num_tokens <= 3
-    assert g.token_ids[-1] == tok.eos_token_id and tok.eos_token_id not in g.token_ids[:-1]
-    assert g.token_ids[:-1] == full.token_ids[: g.num_tokens - 1]
-    assert "<|im_end|>" not in g.text and tok.pad_token_id not in g.token_ids
-    assert [eos_engine.generate([p], GREEDY)[0] for p in PROMPTS] == gens
-
-
-def test_seeded_sampling_is_reproducible(engine):
-    params = SamplingParams(temperature=1.0, max_new_tokens=16, seed=7)
-    first = engine.generate(PROMPTS, params)
-    assert engine.generate(PROMPTS, params) == first
-    other = engine.generate(PROMPTS, params.model_copy(update={"seed": 8}))
-    assert [g.token_ids for g in other] != [g.token_ids for g in first]
-
-
-def test_sampling_params_validation():
-    with pytest.raises(ValueError):
-        SamplingParams(temperature=-1)
-    with pytest.raises(ValueError):
-        SamplingParams(top_p=0)
-    with pytest.raises(ValueError):
-        SamplingParams(max_new_tokens=0)
-    with pytest.raises(ValueError):
-        SamplingParams(stop=[""])

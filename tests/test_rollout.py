@@ -7,7 +7,7 @@ import pytest
 
 from schemas import Message, Task, ToolCall
 from stages.core.envs import StepResult
-from stages.core.policy import Generation, SamplingParams
+from stages.engines import Generation, SamplingParams
 from stages.core.rollout import RolloutStats, play
 from tests.tiny import tiny_tokenizer
 
