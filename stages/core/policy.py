@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -145,17 +145,3 @@ def load_policy(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()
     return model, tokenizer
-
-
-# Transitional: the engine classes moved to stages.engines (issue 12). Modules not yet ported
-# (rollout, distill) still import them from here; drop this once they import stages.engines.
-_MOVED = {"SamplingParams": "stages.engines", "Generation": "stages.engines",
-          "RolloutEngine": "stages.engines", "HFRolloutEngine": "stages.engines.hf"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
