@@ -1,4 +1,5 @@
-"""Student and latent-context teacher forwards of LOPD (Eq. 7-8 of the LOPD paper).
+"""Student and teacher forwards: the latent-context teacher of LOPD (Eq. 7-8 of the LOPD paper)
+and the text-context / no-context teacher views of the baselines (:func:`context_teacher_logits`).
 
 The teacher is the frozen initial backbone theta_bar fed through ``inputs_embeds`` with the
 latent vectors c_phi spliced in as ordinary context positions. Its weights get no gradient,
@@ -190,3 +191,50 @@ def teacher_logits(
             raise ValueError("placement 'per-turn' needs action_starts")
         return _per_turn_logits(teacher, input_ids_BT, attn_mask_BT, latents_BNd, action_starts)
     raise ValueError(f"placement must be 'prefix' or 'per-turn', got {placement!r}")
+
+
+def context_teacher_logits(
+    model: nn.Module,
+    input_ids_BT: Tensor,
+    attn_mask_BT: Tensor,
+    insert_at_B: Tensor,
+    prefix_ids: list[list[int]] | None = None,
+    *,
+    adapter: str | None = None,
+) -> Tensor:
+    """Teacher logits_BTV (B, T, V) under a privileged TEXT context, aligned with the student's.
+
+    The teacher views used by the text-context baselines (B.1 of the LOPD paper: OPSD's
+    reference in the system message, SDFT's demonstration, SDPO's sibling or feedback): row b's
+    prompt (its first ``insert_at_B[b]`` tokens, everything before the first sampled action)
+    is replaced by ``prefix_ids[b]`` (that prompt re-rendered with the privileged context) and
+    the same completion tokens follow; ``prefix_ids=None`` keeps the student's own prompt (the
+    no-extra-context view). Logits are gathered back so that ``logits[b, i]`` scores token
+    ``i + 1`` for every ``i >= insert_at_B[b] - 1`` (earlier positions are never supervised and
+    hold the first prefix logits).
+
+    Teacher weights: ``model`` with ``adapter`` active: ``None`` = every adapter disabled (the
+    frozen initial weights), an EMA adapter, or the student's own adapter (the current
+    student). Runs under ``torch.no_grad``: no parameter gets a gradient from the teacher.
+
+    Raises:
+        ValueError: a mask that is not right-padded, or a prefix list of the wrong length.
+    """
+    B, T = input_ids_BT.shape
+    lengths_B = _check_right_padded(attn_mask_BT)
+    starts = insert_at_B.tolist()
+    prefixes = prefix_ids if prefix_ids is not None else [input_ids_BT[b, :starts[b]].tolist() for b in range(B)]
+    if len(prefixes) != B:
+        raise ValueError(f"expected {B} prefixes, got {len(prefixes)}")
+    seqs = [prefixes[b] + input_ids_BT[b, starts[b]:int(lengths_B[b])].tolist() for b in range(B)]
+    S = max(len(seq) for seq in seqs)
+    ids_BS = input_ids_BT.new_zeros(B, S)
+    mask_BS = torch.zeros(B, S, dtype=torch.long, device=input_ids_BT.device)
+    for b, seq in enumerate(seqs):
+        ids_BS[b, :len(seq)] = torch.tensor(seq, dtype=ids_BS.dtype)
+        mask_BS[b, :len(seq)] = 1
+    with torch.no_grad(), adapter_scope(model, adapter):
+        logits_BSV = model(input_ids=ids_BS, attention_mask=mask_BS, use_cache=False).logits
+    shift_B1 = torch.tensor([len(prefixes[b]) - starts[b] for b in range(B)], device=ids_BS.device).unsqueeze(1)
+    idx_BT = (torch.arange(T, device=ids_BS.device).unsqueeze(0) + shift_B1).clamp(0, S - 1)
+    return logits_BSV.gather(1, idx_BT.unsqueeze(-1).expand(B, T, logits_BSV.shape[-1]))
