@@ -130,8 +130,9 @@ def load_policy(
     (``"float32"`` on CPU: bf16 is ~25x slower there, FIELD-NOTES).
 
     Raises:
-        FileNotFoundError: see :func:`resolve_model`; also a hub id that cannot be loaded (no
-            such model, or no network), with the loader's reason in one line.
+        FileNotFoundError: see :func:`resolve_model`; also a local folder without
+            ``config.json``, or a hub id / folder whose tokenizer cannot be loaded (no such
+            model, no network, unusable tokenizer files), with the loader's reason in one line.
         ValueError: unknown ``dtype``.
     """
     import torch
@@ -141,10 +142,14 @@ def load_policy(
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"dtype {dtype!r}: not a torch dtype (use float32, bfloat16 or float16)")
     path = resolve_model(name)
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(f"--model {name!r}: {Path(path) / 'config.json'} is missing "
+                                "(not a model folder saved with save_pretrained)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-    except OSError as err:
-        reason = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    except (OSError, ValueError) as err:  # ValueError: a local folder whose tokenizer files are unusable
+        reason = " ".join(str(err).split()) or type(err).__name__
+        reason = reason if len(reason) <= 200 else reason[:197] + "..."
         raise FileNotFoundError(f"--model {name!r}: cannot load it: {reason}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
