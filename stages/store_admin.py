@@ -82,7 +82,7 @@ def open_table(store: str, table: str) -> Any:
                              "its version history itself is damaged") from None
         if not isinstance(err, ValueError):
             raise
-        names = ", ".join(db.table_names()) or "none"
+        names = ", ".join(db.list_tables().tables) or "none"
         raise StoreError(f"store {store}: no table '{table}' (tables: {names})") from None
 
 
