@@ -11,6 +11,7 @@ from typing import Callable, Optional
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
@@ -50,7 +51,8 @@ def friendly(fn: Callable) -> Callable:
                 msg = f"invalid option {'.'.join(map(str, first['loc']))}: {first['msg']}"
             else:
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-            err_console.print(f"[red]error:[/] {msg}")
+            # soft_wrap: the error stays one line (rich would break it at the terminal width)
+            err_console.print(f"[red]error:[/] {escape(msg)}", soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -228,6 +230,36 @@ def evaluate(
         release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_turns=max_steps,
         batch_size=batch_size, workers=workers, seed=seed, prefix_cache_tokens=prefix_cache_tokens,
     ))
+
+
+store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",
+                        no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("versions")
+@friendly
+def store_versions(
+    store: str = typer.Option(..., "--store", help="Experience store directory or URI."),
+    table: str = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings."),
+) -> None:
+    """List a table's versions (time, rows) and mark which ones can be read."""
+    from stages import store_admin as stage
+
+    stage.run_versions(stage.StoreAdminConfig(store=store, table=table))
+
+
+@store_app.command("restore")
+@friendly
+def store_restore(
+    store: str = typer.Option(..., "--store", help="Experience store directory or URI."),
+    version: Optional[int] = typer.Option(None, "--version", help="Version to bring back (default: the newest readable one)."),
+    table: str = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings."),
+) -> None:
+    """Make an earlier, readable version the table's latest (a new version; nothing is deleted)."""
+    from stages import store_admin as stage
+
+    stage.run_restore(stage.StoreAdminConfig(store=store, table=table, version=version))
 
 
 def main() -> None:

@@ -76,7 +76,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         EnvError: unknown environment or unusable task data.
     """
     from stages.core.envs import EnvError
-    from stages.core.policy import load_policy
+    from stages.core.policy import load_policy, load_tokenizer
     from stages.engines import SamplingParams, make_engine
 
     console = console or Console()
@@ -88,7 +88,16 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     probe.close()
     if config.reference and not hasattr(probe, "reference_actions"):
         raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
-    # the store is opened (and created) only once the tasks are known to be playable
+    # the store is opened (and created) only once the tasks are known to be playable and the
+    # policy has loaded: a run that cannot start leaves no empty store behind
+    policy_id, engine = "reference", None
+    if config.reference:  # no model runs, but the rows keep the ids the policy would be trained on
+        tokenizer = load_tokenizer(config.model)
+    else:
+        policy_id = config.model
+        model, tokenizer = load_policy(config.model)
+        engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
+                             prefix_cache_tokens=config.prefix_cache_tokens)
     store = ExperienceStore.open(config.store)
     done_ids = store.task_ids(run_id=run_id)
     if done_ids and not config.resume:
@@ -105,12 +114,6 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         f"env={config.env} split={config.split} "
         f"policy={'reference solutions' if config.reference else config.model}"
     )
-    policy_id, engine, tokenizer = "reference", None, None
-    if not config.reference:
-        policy_id = config.model
-        model, tokenizer = load_policy(config.model)
-        engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
-                             prefix_cache_tokens=config.prefix_cache_tokens)
     params = SamplingParams(
         temperature=config.temperature, top_p=config.top_p,
         max_new_tokens=config.max_new_tokens, seed=config.seed,

@@ -32,6 +32,7 @@ from stages.core import checkpoint as ckpt
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
+from stages.core.inputs import read_utf8
 from stages.core.provenance import git_commit, write_manifest
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.rollout import RolloutStats, play
@@ -152,10 +153,7 @@ def load_config(path: str | Path) -> dict:
     path = Path(path)
     if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
         raise ValueError(f"{path}: unknown config format {path.suffix!r} (use .toml, .yaml or .json)")
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ValueError(f"{path}: cannot read the config file ({err.strerror})") from None
+    text = read_utf8(path)
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:

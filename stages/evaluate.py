@@ -202,14 +202,42 @@ def report_table(report: dict[str, Any]) -> Table:
 
 
 def _load_report(path: Path) -> dict[str, Any]:
+    """A report file checked field by field: one-line ``ValueError`` naming file and field."""
+    from stages.core.inputs import read_utf8
+
+    text = read_utf8(path)
     try:
-        report = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a readable evaluate report ({err})") from None
+        report = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not a JSON evaluate report ({err.msg} at line {err.lineno} "
+                         f"column {err.colno})") from None
+    if not isinstance(report, dict):
+        raise ValueError(f"{path}: not an evaluate report (the top level is {_json_kind(report)}, not an object)")
     for field in ("bench", "model", "scores", "behaviour"):
         if field not in report:
             raise ValueError(f"{path}: missing field {field!r} (not an evaluate report)")
+    for field in ("bench", "model"):
+        if not isinstance(report[field], str):
+            raise ValueError(f"{path}: field {field!r} must be a string, got {_json_kind(report[field])}")
+    for section in ("scores", "behaviour"):
+        metrics = report[section]
+        if not isinstance(metrics, dict):
+            raise ValueError(f"{path}: field {section!r} must be an object of metric: number, "
+                             f"got {_json_kind(metrics)}")
+        for key, value in metrics.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"{path}: field '{section}.{key}' must be a number, got "
+                                 f"{_json_kind(value)} {json.dumps(value)[:40]}")
     return report
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON name of a value's type (null, boolean, number, string, array, object)."""
+    for kind, types in (("null", type(None)), ("boolean", bool), ("number", (int, float)),
+                        ("string", str), ("array", list), ("object", dict)):
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
 
 
 def compare(paths: list[Path]) -> Table:

@@ -280,7 +280,11 @@ def test_hf_dataset_ids_load_through_datasets(monkeypatch):
     assert asked == [("me/tasks", "train"), ("me/envs", "train")] and len(all_tasks(e)) == 10
     assert play(e, all_tasks(e)["bank-002"], ORACLE["bank-002"]).reward == 1.0
     e.close()
+    from huggingface_hub import HfApi  # a data_dir that is no folder is looked up on the hub once
+
+    monkeypatch.setattr(HfApi, "dataset_info", lambda self, repo_id, **kw: asked.append(("hub", repo_id)))
     inline = make_env("envscaler", data_dir="me/inline")  # an owner/name data_dir that is no folder
+    assert ("hub", "me/inline") in asked
     assert sorted(all_tasks(inline)) == ["bank-001", "bank-002", "bank-003"] and asked[-1] == ("me/inline", "train")
     with pytest.raises(EnvError, match="hf dataset 'me/missing': cannot load split 'train'"):
         make_env("envscaler", hf_dataset="me/missing")

@@ -34,6 +34,7 @@ from typing import Any, Callable
 from schemas import Task, Trajectory
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.livecodebench import RELEASE_WINDOWS
+from stages.core.inputs import hub_dataset_id
 
 BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 _EVALPLUS = {
@@ -254,6 +255,8 @@ def _livecodebench_prepare(config: Any) -> BenchRun:
         raise EnvError("--bench livecodebench: no data; pass --data-dir <LiveCodeBench release .jsonl file or folder, "
                        "or a HF dataset id such as livecodebench/code_generation_lite>")
     local = Path(config.data_dir).exists()
+    if not local:  # a mistyped relative path must not cost a round of hub retries
+        hub_dataset_id(config.data_dir, error=EnvError)
     kwargs = {"release": config.release, **({} if local else {"dataset": config.data_dir})}
     data = Path(config.data_dir) if local else None
     factory = lambda: make_env("livecodebench", data_dir=data, max_steps=1, **kwargs)  # noqa: E731

@@ -112,6 +112,33 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
     raise FileNotFoundError(f"--model {name!r}: no such local folder, and not a Hugging Face id (owner/name)")
 
 
+def load_tokenizer(name: str, path: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``--model name`` alone (``path`` = its resolved location, if known).
+
+    Pads on the left (batched generation); without a pad token the eos token pads.
+
+    Raises:
+        FileNotFoundError: see :func:`resolve_model`; a local folder without ``config.json``, or
+            a tokenizer that cannot be loaded (the loader's reason in one line).
+    """
+    from transformers import AutoTokenizer
+
+    path = path or resolve_model(name)
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(f"--model {name!r}: {Path(path) / 'config.json'} is missing "
+                                "(not a model folder saved with save_pretrained)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:  # ValueError: a local folder whose tokenizer files are unusable
+        reason = " ".join(str(err).split()) or type(err).__name__
+        reason = reason if len(reason) <= 200 else reason[:197] + "..."
+        raise FileNotFoundError(f"--model {name!r}: cannot load it: {reason}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
 def load_policy(
     name: str, dtype: str = "float32", device: str = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -122,25 +149,19 @@ def load_policy(
     (``"float32"`` on CPU: bf16 is ~25x slower there, FIELD-NOTES).
 
     Raises:
-        FileNotFoundError: see :func:`resolve_model`; also a hub id that cannot be loaded (no
-            such model, or no network), with the loader's reason in one line.
+        FileNotFoundError: see :func:`resolve_model`; also a local folder without
+            ``config.json``, or a hub id / folder whose tokenizer cannot be loaded (no such
+            model, no network, unusable tokenizer files), with the loader's reason in one line.
         ValueError: unknown ``dtype``.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"dtype {dtype!r}: not a torch dtype (use float32, bfloat16 or float16)")
     path = resolve_model(name)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except OSError as err:
-        reason = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-        raise FileNotFoundError(f"--model {name!r}: cannot load it: {reason}") from None
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
+    tokenizer = load_tokenizer(name, path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()

@@ -10,8 +10,10 @@ committed version, also when another process or another table handle has written
 """
 from __future__ import annotations
 
+import functools
+import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,75 @@ _ID_CHUNK = 1000
 
 class StoreError(Exception):
     """A problem with the experience store; the message is one line naming the store/row/field."""
+
+
+class StoreCorruptError(StoreError):
+    """A table whose data files are missing or damaged; `lopd store restore` can bring back an
+    earlier, readable version (the message names the store, the table and the command)."""
+
+
+def lance_failure(err: BaseException) -> str | None:
+    """A short reason when ``err`` is Lance failing to read a table's files, else ``None``.
+
+    Lance reports a deleted data file as ``RuntimeError('lance error: Not found: <path>, ...')``,
+    a truncated one as ``RuntimeError('... failed to fill whole buffer ...')`` and one with
+    foreign bytes as ``ValueError('... does not appear to be a Lance file ...')``.
+    """
+    if not isinstance(err, (RuntimeError, ValueError, OSError)):
+        return None
+    text = str(err)
+    if "does not appear to be a Lance file" in text:
+        return "a data file is damaged: it is not a Lance file"
+    if "failed to fill whole buffer" in text:
+        return "a data file is truncated"
+    if "lance error" not in text.lower() and "LanceError" not in text:
+        return None
+    missing = re.search(r"Not found: (\S+?),? ", text + " ")
+    if missing:
+        return f"data file {Path(missing.group(1)).name} is missing"
+    detail = text.splitlines()[0].split(", /")[0].removeprefix("lance error: ")  # drop the Rust source location
+    return f"cannot read its files ({detail})"
+
+
+def unreadable_message(uri: str, table: str, reason: str) -> str:
+    """The one-line error for a damaged table: store, table, reason and the recovery commands."""
+    flag = "" if table == TRAJECTORIES else f" --table {table}"
+    return (f"store {uri}: table '{table}' is unreadable ({reason}); list its versions with "
+            f"`lopd store versions --store {uri}{flag}` and bring back the newest readable one with "
+            f"`lopd store restore --store {uri}{flag}`")
+
+
+def check_readable(table: lancedb.table.Table, uri: str, name: str, columns: list[str] | None = None) -> None:
+    """Scan ``columns`` (default: the first column) of every row, which opens every data file.
+
+    Raises:
+        StoreCorruptError: a data file is missing, truncated or not a Lance file.
+    """
+    columns = columns or [table.schema.names[0]]
+    try:
+        for _ in table.search().select(columns).limit(None).to_batches():
+            pass
+    except (RuntimeError, ValueError, OSError) as err:
+        reason = lance_failure(err)
+        if reason is None:
+            raise
+        raise StoreCorruptError(unreadable_message(uri, name, reason)) from None
+
+
+def _guarded(method: Callable) -> Callable:
+    """Turn Lance's read failures inside a store method into :class:`StoreCorruptError`."""
+
+    @functools.wraps(method)
+    def wrapper(self: ExperienceStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (RuntimeError, ValueError, OSError) as err:
+            reason = lance_failure(err)
+            if reason is None:
+                raise
+            raise StoreCorruptError(unreadable_message(self._uri, TRAJECTORIES, reason)) from None
+
+    return wrapper
 
 
 def sql_str(value: str) -> str:
@@ -114,10 +185,15 @@ class ExperienceStore:
     def open(cls, uri: str | Path, create: bool = True) -> ExperienceStore:
         """Open (and with ``create`` make) the store at a local path or URI (``s3://...``).
 
+        The ``trajectory_id`` column of every row is read once, so a store whose data files
+        were deleted, truncated or overwritten fails here rather than halfway through a stage.
+
         Raises:
             StoreError: the path is a file; the store does not exist and ``create`` is False;
                 the ``trajectories`` table's schema differs from ``arrow_schema(Trajectory)``
                 (the message lists the differing fields).
+            StoreCorruptError: the table's files are missing or damaged (the message names the
+                ``lopd store`` commands that list and restore earlier versions).
         """
         uri = str(uri)
         if not _is_remote(uri):
@@ -130,7 +206,12 @@ class ExperienceStore:
         expected = arrow_schema(Trajectory)
         try:
             table = db.open_table(TRAJECTORIES)
-        except ValueError:
+        except (RuntimeError, ValueError, OSError) as err:
+            reason = lance_failure(err)
+            if reason is not None:
+                raise StoreCorruptError(unreadable_message(uri, TRAJECTORIES, reason)) from None
+            if not isinstance(err, ValueError):
+                raise
             if not create:
                 raise StoreError(f"no experience store at {uri} (no '{TRAJECTORIES}' table)") from None
             table = db.create_table(TRAJECTORIES, schema=expected, exist_ok=True)
@@ -143,6 +224,7 @@ class ExperienceStore:
                 f"store {uri}: table '{TRAJECTORIES}' does not match the Trajectory schema: "
                 + "; ".join(diffs)
             )
+        check_readable(table, uri, TRAJECTORIES, ["trajectory_id"])
         return cls(uri, db, table)
 
     @property
@@ -160,6 +242,7 @@ class ExperienceStore:
         """The ``trajectories`` LanceDB table."""
         return self._table
 
+    @_guarded
     def append(self, trajectories: Sequence[Trajectory | dict]) -> int:
         """Validate and append trajectories in one transaction; returns the number of rows.
 
@@ -191,6 +274,7 @@ class ExperienceStore:
         self._table.add(to_rows(rows, Trajectory))
         return len(rows)
 
+    @_guarded
     def count(self, *, env: str | None = None, split: str | None = None,
               success: bool | None = None, task_ids: Iterable[str] | None = None,
               run_id: str | None = None) -> int:
@@ -199,6 +283,7 @@ class ExperienceStore:
                              task_id=None if task_ids is None else set(task_ids))
         return self._table.count_rows(where)
 
+    @_guarded
     def query(self, *, env: str | None = None, split: str | None = None,
               success: bool | None = None, task_ids: Iterable[str] | None = None,
               run_id: str | None = None, limit: int | None = None) -> list[Trajectory]:
@@ -210,6 +295,7 @@ class ExperienceStore:
             q = q.where(where)
         return [from_row(Trajectory, r) for r in q.to_arrow().to_pylist()]
 
+    @_guarded
     def get(self, trajectory_ids: Sequence[str]) -> list[Trajectory]:
         """The trajectories with these ids, in the given order.
 
@@ -223,11 +309,13 @@ class ExperienceStore:
             raise StoreError(f"store {self._uri}: {len(missing)} trajectory id(s) not found: {shown}")
         return [from_row(Trajectory, by_id[i]) for i in trajectory_ids]
 
+    @_guarded
     def trajectory_ids(self) -> list[str]:
         """All trajectory ids, in insertion order."""
         q = self._table.search().select(["trajectory_id"]).limit(None)
         return q.to_arrow().column("trajectory_id").to_pylist()
 
+    @_guarded
     def task_ids(self, run_id: str | None = None, env: str | None = None) -> set[str]:
         """Distinct task ids with at least one trajectory (optionally of one run / env)."""
         q = self._table.search().select(["task_id"]).limit(None)
@@ -236,6 +324,7 @@ class ExperienceStore:
             q = q.where(where)
         return set(q.to_arrow().column("task_id").to_pylist())
 
+    @_guarded
     def versions(self) -> list[dict]:
         """Table versions, oldest first: ``[{"version": int, "timestamp": datetime}, ...]``
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from schemas import Message, Task, ToolCall
 from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.inputs import read_utf8
 from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
 
 _HINT = "pass --data-dir ../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)"
@@ -384,7 +385,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise EnvError(f"acebench: {path} not found; {_HINT}")
     try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [json.loads(line) for line in read_utf8(path, EnvError).splitlines() if line.strip()]
     except json.JSONDecodeError as err:
         raise EnvError(f"{path}: not valid JSON lines ({err.msg} at line {err.lineno})") from None
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from schemas import Message, Task, ToolCall
 from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.inputs import read_utf8
 from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
 
 SINGLE_TURN = ("simple", "multiple", "parallel", "parallel_multiple")
@@ -51,7 +52,7 @@ def load_jsonl(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
     if not path.is_file():
         raise EnvError(f"{path}: file not found")
     entries = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(read_utf8(path, EnvError).splitlines(), start=1):
         if not line.strip():
             continue
         try:

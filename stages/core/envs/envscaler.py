@@ -39,6 +39,7 @@ from typing import Any
 from schemas import Message, Task, ToolCall
 from stages.core.envs._envscaler_worker import EnvWorker, WorkerFailure
 from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.inputs import hub_dataset_id, read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -169,10 +170,7 @@ def _task_spec(row: dict[str, Any], where: str, envs: dict[str, EnvSpec]) -> Tas
 
 def _read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """Rows of a JSON (list, or dict keyed by id) or JSONL file, each with its location."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise EnvError(f"{path}: cannot read ({err.strerror})") from None
+    text = read_utf8(path, EnvError)
     try:
         if path.suffix == ".jsonl":
             data: Any = [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -272,7 +270,8 @@ def load_data(
     if test_size < 1:
         raise EnvError(f"envscaler: test_size must be >= 1, got {test_size}")
     if data_dir is not None and not Path(data_dir).exists() and re.fullmatch(r"[\w.-]+/[\w.-]+", str(data_dir)):
-        hf_dataset, data_dir = hf_dataset or str(data_dir), None
+        # one quick hub lookup: a mistyped relative folder fails at once, not after loader retries
+        hf_dataset, data_dir = hf_dataset or hub_dataset_id(str(data_dir), error=EnvError), None
     if hf_dataset:
         if data_dir is not None or envs_file or tasks_file:
             raise EnvError("envscaler: give either hf_dataset or local files (data_dir / envs_file / tasks_file), not both")

@@ -42,6 +42,7 @@ from typing import Any
 
 from schemas import Message, Task
 from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.inputs import read_utf8
 
 RELEASE_WINDOWS: dict[str, tuple[date, date]] = {
     "v5": (date(2024, 8, 1), date(2025, 2, 1)),
@@ -99,7 +100,7 @@ def _read_rows(data_dir: Path | None, dataset: str | None) -> tuple[list[dict], 
             raise EnvError(f"livecodebench: no .jsonl/.json files at {path}; {_SOURCE_HINT}")
         rows: list[dict] = []
         for f in files:
-            text = f.read_text(encoding="utf-8")
+            text = read_utf8(f, EnvError)
             try:
                 if f.suffix == ".json" and text.lstrip().startswith("["):
                     rows += json.loads(text)
