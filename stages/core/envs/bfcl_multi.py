@@ -32,9 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
+from stages.core.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
 from stages.core.envs.base import EnvError, StepResult
-from stages.core.envs.bfcl import load_jsonl, to_openai_tools
-from stages.core.toolcalls import ToolCallParseError, UnsafeCallError, check_python_call, format_python_call, parse_tool_calls
+from stages.core.toolcalls import (
+    ToolCallParseError,
+    UnsafeCallError,
+    check_python_call,
+    format_python_call,
+    parse_tool_calls,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,7 @@ def multi_turn_task(entry: dict[str, Any], category: str, answers: dict[str, Any
         doc_file = data_dir / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls]
         if cls not in docs:
             docs[cls] = load_jsonl(doc_file, ("name", "description", "parameters"))
+            warn_unknown_types(docs[cls], str(doc_file))
         functions.extend(docs[cls])
     missed: dict[str, list[dict]] = {}
     for turn, names in entry.get("missed_function", {}).items():
