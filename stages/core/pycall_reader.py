@@ -6,8 +6,10 @@ keyword arguments whose values are literals (strings, numbers, ``True``/``False`
 ``ast.parse``, which on model output could recurse past the interpreter's limit (a thousand
 nested ``[``), run out of parser stack (``-`` repeated 100,000 times) or, re-tried at every ``]``,
 take quadratic time. Here every character is tokenised once, left to right (:class:`Lexer`),
-nesting of brackets and unary signs is capped at :data:`MAX_NESTING`, and single string or
-number tokens are converted with :func:`ast.literal_eval`, which never evaluates code.
+nesting of brackets, unary signs and dotted names is capped at :data:`MAX_NESTING` and the
+tokens of one list at :data:`MAX_TOKENS`. Values are built from single tokens only: numbers with
+``int``/``float``, strings directly or, when they hold escapes, with :func:`ast.literal_eval` of
+that one token (which never evaluates code).
 
 Errors follow Python's order: a syntax error anywhere (:class:`PySyntaxError`) wins over a
 structural one (:class:`PyCallError`: positional argument, non-literal value, ...), which is

@@ -194,6 +194,8 @@ class BFCLEnv:
 
         Raises:
             EnvError: ``task`` is multi-turn (no reference demonstrations are produced for those).
+            UnsafeCallError: the ground truth holds a name or value that cannot be written as a
+                Python literal call (none of the shipped tasks does).
         """
         meta = task.meta
         if meta.get("category") in MULTI_TURN:
