@@ -268,3 +268,19 @@ def test_reference_actions_are_single_turn_only():
     env = make_env("bfcl")
     with pytest.raises(EnvError, match="no reference actions for multi-turn"):
         env.reference_actions(make_env("bfcl", categories=["base"]).tasks("test", limit=1)[0])
+
+
+def test_bfcl_modules_have_no_import_cycle():
+    """bfcl imports bfcl_multi; neither bfcl_multi nor the shared _bfcl_files imports bfcl (at any level)."""
+    import subprocess
+    import sys
+
+    envs = Path(__file__).resolve().parents[1] / "stages" / "core" / "envs"
+    for name in ("bfcl_multi.py", "_bfcl_files.py"):
+        tree = ast.parse((envs / name).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "stages.core.envs.bfcl" not in imported, name
+    for first in ("stages.core.envs.bfcl_multi", "stages.core.envs.bfcl"):  # either can be imported first
+        code = f"import {first}, stages.core.envs.bfcl as b; assert b.MultiTurnEpisode and b.to_openai_tools"
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

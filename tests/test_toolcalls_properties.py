@@ -1,0 +1,105 @@
+"""Property tests of the tool-call parser on random and adversarial text (hypothesis).
+
+Properties: parse_tool_calls returns a list of ToolCall or raises ToolCallParseError, never
+anything else; the Python-list lexer reads each character at most once (work linear in the text);
+valid calls built from random JSON values read back exactly.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is in the dev extra")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import stages.core.pycall_reader as reader  # noqa: E402
+from schemas import ToolCall  # noqa: E402
+from stages.core.toolcalls import MAX_NESTING, ToolCallParseError, format_python_call, parse_tool_calls  # noqa: E402
+
+# The think/fence/tag markers are stripped from the whole action before any call is read (also
+# inside string values): values that contain them cannot round-trip.
+MARKERS = ("<think>", "</think>", "```", "<tool_call>")
+FRAGMENTS = ["[", "]", "(", ")", "{", "}", ",", "=", ":", "'", '"', "\\", "#", "\n", " ", "-", "+", ".", "*", "**",
+             "f", "a", "cd", "_x", "1", "0x", "1e", "j", "True", "null", "lambda", "not", "<tool_call>",
+             "</tool_call>", "<think>", "</think>", "```", "```json", '{"name": "f", "arguments": ', '"name"',
+             "[f(", "f(a=", "a=1", "'''", '"""', "r'", "b'", "f'", "\x00", "é", "\u2028"]
+settings.register_profile("lopd", max_examples=150, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("lopd")
+
+
+class CountingLexer(reader.Lexer):
+    spans: list[tuple[int, int]] = []
+
+    def _read(self):
+        tok = super()._read()
+        CountingLexer.spans.append((tok.start, tok.end))
+        return tok
+
+
+def _parse_counted(text: str) -> list[ToolCall] | ToolCallParseError:
+    CountingLexer.spans = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(reader, "Lexer", CountingLexer)
+        try:
+            result = parse_tool_calls(text)
+            assert isinstance(result, list) and all(isinstance(c, ToolCall) for c in result)
+        except ToolCallParseError as err:
+            result = err
+    spans = CountingLexer.spans
+    assert len(set(spans)) == len(spans) and len(spans) <= len(text) + 1, "the lexer re-read text"
+    return result
+
+
+@given(st.text(max_size=2000))
+def test_random_text_never_raises_anything_else(text):
+    _parse_counted(text)
+
+
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=300).map("".join))
+def test_syntax_soup_never_raises_anything_else(text):
+    _parse_counted(text)
+
+
+@given(st.sampled_from(["[f(a=", "f(a=", '{"name": "f", "arguments": {"a": ', '<tool_call>{"name": "f", "arguments": ',
+                        '{"name": "f", "arguments": "']),
+       st.lists(st.sampled_from(["[", "(", "{", "-", "+", '{"k": ', "[1, ", "('x', "]), min_size=0, max_size=400),
+       st.booleans())
+def test_random_nesting_parses_or_fails_on_depth(prefix, openers, close):
+    closers = {"[": "]", "(": ")", "{": "}", '{"k": ': "}", "[1, ": "]", "('x', ": ")"}
+    body = "".join(openers) + "1" + ("".join(closers.get(o, "") for o in reversed(openers)) if close else "")
+    result = _parse_counted(prefix + body + ")]}")
+    if len(openers) > MAX_NESTING + 2:  # too deep for any format: never a call
+        assert isinstance(result, ToolCallParseError)
+
+
+@given(st.lists(st.tuples(st.sampled_from(FRAGMENTS + ["[f(a=1)", " ]", "<think>", "[", "-"]),
+                          st.integers(min_value=1, max_value=20000)), min_size=1, max_size=4))
+def test_adversarial_repetitions_are_read_in_linear_work(parts):
+    text = "".join(fragment * count for fragment, count in parts)
+    _parse_counted(text)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20).filter(lambda t: not any(m in t for m in MARKERS)),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=8).filter(lambda t: not any(m in t for m in MARKERS)), inner, max_size=4),
+    max_leaves=20)
+IDENTIFIERS = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda s: not s.startswith("__") and s not in {"if", "in", "is", "or", "as", "def", "del", "for", "and", "not",
+                                                   "try", "else", "from", "with", "pass", "elif", "while",
+                                                   "break", "class", "raise", "yield", "async", "await",
+                                                   "global", "lambda", "return", "assert", "except", "import",
+                                                   "finally", "continue", "nonlocal"})
+
+
+@given(st.dictionaries(IDENTIFIERS, JSON_VALUES, max_size=4))
+def test_formatted_calls_read_back_exactly(args):
+    call = ToolCall(name="mod.func", arguments=json.dumps(args))
+    text = "[" + format_python_call(call) + "]"
+    assert parse_tool_calls(text) == [call]
+    assert parse_tool_calls(f"<tool_call>{json.dumps({'name': call.name, 'arguments': args})}</tool_call>") == [call]
