@@ -29,10 +29,13 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 SANDBOX_UID = 65534  # nobody
 WORKDIR = "/sandbox"
@@ -248,9 +251,9 @@ def wrap(argv: Sequence[str], *, ro_binds: Mapping[str, str] | None = None, limi
          env: Mapping[str, str] | None = None, work_mb: int = WORK_MB) -> list[str]:
     """The command line that runs ``argv`` inside the sandbox described in the module docstring.
 
-    Start it with ``subprocess.Popen(cmd, start_new_session=True, env=base_env(), ...)`` and kill it
-    with ``os.killpg(proc.pid, SIGKILL)``: killing bwrap (PID 1's parent and PID 1) tears down the
-    whole PID namespace. The program's cwd is :data:`WORKDIR`.
+    Start it with ``subprocess.Popen(cmd, start_new_session=True, env=base_env(), ...)`` and stop it
+    with :func:`kill` (which returns once every process of the sandbox is gone). The program's cwd
+    is :data:`WORKDIR`.
 
     Args:
         argv: program and arguments; paths in it must exist inside the sandbox (``sys.executable``
@@ -272,3 +275,36 @@ def wrap(argv: Sequence[str], *, ro_binds: Mapping[str, str] | None = None, limi
         raise IsolationUnavailable(f"cannot isolate model code here ({reason})")
     tools, root = state
     return _command(tools, root, argv, dict(ro_binds or {}), limits, dict(base_env() if env is None else env), work_mb)
+
+
+def kill(proc: subprocess.Popen, wait_s: float = 10.0) -> int:
+    """SIGKILL the sandbox that ``proc`` (a :func:`wrap` command) runs and wait until it is gone.
+
+    Kills the PID namespace's init (bwrap's child): the kernel then kills every process in the
+    namespace and bwrap, which waits for that init, exits only once all of them are reaped -- so
+    when this returns no process of the program survives (``setsid``/double-forked ones included).
+    Falls back to killing bwrap's process group if the init cannot be found in time.
+
+    Returns:
+        bwrap's exit status (as ``Popen.wait``).
+    """
+    deadline = time.monotonic() + wait_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            inits = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        except (OSError, ValueError):
+            inits = []
+        for pid in inits:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            return proc.wait(timeout=max(0.01, deadline - time.monotonic()) if inits else 0.01)
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return proc.wait()

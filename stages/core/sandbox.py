@@ -306,8 +306,11 @@ def run_python(
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 wall_killed = True
-            _kill_group(proc.pid)
-            rc = proc.wait()
+            if isolated:
+                rc = isolation.kill(proc)  # returns once no process of the sandbox is left
+            else:
+                _kill_group(proc.pid)
+                rc = proc.wait()
         duration = time.monotonic() - start
         if isolated and rc > 128:  # bwrap reports a child killed by signal N as exit status 128 + N
             rc = -(rc - 128)

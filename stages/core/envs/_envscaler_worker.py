@@ -53,10 +53,11 @@ class EnvWorker:
     """
 
     def __init__(self, memory_mb: int, cpu_s: int) -> None:
-        from stages.core import isolation
+        from stages.core import isolation  # parent side only: the child runs this file stdlib-only
 
         args = [str(int(memory_mb)), str(int(cpu_s))]
-        if isolation.require():  # raises IsolationUnavailable unless isolated or --unsafe-exec
+        self._isolated = isolation.require()
+        if self._isolated:  # raises IsolationUnavailable unless isolated or --unsafe-exec
             limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=16 * 2**20)
             argv = isolation.wrap([sys.executable, "-I", "-B", _WORKER_IN_SANDBOX, *args],
                                   ro_binds={os.path.abspath(__file__): _WORKER_IN_SANDBOX}, limits=limits)
@@ -122,7 +123,11 @@ class EnvWorker:
 
     def close(self) -> None:
         """Kill the worker's process group (if still alive) and release its pipes. Idempotent."""
-        if self._proc.poll() is None:
+        if self._isolated:
+            from stages.core import isolation
+
+            isolation.kill(self._proc)  # the whole sandbox, setsid'd children included
+        elif self._proc.poll() is None:
             try:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except ProcessLookupError:
