@@ -285,3 +285,51 @@ def test_infinite_loop_times_out_without_hook():
     res = run_python("while True:\n    pass\n", timeout_s=1.5, cpu_s=30, audit_hook=False)
     assert res.status == "timeout" and "wall-clock" in res.reason
     assert res.duration_s < 5
+
+
+def test_envscaler_worker_environment_code_is_contained(tmp_path, monkeypatch):
+    from stages.core.envs._envscaler_worker import EnvWorker
+
+    victim = _victim(tmp_path)
+    secret, token = "s3cret-" + uuid.uuid4().hex, "lopd-escape-" + uuid.uuid4().hex
+    monkeypatch.setenv("LOPD_TEST_SECRET", secret)
+    env_code = f"""
+import os, socket
+class Evil:
+    def __init__(self, config):
+        self.log = [os.getuid(), dict(os.environ)]
+        for act in ("unlink", "write", "environ", "net"):
+            try:
+                if act == "unlink":
+                    os.unlink({str(victim)!r})
+                elif act == "write":
+                    open({str(victim)!r}, "w").write("pwned")
+                elif act == "environ":
+                    self.log.append(open("/proc/%d/environ" % os.getppid(), "rb").read())
+                else:
+                    socket.create_connection(("127.0.0.1", 22), timeout=1)
+                self.log.append(act + " done")
+            except OSError as e:
+                self.log.append(act + " failed")
+        if os.fork() == 0:
+            os.setsid()
+            os.execv("/bin/sh", ["/bin/sh", "-c", "sleep 30", {token!r}])
+    def report(self):
+        return repr(self.log)
+"""
+    worker = EnvWorker(512, 30)
+    try:
+        assert worker.request({"op": "init", "code": env_code, "class_name": "Evil", "init_config": {}}, 20) == \
+            {"status": "ok"}
+        log = worker.request({"op": "call", "name": "report", "args": {}}, 20)["result"]
+        deadline = time.monotonic() + 5
+        while not _procs_with(token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _procs_with(token), "the setsid child should be running inside the sandbox"
+    finally:
+        worker.close()
+    assert log.startswith("[65534, ")
+    assert "done" not in log and log.count("failed") == 4
+    assert secret not in log
+    assert victim.read_text() == "precious"
+    assert _procs_with(token) == []
