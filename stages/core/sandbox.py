@@ -133,6 +133,10 @@ except BaseException as _e:
     except BaseException:
         pass
     _msg = str(_e).splitlines()
+    try:
+        sys.stdout.flush()  # keep what the program printed before it failed
+    except BaseException:
+        pass
     sys.stderr.write("\n%s%s: %s\n" % (_MF, type(_e).__name__, _msg[0] if _msg else ""))
     sys.stderr.flush()
     os._exit(1)
