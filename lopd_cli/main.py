@@ -24,6 +24,8 @@ app = typer.Typer(
     add_completion=False,
 )
 err_console = Console(stderr=True)
+UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no bubblewrap): "
+                    "only for code you trust on a machine you can lose.")
 
 
 @app.callback()
@@ -33,9 +35,10 @@ def _root() -> None:
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
     from stages.core.envs import EnvError
+    from stages.core.isolation import IsolationUnavailable
     from stages.core.store import StoreError
 
-    return (EnvError, StoreError, ValidationError, FileNotFoundError, ValueError)
+    return (EnvError, StoreError, ValidationError, FileNotFoundError, ValueError, IsolationUnavailable)
 
 
 def friendly(fn: Callable) -> Callable:
@@ -78,6 +81,7 @@ def collect(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name (default: derived from the settings)."),
     resume: bool = typer.Option(False, "--resume", help="Skip tasks this run already stored."),
     reference: bool = typer.Option(False, "--reference", help="Play each task's reference solution (BFCL possible answer, HumanEval canonical solution) through the real environment and checker instead of a model: seeds the store with verified demonstrations."),
+    unsafe_exec: bool = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP),
 ) -> None:
     """Roll out a policy on an environment's tasks and store scored trajectories."""
     from stages import collect as stage
@@ -87,6 +91,7 @@ def collect(
         model=model, data_dir=data_dir, max_turns=max_steps, max_new_tokens=max_new_tokens,
         temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
         prefix_cache_tokens=prefix_cache_tokens, run_id=run_id, resume=resume, reference=reference,
+        unsafe_exec=unsafe_exec,
     )
     stage.run(cfg)
 
@@ -212,6 +217,7 @@ def evaluate(
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),
     reports: Optional[list[str]] = typer.Argument(None, help="Report files for --compare.", show_default=False),
+    unsafe_exec: bool = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP),
 ) -> None:
     """Score a model on a benchmark with its official checker, or compare reports side by side."""
     from pathlib import Path
@@ -229,6 +235,7 @@ def evaluate(
         bench=bench, model=model, limit=limit, out=out, data_dir=data_dir,
         release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_turns=max_steps,
         batch_size=batch_size, workers=workers, seed=seed, prefix_cache_tokens=prefix_cache_tokens,
+        unsafe_exec=unsafe_exec,
     ))
 
 

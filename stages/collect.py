@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas import Trajectory
+from stages.core import isolation
 from stages.core.envs import make_env
 from stages.core.provenance import config_run_id, git_commit, write_manifest
 from stages.core.rollout import RolloutStats, play
@@ -48,6 +49,7 @@ class CollectConfig(BaseModel):
     run_id: str | None = None
     resume: bool = False
     reference: bool = False
+    unsafe_exec: bool = False  # run model code even where it cannot be isolated
 
 
 class CollectReport(BaseModel):
@@ -79,6 +81,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     from stages.core.policy import load_policy, load_tokenizer
     from stages.engines import SamplingParams, make_engine
 
+    isolation.prepare(config.env, config.unsafe_exec)
     console = console or Console()
     run_id = config.run_id or config_run_id("collect", config, _RUN_KEYS)
     data_dir = Path(config.data_dir) if config.data_dir else None

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas import Trajectory
+from stages.core import isolation
 from stages.core.benches import BENCHES
 from stages.core.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
@@ -60,6 +61,7 @@ class EvaluateConfig(BaseModel):
     workers: int = Field(default=2, ge=1)
     prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
     seed: int = 0
+    unsafe_exec: bool = False  # run model code even where it cannot be isolated
 
 
 def model_slug(model: str) -> str:
@@ -113,6 +115,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     from stages.engines import SamplingParams
     from stages.core.rollout import RolloutStats, play
 
+    isolation.prepare(config.bench, config.unsafe_exec)
     console = console or Console()
     bench = BENCHES[config.bench]
     started, t0 = datetime.now(timezone.utc), time.perf_counter()

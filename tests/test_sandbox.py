@@ -35,6 +35,11 @@ def test_syntax_error_is_an_error_with_reason():
     assert "line 1" in res.reason
 
 
+def test_output_before_an_uncaught_exception_is_kept():
+    res = run_python("print('partial')\nraise ValueError('late')", **FAST)
+    assert res.status == "error" and res.stdout == "partial\n"
+
+
 def test_uncaught_exception_reports_its_last_line():
     res = run_python("raise ValueError('bad value')", **FAST)
     assert res.status == "error" and res.returncode == 1

@@ -1,14 +1,22 @@
 """Run untrusted, model-generated Python in a locked-down subprocess.
 
-Layers of protection (defence in depth; none of them is a security boundary on its own):
+The security boundary is the operating system (:mod:`stages.core.isolation`): each program runs in
+its own bubblewrap sandbox -- uid 65534 without capabilities and with ``no_new_privs``, fresh PID,
+network, IPC and mount namespaces, a read-only filesystem holding only the system and Python files,
+its own ``/proc``, an empty environment, a size-capped writable tmpfs as cwd and resource limits
+(CPU seconds, address space, file size, processes, no core dumps). On the wall-clock timeout the
+whole sandbox is killed (PID namespace: ``setsid``/double-forked children die with it).
 
-* a separate interpreter (``sys.executable -I -B``) in its own session / process group, killed as a
-  whole on the wall-clock timeout, with a minimal environment and a fresh temp dir as cwd;
-* resource limits set before ``exec``: CPU seconds, address space, file size, no core dumps;
-* a fresh network namespace when ``unshare`` works here (probed once, cached);
-* an audit-hook prelude (:pep:`578`) that raises ``PermissionError`` on network calls, writes or
-  deletions outside the temp dir, process spawning, signals to other processes and raw ``ctypes``
-  use, and records the attempt on stderr so the result says ``status="blocked"``.
+Where isolation is unavailable, :func:`run_python` refuses with
+:class:`~stages.core.isolation.IsolationUnavailable` unless ``--unsafe-exec`` was given
+(:func:`stages.core.isolation.set_unsafe_exec`); then it falls back to the old in-process guards:
+rlimits, its own session / process group, a network namespace when ``unshare`` works.
+
+On top of either, an audit-hook prelude (:pep:`578`) raises ``PermissionError`` on network calls,
+writes or deletions outside the temp dir, process spawning, signals to other processes and raw
+``ctypes`` use, and records the attempt on stderr so the result says ``status="blocked"``. It is
+a convenience that names what a program tried, not a boundary (it misses ``dir_fd`` paths,
+``_posixsubprocess``, /proc reads, ...).
 
 Usage::
 
@@ -31,21 +39,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from stages.core import isolation
+from stages.core.isolation import IsolationUnavailable, set_unsafe_exec  # noqa: F401  (re-exported)
+
 Status = Literal["ok", "error", "timeout", "memory", "blocked"]
 
 _BLOCKED = "__lopd_sandbox_blocked__:"
 _FAILED = "__lopd_sandbox_failed__:"
 _FILE_CAP = 16 * 2**20  # RLIMIT_FSIZE: largest file (incl. captured stdout/stderr) in bytes
 
-# Runs in the child as `python -I -B -c _BOOT <workdir> <program file>`. It reads and deletes the
-# program file, installs the audit hook, then executes the program as __main__.
+_PROGRAM = "/lopd/program.py"  # where the program file is bound (read-only) inside the sandbox
+
+# Runs in the child as `python -I -B -c _BOOT <workdir> <program file> hook|nohook`. It reads (and
+# deletes, when it can) the program file, installs the audit hook, then executes the program as
+# __main__.
 _BOOT = r'''
 import os, sys
 sys.dont_write_bytecode = True
 _WORK = os.path.realpath(sys.argv[1])
 with open(sys.argv[2], encoding="utf-8") as _f:
     _SRC = _f.read()
-os.remove(sys.argv[2])
+try:
+    os.remove(sys.argv[2])
+except OSError:
+    pass
+_HOOK = sys.argv[3] == "hook"
 del _f
 _PID = os.getpid()
 _MB, _MF = "@BLOCKED@", "@FAILED@"
@@ -100,7 +118,8 @@ def _hook(event, args):
     finally:
         _busy[0] = False
 
-sys.addaudithook(_hook)
+if _HOOK:
+    sys.addaudithook(_hook)
 del _hook
 _g = {"__name__": "__main__", "__builtins__": __builtins__}
 try:
@@ -114,6 +133,10 @@ except BaseException as _e:
     except BaseException:
         pass
     _msg = str(_e).splitlines()
+    try:
+        sys.stdout.flush()  # keep what the program printed before it failed
+    except BaseException:
+        pass
     sys.stderr.write("\n%s%s: %s\n" % (_MF, type(_e).__name__, _msg[0] if _msg else ""))
     sys.stderr.flush()
     os._exit(1)
@@ -160,7 +183,7 @@ def _netns_prefix() -> tuple[str, ...]:
 
 def network_isolated() -> bool:
     """Whether sandboxed programs get their own (empty) network namespace on this machine."""
-    return bool(_netns_prefix())
+    return isolation.available() or bool(_netns_prefix())
 
 
 def _limits(cpu_s: int, memory_mb: int) -> None:
@@ -221,42 +244,51 @@ def run_python(
     memory_mb: int = 1024,
     stdin: str = "",
     max_output_chars: int = 64 * 1024,
+    audit_hook: bool = True,
 ) -> SandboxResult:
     """Execute ``code`` as ``__main__`` in a sandboxed child interpreter and wait for it.
 
+    Isolation (see the module docstring and :mod:`stages.core.isolation`): uid 65534, fresh PID /
+    network / IPC / mount namespaces, read-only filesystem except a private tmpfs cwd, own
+    ``/proc``, empty environment, rlimits; the whole sandbox is killed on the wall-clock timeout.
+
     Args:
         code: Python source text (untrusted).
-        timeout_s: wall-clock limit in seconds; the child's whole process group is killed after it.
+        timeout_s: wall-clock limit in seconds; the child's whole sandbox is killed after it.
         cpu_s: CPU-time limit in seconds (RLIMIT_CPU soft limit; SIGXCPU -> ``timeout``).
         memory_mb: address-space limit in MiB (RLIMIT_AS).
         stdin: text fed to the child's standard input ("" -> /dev/null).
         max_output_chars: stdout and stderr are each cut to this many characters.
+        audit_hook: install the audit-hook layer (default). ``False`` leaves the OS layer alone
+            (tests use it to show that layer holds on its own).
 
     Returns:
         A :class:`SandboxResult`. Never raises for anything the program does.
 
     Raises:
         ValueError: non-positive limits.
+        IsolationUnavailable: OS isolation does not work here and ``--unsafe-exec`` was not given.
         OSError: the child could not be started at all (e.g. no temp dir space).
     """
     if timeout_s <= 0 or cpu_s <= 0 or memory_mb <= 0:
         raise ValueError(f"sandbox limits must be positive (timeout_s={timeout_s}, cpu_s={cpu_s}, memory_mb={memory_mb})")
+    isolated = isolation.require()
+    hook = "hook" if audit_hook else "nohook"
     root = Path(tempfile.mkdtemp(prefix="lopd-sandbox-"))
     try:
-        work = root / "work"
-        work.mkdir()
         program = root / "program.py"
         program.write_text(code, encoding="utf-8")
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "HOME": str(work),
-            "TMPDIR": str(work),
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-        }
-        argv = [*_netns_prefix(), sys.executable, "-I", "-B", "-c", _BOOT, str(work), str(program)]
+        if isolated:
+            limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=_FILE_CAP)
+            argv = isolation.wrap([sys.executable, "-I", "-B", "-c", _BOOT, isolation.WORKDIR, _PROGRAM, hook],
+                                  ro_binds={str(program): _PROGRAM}, limits=limits)
+            env, cwd, preexec = isolation.base_env(), root, None
+        else:  # --unsafe-exec on a machine without isolation: the old in-process guards only
+            work = root / "work"
+            work.mkdir()
+            argv = [*_netns_prefix(), sys.executable, "-I", "-B", "-c", _BOOT, str(work), str(program), hook]
+            env = {**isolation.base_env(), "HOME": str(work), "TMPDIR": str(work)}
+            cwd, preexec = work, functools.partial(_limits, int(cpu_s), int(memory_mb))
         stdin_path = root / "stdin.txt"
         stdin_path.write_text(stdin, encoding="utf-8")
         out_path, err_path = root / "stdout.txt", root / "stderr.txt"
@@ -268,19 +300,24 @@ def run_python(
                 stdin=fin if stdin else subprocess.DEVNULL,
                 stdout=fout,
                 stderr=ferr,
-                cwd=work,
+                cwd=cwd,
                 env=env,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=functools.partial(_limits, int(cpu_s), int(memory_mb)),
+                preexec_fn=preexec,
             )
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 wall_killed = True
-            _kill_group(proc.pid)
-            rc = proc.wait()
+            if isolated:
+                rc = isolation.kill(proc)  # returns once no process of the sandbox is left
+            else:
+                _kill_group(proc.pid)
+                rc = proc.wait()
         duration = time.monotonic() - start
+        if isolated and rc > 128:  # bwrap reports a child killed by signal N as exit status 128 + N
+            rc = -(rc - 128)
         stdout, stderr = _read(out_path, max_output_chars), _read(err_path, _FILE_CAP)
         status, reason, clean = _classify(rc, wall_killed, stderr, timeout_s, cpu_s)
         return SandboxResult(status, rc, stdout, clean[:max_output_chars], reason, duration)
@@ -289,7 +326,8 @@ def run_python(
 
 
 def _kill_group(pgid: int) -> None:
-    """SIGKILL every process left in the child's process group (no error if already gone)."""
+    """SIGKILL every process left in the child's process group (no error if already gone); for an
+    isolated run that is bwrap and the PID namespace's init, which takes the namespace down."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

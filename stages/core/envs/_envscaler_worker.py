@@ -2,9 +2,11 @@
 
 EnvScaler environments are Python classes shipped as source text (``env_class_code``) and their
 check functions are source text too. Both run here, in a separate interpreter started per episode
-(``python -I this_file.py``, stdlib only), never in the caller's process. The child caps its own
-address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``); the parent enforces a wall-clock
-timeout per request and kills the whole process group when it is exceeded.
+(``python -I this_file.py``, stdlib only), never in the caller's process, inside the OS sandbox of
+:mod:`stages.core.isolation` (uid 65534, own PID / network / mount namespaces, read-only
+filesystem, empty environment, rlimits; without isolation only with ``--unsafe-exec``). The child
+also caps its own address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``); the parent enforces
+a wall-clock timeout per request and kills the whole sandbox when it is exceeded.
 
 Protocol: one JSON object per line. The parent writes requests on the child's stdin and reads
 replies from its stdout; the child points fds 0/1 at /dev/null for the environment code, so a
@@ -32,6 +34,9 @@ import time
 from typing import Any
 
 
+_WORKER_IN_SANDBOX = "/lopd/envscaler_worker.py"  # where this file is bound inside the sandbox
+
+
 class WorkerFailure(Exception):
     """The worker could not answer: it timed out, died, ran out of memory or failed to start."""
 
@@ -42,15 +47,30 @@ class EnvWorker:
     Args:
         memory_mb: address-space cap of the child (``RLIMIT_AS``), in MiB.
         cpu_s: CPU-seconds cap of the child (``RLIMIT_CPU``), a backstop if the parent dies.
+
+    Raises:
+        IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
     """
 
     def __init__(self, memory_mb: int, cpu_s: int) -> None:
+        from stages.core import isolation  # parent side only: the child runs this file stdlib-only
+
+        args = [str(int(memory_mb)), str(int(cpu_s))]
+        self._isolated = isolation.require()
+        if self._isolated:  # raises IsolationUnavailable unless isolated or --unsafe-exec
+            limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=16 * 2**20)
+            argv = isolation.wrap([sys.executable, "-I", "-B", _WORKER_IN_SANDBOX, *args],
+                                  ro_binds={os.path.abspath(__file__): _WORKER_IN_SANDBOX}, limits=limits)
+            env = isolation.base_env()
+        else:
+            argv, env = [sys.executable, "-I", os.path.abspath(__file__), *args], None
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", os.path.abspath(__file__), str(memory_mb), str(cpu_s)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
+            env=env,
             start_new_session=True,
         )
         self._buf = b""
@@ -103,7 +123,11 @@ class EnvWorker:
 
     def close(self) -> None:
         """Kill the worker's process group (if still alive) and release its pipes. Idempotent."""
-        if self._proc.poll() is None:
+        if self._isolated:
+            from stages.core import isolation
+
+            isolation.kill(self._proc)  # the whole sandbox, setsid'd children included
+        elif self._proc.poll() is None:
             try:
                 os.killpg(self._proc.pid, signal.SIGKILL)
             except ProcessLookupError:
