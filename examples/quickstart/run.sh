@@ -38,7 +38,7 @@ for who in base lopd; do
   # a short step cap and the response budget the student was trained with (64 tokens, as in
   # distill.toml) keep the CPU demo in minutes; drop both flags for BFCL's own rules (20 steps
   # per user turn, 256 tokens)
-  lopd evaluate --bench bfcl-v3 --model "$model" --limit "$EVAL_LIMIT" --max-steps 8 \
+  lopd evaluate --bench bfcl-v3 --model "$model" --limit "$EVAL_LIMIT" --max-turns 8 \
     --max-new-tokens 64 --batch-size 4 --out "$report"
 done
 lopd evaluate --compare "$RUN/eval/bfcl-v3-base.json" "$RUN/eval/bfcl-v3-lopd.json"
