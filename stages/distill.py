@@ -40,8 +40,10 @@ from stages.core.store import ExperienceStore
 from stages.engines import SamplingParams, make_engine
 from stages.methods import Method, StepBatch, get_method
 
-# Fields that may differ between a run and its --resume (everything else must match).
-_RESUMABLE = {"steps", "resume", "checkpoint_every", "keep_checkpoints", "tensorboard"}
+# Fields that may differ between a run and its --resume: they do not change the meaning of the
+# finished steps (everything else must match). Paths are compared after resolving.
+_RESUMABLE = {"steps", "resume", "checkpoint_every", "keep_checkpoints", "tensorboard", "max_len"}
+_PATHS = {"store", "out", "composer", "data_dir"}
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
     "skipped_rows", "generations", "tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb",
@@ -254,10 +256,18 @@ class Distiller:
         config = config.model_copy(update={"run_id": run_id})
         if saved is not None:
             before = DistillConfig.model_validate(saved).flat()
+            changed = []
             for key, value in config.flat().items():
-                if key not in _RESUMABLE and before.get(key) != value:
-                    raise ValueError(f"{saved_file}: field '{key}' is {before.get(key)!r}, the resumed "
+                old = before.get(key)
+                if key in _PATHS and old and value and Path(old).resolve() == Path(value).resolve():
+                    continue  # the same folder spelled differently
+                if old != value and key in _RESUMABLE - {"resume"}:
+                    changed.append(f"{key} {old} -> {value}")
+                elif old != value and key != "resume":
+                    raise ValueError(f"{saved_file}: field '{key}' is {old!r}, the resumed "
                                      f"run asks for {value!r} (only {sorted(_RESUMABLE)} may change)")
+            if changed:
+                self.console.print(f"[bold]distill[/] resume: changed {', '.join(changed)}")
         return config
 
     def _tensorboard(self):

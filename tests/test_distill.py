@@ -348,6 +348,21 @@ def test_resume_refuses_changed_settings(assets, tmp_path):
     assert (resumed.step, resumed.cursor) == (1, 2)
 
 
+def test_resume_may_change_max_len_and_path_spelling(assets, tmp_path, monkeypatch):
+    import io
+    from rich.console import Console
+
+    config = make_config(assets, tmp_path, "respell", steps=1)
+    Distiller(config).fit()
+    monkeypatch.chdir(tmp_path)  # the same store and run folder, spelled relative
+    again = config.model_copy(update={"resume": True, "steps": 2, "max_len": 300,
+                                      "store": "store-respell", "out": "respell"})
+    out = io.StringIO()
+    resumed = Distiller(again, console=Console(file=out, width=200))
+    assert resumed.step == 1 and "resume: changed" in out.getvalue()
+    assert "max_len 256 -> 300" in out.getvalue() and "store" not in out.getvalue().split("changed")[1]
+
+
 def test_tensorboard_without_package_is_a_clear_error(assets, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     with pytest.raises(ValueError, match="tensorboard=True needs the `tensorboard` package"):
