@@ -91,7 +91,7 @@ def test_code_in_values_stays_a_string(episode, tmp_path):
     assert not marker.exists()
 
 
-def test_a_failed_action_does_not_end_the_turn_or_raise(episode, tmp_path):
+def test_an_unreadable_call_is_a_parse_error_not_an_exception(episode):
     env, _ = episode
     result = env.step(_hermes("cd(folder='document')#", {}))  # an invalid JSON function name: a parse error
     assert not result.done and "invalid function name" in result.info["parse_error"]
