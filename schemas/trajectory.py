@@ -158,6 +158,9 @@ class Trajectory(_Frozen):
         num_tool_calls: total tool calls over all turns.
         run_id, git_commit, created_at: provenance.
         info: JSON object with environment-specific scoring details.
+        tokenizer: fingerprint of the tokenizer whose ids the turns hold
+            (:func:`stages.core.chat.tokenizer_fingerprint`); "" when they hold none. Training
+            with another tokenizer re-tokenizes the text instead of using the ids.
     """
 
     trajectory_id: str
@@ -176,6 +179,7 @@ class Trajectory(_Frozen):
     git_commit: str = ""
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     info: str = "{}"
+    tokenizer: str = ""
 
     @field_validator("info")
     @classmethod

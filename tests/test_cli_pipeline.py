@@ -48,7 +48,7 @@ def test_pipeline_end_to_end(tmp_path):
     _ok(distill)
     metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1] and metrics[0]["reverse_kl"] >= 0.0
-    assert json.loads((tmp_path / "lopd" / "config.json").read_text())["lam"] == 0.3
+    assert json.loads((tmp_path / "lopd" / "config.json").read_text())["options"]["lam"] == 0.3
     assert ExperienceStore.open(store).count() == 10  # the step's 2 rollouts joined the memory
     _ok(["distill", "--out", run, "--resume", "--steps", "2"])  # the saved config supplies the rest
     metrics = [json.loads(line) for line in (tmp_path / "lopd" / "metrics.jsonl").read_text().splitlines()]

@@ -15,7 +15,7 @@ import torch
 
 from schemas import Message, Task, ToolCall
 from stages.core.chat import action_spans
-from stages.core.contexts import trajectory_sequences, training_rows
+from stages.core.contexts import privileged_prefix, trajectory_sequences, training_rows
 from stages.core.envs import StepResult, register
 from stages.core.rollout import play
 from stages.core.store import ExperienceStore
@@ -105,7 +105,7 @@ def test_supervised_ids_are_the_sampled_ids_and_contexts_what_the_engine_saw():
     assert len(trajs) == 6 and all(len(t.turns) == 3 for t in trajs)
     assert all(t.messages[2].tool_calls == [WEATHER] for t in trajs)
     for t in trajs:
-        (ids_T, mask_T), = trajectory_sequences(tok, t)
+        (ids_T, mask_T, logp_T, _), = trajectory_sequences(tok, t)
         ids = ids_T.tolist()
         spans = action_spans(mask_T)
         assert len(spans) == 3
@@ -114,9 +114,32 @@ def test_supervised_ids_are_the_sampled_ids_and_contexts_what_the_engine_saw():
             gen = next(g for g in gens if g.token_ids == turn.token_ids)
             gens.remove(gen)
             assert ids[start:end] == gen.token_ids
+            assert torch.allclose(logp_T[start:end], torch.tensor(gen.logprobs))
             assert turn.logprobs == pytest.approx(gen.logprobs) and len(turn.logprobs) == len(turn.token_ids)
             assert turn.finish_reason == gen.finish_reason
         assert int(mask_T.sum()) == sum(len(turn.token_ids) for turn in t.turns)
+        assert torch.isnan(logp_T[~mask_T]).all() and not torch.isnan(logp_T[mask_T]).any()
+
+
+def test_privileged_prefix_is_the_students_prompt_plus_the_context():
+    tok = tiny_tokenizer()
+    rows, _ = training_rows(tok, _play(Scripted(tok), tok, samples=1))
+    for row in rows:
+        start = action_spans(row.mask_T)[0][0]
+        assert privileged_prefix(tok, row) == row.ids_T[:start].tolist()
+        text = tok.decode(privileged_prefix(tok, row, system="REFERENCE PLAN", user="A DEMO"))
+        system, user = text.split("<|im_start|>user")[:2]
+        assert "REFERENCE PLAN" in system and "A DEMO" in user and row.trajectory.prompt in user
+
+
+def test_ids_of_another_tokenizer_are_not_used():
+    tok = tiny_tokenizer()
+    traj = _play(Scripted(tok), tok, samples=1)[0]
+    (ids_T, _, logp_T, _), = trajectory_sequences(tok, traj)
+    assert traj.tokenizer and not torch.isnan(logp_T).all()
+    other = traj.model_copy(update={"tokenizer": "another-model"})  # e.g. reference rows of another model
+    (ids2_T, mask2_T, logp2_T, _), = trajectory_sequences(tok, other)
+    assert torch.isnan(logp2_T).all() and len(action_spans(mask2_T)) == len(traj.turns)
 
 
 def test_truncated_actions_carry_no_supervised_end_of_turn_token():
@@ -124,7 +147,7 @@ def test_truncated_actions_carry_no_supervised_end_of_turn_token():
     trajs = _play(Scripted(tok), tok, samples=1)
     eos = tok.eos_token_id
     for t in trajs:
-        (ids_T, mask_T), = trajectory_sequences(tok, t)
+        (ids_T, mask_T, logp_T, _), = trajectory_sequences(tok, t)
         spans = action_spans(mask_T)
         cut, ended = t.turns[0], t.turns[1]
         assert (cut.finish_reason, ended.finish_reason) == ("length", "eos")
@@ -158,7 +181,7 @@ def test_store_of_release_0_1_opens_upgrades_and_trains(assets, tmp_path):
     assert len(old) == 4 and all(not turn.token_ids and turn.finish_reason == "" for t in old for turn in t.turns)
     assert len(store.versions()) == 3  # the upgrade is one more version; the old ones stay
     tok = tiny_tokenizer()
-    (ids_T, mask_T), = trajectory_sequences(tok, old[0])  # re-tokenized from the text
+    (ids_T, mask_T, _, _), = trajectory_sequences(tok, old[0])  # re-tokenized from the text
     assert len(action_spans(mask_T)) == 2
     trainer = Distiller(make_config(assets, tmp_path, "old", store=str(store_dir), steps=1))
     trainer.fit()

@@ -141,6 +141,26 @@ def render_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[Message], t
     return render(tokenizer, messages, tools, add_generation_prompt=True)
 
 
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A short hash of ``tokenizer``'s vocabulary and special tokens (16 hex characters).
+
+    Two tokenizers with the same fingerprint map text to the same ids, so stored token ids are
+    only used for training under the tokenizer that produced them. Cached on the tokenizer.
+    """
+    cached = getattr(tokenizer, "_lopd_fingerprint", None)
+    if cached:
+        return cached
+    import hashlib
+
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    digest = hashlib.sha1(json.dumps([vocab, tokenizer.eos_token, tokenizer.pad_token]).encode()).hexdigest()[:16]
+    try:
+        tokenizer._lopd_fingerprint = digest
+    except AttributeError:
+        pass
+    return digest
+
+
 # Stands in for an action's text when rendering what follows it (private-use code points: never
 # produced by a tokenizer's decode of real text, never rewritten by a template).
 _ACTION_SENTINEL = "\ue000lopd-action\ue001"

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from schemas import Trajectory
-from stages.core.chat import action_spans, tokenize_for_training
+from stages.core.chat import action_spans, tokenize_for_training, tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -132,48 +132,61 @@ class TrainRow:
         trajectory: the trajectory it comes from.
         ids_T: LongTensor (T,), context and sampled ids in order.
         mask_T: BoolTensor (T,), True exactly on the sampled action ids.
+        logprobs_T: FloatTensor (T,), the sampling log-prob of each sampled id (nats, as the
+            rollout engine recorded it), NaN where none was recorded (context, older rows,
+            replayed references).
+        first_turn: index of the trajectory's turn whose action this sequence starts with.
     """
 
     trajectory: Trajectory
     ids_T: Tensor
     mask_T: Tensor
+    logprobs_T: Tensor
+    first_turn: int = 0
 
 
 _warned_retokenize = False
 
 
 def trajectory_sequences(tokenizer: PreTrainedTokenizerBase, traj: Trajectory,
-                         tools: list[dict[str, Any]] | None = None) -> list[tuple[Tensor, Tensor]]:
-    """The token sequences ``(ids_T, mask_T)`` a trajectory trains on.
+                         tools: list[dict[str, Any]] | None = None) -> list[tuple[Tensor, Tensor, Tensor, int]]:
+    """The token sequences ``(ids_T, mask_T, logprobs_T, first_turn)`` a trajectory trains on.
 
     From the recorded ids (:class:`schemas.Turn`): ``context_ids`` then ``token_ids`` of each
     turn, in order; a turn with ``context_restart`` starts a new sequence. The mask is True on
     exactly the sampled ids: no template token is supervised that the policy did not sample (a
-    truncated action has no end-of-turn token). A trajectory of an earlier release (no ids) is
-    re-tokenized from its messages (one sequence; warns once per process).
+    truncated action has no end-of-turn token). ``logprobs_T`` holds the recorded sampling
+    log-probs on sampled ids, NaN elsewhere. A trajectory of an earlier release (no ids) is
+    re-tokenized from its messages (one sequence, no log-probs; warns once per process), and so
+    is one whose ids come from another tokenizer (``traj.tokenizer`` differs: e.g. reference
+    rows collected with another model).
 
     Raises:
-        ValueError: no turn / no assistant message (nothing to train on).
+        ValueError: no turn (nothing to train on).
     """
     global _warned_retokenize
     if not traj.turns:
         raise ValueError(f"trajectory {traj.trajectory_id}: no action tokens (no turn)")
-    if not all(t.has_tokens for t in traj.turns):
+    nan = float("nan")
+    if not all(t.has_tokens for t in traj.turns) or traj.tokenizer != tokenizer_fingerprint(tokenizer):
         if not _warned_retokenize:
-            warnings.warn("some trajectories were stored without their sampled token ids (an "
-                          "earlier release): they are re-tokenized from their text", stacklevel=2)
+            warnings.warn("some trajectories hold no token ids of this tokenizer (an earlier "
+                          "release, or another model's rollouts): they are re-tokenized from "
+                          "their text", stacklevel=2)
             _warned_retokenize = True
         ids_T, mask_T = tokenize_for_training(tokenizer, traj.messages,
                                               trajectory_tools(traj) if tools is None else tools)
-        return [(ids_T, mask_T)]
-    seqs: list[tuple[list[int], list[bool]]] = []
+        return [(ids_T, mask_T, torch.full(ids_T.shape, nan), 0)]
+    seqs: list[tuple[list[int], list[bool], list[float], int]] = []
     for k, turn in enumerate(traj.turns):
         if k == 0 or turn.context_restart:
-            seqs.append(([], []))
-        ids, mask = seqs[-1]
+            seqs.append(([], [], [], k))
+        ids, mask, logp, _ = seqs[-1]
         ids += turn.context_ids + turn.token_ids
         mask += [False] * len(turn.context_ids) + [True] * len(turn.token_ids)
-    return [(torch.tensor(i, dtype=torch.long), torch.tensor(m, dtype=torch.bool)) for i, m in seqs]
+        logp += [nan] * len(turn.context_ids) + (turn.logprobs or [nan] * len(turn.token_ids))
+    return [(torch.tensor(i, dtype=torch.long), torch.tensor(m, dtype=torch.bool),
+             torch.tensor(lp, dtype=torch.float32), k) for i, m, lp, k in seqs]
 
 
 def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory], *,
@@ -195,7 +208,7 @@ def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Traject
     rows: list[TrainRow] = []
     skipped: list[str] = []
     for b, traj in enumerate(trajectories):
-        for ids_T, mask_T in trajectory_sequences(tokenizer, traj, None if tools is None else tools[b]):
+        for ids_T, mask_T, logp_T, first in trajectory_sequences(tokenizer, traj, None if tools is None else tools[b]):
             spans = action_spans(mask_T)
             if not spans:
                 raise ValueError(f"trajectory {traj.trajectory_id}: no action tokens (no assistant message)")
@@ -205,8 +218,47 @@ def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Traject
                     continue
                 raise ValueError(f"trajectory {traj.trajectory_id}: the prompt alone is {spans[0][0]} "
                                  f"tokens, max_len={max_len} leaves no action token; raise max_len")
-            rows.append(TrainRow(traj, ids_T[:max_len], mask_T[:max_len]))
+            rows.append(TrainRow(traj, ids_T[:max_len], mask_T[:max_len], logp_T[:max_len], first))
     return rows, skipped
+
+
+def privileged_prefix(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, system: str | None = None,
+                      user: str | None = None) -> list[int]:
+    """Prompt ids of ``row`` re-rendered with privileged text: a text-context teacher's view.
+
+    The conversation before the row's first action (every message before the trajectory's
+    ``row.first_turn``-th assistant message) is rendered with the chat template and the
+    generation prompt, with ``system`` appended to the system message (one is added first when
+    there is none) and ``user`` appended to the first user message (B.1 of the LOPD paper: OPSD's
+    reference in the system message, SDFT's demonstration in the first user message). With
+    neither, the result is the student's own prompt as the rollout rendered it. Tools: the
+    trajectory's recorded ones (:func:`trajectory_tools`).
+
+    Raises:
+        ValueError: the trajectory has fewer assistant messages than ``first_turn + 1``.
+    """
+    from schemas import Message
+    from stages.core.chat import render_prompt
+
+    traj = row.trajectory
+    starts = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
+    if len(starts) <= row.first_turn:
+        raise ValueError(f"trajectory {traj.trajectory_id}: no assistant message for turn {row.first_turn}")
+    messages = list(traj.messages[:starts[row.first_turn]])
+    if system:
+        if messages and messages[0].role == "system":
+            head = messages[0]
+            messages[0] = head.model_copy(update={"content": f"{head.content}\n\n{system}" if head.content else system})
+        else:
+            messages.insert(0, Message(role="system", content=system))
+    if user:
+        at = next((i for i, m in enumerate(messages) if m.role == "user"), None)
+        if at is None:
+            messages.append(Message(role="user", content=user))
+        else:
+            messages[at] = messages[at].model_copy(update={"content": f"{messages[at].content}\n\n{user}"})
+    text = render_prompt(tokenizer, messages, trajectory_tools(traj))
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @dataclass

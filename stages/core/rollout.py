@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.envs import Environment
-from stages.core.chat import context_after_action, render_prompt
+from stages.core.chat import context_after_action, render_prompt, tokenizer_fingerprint
 from stages.engines import Generation, RolloutEngine, SamplingParams
 
 
@@ -166,7 +166,8 @@ def play(
                 ep.info = {**result.info, **({} if result.done else {"stopped": "step cap reached"})}
             ep.env.close()
             stats.episodes += 1
-            yield _trajectory(ep, reward, policy_id, run_id, git_commit)
+            yield _trajectory(ep, reward, policy_id, run_id, git_commit).model_copy(
+                update={"tokenizer": tokenizer_fingerprint(tokenizer)})
         live = still_live
 
 

@@ -154,7 +154,7 @@ def _validation_message(err: ValidationError) -> str:
 
 def _upgrade_turns(uri: str, db: lancedb.DBConnection, table: lancedb.table.Table,
                    expected: pa.Schema) -> lancedb.table.Table:
-    """Rewrite a store of an earlier release whose ``turns`` lack this release's fields.
+    """Rewrite a store of an earlier release whose rows lack this release's fields.
 
     Rows are read, validated into :class:`Trajectory` (new fields take their defaults: empty
     token ids, so training re-tokenizes those rows) and written back as ONE new table version
@@ -216,7 +216,7 @@ class ExperienceStore:
                 raise StoreError(f"no experience store at {uri} (no '{TRAJECTORIES}' table)") from None
             table = db.create_table(TRAJECTORIES, schema=expected, exist_ok=True)
         diffs = schema_diff(expected, table.schema)
-        if diffs and all(d.startswith("turns:") for d in diffs):
+        if diffs and all(d.startswith("turns:") or d.endswith(")") and ": missing (" in d for d in diffs):
             table = _upgrade_turns(uri, db, table, expected)
             diffs = schema_diff(expected, table.schema)
         if diffs:

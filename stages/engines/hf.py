@@ -154,7 +154,7 @@ class HFRolloutEngine:
             # unset fields are filled from the model's generation_config.json: pin the ones that
             # would reshape the logits before the log-probs are read (and that SamplingParams
             # does not offer), so the engine samples from the distribution it reports
-            repetition_penalty=1.0, no_repeat_ngram_size=0, min_length=0, min_new_tokens=0,
+            repetition_penalty=1.0, no_repeat_ngram_size=0, min_new_tokens=0,
         )
         recorder = _SampledLogprobs(params.temperature)
         kwargs = {"logits_processor": LogitsProcessorList([recorder])}
