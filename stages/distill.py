@@ -38,7 +38,7 @@ from stages.core.retrieval import Retriever, embeddings_info, index_new, load_em
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
 from stages.engines import SamplingParams, make_engine
-from stages.methods import Method, StepBatch, get_method
+from stages.methods import Method, StepBatch, StepContext, get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
 # finished steps (everything else must match). Paths are compared after resolving.
@@ -337,9 +337,44 @@ class Distiller:
         rows, skipped = training_rows(self.student.tokenizer, [t for t in trajectories if t.turns],
                                       max_len=c.max_len)  # failed resets hold no action token
         batch = StepBatch(rows, trajectories)
-        batch.extras = self.method.prepare(batch, self._memory())
+        batch.extras = self.method.prepare(batch, StepContext(self.store, self._memory(), self.engine, step))
         self.student.model.train()  # train mode engages activation checkpointing (no dropout here)
         self.method.train_mode()
+        epochs = self.method.update_epochs
+        sums: dict[str, float] = {}
+        norms: dict[str, float] = {}
+        for _ in range(epochs):  # metrics are averaged over the updates of the step
+            part_sums, part_norms = self._update(step, batch)
+            for into, part in ((sums, part_sums), (norms, part_norms)):
+                for k, v in part.items():
+                    into[k] = into.get(k, 0.0) + v / epochs
+        after = {}
+        if rows:  # no action token, no update (and no after-step: its statistics are undefined)
+            after = self.method.after_step(sums)
+            self.engine.sync_weights(self.student.model, self.student.adapter)
+        train_s = time.perf_counter() - t_train
+        self.rows_added += self.store.append(trajectories)  # one transaction: memory grows
+        index_new(self.store, self.embedder, field=self.index_field)
+        self.step, self.cursor = step, self.cursor + c.tasks_per_step
+        rewards = [t.reward for t in trajectories]
+        row = {"step": step, "reward_mean": float(np.mean(rewards)),
+               "success_rate": float(np.mean([t.success for t in trajectories])), **self._defaults(),
+               **{k: v for k, v in sums.items() if k not in ("loss", "action_tokens")},
+               **after, **norms, "loss": sums["loss"],
+               "tokens": stats.generated_tokens, "action_tokens": int(sums["action_tokens"]),
+               "skipped_rows": len(skipped), "generations": step * c.tasks_per_step * c.group_size,
+               "tokens_per_s": stats.generated_tokens / max(stats.generate_seconds, 1e-9),
+               "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
+               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        return row
+
+    def _update(self, step: int, batch: StepBatch) -> tuple[dict[str, float], dict[str, float]]:
+        """One optimizer update on the step's rows: the method's loss on micro-batches
+        (gradients accumulated exactly), grad norms (before clipping), clipping, the step.
+
+        Returns the summed loss metrics (with ``loss`` and ``action_tokens``) and the grad norms.
+        """
+        c, rows = self.config, batch.rows
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"loss": 0.0, "action_tokens": 0.0}
         for lo in range(0, len(rows), c.micro_batch):
@@ -360,29 +395,11 @@ class Distiller:
         if not all(np.isfinite(v) for v in norms.values()):
             raise FloatingPointError(f"non-finite gradient at step {step}; last good checkpoint: "
                                      f"{ckpt.latest_checkpoint(self.out) or 'none'}")
-        everything = [p for params in self.groups.values() for p in params]
         if c.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(everything, c.grad_clip)
-        after = {}
-        if rows:  # no action token, no update (and no after-step: its statistics are undefined)
+            torch.nn.utils.clip_grad_norm_([p for params in self.groups.values() for p in params], c.grad_clip)
+        if rows:
             self.optimizer.step()
-            after = self.method.after_step(sums)
-            self.engine.sync_weights(self.student.model, self.student.adapter)
-        train_s = time.perf_counter() - t_train
-        self.rows_added += self.store.append(trajectories)  # one transaction: memory grows
-        index_new(self.store, self.embedder, field=self.index_field)
-        self.step, self.cursor = step, self.cursor + c.tasks_per_step
-        rewards = [t.reward for t in trajectories]
-        row = {"step": step, "reward_mean": float(np.mean(rewards)),
-               "success_rate": float(np.mean([t.success for t in trajectories])), **self._defaults(),
-               **{k: v for k, v in sums.items() if k not in ("loss", "action_tokens")},
-               **after, **norms, "loss": sums["loss"],
-               "tokens": stats.generated_tokens, "action_tokens": int(sums["action_tokens"]),
-               "skipped_rows": len(skipped), "generations": step * c.tasks_per_step * c.group_size,
-               "tokens_per_s": stats.generated_tokens / max(stats.generate_seconds, 1e-9),
-               "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-        return row
+        return sums, norms
 
     def _defaults(self) -> dict[str, float]:
         """0.0 for every method metric, so each row has all of them (also on an empty step)."""

@@ -60,6 +60,25 @@ class Student:
 
 
 @dataclass
+class StepContext:
+    """What a method may read while preparing a step (never write: the loop owns the store).
+
+    Attributes:
+        store: the run's :class:`stages.core.store.ExperienceStore` (verified references,
+            skill banks ...).
+        retriever: a :class:`stages.core.retrieval.Retriever` over it, or None while the store
+            has no embedding index.
+        engine: the run's rollout engine (e.g. to have the backbone write summaries).
+        step: the step being trained (1-based).
+    """
+
+    store: Any
+    retriever: Any
+    engine: Any
+    step: int
+
+
+@dataclass
 class StepBatch:
     """What a method trains on in one step: the training rows and the whole step's rollouts.
 
@@ -82,7 +101,10 @@ class Method:
         Options: pydantic model of the method's own options (flags / config keys).
         metrics: names of the values :meth:`loss` and :meth:`after_step` report in each
             metrics row (loss values are summed over micro-batches, so return them already
-            multiplied by the micro-batch ``weight``).
+            multiplied by the micro-batch ``weight``; with several ``update_epochs`` they are
+            averaged over the epochs).
+        update_epochs: optimizer updates per step on the same rollouts (instance attribute,
+            e.g. from an option; default 1).
         needs_composer: whether the method reads a composer checkpoint.
 
     Args:
@@ -96,6 +118,7 @@ class Method:
     metrics: ClassVar[tuple[str, ...]] = ()
     needs_composer: ClassVar[bool] = False
     name: ClassVar[str] = ""
+    update_epochs: int = 1  # optimizer updates per step on the same rollouts (PPO epochs)
 
     def __init__(self, options: BaseModel, config: Any, resume_from: Path | None, state: dict) -> None:
         self.options, self.config = options, config
@@ -118,12 +141,8 @@ class Method:
         """Trainable parameters besides the student's: {group name: (params, lr)}."""
         return {}
 
-    def prepare(self, batch: StepBatch, memory: Any) -> list[Any]:
-        """Per row, the privileged context the loss needs (default: nothing).
-
-        ``memory`` is the run's :class:`stages.core.retrieval.Retriever` over the store, or
-        None while the store has no index.
-        """
+    def prepare(self, batch: StepBatch, context: StepContext) -> list[Any]:
+        """Per row, the privileged context the loss needs (default: nothing)."""
         return [None] * len(batch.rows)
 
     def loss(self, rows: list[TrainRow], extras: list[Any], weight: float) -> tuple[torch.Tensor, dict[str, float]]:

@@ -26,7 +26,7 @@ from stages.core.losses import (
     dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
 )
 from stages.core.teacher import student_logits, teacher_logits
-from stages.methods import Method, StepBatch, Student, register
+from stages.methods import Method, StepBatch, StepContext, Student, register
 
 ANCHOR_ADAPTER = "composer0"
 
@@ -100,12 +100,13 @@ class LOPD(Method):
     def train_mode(self) -> None:
         self.composer.backbone.train()  # engages activation checkpointing (no dropout here)
 
-    def prepare(self, batch: StepBatch, memory: Any) -> list[list]:
+    def prepare(self, batch: StepBatch, context: StepContext) -> list[list]:
         """J retrieved successful training-split experiences per row ([] without an index)."""
-        if memory is None:
+        if context.retriever is None:
             return [[] for _ in batch.rows]
         # training experiences only: held-out (test split) rows never become privileged context
-        return retrieve_experiences(memory, [r.trajectory for r in batch.rows], self.options.J, split="train")
+        return retrieve_experiences(context.retriever, [r.trajectory for r in batch.rows], self.options.J,
+                                    split="train")
 
     def loss(self, rows: list[TrainRow], extras: list[list], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
         """Eq. 13 on one micro-batch times ``weight``.
