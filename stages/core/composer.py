@@ -386,7 +386,8 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
 
     Files: ``<adapter_name>/`` (psi in peft format: peft saves a named adapter into its own
     sub-folder), ``compressor.safetensors`` (chi), ``composer_config.json`` (``config`` merged
-    with the composer's hyper-parameters and hidden size).
+    with the composer's hyper-parameters and hidden size). Load it with
+    :func:`stages.core.models.load_composer`.
 
     Args:
         config: must hold ``backbone_id``; ``placement`` ("prefix" | "per-turn") defaults to
