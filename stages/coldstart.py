@@ -23,24 +23,23 @@ Data protocol:
   as at deployment: NLL with (a) no latents, (b) the untrained composer (same seeded init),
   (c) the trained composer.
 
-Outputs in ``out/``: ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
+Outputs in ``out/``: ``config.json`` and ``manifest.json`` (run-folder rules:
+:mod:`stages.core.runs`), ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
 (composer + optimizer + RNG states, written atomically, last two kept), ``final/`` (the
-composer, :func:`stages.core.composer.save_composer`), ``heldout.json``, ``manifest.json``.
+composer, :func:`stages.core.composer.save_composer`), ``heldout.json``.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import math
-import random
 import resource
 import time
 from pathlib import Path
 from typing import Iterator, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -55,26 +54,33 @@ from rich.table import Table
 from schemas import Trajectory
 from stages.core.chat import action_spans, tokenize_for_training
 from stages.core.checkpoint import (
-    CHECKPOINTS, OPTIMIZER_FILE, checkpoint_dirs, clean_partial, latest_checkpoint, read_state, restore_rng,
-    truncate_metrics, write_checkpoint,
+    CHECKPOINTS, OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, restore_rng, write_checkpoint,
 )
-from stages.core.composer import Composer, base_parameters, enable_activation_checkpointing, save_composer
+from stages.core.composer import (
+    Composer, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
+)
 from stages.core.contexts import build_batch, lookup_tools, retrieve_experiences, shift_for_loss
 from stages.core.losses import masked_nll
-from stages.core.provenance import config_run_id, write_manifest
+from stages.core.models import load_composer
+from stages.core.provenance import config_run_id
+from stages.core.runs import (
+    METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, describe_changes, freeze_config, open_run,
+    read_metrics, truncate_metrics,
+)
 from stages.core.store import ExperienceStore, StoreError
 from stages.core.teacher import teacher_logits
 
 FINAL = "final"
-METRICS = "metrics.jsonl"
 HELDOUT = "heldout.json"
-CONFIG_FILE = "coldstart_config.json"
 KEEP_CHECKPOINTS = 2
-# Settings a resumed run may change: they do not affect the training trajectory.
-_RESUMABLE_CHANGES = {"resume", "steps", "checkpoint_every", "eval_every"}
+# Settings a resumed run may change (they do not change the meaning of finished steps), and
+# the fields holding paths (compared after resolving).
+_RESUMABLE = RESUMABLE | {"eval_every"}
+_PATH_FIELDS = ("experiences", "out")
 _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "depth", "lora_rank",
              "max_exp_tokens", "max_len", "placement", "heldout_fraction", "exclude_same_task",
-             "seed", "env", "max_grad_norm"]
+             "seed", "env", "grad_clip"]
+_SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
 
 
 class ColdstartConfig(BaseModel):
@@ -93,10 +99,13 @@ class ColdstartConfig(BaseModel):
         exclude_same_task: retrieve no trajectory of the target's own task (module docstring).
         checkpoint_every, eval_every: steps between checkpoints / held-out evaluations.
         seed: seeds the composer init, the task split and the batch order.
-        resume: continue from the latest checkpoint in ``out`` (same settings required).
+        resume: continue from the latest checkpoint in ``out``; only ``steps``,
+            ``checkpoint_every``, ``eval_every``, ``max_len`` and the spelling of paths may
+            change (:mod:`stages.core.runs`).
         env: use only this environment's trajectories (None = all).
-        grad_checkpointing: activation checkpointing of the backbone layers (less memory).
-        max_grad_norm: gradient clipping of phi (None = off).
+        activation_checkpointing: recompute the backbone layers in backward (less memory);
+            also accepted as ``grad_checkpointing``.
+        grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -121,8 +130,9 @@ class ColdstartConfig(BaseModel):
     seed: int = 0
     resume: bool = False
     env: str | None = None
-    grad_checkpointing: bool = True
-    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    activation_checkpointing: bool = Field(
+        default=True, validation_alias=AliasChoices("activation_checkpointing", "grad_checkpointing"))
+    grad_clip: float | None = Field(default=1.0, gt=0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
 
 
 class HeldoutResult(BaseModel):
@@ -181,20 +191,6 @@ def split_tasks(task_ids: set[str], heldout_fraction: float, seed: int) -> tuple
     if heldout_fraction > 0 and n >= 2:
         k = min(max(1, round(heldout_fraction * n)), n - 1)
     return set(order[k:]), set(order[:k])
-
-
-def batch_indices(n: int, batch_size: int, step: int, seed: int) -> list[int]:
-    """Indices of the targets of 0-based ``step``: epochs of seeded permutations of range(n).
-
-    A pure function of (n, batch_size, step, seed), so a resumed run sees the same batches.
-    """
-    out = []
-    for pos in range(step * batch_size, (step + 1) * batch_size):
-        epoch, k = divmod(pos, n)
-        perm = list(range(n))
-        random.Random(seed * 1_000_003 + epoch).shuffle(perm)
-        out.append(perm[k])
-    return out
 
 
 class _Data:
@@ -338,50 +334,35 @@ def evaluate_heldout(
 
 def _save_checkpoint(out: Path, step: int, composer: Composer, optimizer, config: ColdstartConfig,
                      backbone_id: str) -> Path:
-    """Write ``out/checkpoints/step-<step>`` atomically (composer, optimizer, config, RNG states)."""
+    """Write ``out/checkpoints/step-<step>`` atomically (composer, optimizer, RNG states)."""
 
     def fill(folder: Path) -> None:
         save_composer(composer, folder, {"backbone_id": backbone_id, "placement": config.placement,
                                          "coldstart_step": step})
         torch.save(optimizer.state_dict(), folder / OPTIMIZER_FILE)
-        (folder / CONFIG_FILE).write_text(config.model_dump_json(indent=2))
 
     return write_checkpoint(out, step, fill, {"step": step}, keep=KEEP_CHECKPOINTS)
 
 
-def load_phi(composer: Composer, ckpt_dir: str | Path) -> None:
-    """Load a :func:`save_composer` checkpoint's psi and chi into an existing ``composer`` in place.
+def _new_composer(backbone, config: ColdstartConfig, adapter_name: str = "composer") -> Composer:
+    """The composer of a fresh run at its seeded init (seeds torch's global RNG)."""
+    torch.manual_seed(config.seed)
+    return Composer(backbone, J=config.J, K=config.K, depth=config.depth, lora_rank=config.lora_rank,
+                    lora_alpha=2 * config.lora_rank, max_exp_tokens=config.max_exp_tokens,
+                    adapter_name=adapter_name)
 
-    Raises:
-        ValueError: the checkpoint's composer hyper-parameters differ from ``composer``'s.
+
+def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tensor]:
+    """phi of a fresh run's seeded init (the untrained baseline) for a resumed ``composer``.
+
+    Built on a scratch adapter of the same backbone (same init as a fresh run's composer),
+    copied, and the scratch adapter deleted again.
     """
-    from peft.utils import load_peft_weights, set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    from stages.core.composer import COMPRESSOR_FILE, read_composer_config
-
-    ckpt = Path(ckpt_dir)
-    cfg = read_composer_config(ckpt)
-    mismatch = [k for k, v in composer.hparams.items() if cfg.get(k) != v]
-    if mismatch:
-        raise ValueError(f"composer in {ckpt} differs in {', '.join(mismatch)} from the one built here")
-    params = composer.trainable_parameters()
-    weights = load_peft_weights(str(ckpt / composer.adapter_name), device="cpu")
-    result = set_peft_model_state_dict(composer.backbone, weights, adapter_name=composer.adapter_name)
-    missing = [k for k in getattr(result, "missing_keys", []) if f".{composer.adapter_name}." in k]
-    if missing:
-        raise ValueError(f"composer in {ckpt}: adapter weights missing for {missing[:3]}")
-    composer.compressor.load_state_dict(load_file(str(ckpt / COMPRESSOR_FILE)))
-    for p in params:
-        p.requires_grad_(True)
-
-
-def _check_same_config(saved: ColdstartConfig, config: ColdstartConfig, ckpt: Path) -> None:
-    a, b = saved.model_dump(), config.model_dump()
-    diff = [k for k in a if k not in _RESUMABLE_CHANGES and a[k] != b[k]]
-    if diff:
-        shown = ", ".join(f"{k}={a[k]!r} (now {b[k]!r})" for k in diff)
-        raise ValueError(f"cannot resume from {ckpt}: it was trained with other settings: {shown}")
+    scratch = _new_composer(composer.backbone, config, adapter_name=_SCRATCH_ADAPTER)
+    phi = [p.detach().clone() for p in scratch.trainable_parameters()]
+    with preserve_requires_grad(composer.backbone):
+        composer.backbone.delete_adapter(_SCRATCH_ADAPTER)
+    return phi
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,8 +397,8 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
 
     Raises:
         StoreError: no store / no embeddings, or fewer than 2 successful trajectories.
-        ValueError: ``out`` already holds a run and ``resume`` is False, or resume settings
-            differ from the checkpoint's.
+        ValueError: ``out`` already holds a run and ``resume`` is False, or a resumed run
+            changes a setting that may not change (file and field named).
     """
     from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_model
     from stages.core.retrieval import Retriever
@@ -427,12 +408,11 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     out = Path(config.out)
     run_id = config_run_id("coldstart", config, _RUN_KEYS)
     clean_partial(out)
+    folder = open_run(out, "coldstart", config, resume=config.resume, may_change=_RESUMABLE,
+                      path_fields=_PATH_FIELDS)
+    if folder.changes:
+        console.print(describe_changes(folder.changes))
     ckpt = latest_checkpoint(out) if config.resume else None
-    if not config.resume and (checkpoint_dirs(out) or (out / METRICS).is_file() or (out / FINAL).is_dir()):
-        raise ValueError(f"{out} already holds a coldstart run: pass --resume to continue it or "
-                         "choose another --out")
-    if ckpt is not None:
-        _check_same_config(ColdstartConfig.model_validate_json((ckpt / CONFIG_FILE).read_text()), config, ckpt)
 
     # data
     store = ExperienceStore.open(config.experiences, create=False)
@@ -463,31 +443,31 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     train_tasks, heldout_tasks = split_tasks({t.task_id for t in fits}, config.heldout_fraction, config.seed)
     train = [t for t in fits if t.task_id in train_tasks]
     heldout = [t for t in fits if t.task_id in heldout_tasks]
-    torch.manual_seed(config.seed)
-    composer = Composer(model, J=config.J, K=config.K, depth=config.depth, lora_rank=config.lora_rank,
-                        lora_alpha=2 * config.lora_rank, max_exp_tokens=config.max_exp_tokens)
+    if ckpt is None:
+        composer = _new_composer(model, config)
+        untrained_phi = [p.detach().clone() for p in composer.trainable_parameters()]
+    else:
+        composer = load_composer(model, ckpt, trainable=True, backbone_id=backbone_id)
+        untrained_phi = _initial_phi(composer, config)
     params = composer.trainable_parameters()
-    untrained_phi = [p.detach().clone() for p in params]
     digest_before = _backbone_digest(composer)
-    if config.grad_checkpointing:
+    if config.activation_checkpointing:
         enable_activation_checkpointing(composer.backbone)
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
     data = _Data(retriever, tokenizer, config, heldout_tasks)
 
     start_step = 0
     if ckpt is not None:
-        load_phi(composer, ckpt)
         optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True))
         restore_rng(ckpt)
         start_step = int(read_state(ckpt)["step"])
     elif config.resume:
         console.print(f"[yellow]no checkpoint in {out / CHECKPOINTS}: starting from step 0[/]")
-    out.mkdir(parents=True, exist_ok=True)
-    write_manifest(out / "manifest.json", "coldstart", run_id, config)
-    metrics_path = out / METRICS
+    freeze_config(out, "coldstart", run_id, config)
+    metrics_path = out / METRICS_FILE
     # rows of steps after the checkpoint (and a line cut short by a kill) are dropped
     truncate_metrics(metrics_path, start_step)
-    history = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.is_file() else []
+    history = read_metrics(metrics_path)
 
     console.print(
         f"[bold]coldstart[/] run {run_id}: {len(train)} train / {len(heldout)} held-out successful "
@@ -512,15 +492,16 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
                            loss=losses[-1] if losses else float("nan"))
         for step in range(start_step, config.steps):
             t0 = time.perf_counter()
-            composer.backbone.train(config.grad_checkpointing)  # HF checkpoints layers in train mode only
-            targets = [train[i] for i in batch_indices(len(train), config.batch_size, step, config.seed)]
+            composer.backbone.train(config.activation_checkpointing)  # HF checkpoints layers in train mode only
+            batch_ids = coldstart_stream(len(train), config.seed, step * config.batch_size, config.batch_size)
+            targets = [train[i] for i in batch_ids]
             batch = data.batch(targets, heldout=False)
             optimizer.zero_grad(set_to_none=True)
             loss, m = _teacher_nll(composer, batch, config.placement)
             for p in params:  # FIELD-NOTES pitfall 2: adapter switching may clear the flags
                 p.requires_grad_(True)
             loss.backward()
-            max_norm = config.max_grad_norm if config.max_grad_norm is not None else math.inf
+            max_norm = config.grad_clip if config.grad_clip is not None else math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
             optimizer.step()
             done = step + 1
@@ -530,8 +511,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
             step_seconds.append(record["seconds"])
             if done % config.eval_every == 0 and done < config.steps and heldout:
                 record["heldout_nll"] = heldout_eval(baselines=False).nll_trained
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            append_metrics(metrics_path, record)
             losses.append(record["loss"])
             if done % config.checkpoint_every == 0 or done == config.steps:
                 _save_checkpoint(out, done, composer, optimizer, config, backbone_id)

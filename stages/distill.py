@@ -9,13 +9,11 @@ micro-batch (gradients accumulated exactly) and acts after the optimizer step (L
 update of beta); the step's trajectories join the store and are embedded (memory grows); a
 checkpoint is written every ``checkpoint_every`` steps.
 
-Checkpoints, resume and store consistency under SIGKILL: see :mod:`stages.core.checkpoint`.
+Checkpoints: :mod:`stages.core.checkpoint`; run-folder rules (resume, frozen config, metrics):
+:mod:`stages.core.runs`; store consistency under SIGKILL: :mod:`stages.core.memory`.
 """
 from __future__ import annotations
 
-import functools
-import json
-import random
 import resource
 import time
 import uuid
@@ -29,11 +27,13 @@ from rich.console import Console
 
 from schemas import Task, Trajectory
 from stages.core import checkpoint as ckpt
+from stages.core import memory, runs
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
 from stages.core.inputs import read_utf8
-from stages.core.provenance import git_commit, write_manifest
+from stages.core.models import save_final, save_student
+from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
@@ -42,7 +42,7 @@ from stages.methods import Method, StepBatch, StepContext, get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
 # finished steps (everything else must match). Paths are compared after resolving.
-_RESUMABLE = {"steps", "resume", "checkpoint_every", "keep_checkpoints", "tensorboard", "max_len"}
+_RESUMABLE = runs.RESUMABLE | {"tensorboard"}
 _PATHS = {"store", "out", "composer", "data_dir"}
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
@@ -199,8 +199,8 @@ class Distiller:
         self.rows_added, self.commit = 0, git_commit()
         self.store = ExperienceStore.open(config.store)
         if self.resuming:  # back to the store and metrics exactly as at the checkpoint
-            dropped = ckpt.drop_rows_after(self.store, config.run_id, self.step)
-            ckpt.truncate_metrics(self.out / "metrics.jsonl", self.step)
+            dropped = memory.drop_rows_after(self.store, config.run_id, self.step)
+            runs.truncate_metrics(self.out / runs.METRICS_FILE, self.step)
             self.console.print(f"[bold]distill[/] resuming run {config.run_id} after step {self.step}"
                                f" ({resume_from or 'no checkpoint'}); removed {dropped} stale rows")
         elif self.store.count(run_id=config.run_id):
@@ -235,9 +235,7 @@ class Distiller:
         probe.close()
         if not self.tasks:
             raise ValueError(f"env {config.env}: no train tasks")
-        self.out.mkdir(parents=True, exist_ok=True)  # written once the whole setup succeeded
-        (self.out / "config.json").write_text(config.model_dump_json(indent=2))
-        write_manifest(self.out / "manifest.json", "distill", config.run_id, config)
+        runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
         self.writer = self._tensorboard() if config.tensorboard else None
         if resume_from:
             ckpt.restore_rng(resume_from)
@@ -245,29 +243,15 @@ class Distiller:
     # ----------------------------------------------------------------------------- setup --
 
     def _resolve(self, config: DistillConfig) -> DistillConfig:
-        """Fill run_id and check ``out`` against the run it may hold."""
-        saved_file = self.out / "config.json"
-        saved = json.loads(saved_file.read_text()) if saved_file.is_file() else None
-        if saved is not None and not config.resume:
-            raise ValueError(f"{self.out} already holds distill run {saved['run_id']}: pass --resume "
-                             "to continue it or choose another --out")
-        self.resuming = saved is not None
+        """Fill run_id and check ``out`` against the run it may hold (:func:`runs.open_run`)."""
+        saved = runs.saved_config(self.out)
         run_id = config.run_id or (saved or {}).get("run_id") or f"distill-{uuid.uuid4().hex[:12]}"
         config = config.model_copy(update={"run_id": run_id})
-        if saved is not None:
-            before = DistillConfig.model_validate(saved).flat()
-            changed = []
-            for key, value in config.flat().items():
-                old = before.get(key)
-                if key in _PATHS and old and value and Path(old).resolve() == Path(value).resolve():
-                    continue  # the same folder spelled differently
-                if old != value and key in _RESUMABLE - {"resume"}:
-                    changed.append(f"{key} {old} -> {value}")
-                elif old != value and key != "resume":
-                    raise ValueError(f"{saved_file}: field '{key}' is {old!r}, the resumed "
-                                     f"run asks for {value!r} (only {sorted(_RESUMABLE)} may change)")
-            if changed:
-                self.console.print(f"[bold]distill[/] resume: changed {', '.join(changed)}")
+        folder = runs.open_run(self.out, "distill", config, resume=config.resume, may_change=_RESUMABLE,
+                               path_fields=_PATHS)
+        self.resuming = folder.resuming
+        if folder.changes:
+            self.console.print(f"[bold]distill[/] {runs.describe_changes(folder.changes)}")
         return config
 
     def _tensorboard(self):
@@ -289,13 +273,8 @@ class Distiller:
         The stream is a fresh ``random.Random(seed, epoch)`` permutation of the train tasks per
         epoch, so the order depends only on (seed, position), never on wall-clock or resume.
         """
-        n = len(self.tasks)
-        out = []
-        for pos in range(cursor, cursor + self.config.tasks_per_step):
-            order = list(range(n))
-            random.Random(f"{self.config.seed}-{pos // n}").shuffle(order)
-            out.append(self.tasks[order[pos % n]])
-        return out
+        stream = runs.seeded_stream(len(self.tasks), self.config.seed, cursor, self.config.tasks_per_step)
+        return [self.tasks[i] for i in stream]
 
     def _rollout(self, step: int, stats: RolloutStats) -> list[Trajectory]:
         """Play the step's tasks with the current student; rows get deterministic ids."""
@@ -308,9 +287,7 @@ class Distiller:
                            samples_per_task=c.group_size, params=params, policy_id=c.model,
                            run_id=c.run_id, git_commit=self.commit, max_concurrent=c.rollout_batch,
                            stats=stats))
-        return [t.model_copy(update={"trajectory_id": ckpt.step_row_id(c.run_id, step, i),
-                                     "info": json.dumps({**json.loads(t.info), ckpt.STEP_KEY: step})})
-                for i, t in enumerate(played)]
+        return memory.tag_step_rows(played, c.run_id, step)
 
     def _memory(self) -> Retriever | None:
         return Retriever(self.store, self.embedder) if embeddings_info(self.store) is not None else None
@@ -353,8 +330,7 @@ class Distiller:
             after = self.method.after_step(sums)
             self.engine.sync_weights(self.student.model, self.student.adapter)
         train_s = time.perf_counter() - t_train
-        self.rows_added += self.store.append(trajectories)  # one transaction: memory grows
-        index_new(self.store, self.embedder, field=self.index_field)
+        self.rows_added += memory.append_step(self.store, trajectories, self.embedder, field=self.index_field)
         self.step, self.cursor = step, self.cursor + c.tasks_per_step
         rewards = [t.reward for t in trajectories]
         row = {"step": step, "reward_mean": float(np.mean(rewards)),
@@ -410,7 +386,7 @@ class Distiller:
         state = {"step": self.step, "data_position": self.cursor, "run_id": self.config.run_id,
                  **self.method.state()}
         def fill(folder: Path) -> None:
-            ckpt.save_student(folder, student=self.student.model, adapter=self.student.adapter,
+            save_student(folder, student=self.student.model, adapter=self.student.adapter,
                               tokenizer=self.student.tokenizer, optimizer=self.optimizer)
             self.method.save(folder)
         return ckpt.write_checkpoint(self.out, self.step, fill, state, self.config.keep_checkpoints)
@@ -422,17 +398,16 @@ class Distiller:
         todo = f"steps {first}..{c.steps}" if first <= c.steps else f"all {c.steps} steps done, nothing to train"
         self.console.print(f"[bold]distill[/] run {c.run_id} ({c.method}): {todo}, "
                            f"{c.tasks_per_step} tasks x {c.group_size} rollouts, env={c.env}, out={c.out}")
-        metrics_file = self.out / "metrics.jsonl"
+        metrics_file = self.out / runs.METRICS_FILE
         for step in range(first, c.steps + 1):
             row = self.train_step(step)
-            with metrics_file.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            runs.append_metrics(metrics_file, row)
             rows.append(row)
             self._log(row)
             if step % c.checkpoint_every == 0 or step == c.steps:
                 self.save_checkpoint()
         last = ckpt.latest_checkpoint(self.out)
-        final = ckpt.save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
+        final = save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
                                 student=self.student.model, adapter=self.student.adapter,
                                 export=self.method.export)
         if self.writer is not None:
@@ -475,8 +450,8 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
     """
     values = load_config(config_file) if config_file else {}
     run_dir = Path(flags.get("out") or values.get("out", "runs/lopd"))
-    if resume and (run_dir / "config.json").is_file():  # the run's own settings are the base
-        saved = json.loads((run_dir / "config.json").read_text())
+    if resume and (run_dir / runs.CONFIG_FILE).is_file():  # the run's own settings are the base
+        saved = runs.saved_config(run_dir)
         values = {**{k: v for k, v in saved.items() if k != "options"}, **saved.get("options", {}), **values}
     values.update({k: v for k, v in flags.items() if v is not None})
     values.setdefault("store", "runs/store")

@@ -9,11 +9,13 @@ import torch
 
 from schemas import Message, ToolCall, Trajectory, Turn
 from stages import coldstart
-from stages.coldstart import ColdstartConfig, batch_indices, load_phi, split_tasks
+from stages.coldstart import ColdstartConfig, split_tasks
 from stages.core import policy
-from stages.core.composer import Composer, base_parameters, load_composer, save_composer
+from stages.core.composer import Composer, base_parameters, save_composer
 from stages.core.contexts import build_batch
+from stages.core.models import load_composer
 from stages.core.retrieval import index_new
+from stages.core.runs import coldstart_stream
 from stages.core.store import ExperienceStore, StoreError
 from tests.test_index import HashEmbedder
 from tests.tiny import save_tiny, tiny_tokenizer
@@ -89,9 +91,9 @@ def test_split_and_batches_are_deterministic():
     assert split_tasks(tasks, 0.2, seed=0) == (train, held)
     assert split_tasks(tasks, 0.2, seed=1) != (train, held)
     assert split_tasks({"a", "b"}, 0.01, 0)[1] and split_tasks({"a"}, 0.5, 0) == ({"a"}, set())
-    seen = [i for s in range(5) for i in batch_indices(5, 2, s, seed=3)]
-    assert sorted(seen[:5]) == list(range(5))  # each epoch is a permutation
-    assert batch_indices(5, 2, 3, seed=3) == batch_indices(5, 2, 3, seed=3)
+    seen = coldstart_stream(5, 3, 0, 10)
+    assert sorted(seen[:5]) == sorted(seen[5:]) == list(range(5))  # each epoch is a permutation
+    assert coldstart_stream(5, 3, 6, 2) == seen[6:8] == coldstart_stream(5, 3, 6, 2)
 
 
 def test_training_lowers_nll_and_keeps_backbone(tmp_path, store_path, tiny_dir, monkeypatch):
@@ -106,7 +108,7 @@ def test_training_lowers_nll_and_keeps_backbone(tmp_path, store_path, tiny_dir, 
 
     monkeypatch.setattr(policy, "load_policy", capture)
     # whole training set in every batch: the per-step losses are comparable
-    config = cfg(tmp_path, store_path, tiny_dir, steps=8, batch_size=12, lr=1e-2, grad_checkpointing=False)
+    config = cfg(tmp_path, store_path, tiny_dir, steps=8, batch_size=12, lr=1e-2, activation_checkpointing=False)
     report = run(config)
     rows = metrics(tmp_path / "out")
     assert [r["step"] for r in rows] == list(range(1, 9))
@@ -136,7 +138,8 @@ def test_checkpoints_and_round_trip(tmp_path, store_path, tiny_dir):
     assert ckpts == ["step-4", "step-6"]  # last two kept, no temp folders left
     for name in ckpts:
         assert {"composer", "compressor.safetensors", "composer_config.json", "optimizer.pt", "rng.pt",
-                "state.json", "coldstart_config.json"} <= {p.name for p in (out / "checkpoints" / name).iterdir()}
+                "state.json"} <= {p.name for p in (out / "checkpoints" / name).iterdir()}
+    assert ColdstartConfig.model_validate_json((out / "config.json").read_text()) == config
     tok = tiny_tokenizer()
     from stages.core.policy import load_policy
 
@@ -147,17 +150,18 @@ def test_checkpoints_and_round_trip(tmp_path, store_path, tiny_dir):
         with torch.no_grad():
             return composer(exps_batch.exp_ids_BJL, exps_batch.exp_mask_BJL)
 
-    final = load_composer(load_policy(tiny_dir)[0], out / "final", report.backbone_id)
+    final = load_composer(load_policy(tiny_dir)[0], out / "final", trainable=True, backbone_id=report.backbone_id)
     c_final = latents(final)
-    # the last checkpoint holds the same phi, loaded in place into a freshly built composer
+    # the last checkpoint holds the same phi; a fresh composer differs
     torch.manual_seed(123)
     fresh = Composer(load_policy(tiny_dir)[0], J=2, K=4, depth=1, lora_rank=4, lora_alpha=8, max_exp_tokens=96)
     assert not torch.equal(latents(fresh), c_final)
-    load_phi(fresh, out / "checkpoints" / "step-6")
-    assert torch.equal(latents(fresh), c_final)
+    last = load_composer(load_policy(tiny_dir)[0], out / "checkpoints" / "step-6", trainable=True,
+                         backbone_id=report.backbone_id)
+    assert torch.equal(latents(last), c_final)
     # save / load round trip: identical latents
     save_composer(final, tmp_path / "again", {"backbone_id": report.backbone_id})
-    again = load_composer(load_policy(tiny_dir)[0], tmp_path / "again", report.backbone_id)
+    again = load_composer(load_policy(tiny_dir)[0], tmp_path / "again", trainable=True, backbone_id=report.backbone_id)
     assert torch.equal(latents(again), c_final)
 
 
@@ -171,7 +175,7 @@ def test_resume_is_bit_identical(tmp_path, store_path, tiny_dir):
     shutil.rmtree(cut / "final")
     with pytest.raises(ValueError, match="already holds a coldstart run"):
         run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4))
-    with pytest.raises(ValueError, match="cannot resume .* lr="):
+    with pytest.raises(ValueError, match=r"cut/config.json: field 'lr' is 0.003, the resumed run asks for 0.001"):
         run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4, lr=1e-3, resume=True))
     resumed = run(cfg(tmp_path, store_path, tiny_dir, name="cut", steps=6, checkpoint_every=4, resume=True))
     assert resumed.start_step == 4

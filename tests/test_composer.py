@@ -15,9 +15,9 @@ from stages.core.composer import (
     add_lora_adapter,
     base_parameters,
     enable_activation_checkpointing,
-    load_composer,
     save_composer,
 )
+from stages.core.models import load_composer
 from stages.core.teacher import student_logits, teacher_logits
 
 V, D, K, J = 64, 32, 3, 2
@@ -276,18 +276,18 @@ def test_save_load_round_trip_and_backbone_checks(setup, tmp_path):
     assert recorded == [J, K, 2, D, 4, 8]
 
     fresh = add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8)
-    loaded = load_composer(fresh, out, "tiny-llama")
+    loaded = load_composer(fresh, out, trainable=True, backbone_id="tiny-llama")
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)
     assert all(p.requires_grad for p in loaded.trainable_parameters())
     assert set(loaded.backbone.peft_config) == {"student", "composer"}
-    plain = load_composer(copy.deepcopy(initial), out, "tiny-llama")
+    plain = load_composer(copy.deepcopy(initial), out, trainable=True, backbone_id="tiny-llama")
     with torch.no_grad():
         torch.testing.assert_close(plain(ids, mask), ref, atol=0, rtol=0)
 
     with pytest.raises(ValueError, match=r"trained on backbone tiny-llama, got other-model"):
-        load_composer(copy.deepcopy(initial), out, "other-model")
+        load_composer(copy.deepcopy(initial), out, trainable=True, backbone_id="other-model")
     with pytest.raises(ValueError, match="hidden size"):
-        load_composer(tiny_llama(hidden=48), out, "tiny-llama")
+        load_composer(tiny_llama(hidden=48), out, trainable=True, backbone_id="tiny-llama")
     with pytest.raises(ValueError, match="backbone_id"):
         save_composer(composer, tmp_path / "bad", {"placement": "prefix"})

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM
 import stages.distill as distill
 from schemas import Message, Task, Trajectory, Turn
 from stages.core import checkpoint as ckpt
+from stages.core.memory import STEP_KEY
 from stages.core.composer import (
     Composer, adapter_parameters, adapter_scope, base_parameters, save_composer,
 )
@@ -157,7 +158,7 @@ def test_three_steps_metrics_store_and_dual_update(straight):
     store = ExperienceStore.open(config.store)
     ours = store.query(run_id=config.run_id)
     assert store.count() == SEED_ROWS + 3 * 4 and len(ours) == 12 and report.rows_added == 12
-    assert sorted(json.loads(t.info)[ckpt.STEP_KEY] for t in ours) == [1] * 4 + [2] * 4 + [3] * 4
+    assert sorted(json.loads(t.info)[STEP_KEY] for t in ours) == [1] * 4 + [2] * 4 + [3] * 4
     assert open_embeddings(store).count_rows() == store.count()  # every row retrievable
     assert [p.name for p in ckpt.checkpoint_dirs(out)] == ["step-2", "step-3"]
     state = ckpt.read_state(out / "checkpoints" / "step-3")

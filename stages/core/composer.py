@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.tuners.tuners_utils import BaseTunerLayer
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
@@ -83,7 +83,7 @@ def add_lora_adapter(
     if isinstance(model, PeftModel):
         if name in model.peft_config:
             raise ValueError(f"the backbone already has an adapter called {name!r}")
-        with _preserve_requires_grad(model):
+        with preserve_requires_grad(model):
             model.add_adapter(name, config)
     else:
         model = get_peft_model(model, config, adapter_name=name)
@@ -125,7 +125,7 @@ def _adapter_state(backbone: nn.Module) -> str | None:
 
 
 @contextlib.contextmanager
-def _preserve_requires_grad(model: nn.Module) -> Iterator[None]:
+def preserve_requires_grad(model: nn.Module) -> Iterator[None]:
     """Put back the ``requires_grad`` flag of every existing parameter on exit."""
     flags = [(p, p.requires_grad) for p in model.parameters()]
     try:
@@ -137,7 +137,7 @@ def _preserve_requires_grad(model: nn.Module) -> Iterator[None]:
 
 def _set_adapter_state(backbone: PeftModel, name: str | None) -> None:
     """Activate adapter ``name`` (None = disable all), keeping every ``requires_grad`` flag."""
-    with _preserve_requires_grad(backbone):
+    with preserve_requires_grad(backbone):
         if name is None:
             backbone.base_model.disable_adapter_layers()
         else:
@@ -386,7 +386,8 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
 
     Files: ``<adapter_name>/`` (psi in peft format: peft saves a named adapter into its own
     sub-folder), ``compressor.safetensors`` (chi), ``composer_config.json`` (``config`` merged
-    with the composer's hyper-parameters and hidden size).
+    with the composer's hyper-parameters and hidden size). Load it with
+    :func:`stages.core.models.load_composer`.
 
     Args:
         config: must hold ``backbone_id``; ``placement`` ("prefix" | "per-turn") defaults to
@@ -412,41 +413,3 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
 def read_composer_config(ckpt_dir: str | Path) -> dict:
     """The ``composer_config.json`` of a checkpoint written by :func:`save_composer`."""
     return json.loads((Path(ckpt_dir) / CONFIG_FILE).read_text())
-
-
-def load_composer(backbone: nn.Module, ckpt_dir: str | Path, backbone_id: str) -> Composer:
-    """Restore a composer saved by :func:`save_composer` onto ``backbone`` (psi stays trainable).
-
-    Use the returned ``composer.backbone`` afterwards (a plain model gets wrapped).
-
-    Raises:
-        ValueError: the checkpoint was trained on another backbone id or hidden size, or
-            ``backbone`` already has an adapter of that name.
-    """
-    ckpt = Path(ckpt_dir)
-    cfg = read_composer_config(ckpt)
-    if cfg["backbone_id"] != backbone_id:
-        raise ValueError(
-            f"composer in {ckpt} was trained on backbone {cfg['backbone_id']}, got {backbone_id}"
-        )
-    d = base_model(backbone).config.hidden_size
-    if cfg["hidden_size"] != d:
-        raise ValueError(
-            f"composer in {ckpt} was trained on backbone {cfg['backbone_id']} (hidden size "
-            f"{cfg['hidden_size']}), got {backbone_id} with hidden size {d}"
-        )
-    name = cfg["adapter_name"]
-    if isinstance(backbone, PeftModel):
-        if name in backbone.peft_config:
-            raise ValueError(f"the backbone already has an adapter called {name!r}")
-        with _preserve_requires_grad(backbone):
-            backbone.load_adapter(str(ckpt / name), adapter_name=name, is_trainable=True)
-    else:
-        backbone = PeftModel.from_pretrained(backbone, str(ckpt / name), adapter_name=name, is_trainable=True)
-    hparams = {k: cfg[k] for k in ("J", "K", "depth", "heads", "mlp_ratio", "lora_rank",
-                                   "lora_alpha", "target_modules", "max_exp_tokens")}
-    composer = Composer(backbone, adapter_name=name, **hparams)
-    for p in adapter_parameters(composer.backbone, name):
-        p.requires_grad_(True)
-    composer.compressor.load_state_dict(load_file(str(ckpt / COMPRESSOR_FILE)))
-    return composer

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from stages.core import checkpoint as ckpt
+from stages.core.models import load_models
 from stages.core.composer import enable_activation_checkpointing, read_composer_config, save_composer
 from stages.core.contexts import TrainRow, build_batch, retrieve_experiences, shift_for_loss
 from stages.core.losses import (
@@ -83,9 +83,9 @@ class LOPD(Method):
                                           or cfg.get("max_exp_tokens") or 512})
 
     def build_student(self, resume_from: Path | None) -> Student:
-        """Student, composer phi and frozen phi_0 on one backbone (:func:`checkpoint.load_models`)."""
+        """Student, composer phi and frozen phi_0 on one backbone (:func:`stages.core.models.load_models`)."""
         o, c = self.options, self.config
-        m = ckpt.load_models(c.model, Path(o.composer), resume_from, lora_rank=c.student_lora_rank,
+        m = load_models(c.model, Path(o.composer), resume_from, lora_rank=c.student_lora_rank,
                              freeze_composer=o.freeze_composer, anchor_adapter=ANCHOR_ADAPTER)
         self.composer, self.anchor, self.composer_params = m.composer, m.anchor, m.composer_params
         if c.activation_checkpointing:
