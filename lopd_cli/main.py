@@ -156,6 +156,7 @@ def coldstart(
 def distill(
     config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML file with any of these options; flags override it."),
     method: Optional[str] = typer.Option(None, "--method", help="Training method (stages/methods): lopd. (default lopd)"),
+    option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training). (default runs/store)"),
     composer: Optional[str] = typer.Option(None, "--composer", help="lopd: cold-start composer folder (lopd coldstart's final/)."),
@@ -196,6 +197,7 @@ def distill(
         "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
         "checkpoint_every": checkpoint_every, "tensorboard": tensorboard, "seed": seed,
     }
+    flags.update(stage.parse_options(option))
     stage.run(stage.settings(flags, config, resume))
 
 

@@ -14,6 +14,7 @@ Checkpoints: :mod:`stages.core.checkpoint`; run-folder rules (resume, frozen con
 """
 from __future__ import annotations
 
+import json
 import resource
 import time
 import uuid
@@ -436,6 +437,26 @@ def _grad_norm(params: list[torch.nn.Parameter]) -> float:
     """L2 norm of the gradients of ``params`` (missing gradients count as zero)."""
     grads = [p.grad.detach().double().pow(2).sum() for p in params if p.grad is not None]
     return float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """``["ppo_epochs=2", "summarizer=Qwen/Qwen3-4B"]`` -> ``{"ppo_epochs": 2, "summarizer": ...}``.
+
+    A value is read as JSON (numbers, true/false, null, lists) and else kept as a string.
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty key.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool = False) -> DistillConfig:

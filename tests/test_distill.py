@@ -377,3 +377,12 @@ def test_composer_of_another_backbone_is_a_clear_error(assets, tmp_path):
     (other / "composer_config.json").write_text(json.dumps({**cfg, "backbone_id": "other/model"}))
     with pytest.raises(ValueError, match="was trained on backbone other/model"):
         Distiller(make_config(assets, tmp_path, "other", composer=str(other)))
+
+
+def test_method_options_from_the_command_line():
+    from stages.distill import parse_options
+
+    assert parse_options(["margin=0.1", "freeze_composer=true", "composer=runs/c0", "J=2"]) == {
+        "margin": 0.1, "freeze_composer": True, "composer": "runs/c0", "J": 2}
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        parse_options(["margin"])

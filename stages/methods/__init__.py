@@ -84,8 +84,9 @@ class StepBatch:
 
     Attributes:
         rows: training sequences (:func:`stages.core.contexts.training_rows`), in order.
-        trajectories: every rollout of the step (rows come from those with turns), grouped by
-            task: ``group_size`` consecutive trajectories per task.
+        trajectories: every rollout of the step (rows come from those with turns), in the
+            order they finished; a task's group is its ``group_size`` trajectories with the same
+            ``task_id`` (rollouts of one step never share a task id with another group).
         extras: per row, whatever :meth:`Method.prepare` attached (e.g. retrieved experiences).
     """
 
@@ -110,7 +111,8 @@ class Method:
     Args:
         options: validated ``Options`` (after :meth:`resolve_options`).
         config: the whole :class:`stages.distill.DistillConfig` (common settings).
-        resume_from: the checkpoint folder the run resumes from, or None.
+        resume_from: the checkpoint folder the run resumes from, or None: a method restores
+            what its :meth:`save` wrote there (e.g. an EMA teacher) in its ``__init__``.
         state: the method's :meth:`state` saved in that checkpoint ({} when fresh).
     """
 
