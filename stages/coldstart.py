@@ -401,6 +401,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
             changes a setting that may not change (file and field named).
     """
     from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_model
+    from stages.core.resources import check_experience_count, check_step_memory, shape_of
     from stages.core.retrieval import Retriever
 
     console = console or Console()
@@ -423,12 +424,17 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
         raise StoreError(
             f"store {config.experiences} holds {len(successes)} successful train trajectories{where}; "
             "coldstart needs at least 2 (one target and one experience): collect more first")
+    check_experience_count(config.J, len(successes), store=config.experiences)
     retriever = Retriever(store, embedder)
 
     # model
     # the name, not this machine's cache path, for the embedded default backbone
     backbone_id = config.model if config.model == DEFAULT_MODEL else resolve_model(config.model)
     model, tokenizer = load_policy(config.model)
+    check_step_memory(shape_of(model.config, batch=config.batch_size, J=config.J, K=config.K,
+                               max_exp_tokens=config.max_exp_tokens, seq_len=config.max_len,
+                               activation_checkpointing=config.activation_checkpointing),
+                      stage="coldstart", knobs="--J, --max-exp-tokens, --batch-size or --max-len")
 
     # targets whose prompt alone fills max_len cannot be scored: leave them out (not as experiences)
     fits = [t for t, tools in zip(successes, lookup_tools(successes))

@@ -210,6 +210,7 @@ class Distiller:
         torch.manual_seed(config.seed)
         self.method: Method = method_cls(options, config, resume_from, state)
         self.student = self.method.student
+        self.method.check_resources(self.store)
         if config.activation_checkpointing and not self.method.needs_composer:
             if self.student.adapter is None:
                 base_model(self.student.model).gradient_checkpointing_enable()

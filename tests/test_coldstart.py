@@ -226,3 +226,20 @@ def test_errors(tmp_path, store_path, tiny_dir):
         run(cfg(tmp_path, store_path, tiny_dir, name="short", max_len=20))
     with pytest.raises(Exception, match="extra"):
         ColdstartConfig(experiences="x", out="y", bogus=1)
+
+
+def test_resources_are_guarded_before_work(tmp_path, store_path, tiny_dir, monkeypatch):
+    n = ExperienceStore.open(store_path).count(success=True)
+    with pytest.raises(ValueError, match=rf"--J 500: store .* holds {n} successful train trajectories, "
+                                         rf"so at most {n - 1} other ones"):
+        run(cfg(tmp_path, store_path, tiny_dir, name="j500", J=500))
+    assert not (tmp_path / "j500" / "config.json").exists()
+    import psutil
+
+    class Tiny:  # as if 1 MB were free: the step's estimate cannot fit
+        available = 2**20
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Tiny())
+    with pytest.raises(ValueError, match=r"coldstart: one step needs about .* GB .* lower --J, --max-exp-tokens"):
+        run(cfg(tmp_path, store_path, tiny_dir, name="mem"))
+    assert not (tmp_path / "mem" / "config.json").exists()

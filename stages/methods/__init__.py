@@ -136,6 +136,13 @@ class Method:
         """The student: a LoRA adapter (or a full copy) on ``config.model``, fresh or restored."""
         return load_student(self.config.model, self.config.student_lora_rank, resume_from)
 
+    def check_resources(self, store: Any) -> None:
+        """Refuse settings that cannot run before the first step (default: nothing to check).
+
+        Raises:
+            ValueError: one line naming the options to change.
+        """
+
     def train_mode(self) -> None:
         """Put the method's own modules in training mode before the step's forwards."""
 

@@ -20,7 +20,8 @@ import torch
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from stages.core.models import load_models
-from stages.core.composer import enable_activation_checkpointing, read_composer_config, save_composer
+from stages.core.resources import check_step_memory, shape_of
+from stages.core.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
 from stages.core.contexts import TrainRow, build_batch, retrieve_experiences, shift_for_loss
 from stages.core.losses import (
     dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
@@ -91,6 +92,21 @@ class LOPD(Method):
         if c.activation_checkpointing:
             enable_activation_checkpointing(self.composer.backbone)
         return Student(m.student, m.student_adapter, m.tokenizer, m.student_params, c.model)
+
+    def check_resources(self, store: Any) -> None:
+        """A step's estimated memory against the memory available (:mod:`stages.core.resources`).
+
+        Only with ``max_len`` set (the sequence length is unknown otherwise). J above the
+        store's successes is no error here: the memory grows during training, and missing
+        experiences are task-only composer rows.
+        """
+        c, o = self.config, self.options
+        if c.max_len is None:
+            return
+        check_step_memory(shape_of(base_model(self.composer.backbone).config, batch=c.micro_batch, J=o.J, K=o.K,
+                                   max_exp_tokens=o.max_exp_tokens, seq_len=c.max_len,
+                                   activation_checkpointing=c.activation_checkpointing),
+                          stage="distill", knobs="micro_batch, --J, max_exp_tokens or max_len")
 
     def param_groups(self) -> dict[str, tuple[list, float]]:
         if not self.composer_params:

@@ -1,0 +1,95 @@
+"""Resource checks made before a training stage starts work (coldstart, distill).
+
+A setting that cannot work (more retrieved experiences than the store holds) or a step that
+would not fit in memory is one error line naming the flags to change, instead of minutes of
+work ending in an out-of-memory kill with no message.
+
+Memory model of one composer + teacher + student step (fp32 activations kept for backward):
+per token and layer about ``4 * (12 * hidden + 4 * intermediate)`` bytes (attention and MLP
+intermediates of a Llama-style block), or ``4 * 2 * hidden`` with activation checkpointing
+(the layer inputs, plus one layer recomputed at a time); the composer encodes
+``batch * J * max_exp_tokens`` tokens, teacher and student each run ``batch * seq_len``
+tokens (+ J*K latents); logits cost ``3 * 4 * vocab`` bytes per scored token. Calibrated
+against FIELD-NOTES (SmolLM2-135M, batch 4, J=3, 512 experience tokens, 384-token sequences:
+~15 GB measured without activation checkpointing, ~16 GB estimated).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+_GB = 2**30
+
+
+def check_experience_count(J: int, available: int, *, store: str, flag: str = "--J") -> None:
+    """Refuse a J that the store cannot fill: at most ``available - 1`` other successes exist.
+
+    Args:
+        J: experiences to retrieve per target.
+        available: successful trajectories in the store usable as experiences (the target
+            itself is one of them and is never retrieved).
+
+    Raises:
+        ValueError: ``J > available - 1`` (one line naming the store and the flag).
+    """
+    if J > max(available - 1, 0):
+        raise ValueError(f"{flag} {J}: store {store} holds {available} successful train trajectories, so "
+                         f"at most {max(available - 1, 0)} other ones can be retrieved per target; "
+                         f"lower {flag} or collect more")
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The sizes that decide a step's activation memory (see the module docstring)."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    batch: int
+    J: int
+    K: int
+    max_exp_tokens: int
+    seq_len: int
+    activation_checkpointing: bool
+
+
+def shape_of(model_config, **sizes) -> StepShape:
+    """A :class:`StepShape` from a Hugging Face model config and the step's sizes."""
+    return StepShape(layers=model_config.num_hidden_layers, hidden=model_config.hidden_size,
+                     intermediate=getattr(model_config, "intermediate_size", 4 * model_config.hidden_size),
+                     vocab=model_config.vocab_size, **sizes)
+
+
+def step_memory_bytes(s: StepShape) -> int:
+    """Estimated peak activation memory of one step in bytes (module docstring: the model)."""
+    per_token_layer = 4 * (2 * s.hidden if s.activation_checkpointing else 12 * s.hidden + 4 * s.intermediate)
+    encoder_tokens = s.batch * s.J * s.max_exp_tokens
+    forward_tokens = 2 * s.batch * (s.seq_len + s.J * s.K)  # teacher and student
+    logits = 3 * 4 * s.vocab * 2 * s.batch * s.seq_len
+    return per_token_layer * s.layers * (encoder_tokens + forward_tokens) + logits
+
+
+def check_step_memory(s: StepShape, *, stage: str, knobs: str, available: int | None = None) -> int:
+    """Refuse a step whose estimated memory exceeds 90% of the memory available now.
+
+    Args:
+        knobs: the flags that shrink the step, named in the error.
+        available: bytes available (default: ``psutil.virtual_memory().available``).
+
+    Returns:
+        The estimate in bytes.
+
+    Raises:
+        ValueError: the estimate does not fit (one line with both numbers and the knobs).
+    """
+    need = step_memory_bytes(s)
+    free = psutil.virtual_memory().available if available is None else available
+    if need > 0.9 * free:
+        raise ValueError(
+            f"{stage}: one step needs about {need / _GB:.1f} GB (batch {s.batch} x J={s.J} x "
+            f"{s.max_exp_tokens} experience tokens and {s.seq_len}-token sequences through {s.layers} layers), "
+            f"{free / _GB:.1f} GB are available; lower {knobs}"
+            + ("" if s.activation_checkpointing else ", or turn on activation checkpointing"))
+    return need
