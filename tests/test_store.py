@@ -37,11 +37,13 @@ EXPECTED_TRAJECTORY_COLUMNS = {
     "messages": f"list<item: struct<role: string not null, content: string not null, "
                 f"tool_calls: list<item: {TOOL_CALL} not null> not null, name: string> not null>",
     "turns": f"list<item: struct<action: string not null, tool_calls: list<item: {TOOL_CALL} "
-             f"not null> not null, observation: string not null, action_tokens: int64 not null> "
-             f"not null>",
+             f"not null> not null, observation: string not null, action_tokens: int64 not null, "
+             f"token_ids: list<item: int64 not null> not null, logprobs: list<item: double not null> "
+             f"not null, finish_reason: string not null, context_ids: list<item: int64 not null> not null, "
+             f"context_restart: bool not null> not null>",
     "reward": "double", "success": "bool", "num_steps": "int64", "num_tool_calls": "int64",
     "run_id": "string", "git_commit": "string", "created_at": "timestamp[us, tz=UTC]",
-    "info": "string",
+    "info": "string", "tokenizer": "string",
 }
 
 
