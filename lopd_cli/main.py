@@ -134,8 +134,8 @@ def coldstart(
     eval_every: int = typer.Option(50, "--eval-every", help="Steps between held-out evaluations."),
     env: Optional[str] = typer.Option(None, "--env", help="Use only this environment's trajectories."),
     exclude_same_task: bool = typer.Option(True, "--exclude-same-task/--allow-same-task", help="Never retrieve a trajectory of the target's own task (it would hold the answer)."),
-    grad_checkpointing: bool = typer.Option(True, "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps."),
-    max_grad_norm: float = typer.Option(1.0, "--max-grad-norm", help="Gradient clipping of phi."),
+    activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: older spelling)."),
+    grad_clip: float = typer.Option(1.0, "--grad-clip", "--max-grad-norm", help="Gradient clipping of phi (--max-grad-norm: older spelling)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
 ) -> None:
@@ -147,7 +147,7 @@ def coldstart(
         J=J, K=K, depth=depth, lora_rank=lora_rank, max_exp_tokens=max_exp_tokens, max_len=max_len,
         placement=placement, heldout_fraction=heldout_fraction, checkpoint_every=checkpoint_every,
         eval_every=eval_every, env=env, exclude_same_task=exclude_same_task,
-        grad_checkpointing=grad_checkpointing, max_grad_norm=max_grad_norm, seed=seed, resume=resume,
+        activation_checkpointing=activation_checkpointing, grad_clip=grad_clip, seed=seed, resume=resume,
     ))
 
 
