@@ -73,7 +73,9 @@ def _hostile(row: dict, victim: Path, marker: Path, port: int) -> str:
     probes = f"""
 import os, socket
 _leaks = []
-for _path in ({str(victim)!r}, {str(marker)!r}):
+_cache = os.path.join(os.environ.get("XDG_CACHE_HOME", "/nonexistent"), "evalplus")
+_pickles = [os.path.join(_cache, _n) for _n in (os.listdir(_cache) if os.path.isdir(_cache) else [])]
+for _path in [{str(victim)!r}, {str(marker)!r}, *_pickles]:
     try:
         with open(_path, "w") as _fh:
             _fh.write("pwned")
@@ -111,6 +113,9 @@ def test_hostile_solution_is_contained(tmp_path, monkeypatch):
         server.bind(("127.0.0.1", 0))
         server.listen(8)
         code = _hostile(row, victim, marker, server.getsockname()[1])
+        evalplus_evaluate("humaneval-plus", FILES["humaneval-plus"], {row["task_id"]: _canonical(row)}, tmp_path / "cache")
+        (cached,) = (tmp_path / "cache" / "evalplus").glob("*.pkl")
+        expected = cached.read_bytes()
         plus = evalplus_evaluate("humaneval-plus", FILES["humaneval-plus"], {row["task_id"]: code}, tmp_path / "cache")
         base = humaneval_base({row["task_id"]: code})
         server.settimeout(0.5)
@@ -119,6 +124,7 @@ def test_hostile_solution_is_contained(tmp_path, monkeypatch):
     # the probes ran (the module defined the function after them) and none of them succeeded
     assert plus == {row["task_id"]: {"base": True, "plus": True}} and base == {row["task_id"]: True}
     assert victim.read_text() == "precious" and not marker.exists()
+    assert cached.read_bytes() == expected  # the expected outputs the grader loads cannot be poisoned
     assert not any(p.name.startswith("marker") for p in Path(os.getcwd()).iterdir())
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,7 +97,7 @@ def run_grader(args: Sequence[str], *, out_dir: Path, ro_binds: Mapping[str, str
             rc = isolation.kill(proc)  # every process of the grader and of the solutions
         else:
             try:
-                os.killpg(proc.pid, 9)
+                os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             rc = proc.wait()

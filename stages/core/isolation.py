@@ -13,7 +13,9 @@ classes and check functions) runs as ``bwrap <namespaces and mounts> -- <setpriv
   ``/proc`` of the new PID namespace (the host's processes, e.g. the parent's
   ``/proc/<pid>/environ``, are not visible); a minimal ``/dev``; and the only writable place,
   :data:`WORKDIR`, a size-capped tmpfs that vanishes with the sandbox. The project directory, home
-  directories and the host's ``/tmp`` are simply not there.
+  directories and the host's ``/tmp`` are simply not there. A caller may add a private writable
+  ``/dev/shm`` tmpfs (``shm_mb``, for ``multiprocessing``) and writable binds of output folders it
+  made for this one run (``rw_binds``; what the program leaves there is untrusted).
 * **credentials**: as root, ``setpriv`` switches to uid/gid 65534 (nobody) with no supplementary
   groups, an empty capability bounding set and ``no_new_privs``; as an ordinary user, bwrap's user
   namespace maps the caller to uid 65534 with no capabilities and no further user namespaces.
