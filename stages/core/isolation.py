@@ -13,7 +13,9 @@ classes and check functions) runs as ``bwrap <namespaces and mounts> -- <setpriv
   ``/proc`` of the new PID namespace (the host's processes, e.g. the parent's
   ``/proc/<pid>/environ``, are not visible); a minimal ``/dev``; and the only writable place,
   :data:`WORKDIR`, a size-capped tmpfs that vanishes with the sandbox. The project directory, home
-  directories and the host's ``/tmp`` are simply not there.
+  directories and the host's ``/tmp`` are simply not there. A caller may add a private writable
+  ``/dev/shm`` tmpfs (``shm_mb``, for ``multiprocessing``) and writable binds of output folders it
+  made for this one run (``rw_binds``; what the program leaves there is untrusted).
 * **credentials**: as root, ``setpriv`` switches to uid/gid 65534 (nobody) with no supplementary
   groups, an empty capability bounding set and ``no_new_privs``; as an ordinary user, bwrap's user
   namespace maps the caller to uid 65534 with no capabilities and no further user namespaces.
@@ -175,7 +177,8 @@ def _limit_args(limits: Limits) -> list[str]:
 
 
 def _command(tools: tuple[str, str, str], root: bool, argv: Sequence[str], ro_binds: Mapping[str, str],
-             limits: Limits, env: Mapping[str, str], work_mb: int) -> list[str]:
+             limits: Limits, env: Mapping[str, str], work_mb: int, rw_binds: Mapping[str, str] | None = None,
+             shm_mb: int = 0) -> list[str]:
     bwrap, setpriv, prlimit = tools
     cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv"]
@@ -191,13 +194,18 @@ def _command(tools: tuple[str, str, str], root: bool, argv: Sequence[str], ro_bi
     for path in _ETC_FILES:
         cmd += ["--ro-bind-try", path, path]
     binds = [(path, path) for path in _python_dirs()] + list(ro_binds.items())
-    parents = sorted({p for _, dest in binds for p in _ancestors(dest)}, key=len)
+    writable = list((rw_binds or {}).items())
+    parents = sorted({p for _, dest in binds + writable for p in _ancestors(dest)}, key=len)
     for path in parents:  # created 0755 (bwrap would otherwise make them 0700 as root: no access)
         cmd += ["--perms", "0755", "--dir", path]
     for src, dest in binds:
         cmd += ["--ro-bind", src, dest]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
-            "--size", str(int(work_mb) * 2**20), "--perms", "1777", "--tmpfs", WORKDIR,
+    for src, dest in writable:
+        cmd += ["--bind", src, dest]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    if shm_mb:  # POSIX shared memory / semaphores (multiprocessing) need a writable /dev/shm
+        cmd += ["--size", str(int(shm_mb) * 2**20), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    cmd += ["--size", str(int(work_mb) * 2**20), "--perms", "1777", "--tmpfs", WORKDIR,
             "--remount-ro", "/", "--chdir", WORKDIR]
     for key, value in env.items():
         cmd += ["--setenv", key, value]
@@ -248,7 +256,8 @@ def _probe() -> tuple[tuple[tuple[str, str, str], bool] | None, str | None]:
 
 
 def wrap(argv: Sequence[str], *, ro_binds: Mapping[str, str] | None = None, limits: Limits = Limits(),
-         env: Mapping[str, str] | None = None, work_mb: int = WORK_MB) -> list[str]:
+         env: Mapping[str, str] | None = None, work_mb: int = WORK_MB, rw_binds: Mapping[str, str] | None = None,
+         shm_mb: int = 0) -> list[str]:
     """The command line that runs ``argv`` inside the sandbox described in the module docstring.
 
     Start it with ``subprocess.Popen(cmd, start_new_session=True, env=base_env(), ...)`` and stop it
@@ -259,9 +268,15 @@ def wrap(argv: Sequence[str], *, ro_binds: Mapping[str, str] | None = None, limi
         argv: program and arguments; paths in it must exist inside the sandbox (``sys.executable``
             does; other files go through ``ro_binds``). Never a shell string.
         ro_binds: host path -> path inside the sandbox, bound read-only.
+        rw_binds: host path -> path inside the sandbox, bound writable (an output folder made
+            for this run only: the program, as uid 65534, can write there -- so the caller must
+            treat what it finds there as untrusted, and the host folder must be writable by
+            uid 65534 when running as root).
         limits: resource limits for the program.
         env: the program's whole environment (default :func:`base_env`).
         work_mb: size of the writable tmpfs at :data:`WORKDIR` in MiB.
+        shm_mb: when non-zero, a writable tmpfs of this size (MiB) at ``/dev/shm`` (needed by
+            ``multiprocessing`` locks and shared values); private to the sandbox.
 
     Returns:
         The argv list to execute (bwrap first).
@@ -274,7 +289,8 @@ def wrap(argv: Sequence[str], *, ro_binds: Mapping[str, str] | None = None, limi
     if state is None:
         raise IsolationUnavailable(f"cannot isolate model code here ({reason})")
     tools, root = state
-    return _command(tools, root, argv, dict(ro_binds or {}), limits, dict(base_env() if env is None else env), work_mb)
+    return _command(tools, root, argv, dict(ro_binds or {}), limits, dict(base_env() if env is None else env), work_mb,
+                    dict(rw_binds or {}), int(shm_mb))
 
 
 def kill(proc: subprocess.Popen, wait_s: float = 10.0) -> int:

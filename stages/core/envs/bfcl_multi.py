@@ -20,6 +20,17 @@ fails a check is answered with an error tool message, is not executed and is not
 answer. Every string is checked once more (:func:`check_call_string`) right before the package
 sees it. Executing through ``eval`` is kept (rather than calling the methods directly) because
 BFCL's checker replays the recorded strings with ``eval`` anyway: one checked path serves both.
+
+Model-chosen values: the checked strings still carry model-chosen literals (``power(base=10,
+exponent=1000000000)`` computes for minutes), so neither the executor nor the checker runs in the
+lopd process: both run in a pooled worker process (:mod:`stages.core.envs._bfcl_worker`) with a
+memory cap, one request per call, each with a wall-clock limit (:data:`CALL_TIMEOUT_S`). A call
+that exceeds it is answered with ``Error during execution: timed out after N s``, is not recorded
+(like a rejected call), and the worker is killed and replaced; the replacement rebuilds the
+episode's state by replaying the recorded calls (BFCL's APIs are deterministic: seeded random
+generators), exactly the state BFCL's checker will rebuild. If that replay fails the episode ends
+as failed (``error_type`` ``multi_turn:execution_failed``); a checker that fails or runs out of time
+scores the answer invalid (``multi_turn:checker_failed``).
 """
 from __future__ import annotations
 
@@ -32,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
+from stages.core.envs import _bfcl_worker
 from stages.core.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
 from stages.core.envs.base import EnvError, StepResult
 from stages.core.toolcalls import (
@@ -43,6 +55,10 @@ from stages.core.toolcalls import (
 )
 
 log = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 5.0  # wall-clock limit per executed API call (and per replayed call)
+START_TIMEOUT_S = 60.0  # a fresh worker imports the package before answering its first request
+CHECKER_MARGIN_S = 10.0  # checker limit: CALL_TIMEOUT_S per model and ground-truth call, plus this
 
 
 def multi_turn_task(entry: dict[str, Any], category: str, answers: dict[str, Any], path: Path,
@@ -97,23 +113,26 @@ def multi_turn_task(entry: dict[str, Any], category: str, answers: dict[str, Any
                 tools=json.dumps(to_openai_tools(functions)), metadata=json.dumps(meta))
 
 
-def multi_turn_verdict(task: Task, answer: list[list[list[str]]]) -> dict[str, Any]:
-    """Score a complete multi-turn answer with BFCL's ``multi_turn_checker``.
+def multi_turn_verdict(task: Task, answer: list[list[list[str]]], *, worker: _bfcl_worker.BFCLWorker | None = None,
+                       call_timeout_s: float | None = None) -> dict[str, Any]:
+    """Score a complete multi-turn answer with BFCL's ``multi_turn_checker`` (run in a worker process).
 
     Args:
         task: a multi-turn task from :class:`stages.core.envs.bfcl.BFCLEnv`.
         answer: per user turn, per step, the executed call strings (BFCL's decoded format, e.g.
             ``[["cd(folder='docs')"], ["ls()"]]`` for one turn of two steps). Empty steps are dropped.
+        worker: the worker to use (default: one from the pool, given back afterwards).
+        call_timeout_s: the checker may take this long per model and ground-truth call, plus
+            :data:`CHECKER_MARGIN_S` (default :data:`CALL_TIMEOUT_S`).
 
     Returns:
         ``{"valid": bool, "error_type": str, "error_message": str}``; a turn count different from
-        the ground truth's is ``multi_turn:force_terminated`` (as in BFCL's runner).
+        the ground truth's is ``multi_turn:force_terminated`` (as in BFCL's runner); a checker that
+        times out, runs out of memory or dies is ``multi_turn:checker_failed`` (invalid).
 
     Raises:
         ValueError: a call string that fails :func:`check_call_string` (it would be eval'd).
     """
-    from bfcl.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
-
     meta = task.meta
     ground_truth = meta["ground_truth"]
     if len(answer) != len(ground_truth):
@@ -123,14 +142,21 @@ def multi_turn_verdict(task: Task, answer: list[list[list[str]]]) -> dict[str, A
     decoded = [[step for step in turn if step] for turn in answer]
     for call in (c for turn in decoded for step in turn for c in step):
         check_call_string(call, signatures)
-    model_name = _unique_model_name()
+    calls = sum(len(step) for turn in decoded for step in turn) + sum(len(turn) for turn in ground_truth)
     entry = {"id": meta["id"], "initial_config": meta["initial_config"], "involved_classes": meta["involved_classes"]}
+    request = {"op": "verdict", "decoded": decoded, "ground_truth": ground_truth, "entry": entry,
+               "category": meta["category"], "model": _unique_model_name()}
+    per_call = CALL_TIMEOUT_S if call_timeout_s is None else call_timeout_s
+    own = worker is None
+    worker = _bfcl_worker.acquire() if own else worker
     try:
-        verdict = multi_turn_checker(decoded, ground_truth, entry, meta["category"], model_name)
+        worker.request({"op": "ping"}, START_TIMEOUT_S)  # a fresh worker's start is not the checker's time
+        return worker.request(request, per_call * calls + CHECKER_MARGIN_S)["verdict"]
+    except _bfcl_worker.WorkerFailure as err:
+        return {"valid": False, "error_type": "multi_turn:checker_failed", "error_message": f"checker: {err}"}
     finally:
-        _release(model_name)
-    return {"valid": bool(verdict["valid"]), "error_type": verdict.get("error_type", ""),
-            "error_message": str(verdict.get("error_message", ""))}
+        if own:
+            _bfcl_worker.release_worker(worker)
 
 
 def score_multi_turn(task: Task, answer: list[list[list[str]]]) -> bool:
@@ -143,12 +169,15 @@ class MultiTurnEpisode:
 
     Args:
         task: a multi-turn task; ``max_steps``: cap on actions over the whole episode;
-        tools_in_prompt: announce held-out functions in the user message (BFCL prompting mode).
+        tools_in_prompt: announce held-out functions in the user message (BFCL prompting mode);
+        call_timeout_s: wall-clock limit per executed API call (default :data:`CALL_TIMEOUT_S`).
     """
 
-    def __init__(self, task: Task, max_steps: int, tools_in_prompt: bool = False) -> None:
+    def __init__(self, task: Task, max_steps: int, tools_in_prompt: bool = False,
+                 call_timeout_s: float | None = None) -> None:
         self.task, self.meta = task, task.meta
         self.max_steps, self.tools_in_prompt = max_steps, tools_in_prompt
+        self.call_timeout_s = CALL_TIMEOUT_S if call_timeout_s is None else call_timeout_s
         self.tools = task.tool_schemas
         self.signatures = api_signatures(tuple(self.meta["involved_classes"]))
         self.model_name = _unique_model_name()
@@ -156,6 +185,8 @@ class MultiTurnEpisode:
         self.turn_steps = 0
         self.steps = 0
         self.done = False
+        self.worker: _bfcl_worker.BFCLWorker | None = None  # taken from the pool at the first call
+        self.failure = ""  # why the worker could not go on (multi_turn:execution_failed)
 
     def step(self, action: str) -> StepResult:
         """Execute the action's calls (observation: tool messages) or end the user turn.
@@ -178,6 +209,8 @@ class MultiTurnEpisode:
         turn = len(self.answer) - 1
         if calls:
             observation = self._execute(calls)
+            if observation is None:
+                return self._fail("multi_turn:execution_failed", f"API worker failed: {self.failure}", calls)
             self.turn_steps += 1
             if self.turn_steps > MAXIMUM_STEP_LIMIT:
                 return self._fail("multi_turn:force_terminated", f"more than {MAXIMUM_STEP_LIMIT} steps in turn {turn}", calls)
@@ -196,13 +229,61 @@ class MultiTurnEpisode:
         return StepResult(observation=self._next_user_turn(turn + 1, info), info=info)
 
     def close(self) -> None:
-        """Delete this episode's API instances from the package's globals."""
-        _release(self.model_name)
+        """Delete this episode's API instances and give its worker back to the pool. Idempotent."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return
+        try:
+            worker.request({"op": "release", "model": self.model_name}, self.call_timeout_s)
+        except _bfcl_worker.WorkerFailure:
+            return  # killed: nothing left to release
+        _bfcl_worker.release_worker(worker)
 
-    def _execute(self, calls) -> list[Message]:
-        """Run the calls that pass the checks; each rejected call gets an error tool message."""
-        from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
+    def _start_worker(self) -> _bfcl_worker.BFCLWorker:
+        """A worker holding this episode's instances in the state the recorded answer leads to.
 
+        Raises:
+            WorkerFailure: the worker failed to start or to replay a recorded call.
+        """
+        if self.worker is not None and self.worker.running():
+            return self.worker
+        if self.worker is not None:  # died between requests (e.g. killed for memory): replace it
+            self.worker.close()
+        self.worker = _bfcl_worker.acquire()
+        self.worker.request({"op": "start", "model": self.model_name, "id": self.meta["id"],
+                             "classes": self.meta["involved_classes"], "config": self.meta["initial_config"],
+                             "long_context": self.meta["category"] == "multi_turn_long_context"}, START_TIMEOUT_S)
+        for call in (c for turn in self.answer for step in turn for c in step):  # after a killed call
+            self.worker.request({"op": "call", "model": self.model_name, "call": call}, self.call_timeout_s)
+        return self.worker
+
+    def _call(self, text: str, done_in_step: list[str]) -> tuple[str, bool]:
+        """Execute one checked call string.
+
+        Returns:
+            (observation text, whether the call completed). A call that times out or kills the
+            worker is ``("Error during execution: <why>", False)``; the worker is replaced and the
+            episode's state rebuilt.
+
+        Raises:
+            WorkerFailure: the replacement worker could not rebuild the episode's state.
+        """
+        worker = self._start_worker()
+        try:
+            reply = worker.request({"op": "call", "model": self.model_name, "call": text}, self.call_timeout_s)
+            return reply["result"], True
+        except _bfcl_worker.WorkerFailure as err:
+            self.worker = None
+            self._start_worker()
+            for call in done_in_step:  # the current step's calls are not in self.answer yet
+                self.worker.request({"op": "call", "model": self.model_name, "call": call}, self.call_timeout_s)
+            return f"Error during execution: {err}", False
+
+    def _execute(self, calls) -> list[Message] | None:
+        """Run the calls that pass the checks; each rejected call gets an error tool message.
+
+        Returns ``None`` when the episode's state could not be rebuilt after a failed call.
+        """
         strings: list[str | None] = []
         errors: list[str] = []
         for call in calls:
@@ -216,15 +297,23 @@ class MultiTurnEpisode:
             except (UnsafeCallError, ValueError) as err:
                 strings.append(None)
                 errors.append(f"Error during execution: {err}")
-        known = [s for s in strings if s is not None]
-        results, _ = execute_multi_turn_func_call(
-            known, self.meta["initial_config"], self.meta["involved_classes"], self.model_name, self.meta["id"],
-            long_context=self.meta["category"] == "multi_turn_long_context", is_evaL_run=False)
-        if known:
-            self.answer[-1].append(known)
-        results = iter(results)
-        return [Message(role="tool", name=c.name[:200], content=next(results) if s is not None else e)
-                for c, s, e in zip(calls, strings, errors)]
+        done: list[str] = []
+        contents: list[str] = []
+        for text, error in zip(strings, errors):
+            if text is None:
+                contents.append(error)
+                continue
+            try:
+                result, completed = self._call(text, done)
+            except _bfcl_worker.WorkerFailure as err:
+                self.failure = str(err)
+                return None
+            if completed:  # a killed call is not recorded: the checker could not replay it either
+                done.append(text)
+            contents.append(result)
+        if done:
+            self.answer[-1].append(done)
+        return [Message(role="tool", name=c.name[:200], content=content) for c, content in zip(calls, contents)]
 
     def _next_user_turn(self, turn: int, info: dict[str, Any]) -> list[Message]:
         from bfcl.model_handler.constant import (
@@ -244,7 +333,7 @@ class MultiTurnEpisode:
     def _finish(self, info: dict[str, Any]) -> StepResult:
         self.done = True
         self.close()
-        verdict = multi_turn_verdict(self.task, self.answer)
+        verdict = multi_turn_verdict(self.task, self.answer, call_timeout_s=self.call_timeout_s)
         info.update(verdict, success=verdict["valid"], answer=self.answer)
         return StepResult(observation=[], reward=float(verdict["valid"]), done=True, info=info)
 
@@ -258,15 +347,6 @@ class MultiTurnEpisode:
 
 def _unique_model_name() -> str:
     return f"lopd_{uuid.uuid4().hex}"
-
-
-def _release(model_name: str) -> None:
-    """Delete every API instance the package stored in its globals under ``model_name``."""
-    from bfcl.eval_checker.multi_turn_eval import multi_turn_utils
-
-    store = vars(multi_turn_utils)
-    for key in [k for k in store if k.startswith(model_name + "_")]:
-        del store[key]
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,275 @@
+"""Worker process that executes BFCL multi-turn API calls and BFCL's checker, away from the lopd process.
+
+The call strings are checked literals (:func:`stages.core.envs.bfcl_multi.check_call_string`), but
+their values are model-chosen: ``power(base=10, exponent=10**9)`` computes for minutes, a long
+``mkdir``/``echo`` sequence can grow memory. So BFCL's executor (``execute_multi_turn_func_call``)
+and checker (``multi_turn_checker``) run here, in a separate interpreter (``python -I -B this_file``,
+stdlib + the ``bfcl`` package), with an address-space cap; the parent waits at most a wall-clock
+limit per request and kills the worker when it is exceeded. Where OS isolation is available the
+worker also runs in the sandbox of :mod:`stages.core.isolation` (uid 65534, no network, read-only
+filesystem, empty environment); where it is not, it runs as a plain subprocess (no refusal: BFCL's
+simulated APIs are package code, not model code).
+
+Workers are pooled (:func:`acquire` / :func:`release_worker`): an episode takes an idle worker and
+gives it back when it ends, so the interpreter start (~0.3 s) is paid once per concurrent episode,
+not per episode. API instances live in the package's module globals keyed by a unique model name,
+as in-process before; ``release`` deletes them.
+
+Protocol: one JSON object per line, requests on the child's stdin, replies on its stdout (fds 0/1
+point at /dev/null for the API code). Requests and replies:
+
+- ``{"op": "start", "model", "id", "classes", "config", "long_context"}`` -> ``{"status": "ok"}``
+- ``{"op": "call", "model", "call"}`` -> ``{"status": "ok", "result": text}`` (a raising call is
+  BFCL's own ``"Error during execution: ..."`` text)
+- ``{"op": "verdict", "decoded", "ground_truth", "entry", "category", "model"}`` ->
+  ``{"status": "ok", "verdict": {"valid", "error_type", "error_message"}}``
+- ``{"op": "release", "model"}`` -> ``{"status": "ok"}``; ``{"op": "ping"}`` -> ``{"status": "ok"}``
+- any request: ``{"status": "fatal", "error": text}`` when the worker cannot go on.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+MEMORY_MB = 4096
+MAX_RESULT_CHARS = 1_000_000  # an observation longer than this is cut (the checker sees the full text)
+POOL_SIZE = 16
+_IN_SANDBOX = "/lopd/bfcl_worker.py"
+
+
+class WorkerFailure(Exception):
+    """The worker could not answer in time, died, or sent a fatal reply; it has been killed."""
+
+
+class BFCLWorker:
+    """Parent-side handle on one worker process (started at construction).
+
+    Args:
+        memory_mb: address-space cap (``RLIMIT_AS``) of the worker, in MiB.
+
+    Raises:
+        OSError: the process could not be started.
+    """
+
+    def __init__(self, memory_mb: int = MEMORY_MB) -> None:
+        from stages.core import isolation
+
+        self.isolated = isolation.available()
+        if self.isolated:
+            limits = isolation.Limits(memory_mb=int(memory_mb), file_bytes=16 * 2**20)
+            argv = isolation.wrap([sys.executable, "-I", "-B", _IN_SANDBOX],
+                                  ro_binds={os.path.abspath(__file__): _IN_SANDBOX}, limits=limits)
+            env, preexec = isolation.base_env(), None
+        else:
+            argv, env = [sys.executable, "-I", "-B", os.path.abspath(__file__)], isolation.base_env()
+            preexec = lambda: _set_memory_limit(int(memory_mb))  # noqa: E731
+        self._stderr = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                      env=env, start_new_session=True, preexec_fn=preexec)
+        self._buf = b""
+        self.alive = True
+
+    def running(self) -> bool:
+        """Whether the worker process is alive and usable."""
+        return self.alive and self._proc.poll() is None
+
+    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one request; wait at most ``timeout_s`` seconds for its reply.
+
+        Returns:
+            The reply (``status`` ``ok``).
+
+        Raises:
+            WorkerFailure: timeout (``"timed out after N s"``), dead worker, unreadable or fatal
+                reply; the worker is killed first.
+        """
+        if not self.alive:
+            raise WorkerFailure("worker is closed")
+        try:
+            self._proc.stdin.write(json.dumps(payload).encode() + b"\n")
+            self._proc.stdin.flush()
+            reply = json.loads(self._read_line(timeout_s))
+        except (OSError, ValueError) as err:
+            raise self._fail(f"worker channel broken: {err}") from None
+        if reply.get("status") != "ok":
+            raise self._fail(str(reply.get("error", "fatal worker error"))[:300])
+        return reply
+
+    def _read_line(self, timeout_s: float) -> bytes:
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(f"timed out after {timeout_s:g} s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise self._fail(self._death_reason())
+                self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def _death_reason(self) -> str:
+        try:
+            code = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
+        return f"worker died (exit code {code})" + (f": {tail[0][:200]}" if tail else "")
+
+    def _fail(self, reason: str) -> WorkerFailure:
+        self.close()
+        return WorkerFailure(reason)
+
+    def close(self) -> None:
+        """Kill the worker (its whole sandbox when isolated) and release its pipes. Idempotent."""
+        if not self.alive:
+            return
+        self.alive = False
+        if self.isolated:
+            from stages.core import isolation
+
+            isolation.kill(self._proc)
+        else:
+            try:
+                os.killpg(self._proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._stderr.close()
+
+
+def _set_memory_limit(memory_mb: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+_pool: list[BFCLWorker] = []
+_pool_lock = threading.Lock()
+
+
+def acquire() -> BFCLWorker:
+    """An idle pooled worker, or a new one. Give it back with :func:`release_worker`."""
+    with _pool_lock:
+        while _pool:
+            worker = _pool.pop()
+            if worker.running():
+                return worker
+            worker.close()
+    return BFCLWorker()
+
+
+def release_worker(worker: BFCLWorker) -> None:
+    """Return ``worker`` to the pool (its episodes' state already released), or close it if dead or
+    the pool is full."""
+    with _pool_lock:
+        if worker.running() and len(_pool) < POOL_SIZE:
+            _pool.append(worker)
+            return
+    worker.close()
+
+
+@atexit.register
+def close_pool() -> None:
+    """Kill every idle pooled worker (also run at interpreter exit)."""
+    with _pool_lock:
+        workers, _pool[:] = list(_pool), []
+    for worker in workers:
+        worker.close()
+
+
+# ----------------------------------------------------------------------------- child side
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.episodes: dict[str, dict[str, Any]] = {}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req["op"]
+        if op == "start":
+            self.episodes[req["model"]] = req
+            return {"status": "ok"}
+        if op == "call":
+            from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
+
+            ep = self.episodes[req["model"]]
+            results, _ = execute_multi_turn_func_call([req["call"]], ep["config"], ep["classes"], ep["model"],
+                                                      ep["id"], long_context=ep["long_context"], is_evaL_run=False)
+            result = results[0]
+            if len(result) > MAX_RESULT_CHARS:
+                result = result[:MAX_RESULT_CHARS] + f"... [cut: {len(result)} characters]"
+            return {"status": "ok", "result": result}
+        if op == "verdict":
+            from bfcl.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+            try:
+                verdict = multi_turn_checker(req["decoded"], req["ground_truth"], req["entry"], req["category"],
+                                             req["model"])
+            finally:
+                _release(req["model"])
+            return {"status": "ok", "verdict": {"valid": bool(verdict["valid"]),
+                                                "error_type": str(verdict.get("error_type", "")),
+                                                "error_message": str(verdict.get("error_message", ""))[:2000]}}
+        if op == "ping":
+            return {"status": "ok"}
+        if op == "release":
+            self.episodes.pop(req["model"], None)
+            _release(req["model"])
+            return {"status": "ok"}
+        return {"status": "fatal", "error": f"unknown op {op!r}"}
+
+
+def _release(model_name: str) -> None:
+    """Delete every API instance the package stored in its globals under ``model_name``."""
+    from bfcl.eval_checker.multi_turn_eval import multi_turn_utils
+
+    store = vars(multi_turn_utils)
+    for key in [k for k in store if k.startswith(model_name + "_")]:
+        del store[key]
+
+
+def _main() -> None:
+    import importlib
+
+    from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import CLASS_FILE_PATH_MAPPING
+
+    for module in CLASS_FILE_PATH_MAPPING.values():  # imported before the first (timed) request
+        importlib.import_module(module)
+    channel_in = os.fdopen(os.dup(0), "rb")
+    channel_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    session = _Session()
+    for line in channel_in:
+        try:
+            reply = session.handle(json.loads(line))
+        except MemoryError:
+            reply = {"status": "fatal", "error": "MemoryError: exceeded the worker's memory limit"}
+        except Exception as err:  # noqa: BLE001 -- reported to the parent, which kills this worker
+            reply = {"status": "fatal", "error": f"{type(err).__name__}: {str(err)[:300]}"}
+        channel_out.write(json.dumps(reply).encode() + b"\n")
+        channel_out.flush()
+
+
+if __name__ == "__main__":
+    _main()
