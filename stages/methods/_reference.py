@@ -27,7 +27,10 @@ backbone with every adapter disabled; for full fine-tuning the backbone loaded a
 = an exponential moving average of the student (a LoRA ``teacher`` adapter initialised as a
 copy of the student adapter, or a frozen full copy), updated after every optimizer step, and
 ``current`` = the student itself under no_grad. The EMA teacher is written into each
-checkpoint (``teacher/``) and restored on resume, so a resumed run is bit-exact.
+checkpoint (``teacher/``) and restored on resume, so a resumed run is bit-exact. Note: a LoRA
+EMA averages the factors A and B separately, so the teacher's weight delta B_T A_T is close
+to, but not exactly, the EMA of the student's deltas B_S A_S (the full-fine-tuning EMA is
+exact); upstream SDFT fine-tunes all weights.
 """
 from __future__ import annotations
 
