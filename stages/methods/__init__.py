@@ -30,7 +30,9 @@ from schemas import Trajectory
 from stages.core.contexts import TrainRow
 
 # Registry line per method module: importing it registers its class.
-_MODULES = {"lopd": "stages.methods.lopd"}
+_MODULES = {"lopd": "stages.methods.lopd",
+            "sdft": "stages.methods.sdft",
+            "opsd": "stages.methods.opsd"}
 _REGISTRY: dict[str, type[Method]] = {}
 
 
