@@ -155,7 +155,7 @@ def coldstart(
 @friendly
 def distill(
     config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML file with any of these options; flags override it."),
-    method: Optional[str] = typer.Option(None, "--method", help="Training method (stages/methods): lopd. (default lopd)"),
+    method: Optional[str] = typer.Option(None, "--method", help="Training method: lopd, grpo, sdft, opsd, sdpo, skill-sd (stages/methods). (default lopd)"),
     option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training). (default runs/store)"),
@@ -175,6 +175,8 @@ def distill(
     group_size: Optional[int] = typer.Option(None, "--group-size", help="Rollouts per task (G). (default 2)"),
     max_turns: Optional[int] = typer.Option(None, "--max-turns", help="Environment step cap per episode. (default 30)"),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens per action. (default 256)"),
+    max_len: Optional[int] = typer.Option(None, "--max-len", help="Token cap of a training sequence; a sequence whose prompt alone fills it is skipped and counted. (default: none)"),
+    micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Training sequences per forward/backward (gradients accumulate exactly). (default 4)"),
     student_lora_rank: Optional[int] = typer.Option(None, "--student-lora-rank", help="Student LoRA rank; 0 = full fine-tuning. (default 8)"),
     freeze_composer: Optional[bool] = typer.Option(None, "--freeze-composer/--train-composer", help="Freeze the composer (the paper's ablation). (default train)"),
     checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
@@ -194,6 +196,7 @@ def distill(
         "data_dir": data_dir, "margin": margin, "J": J, "K": K, "M": M, "lam": lam,
         "eta_beta": eta_beta, "lr": lr, "steps": steps, "tasks_per_step": tasks_per_step,
         "group_size": group_size, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
+        "max_len": max_len, "micro_batch": micro_batch,
         "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
         "checkpoint_every": checkpoint_every, "tensorboard": tensorboard, "seed": seed,
     }
