@@ -30,7 +30,8 @@ from schemas import Trajectory
 from stages.core.contexts import TrainRow
 
 # Registry line per method module: importing it registers its class.
-_MODULES = {"lopd": "stages.methods.lopd"}
+_MODULES = {"lopd": "stages.methods.lopd", "grpo": "stages.methods.grpo",
+            "skill-sd": "stages.methods.skill_sd"}
 _REGISTRY: dict[str, type[Method]] = {}
 
 
