@@ -39,7 +39,7 @@ import math
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -75,6 +75,8 @@ class SkillSDOptions(GRPOOptions):
     summary_rollouts: int = Field(4, ge=1)
     summary_max_tokens: int = Field(192, ge=1)
     summary_prompt_tokens: int = Field(1536, ge=64)
+    max_skills: int = Field(4, ge=1)
+    skill_source: Literal["step", "store"] = "step"
 
 
 # ------------------------------------------------------------------------- the skill bank --
@@ -105,12 +107,16 @@ class SkillBank:
     def __init__(self, db: Any, run_id: str) -> None:
         expected = arrow_schema(SkillRecord)
         self.run_id = run_id
-        self.table = db.create_table(SKILLS_TABLE, schema=expected, exist_ok=True)
+        try:
+            self.table = db.open_table(SKILLS_TABLE)
+        except ValueError:  # not there yet
+            self.table = db.create_table(SKILLS_TABLE, schema=expected, exist_ok=True)
         diffs = schema_diff(expected, self.table.schema)
         if diffs:
             raise StoreError(f"table '{SKILLS_TABLE}' does not match the SkillRecord schema: {'; '.join(diffs)}")
         self.skills: dict[str, list[SkillRecord]] = {}  # task id -> skills, oldest first
-        self.stats: dict[str, list[float]] = {}  # skill id -> [uses, reward sum]
+        self.stats: dict[str, list[float]] = {}  # skill id -> [credits, reward sum]
+        self.pending: dict[str, str] = {}  # task id -> skill id of its last, not yet credited use
         self.sources: dict[str, set[str]] = {}  # task id -> trajectory ids skills were written from
         self.records = 0
 
@@ -126,7 +132,8 @@ class SkillBank:
         return stale
 
     def load(self) -> None:
-        """Rebuild the bank from this run's rows (in step order, as they were written)."""
+        """Rebuild the bank from this run's rows (in the order they were applied: by step, then
+        credit, skill, use rows)."""
         rows = self.table.search().where(self._where()).limit(None).to_arrow().to_pylist()
         self.apply(sorted((from_row(SkillRecord, r) for r in rows), key=lambda r: (r.step, r.record_id)))
 
@@ -137,7 +144,10 @@ class SkillBank:
             if r.kind == "skill":
                 self.skills.setdefault(r.task_id, []).append(r)
                 self.sources.setdefault(r.task_id, set()).update(r.sources)
+            elif r.kind == "use":
+                self.pending[r.task_id] = r.skill_id
             else:
+                self.pending.pop(r.task_id, None)
                 stat = self.stats.setdefault(r.skill_id, [0, 0.0])
                 stat[0] += 1
                 stat[1] += r.reward
@@ -231,7 +241,7 @@ class SkillSD(GRPO):
     """Skill-SD in the distill loop; see the module docstring."""
 
     Options = SkillSDOptions
-    metrics = GRPO.metrics + ("sdl", "sdl_gap", "no_skill_frac", "skills_written", "bank_size")
+    metrics = GRPO.metrics + ("sdl", "sdl_gap", "no_skill_frac", "skills_written", "bank_size", "skill_credits")
 
     def __init__(self, options: SkillSDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
         super().__init__(options, config, resume_from, state)
@@ -281,20 +291,25 @@ class SkillSD(GRPO):
         return self._summarizer
 
     def write_skills(self, groups: dict[str, list[Trajectory]], step: int, context: StepContext) -> list[SkillRecord]:
-        """New skills of this step: one per task with rollouts in the store not yet summarised."""
+        """New skills of this step: one per task whose bank holds fewer than ``max_skills`` and
+        that has rollouts no skill was written from (the store's earlier train-split rollouts of
+        the task and, with ``skill_source="step"``, this step's group)."""
         from stages.engines import SamplingParams
 
-        pending = []
+        o, pending = self.options, []
         for task_id, trajs in groups.items():
+            if len(self.bank.skills.get(task_id, [])) >= o.max_skills:
+                continue
             seen = self.bank.sources.get(task_id, set())
             found = [t for t in context.store.query(task_ids={task_id}, env=trajs[0].env, split="train")
                      if t.turns and t.trajectory_id not in seen]
+            found.sort(key=lambda t: (json.loads(t.info or "{}").get("distill_step", 0), t.trajectory_id))
+            if o.skill_source == "step":
+                found += [t for t in trajs if t.turns and t.trajectory_id not in seen]
             if found:
-                found.sort(key=lambda t: (json.loads(t.info or "{}").get("distill_step", 0), t.trajectory_id))
                 pending.append((task_id, trajs[0], found))
         if not pending:
             return []
-        o = self.options
         engine, tokenizer, name = self.summarizer(context)
         prompts = [summary_prompt_ids(tokenizer, traj.prompt, found[-o.summary_rollouts:], o.summary_prompt_tokens)
                    for _, traj, found in pending]
@@ -317,25 +332,28 @@ class SkillSD(GRPO):
         return records
 
     def prepare(self, batch: StepBatch, context: StepContext) -> list[PGExtra]:
-        """Advantages (GRPO), new skills, one UCB1 skill per task, its teacher prompt per row."""
+        """Advantages (GRPO); credit of each task's last skill use; new skills; one UCB1 skill per
+        task; the teacher's prompt per row. The step's skill rows are one table transaction."""
         extras = super().prepare(batch, context)
         step, run_id = context.step, self.config.run_id
         groups: dict[str, list[Trajectory]] = {}
         for t in batch.trajectories:
             groups.setdefault(t.task_id, []).append(t)
+
+        def record(kind: str, i: int, trajs: list[Trajectory], skill_id: str, reward: float = 0.0) -> SkillRecord:
+            return SkillRecord(record_id=f"{run_id}-{step:06d}-{kind}-{i:04d}", run_id=run_id, step=step, kind=kind,
+                               env=trajs[0].env, task_id=trajs[0].task_id, skill_id=skill_id, reward=reward)
+
+        credits = [record("credit", i, trajs, self.bank.pending[task_id], sum(t.reward for t in trajs) / len(trajs))
+                   for i, (task_id, trajs) in enumerate((k, v) for k, v in groups.items() if k in self.bank.pending)]
+        self.bank.apply(credits)
         written = self.write_skills(groups, step, context)
         self.bank.apply(written)
-        picks, uses = {}, []
-        for task_id, trajs in groups.items():
-            skill = self.bank.pick(task_id, self.options.ucb_c)
-            picks[task_id] = skill
-            if skill is not None:
-                reward = sum(t.reward for t in trajs) / len(trajs)
-                uses.append(SkillRecord(record_id=f"{run_id}-{step:06d}-use-{len(uses):04d}", run_id=run_id,
-                                        step=step, kind="use", env=trajs[0].env, task_id=task_id,
-                                        skill_id=skill.record_id, reward=reward))
-        self.bank.write(written + uses)  # one transaction; dropped on resume if past the checkpoint
+        picks = {task_id: self.bank.pick(task_id, self.options.ucb_c) for task_id in groups}
+        uses = [record("use", i, groups[task_id], skill.record_id)
+                for i, (task_id, skill) in enumerate((k, v) for k, v in picks.items() if v is not None)]
         self.bank.apply(uses)
+        self.bank.write(credits + written + uses)  # dropped on resume when past the checkpoint
         tokenizer = self.student.tokenizer
         for row, extra in zip(batch.rows, extras):
             skill = picks[row.trajectory.task_id]
@@ -344,7 +362,8 @@ class SkillSD(GRPO):
                 extra.skill_id = skill.record_id
         self.step_metrics.update({
             "no_skill_frac": sum(e.skill_id == "" for e in extras) / max(len(extras), 1),
-            "skills_written": float(len(written)), "bank_size": float(self.bank.size())})
+            "skills_written": float(len(written)), "bank_size": float(self.bank.size()),
+            "skill_credits": float(len(credits))})
         return extras
 
     def extra_terms(self, rows: list[TrainRow], extras: list[PGExtra], ids: torch.Tensor, attn: torch.Tensor,
