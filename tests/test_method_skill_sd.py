@@ -196,3 +196,47 @@ def test_cli_two_steps_killed_between_steps_resumes_bit_exact(assets, tmp_path, 
     a = load_file(str(tmp_path / "killed" / "final" / "student" / "model.safetensors"))
     b = load_file(str(tmp_path / "straight" / "final" / "student" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+class _FakeStore:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def query(self, task_ids=None, env=None, split=None):
+        return [t for t in self.rows if t.task_id in task_ids]
+
+
+class _Echo:
+    def __init__(self):
+        self.prompts = []
+
+    def generate(self, prompts, params):
+        self.prompts += prompts
+        assert params.temperature == 0.0 and params.max_new_tokens == 8  # greedy, bounded
+        return [type("G", (), {"text": " tools\nWhat to avoid: prose\nSuggested workflow: call"})() for _ in prompts]
+
+
+@pytest.mark.parametrize("source", ["step", "store"])
+def test_which_rollouts_a_skill_is_written_from_and_the_cap(tmp_path, source):
+    from stages.methods.skill_sd import SkillSDOptions
+    method = SkillSD.__new__(SkillSD)
+    method.options = SkillSDOptions(skill_source=source, max_skills=2, **FAST)
+    method.config = type("C", (), {"run_id": "r"})()
+    method.bank = SkillBank(lancedb.connect(tmp_path / "db"), "r")
+    engine = _Echo()
+    method._summarizer = (engine, tiny_tokenizer(), "echo")
+    old = _seed_trajectory(0)  # an earlier rollout of task train-0 in the store
+    group = [_seed_trajectory(0).model_copy(update={"trajectory_id": f"g{i}"}) for i in range(2)]
+    context = StepContext(_FakeStore([old]), None, None, 1)
+    first = method.write_skills({"train-0": group}, 1, context)
+    expected = ["seed-0", "g0", "g1"] if source == "step" else ["seed-0"]
+    assert [r.sources for r in first] == [expected] and first[0].parsed
+    assert first[0].text == "What works: tools\nWhat to avoid: prose\nSuggested workflow: call"
+    method.bank.apply(first)
+    again = method.write_skills({"train-0": group}, 2, context)  # nothing new: no second summary
+    assert again == [] and len(engine.prompts) == 1
+    newer = [g.model_copy(update={"trajectory_id": f"h{i}"}) for i, g in enumerate(group)]
+    second = method.write_skills({"train-0": newer}, 3, StepContext(_FakeStore([old, *group]), None, None, 3))
+    assert [r.sources for r in second] == [["h0", "h1"] if source == "step" else ["g0", "g1"]]
+    method.bank.apply(second)  # the bank is full (max_skills=2): later visits only choose
+    assert method.write_skills({"train-0": newer}, 4, StepContext(_FakeStore([old, *group, *newer]), None, None, 4)) == []

@@ -9,15 +9,20 @@ reading note (mostly unverified, see the choices below).
   at most ``summary_max_tokens`` tokens, prompt capped at ``summary_prompt_tokens``; a summary
   without the three sections is kept as written (``parsed=False``), an empty one is stored but
   never picked, and a summariser error is a warning (the step goes on without new skills).
-* Which rollouts: at a task's step, the task's train-split trajectories already in the store
-  (earlier steps of this run, ``collect --reference`` rows, other runs) that no skill of this
-  run was written from yet; the newest ``summary_rollouts`` of them are shown. So a skill never
-  comes from the rollouts it is used to score, and the bank grows by one skill per visit that
-  brings new rollouts. A task without any earlier rollout has no skill at its first visit: its
-  teacher sees the plain prompt, so the distillation term is 0 there (``no_skill_frac``).
+* Which rollouts: at a task's step, the rollouts of the task that no skill of this run was
+  written from yet: its train-split trajectories already in the store (earlier steps,
+  ``collect --reference`` rows, other runs) and, with ``skill_source="step"`` (default), this
+  step's group; the newest ``summary_rollouts`` of them are shown. A task's bank grows by one
+  skill per visit until it holds ``max_skills`` (4); later visits only choose. With
+  ``skill_source="store"`` a skill never comes from the rollouts it scores, but a task has no
+  skill at its first visit (teacher = plain prompt, distillation term 0; ``no_skill_frac``).
+  Why "step" by default: with B.1's thousands of tasks and 8 tasks per step most visits are
+  first visits, which would leave Skill-SD as plain GRPO most of the time.
 * Selection: one skill per task and step by UCB1, mean reward + c sqrt(ln N / n), c = sqrt 2,
-  unseen skills first (the oldest first; ties go to the oldest). Credit (unverified in the
-  sources, our choice): the task's mean rollout reward of the step that used the skill.
+  unseen skills first (the oldest first; ties go to the oldest). Credit (the sources do not
+  say; our choice): when the task is played again, the skill of its previous visit is
+  credited the new group's mean reward (the reward after training with that skill's teacher;
+  a reward of the same step could not depend on the skill, since rollouts come first).
 * Storage: the ``skills`` table of the store (:class:`schemas.SkillRecord`, an append-only
   event log tagged with run id and step). A resumed run deletes its rows of steps after the
   checkpoint and rebuilds the bank from the rest; the checkpoint's ``state.json`` holds the
