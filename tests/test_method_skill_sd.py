@@ -240,3 +240,20 @@ def test_which_rollouts_a_skill_is_written_from_and_the_cap(tmp_path, source):
     assert [r.sources for r in second] == [["h0", "h1"] if source == "step" else ["g0", "g1"]]
     method.bank.apply(second)  # the bank is full (max_skills=2): later visits only choose
     assert method.write_skills({"train-0": newer}, 4, StepContext(_FakeStore([old, *group, *newer]), None, None, 4)) == []
+
+
+def test_full_fine_tuning_teacher_copy_and_kl_reference(assets, tmp_path):
+    from transformers import AutoModelForCausalLM
+    trainer = Distiller(skill_config(assets, tmp_path, "full", student_lora_rank=0, kl_coef=0.5))
+    method = trainer.method
+    assert method.teacher_model is not None and method.reference is not None
+    trainer.fit()
+    student = dict(trainer.student.model.named_parameters())
+    teacher = dict(method.teacher_model.named_parameters())
+    assert not any(p.requires_grad for p in teacher.values())
+    assert all(torch.equal(teacher[k], student[k]) for k in student)  # synced after the step
+    initial = AutoModelForCausalLM.from_pretrained(assets[0]).state_dict()
+    reference = method.reference.state_dict()
+    assert all(torch.equal(reference[k], initial[k]) for k in initial)  # the KL's frozen start
+    assert any(not torch.equal(student[k], initial[k]) for k in initial if k in student)
+    assert metrics(trainer.out)[0]["kl_ref"] >= 0.0
