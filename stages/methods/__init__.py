@@ -31,8 +31,11 @@ from stages.core.contexts import TrainRow
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
+            "grpo": "stages.methods.grpo",
             "sdft": "stages.methods.sdft",
-            "opsd": "stages.methods.opsd"}
+            "opsd": "stages.methods.opsd",
+            "sdpo": "stages.methods.sdpo",
+            "skill-sd": "stages.methods.skill_sd"}
 _REGISTRY: dict[str, type[Method]] = {}
 
 

@@ -1,0 +1,198 @@
+"""GRPO: group-normalised outcome advantages and a PPO-clip surrogate, no teacher.
+
+BASELINES.md: GRPO; B.1 of the LOPD paper (G = 4 rollouts per task = the loop's
+``group_size``, PPO-clip eps 0.2/0.2, group-normalised advantages, no teacher, no composer).
+Per step: every rollout i of a task gets A_i = (r_i - mean_G) / (std_G + eps) (std on by
+default; ``scale_std=false`` for Dr.GRPO / the SDPO repo's GRPO), shared by all its action
+tokens; the loss is -min(rho A, clip(rho, 1 - eps_lo, 1 + eps_hi) A) per token with
+rho = pi_theta / pi_old against the sampling log-probs the rollout recorded
+(``TrainRow.logprobs_T``), plus optionally ``kl_coef`` x k3 KL to the initial policy.
+
+Choices B.1 leaves open (BASELINES.md marks them unverified), defaults first:
+* aggregation ``token-mean`` (DAPO: sum over the step's action tokens / their number);
+  ``seq-mean`` (original GRPO: per-row token-mean, then the mean over rows); ``constant``
+  (Dr.GRPO: token sum / (rows x ``loss_constant``), default constant = ``max_new_tokens``).
+* ``kl_coef`` 0 (no reference forward at all); > 0 scores the tokens with the initial policy:
+  the student backbone with adapters disabled (LoRA) or a frozen copy of ``--model`` (full
+  fine-tuning).
+* ``ppo_epochs`` 1: optimizer updates per step on the same rollouts (the loop's
+  ``update_epochs``); with more than one the ratio leaves 1 and the clip can bite.
+* ``drop_zero_var`` off: DAPO drops groups whose rewards are all equal (they have A = 0 and
+  only dilute the token mean); on, their rows leave the loss and its normaliser.
+
+Log-probs are taken at the sampling temperature (``log_softmax(logits / T)``, as the engine
+records them), so rho = 1 up to numerics on the first epoch. A row whose action tokens lack a
+recorded sampling log-prob (older stores, re-tokenized rows) uses the current policy's
+detached log-prob there (ratio 1); such rows are counted in ``no_logprob_rows``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from stages.core.chat import action_spans
+from stages.core.contexts import TrainRow
+from stages.core.losses_pg import group_advantages, k3_kl, ppo_clip_loss, token_logprobs
+from stages.core.teacher import student_logits
+from stages.methods import Method, StepBatch, StepContext, register
+
+
+class GRPOOptions(BaseModel):
+    """GRPO's options (defaults = B.1 of the LOPD paper where it says, BASELINES.md otherwise)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eps_lo: float = Field(0.2, ge=0.0, lt=1.0)
+    eps_hi: float = Field(0.2, ge=0.0)
+    ppo_epochs: int = Field(1, ge=1)
+    scale_std: bool = True
+    adv_eps: float = Field(1e-6, gt=0.0)
+    kl_coef: float = Field(0.0, ge=0.0)
+    aggregation: Literal["token-mean", "seq-mean", "constant"] = "token-mean"
+    loss_constant: int | None = Field(None, ge=1)
+    drop_zero_var: bool = False
+
+
+@dataclass
+class PGExtra:
+    """What :meth:`GRPO.prepare` attaches to one training row.
+
+    Attributes:
+        advantage: the row's trajectory's group-normalised advantage.
+        keep: False when the row leaves the loss (``drop_zero_var`` and a zero-variance group).
+        prefix_ids: the teacher's prompt ids (Skill-SD), None without a teacher view.
+        skill_id: the skill in that prompt (Skill-SD), "" for none.
+    """
+
+    advantage: float
+    keep: bool = True
+    prefix_ids: list[int] | None = None
+    skill_id: str = ""
+
+
+def pad_rows(rows: list[TrainRow], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Right-padded (B, T) ids (LongTensor), attention and action masks (bool) and sampling
+    log-probs (float32, NaN where none) of ``rows``, plus insert_at_B (first action index)."""
+    B, T = len(rows), max(len(r.ids_T) for r in rows)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.bool)
+    mask = torch.zeros((B, T), dtype=torch.bool)
+    old = torch.full((B, T), float("nan"))
+    for b, r in enumerate(rows):
+        n = len(r.ids_T)
+        ids[b, :n], attn[b, :n], mask[b, :n], old[b, :n] = r.ids_T, True, r.mask_T, r.logprobs_T
+    insert_at = torch.tensor([action_spans(r.mask_T)[0][0] for r in rows], dtype=torch.long)
+    return ids, attn, mask, old, insert_at
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(pad) if pad is not None else 0
+
+
+@register("grpo")
+class GRPO(Method):
+    """GRPO in the distill loop; see the module docstring."""
+
+    Options = GRPOOptions
+    metrics = ("pg_loss", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "adv_abs_mean",
+               "kl_ref", "zero_var_groups", "no_logprob_rows")
+
+    def __init__(self, options: GRPOOptions, config: Any, resume_from: Path | None, state: dict) -> None:
+        super().__init__(options, config, resume_from, state)
+        self.update_epochs = options.ppo_epochs
+        self.temperature = config.temperature if config.temperature > 0 else 1.0  # greedy: T=1 log-probs
+        self.reference = None  # full fine-tuning with a KL: a frozen copy of the initial weights
+        if options.kl_coef > 0 and self.student.adapter is None:
+            from stages.core.models import frozen_teacher_copy
+            from stages.core.policy import load_policy
+            self.reference = frozen_teacher_copy(load_policy(config.model)[0])
+        self.step_tokens, self.step_rows, self.step_metrics = 0, 0, {}
+
+    # ----------------------------------------------------------------------------- prepare --
+
+    def prepare(self, batch: StepBatch, context: StepContext) -> list[PGExtra]:
+        """Group-normalised advantage per row (groups = the step's rollouts of one task) and the
+        step's loss normaliser (kept rows' action tokens / rows)."""
+        o = self.options
+        trajs = batch.trajectories
+        groups: dict[str, int] = {}
+        group_N = torch.tensor([groups.setdefault(t.task_id, len(groups)) for t in trajs], dtype=torch.long)
+        rewards_N = torch.tensor([float(t.reward) for t in trajs], dtype=torch.float64)
+        adv_N, zero_var_G = group_advantages(rewards_N, group_N, scale_std=o.scale_std, eps=o.adv_eps)
+        by_id = {t.trajectory_id: (float(adv_N[i]), bool(zero_var_G[group_N[i]])) for i, t in enumerate(trajs)}
+        extras = []
+        for row in batch.rows:
+            adv, zero_var = by_id[row.trajectory.trajectory_id]
+            extras.append(PGExtra(advantage=adv, keep=not (o.drop_zero_var and zero_var)))
+        kept = [r for r, e in zip(batch.rows, extras) if e.keep]
+        self.step_tokens = sum(int(r.mask_T[1:].sum()) for r in kept)
+        self.step_rows = len(kept)
+        missing = sum(bool(torch.isnan(r.logprobs_T[r.mask_T]).any()) for r in batch.rows)
+        self.step_metrics = {"zero_var_groups": float(zero_var_G.sum()), "no_logprob_rows": float(missing),
+                             "adv_abs_mean": float(adv_N.abs().mean()) if len(trajs) else 0.0}
+        return extras
+
+    def denominator(self) -> float:
+        """The step's normaliser of :func:`stages.core.losses_pg.aggregate` for ``aggregation``."""
+        o = self.options
+        if o.aggregation == "token-mean":
+            return float(max(self.step_tokens, 1))
+        if o.aggregation == "seq-mean":
+            return float(max(self.step_rows, 1))
+        return float(max(self.step_rows, 1) * (o.loss_constant or self.config.max_new_tokens))
+
+    # -------------------------------------------------------------------------------- loss --
+
+    def loss(self, rows: list[TrainRow], extras: list[PGExtra], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """PPO-clip (+ kl_coef x k3 KL, + the subclass's terms) on one micro-batch.
+
+        Each term is a sum over this micro-batch divided by the STEP's normaliser, so the sum
+        over micro-batches is the step's loss exactly (``weight`` is not needed); token-mean
+        metrics are scaled by this micro-batch's share of the step's kept tokens.
+        """
+        o, s = self.options, self.student
+        ids, attn, mask, old, insert_at = pad_rows(rows, _pad_id(s.tokenizer))
+        keep_B1 = torch.tensor([e.keep for e in extras], dtype=torch.bool).unsqueeze(1)
+        mask = (mask & keep_B1)[:, 1:]
+        logits = student_logits(s.model, ids, attn, adapter=s.adapter)
+        logp = token_logprobs(logits[:, :-1], ids[:, 1:], self.temperature)
+        old = old[:, 1:]
+        old = torch.where(mask & torch.isnan(old), logp.detach(), old)  # no recorded log-prob: ratio 1
+        adv = torch.tensor([e.advantage for e in extras], dtype=logp.dtype)
+        denom = self.denominator()
+        loss, m = ppo_clip_loss(logp, old, adv, mask, eps_lo=o.eps_lo, eps_hi=o.eps_hi,
+                                aggregation=o.aggregation, denominator=denom)
+        share = float(mask.sum()) / max(self.step_tokens, 1)
+        metrics = {"pg_loss": m["pg_loss"], **{k: share * m[k] for k in
+                                               ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean")}}
+        if o.kl_coef > 0:
+            with torch.no_grad():
+                ref_logits = (student_logits(s.model, ids, attn, adapter=None) if self.reference is None
+                              else student_logits(self.reference, ids, attn, adapter=None))
+                ref_logp = token_logprobs(ref_logits[:, :-1], ids[:, 1:], self.temperature)
+            kl, km = k3_kl(logp, ref_logp, mask, aggregation=o.aggregation, denominator=denom)
+            loss = loss + o.kl_coef * kl
+            metrics["kl_ref"] = km["kl_ref"]
+        extra, extra_m = self.extra_terms(rows, extras, ids, attn, insert_at, mask, logp, old, denom)
+        if extra is not None:
+            loss = loss + extra
+        metrics.update(extra_m)
+        return loss, metrics
+
+    def extra_terms(self, rows: list[TrainRow], extras: list[PGExtra], ids: torch.Tensor, attn: torch.Tensor,
+                    insert_at: torch.Tensor, mask: torch.Tensor, logp: torch.Tensor, old: torch.Tensor,
+                    denom: float) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """Further loss terms of a subclass (Skill-SD's distillation term); GRPO has none.
+
+        Tensors: ids/attn (B, T) unshifted; mask, logp (differentiable), old (B, T-1) shifted.
+        """
+        return None, {}
+
+    def after_step(self, sums: dict[str, float]) -> dict[str, float]:
+        """The step's counts (zero-variance groups, rows without sampling log-probs, |A|)."""
+        return dict(self.step_metrics)
