@@ -30,7 +30,7 @@ from schemas import Trajectory
 from stages.core.contexts import TrainRow
 
 # Registry line per method module: importing it registers its class.
-_MODULES = {"lopd": "stages.methods.lopd"}
+_MODULES = {"lopd": "stages.methods.lopd", "sdpo": "stages.methods.sdpo"}
 _REGISTRY: dict[str, type[Method]] = {}
 
 
