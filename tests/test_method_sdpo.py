@@ -133,6 +133,32 @@ def test_ema_teacher_equals_the_closed_form_after_two_steps(assets, rank):
     assert all(torch.equal(p.detach(), b) for p, b in zip(s.params, s2))  # the student is untouched
 
 
+@pytest.mark.parametrize("rank", [4, 0])
+def test_the_teacher_is_saved_and_restored_exactly(assets, tmp_path, rank):
+    from stages.core.models import save_student
+
+    method = _method(assets[0], rank=rank)
+    s = method.student
+    _perturb(s.params, 4)
+    method.after_step({})
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_student(folder, student=s.model, adapter=s.adapter, tokenizer=s.tokenizer,
+                 optimizer=torch.optim.AdamW(s.params))
+    method.save(folder)
+    assert (folder / "teacher").is_dir()
+    config = SimpleNamespace(model=str(assets[0]), student_lora_rank=rank, temperature=0.7)
+    again = SDPO(SDPOOptions(), config, folder, {})
+    if rank:
+        want, got = adapter_parameters(s.model, "teacher"), adapter_parameters(again.student.model, "teacher")
+        assert all(not p.requires_grad for p in got) and all(p.requires_grad for p in again.student.params)
+    else:
+        want, got = list(method.teacher_model.parameters()), list(again.teacher_model.parameters())
+        assert all(not p.requires_grad for p in got)
+    assert len(got) == len(want) and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert not all(torch.equal(a, b) for a, b in zip(got, s.params))  # the EMA lags the student
+
+
 @pytest.mark.filterwarnings("ignore:some trajectories hold no token ids")
 def test_gradient_reaches_the_student_only_and_micro_batches_add_up(assets):
     method = _method(assets[0], k=5)

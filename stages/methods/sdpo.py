@@ -6,7 +6,10 @@ step (B.1 and upstream: 0.05), no gradient. LoRA student: a second adapter ``tea
 student's peft backbone, initialised as a copy of the student's adapter (= the initial weights)
 and moved with :func:`stages.core.models.ema_update_adapter_`; full fine-tuning: a frozen copy
 of the initial model moved with :func:`stages.core.models.ema_update_`. It is written to every
-checkpoint (``teacher/``) and restored from it on resume.
+checkpoint (``teacher/``) and restored from it on resume. With LoRA the EMA runs over the
+adapter's factors A and B (the base weights are shared and frozen), so the teacher's weight
+delta B_T A_T is not exactly the EMA of the student's deltas B_S A_S (upstream SDPO fine-tunes
+all weights, where the two coincide); use ``--student-lora-rank 0`` for the exact form.
 
 Teacher context (per training row, appended to the teacher's first user message with
 :func:`stages.core.contexts.privileged_prefix`; the student sees the plain task):
@@ -23,7 +26,10 @@ Texts are clipped to ``max_context_chars``.
 
 Loss: :func:`stages.core.losses_sdpo.sdpo_topk_loss`, the student's top-k + tail reverse KL
 (k = 20) with the clipped importance ratio min(exp(logp - logp_old), 2), token-mean over the
-step's distilled tokens (micro-batches accumulate exactly). No composer is needed.
+step's distilled tokens (micro-batches accumulate exactly). logp_old is the rollout's recorded
+log-prob, taken at the sampling temperature, so logp is read from the student's logits divided
+by ``--temperature`` (the ratio is 1 on-policy; 1 where nothing was recorded); the divergence
+itself is on the raw logits, as LOPD's. No composer is needed.
 """
 from __future__ import annotations
 
