@@ -49,7 +49,7 @@ from stages.core.contexts import TrainRow, privileged_prefix
 from stages.core.losses_sdpo import sdpo_topk_loss
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.teacher import context_teacher_logits, student_logits
-from stages.methods import Method, StepBatch, StepContext, Student, register
+from stages.methods import Method, StepBatch, StepContext, register
 
 TEACHER = "teacher"  # the EMA teacher's adapter name, and its checkpoint sub-folder
 SOLUTION_HEAD = "Here is a solution to this task that succeeded:"
