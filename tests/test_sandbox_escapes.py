@@ -288,7 +288,7 @@ def test_infinite_loop_times_out_without_hook():
 
 
 def test_envscaler_worker_environment_code_is_contained(tmp_path, monkeypatch):
-    from stages.core.envs._envscaler_worker import EnvWorker
+    from stages.core.envs._envscaler_worker import start_env_worker
 
     victim = _victim(tmp_path)
     secret, token = "s3cret-" + uuid.uuid4().hex, "lopd-escape-" + uuid.uuid4().hex
@@ -317,7 +317,7 @@ class Evil:
     def report(self):
         return repr(self.log)
 """
-    worker = EnvWorker(512, 30)
+    worker = start_env_worker(512, 30)
     try:
         assert worker.request({"op": "init", "code": env_code, "class_name": "Evil", "init_config": {}}, 20) == \
             {"status": "ok"}

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from stages.core import isolation
-from stages.core.envs._envscaler_worker import EnvWorker
+from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.sandbox import IsolationUnavailable, run_python
 from tests.tiny import save_tiny
 
@@ -52,7 +52,7 @@ def test_isolation_error_is_not_swallowed_as_an_episode_failure():
 
 def test_envscaler_worker_refuses_without_isolation(no_isolation):
     with pytest.raises(IsolationUnavailable):
-        EnvWorker(256, 10)
+        start_env_worker(256, 10)
 
 
 def test_unsafe_exec_falls_back_to_the_in_process_guards(no_isolation):

@@ -31,13 +31,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import select
-import subprocess
 import sys
-import tempfile
 import threading
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stages.core.envs._worker_process import WorkerProcess
 
 MEMORY_MB = 4096
 MAX_RESULT_CHARS = 1_000_000  # an observation longer than this is cut (the checker sees the full text)
@@ -45,12 +44,11 @@ POOL_SIZE = 16
 _IN_SANDBOX = "/lopd/bfcl_worker.py"
 
 
-class WorkerFailure(Exception):
-    """The worker could not answer in time, died, or sent a fatal reply; it has been killed."""
+def start_bfcl_worker(memory_mb: int = MEMORY_MB) -> "WorkerProcess":
+    """Start one BFCL worker process (a strict :class:`WorkerProcess`: only ``ok`` replies pass).
 
-
-class BFCLWorker:
-    """Parent-side handle on one worker process (started at construction).
+    In the OS sandbox where it is available, else a plain subprocess with the same memory cap
+    (no refusal: BFCL's simulated APIs are package code, not model code).
 
     Args:
         memory_mb: address-space cap (``RLIMIT_AS``) of the worker, in MiB.
@@ -58,101 +56,17 @@ class BFCLWorker:
     Raises:
         OSError: the process could not be started.
     """
+    from stages.core import isolation
+    from stages.core.envs._worker_process import WorkerProcess
 
-    def __init__(self, memory_mb: int = MEMORY_MB) -> None:
-        from stages.core import isolation
-
-        self.isolated = isolation.available()
-        if self.isolated:
-            limits = isolation.Limits(memory_mb=int(memory_mb), file_bytes=16 * 2**20)
-            argv = isolation.wrap([sys.executable, "-I", "-B", _IN_SANDBOX],
-                                  ro_binds={os.path.abspath(__file__): _IN_SANDBOX}, limits=limits)
-            env, preexec = isolation.base_env(), None
-        else:
-            argv, env = [sys.executable, "-I", "-B", os.path.abspath(__file__)], isolation.base_env()
-            preexec = lambda: _set_memory_limit(int(memory_mb))  # noqa: E731
-        self._stderr = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                      env=env, start_new_session=True, preexec_fn=preexec)
-        self._buf = b""
-        self.alive = True
-
-    def running(self) -> bool:
-        """Whether the worker process is alive and usable."""
-        return self.alive and self._proc.poll() is None
-
-    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send one request; wait at most ``timeout_s`` seconds for its reply.
-
-        Returns:
-            The reply (``status`` ``ok``).
-
-        Raises:
-            WorkerFailure: timeout (``"timed out after N s"``), dead worker, unreadable or fatal
-                reply; the worker is killed first.
-        """
-        if not self.alive:
-            raise WorkerFailure("worker is closed")
-        try:
-            self._proc.stdin.write(json.dumps(payload).encode() + b"\n")
-            self._proc.stdin.flush()
-            reply = json.loads(self._read_line(timeout_s))
-        except (OSError, ValueError) as err:
-            raise self._fail(f"worker channel broken: {err}") from None
-        if reply.get("status") != "ok":
-            raise self._fail(str(reply.get("error", "fatal worker error"))[:300])
-        return reply
-
-    def _read_line(self, timeout_s: float) -> bytes:
-        fd = self._proc.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._fail(f"timed out after {timeout_s:g} s")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    raise self._fail(self._death_reason())
-                self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
-
-    def _death_reason(self) -> str:
-        try:
-            code = self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
-        self._stderr.seek(0)
-        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
-        return f"worker died (exit code {code})" + (f": {tail[0][:200]}" if tail else "")
-
-    def _fail(self, reason: str) -> WorkerFailure:
-        self.close()
-        return WorkerFailure(reason)
-
-    def close(self) -> None:
-        """Kill the worker (its whole sandbox when isolated) and release its pipes. Idempotent."""
-        if not self.alive:
-            return
-        self.alive = False
-        if self.isolated:
-            from stages.core import isolation
-
-            isolation.kill(self._proc)
-        else:
-            try:
-                os.killpg(self._proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._proc.wait()
-        for stream in (self._proc.stdin, self._proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        self._stderr.close()
+    if isolation.available():
+        limits = isolation.Limits(memory_mb=int(memory_mb), file_bytes=16 * 2**20)
+        argv = isolation.wrap([sys.executable, "-I", "-B", _IN_SANDBOX],
+                              ro_binds={os.path.abspath(__file__): _IN_SANDBOX}, limits=limits)
+        return WorkerProcess(argv, isolated=True, env=isolation.base_env(), strict=True)
+    return WorkerProcess([sys.executable, "-I", "-B", os.path.abspath(__file__)], isolated=False,
+                         env=isolation.base_env(), preexec_fn=lambda: _set_memory_limit(int(memory_mb)),
+                         strict=True)
 
 
 def _set_memory_limit(memory_mb: int) -> None:
@@ -162,11 +76,11 @@ def _set_memory_limit(memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-_pool: list[BFCLWorker] = []
+_pool: list[WorkerProcess] = []
 _pool_lock = threading.Lock()
 
 
-def acquire() -> BFCLWorker:
+def acquire() -> WorkerProcess:
     """An idle pooled worker, or a new one. Give it back with :func:`release_worker`."""
     with _pool_lock:
         while _pool:
@@ -174,10 +88,10 @@ def acquire() -> BFCLWorker:
             if worker.running():
                 return worker
             worker.close()
-    return BFCLWorker()
+    return start_bfcl_worker()
 
 
-def release_worker(worker: BFCLWorker) -> None:
+def release_worker(worker: WorkerProcess) -> None:
     """Return ``worker`` to the pool (its episodes' state already released), or close it if dead or
     the pool is full."""
     with _pool_lock:

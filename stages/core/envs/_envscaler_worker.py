@@ -25,24 +25,19 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
-import subprocess
 import sys
-import tempfile
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stages.core.envs._worker_process import WorkerProcess
 
 
 _WORKER_IN_SANDBOX = "/lopd/envscaler_worker.py"  # where this file is bound inside the sandbox
 
 
-class WorkerFailure(Exception):
-    """The worker could not answer: it timed out, died, ran out of memory or failed to start."""
-
-
-class EnvWorker:
-    """Parent-side handle on one worker process.
+def start_env_worker(memory_mb: int, cpu_s: int) -> "WorkerProcess":
+    """Start one worker process for an EnvScaler episode (a :class:`WorkerProcess`).
 
     Args:
         memory_mb: address-space cap of the child (``RLIMIT_AS``), in MiB.
@@ -51,94 +46,17 @@ class EnvWorker:
     Raises:
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
     """
+    from stages.core import isolation  # parent side only: the child runs this file stdlib-only
+    from stages.core.envs._worker_process import WorkerProcess
 
-    def __init__(self, memory_mb: int, cpu_s: int) -> None:
-        from stages.core import isolation  # parent side only: the child runs this file stdlib-only
-
-        args = [str(int(memory_mb)), str(int(cpu_s))]
-        self._isolated = isolation.require()
-        if self._isolated:  # raises IsolationUnavailable unless isolated or --unsafe-exec
-            limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=16 * 2**20)
-            argv = isolation.wrap([sys.executable, "-I", "-B", _WORKER_IN_SANDBOX, *args],
-                                  ro_binds={os.path.abspath(__file__): _WORKER_IN_SANDBOX}, limits=limits)
-            env = isolation.base_env()
-        else:
-            argv, env = [sys.executable, "-I", os.path.abspath(__file__), *args], None
-        self._stderr = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=env,
-            start_new_session=True,
-        )
-        self._buf = b""
-
-    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send one request and wait at most ``timeout_s`` seconds for its reply.
-
-        Raises:
-            WorkerFailure: timeout, dead worker, unreadable reply or a ``fatal`` reply; the
-                worker is killed before raising.
-        """
-        try:
-            self._proc.stdin.write(json.dumps(payload).encode() + b"\n")
-            self._proc.stdin.flush()
-            reply = json.loads(self._read_line(timeout_s))
-        except (OSError, ValueError) as err:
-            raise self._fail(f"worker channel broken: {err}") from None
-        if reply.get("status") == "fatal":
-            raise self._fail(reply.get("error", "fatal worker error"))
-        return reply
-
-    def _read_line(self, timeout_s: float) -> bytes:
-        fd = self._proc.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._fail(f"timed out after {timeout_s:g} s (killed)")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    raise self._fail(self._death_reason())
-                self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line
-
-    def _death_reason(self) -> str:
-        try:
-            code = self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
-        self._stderr.seek(0)
-        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-1:]
-        return f"worker died (exit code {code})" + (f": {tail[0][:300]}" if tail else "")
-
-    def _fail(self, reason: str) -> WorkerFailure:
-        self.close()
-        return WorkerFailure(reason)
-
-    def close(self) -> None:
-        """Kill the worker's process group (if still alive) and release its pipes. Idempotent."""
-        if self._isolated:
-            from stages.core import isolation
-
-            isolation.kill(self._proc)  # the whole sandbox, setsid'd children included
-        elif self._proc.poll() is None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._proc.wait()
-        for stream in (self._proc.stdin, self._proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        self._stderr.close()
+    args = [str(int(memory_mb)), str(int(cpu_s))]
+    isolated = isolation.require()  # raises IsolationUnavailable unless isolated or --unsafe-exec
+    if isolated:
+        limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=16 * 2**20)
+        argv = isolation.wrap([sys.executable, "-I", "-B", _WORKER_IN_SANDBOX, *args],
+                              ro_binds={os.path.abspath(__file__): _WORKER_IN_SANDBOX}, limits=limits)
+        return WorkerProcess(argv, isolated=True, env=isolation.base_env())
+    return WorkerProcess([sys.executable, "-I", os.path.abspath(__file__), *args], isolated=False)
 
 
 # ----------------------------------------------------------------------------- child side

@@ -45,6 +45,7 @@ from typing import Any
 from schemas import Message, Task
 from stages.core.envs import _bfcl_worker
 from stages.core.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
+from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult
 from stages.core.toolcalls import (
     ToolCallParseError,
@@ -113,7 +114,7 @@ def multi_turn_task(entry: dict[str, Any], category: str, answers: dict[str, Any
                 tools=json.dumps(to_openai_tools(functions)), metadata=json.dumps(meta))
 
 
-def multi_turn_verdict(task: Task, answer: list[list[list[str]]], *, worker: _bfcl_worker.BFCLWorker | None = None,
+def multi_turn_verdict(task: Task, answer: list[list[list[str]]], *, worker: WorkerProcess | None = None,
                        call_timeout_s: float | None = None) -> dict[str, Any]:
     """Score a complete multi-turn answer with BFCL's ``multi_turn_checker`` (run in a worker process).
 
@@ -152,7 +153,7 @@ def multi_turn_verdict(task: Task, answer: list[list[list[str]]], *, worker: _bf
     try:
         worker.request({"op": "ping"}, START_TIMEOUT_S)  # a fresh worker's start is not the checker's time
         return worker.request(request, per_call * calls + CHECKER_MARGIN_S)["verdict"]
-    except _bfcl_worker.WorkerFailure as err:
+    except WorkerFailure as err:
         return {"valid": False, "error_type": "multi_turn:checker_failed", "error_message": f"checker: {err}"}
     finally:
         if own:
@@ -185,7 +186,7 @@ class MultiTurnEpisode:
         self.turn_steps = 0
         self.steps = 0
         self.done = False
-        self.worker: _bfcl_worker.BFCLWorker | None = None  # taken from the pool at the first call
+        self.worker: WorkerProcess | None = None  # taken from the pool at the first call
         self.failure = ""  # why the worker could not go on (multi_turn:execution_failed)
 
     def step(self, action: str) -> StepResult:
@@ -235,11 +236,11 @@ class MultiTurnEpisode:
             return
         try:
             worker.request({"op": "release", "model": self.model_name}, self.call_timeout_s)
-        except _bfcl_worker.WorkerFailure:
+        except WorkerFailure:
             return  # killed: nothing left to release
         _bfcl_worker.release_worker(worker)
 
-    def _start_worker(self) -> _bfcl_worker.BFCLWorker:
+    def _start_worker(self) -> WorkerProcess:
         """A worker holding this episode's instances in the state the recorded answer leads to.
 
         Raises:
@@ -272,7 +273,7 @@ class MultiTurnEpisode:
         try:
             reply = worker.request({"op": "call", "model": self.model_name, "call": text}, self.call_timeout_s)
             return reply["result"], True
-        except _bfcl_worker.WorkerFailure as err:
+        except WorkerFailure as err:
             self.worker = None
             self._start_worker()
             for call in done_in_step:  # the current step's calls are not in self.answer yet
@@ -305,7 +306,7 @@ class MultiTurnEpisode:
                 continue
             try:
                 result, completed = self._call(text, done)
-            except _bfcl_worker.WorkerFailure as err:
+            except WorkerFailure as err:
                 self.failure = str(err)
                 return None
             if completed:  # a killed call is not recorded: the checker could not replay it either

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs._envscaler_worker import EnvWorker, WorkerFailure
+from stages.core.envs._envscaler_worker import start_env_worker
+from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.inputs import hub_dataset_id, read_utf8
 
@@ -348,7 +349,7 @@ class EnvScalerEnv:
         self.check_timeout_s = check_timeout_s
         self.memory_mb = memory_mb
         self.cpu_s = cpu_s
-        self._worker: EnvWorker | None = None
+        self._worker: WorkerProcess | None = None
         self._task: TaskSpec | None = None
         self._env: EnvSpec | None = None
         self._failure: str | None = None
@@ -391,7 +392,7 @@ class EnvScalerEnv:
         self._task, self._env = spec, self.data.envs[spec.env_id]
         self._steps, self._done, self._failure = 0, False, None
         try:
-            self._worker = EnvWorker(self.memory_mb, self.cpu_s)
+            self._worker = start_env_worker(self.memory_mb, self.cpu_s)
             self._worker.request({"op": "init", "code": self._env.code, "class_name": spec.class_name,
                                   "init_config": spec.init_config}, self.call_timeout_s)
         except WorkerFailure as err:
