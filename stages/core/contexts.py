@@ -222,6 +222,33 @@ def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Traject
     return rows, skipped
 
 
+def pad_rows(tokenizer: PreTrainedTokenizerBase, rows: list[TrainRow]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Training rows as right-padded batch tensors.
+
+    Returns:
+        ids_BT: LongTensor (B, T), padded with the tokenizer's pad id (else eos, else 0).
+        attn_BT: BoolTensor (B, T), True on real tokens.
+        mask_BT: BoolTensor (B, T), True on sampled action ids.
+        logprobs_BT: FloatTensor (B, T), recorded sampling log-probs, NaN elsewhere.
+        insert_at_B: LongTensor (B,), each row's first action index (where a prefix context ends).
+
+    Raises:
+        ValueError: no rows.
+    """
+    if not rows:
+        raise ValueError("pad_rows: no rows")
+    B, T = len(rows), max(len(r.ids_T) for r in rows)
+    ids_BT = torch.full((B, T), _pad_id(tokenizer), dtype=torch.long)
+    attn_BT = torch.zeros((B, T), dtype=torch.bool)
+    mask_BT = torch.zeros((B, T), dtype=torch.bool)
+    logprobs_BT = torch.full((B, T), float("nan"))
+    for b, r in enumerate(rows):
+        n = len(r.ids_T)
+        ids_BT[b, :n], attn_BT[b, :n], mask_BT[b, :n], logprobs_BT[b, :n] = r.ids_T, True, r.mask_T, r.logprobs_T
+    insert_at_B = torch.tensor([action_spans(r.mask_T)[0][0] for r in rows], dtype=torch.long)
+    return ids_BT, attn_BT, mask_BT, logprobs_BT, insert_at_B
+
+
 def privileged_prefix(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, system: str | None = None,
                       user: str | None = None) -> list[int]:
     """Prompt ids of ``row`` re-rendered with privileged text: a text-context teacher's view.
@@ -351,21 +378,8 @@ def build_batch(
         if len(rows) != B:
             raise ValueError("build_batch: a trajectory restarts its context (several sequences); "
                              "pass training_rows(...) instead")
-    inserts: list[int] = []
-    starts_all: list[list[int]] = []
-    for row in rows:
-        spans = action_spans(row.mask_T)
-        inserts.append(spans[0][0])
-        starts_all.append([start for start, _ in spans])
-    T = max(len(row.ids_T) for row in rows)
-    input_ids = torch.full((B, T), _pad_id(tokenizer), dtype=torch.long)
-    attn = torch.zeros((B, T), dtype=torch.bool)
-    action = torch.zeros((B, T), dtype=torch.bool)
-    for b, row in enumerate(rows):
-        n = len(row.ids_T)
-        input_ids[b, :n] = row.ids_T
-        attn[b, :n] = True
-        action[b, :n] = row.mask_T
+    starts_all = [[start for start, _ in action_spans(row.mask_T)] for row in rows]
+    input_ids, attn, action, _, insert_at_B = pad_rows(tokenizer, rows)
     targets = [row.trajectory for row in rows]
     encoded = [encode_experiences(tokenizer, t.prompt, exps, J, max_exp_tokens)
                for t, exps in zip(targets, experiences)]
@@ -379,7 +393,7 @@ def build_batch(
         input_ids_BT=input_ids,
         attn_mask_BT=attn,
         action_mask_BT=action,
-        insert_at_B=torch.tensor(inserts, dtype=torch.long),
+        insert_at_B=insert_at_B,
         action_starts=starts_all,
         rewards_B=torch.tensor([float(t.reward) for t in targets], dtype=torch.float32),
         exp_ids_BJL=exp_ids,

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from schemas import Trajectory
 from stages.core.composer import adapter_parameters, add_lora_adapter, preserve_requires_grad
-from stages.core.contexts import TrainRow, privileged_prefix
+from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
 from stages.core.losses import DEFAULT_CHUNK_SIZE
 from stages.core.losses_kd import KDReduction, generalized_jsd
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
@@ -311,7 +311,7 @@ class ReferenceMethod(Method):
         keep = [i for i, e in enumerate(extras) if e.prefix_ids is not None]
         if not keep:  # no gradient reaches the student; the optimizer skips params without one
             return torch.zeros((), requires_grad=True), dict.fromkeys(self.loss_metrics, 0.0)
-        ids_BT, attn_BT, mask_BT, insert_B = _pad([rows[i] for i in keep], _pad_id(s.tokenizer))
+        ids_BT, attn_BT, mask_BT, _, insert_B = pad_rows(s.tokenizer, [rows[i] for i in keep])
         s_logits = student_logits(s.model, ids_BT, attn_BT, adapter=s.adapter)
         t_logits = self.teacher.logits(ids_BT, attn_BT, insert_B, [extras[i].prefix_ids for i in keep])
         first = extras[keep[0]]
@@ -330,19 +330,3 @@ class ReferenceMethod(Method):
         self.teacher.save(folder)
 
 
-def _pad_id(tokenizer) -> int:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return int(pad) if pad is not None else 0
-
-
-def _pad(rows: list[TrainRow], pad_id: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Right-padded ids_BT, attn_BT (bool), mask_BT (bool, sampled ids) and insert_B (first action)."""
-    T = max(len(r.ids_T) for r in rows)
-    ids_BT = torch.full((len(rows), T), pad_id, dtype=torch.long)
-    attn_BT = torch.zeros((len(rows), T), dtype=torch.bool)
-    mask_BT = torch.zeros((len(rows), T), dtype=torch.bool)
-    for b, r in enumerate(rows):
-        n = len(r.ids_T)
-        ids_BT[b, :n], attn_BT[b, :n], mask_BT[b, :n] = r.ids_T, True, r.mask_T
-    insert_B = torch.tensor([int(r.mask_T.nonzero()[0]) for r in rows], dtype=torch.long)
-    return ids_BT, attn_BT, mask_BT, insert_B

@@ -34,8 +34,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.core.chat import action_spans
-from stages.core.contexts import TrainRow
+from stages.core.contexts import TrainRow, pad_rows
 from stages.core.losses_pg import group_advantages, k3_kl, ppo_clip_loss, token_logprobs
 from stages.core.teacher import student_logits
 from stages.methods import Method, StepBatch, StepContext, register
@@ -72,26 +71,6 @@ class PGExtra:
     keep: bool = True
     prefix_ids: list[int] | None = None
     skill_id: str = ""
-
-
-def pad_rows(rows: list[TrainRow], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Right-padded (B, T) ids (LongTensor), attention and action masks (bool) and sampling
-    log-probs (float32, NaN where none) of ``rows``, plus insert_at_B (first action index)."""
-    B, T = len(rows), max(len(r.ids_T) for r in rows)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, T), dtype=torch.bool)
-    mask = torch.zeros((B, T), dtype=torch.bool)
-    old = torch.full((B, T), float("nan"))
-    for b, r in enumerate(rows):
-        n = len(r.ids_T)
-        ids[b, :n], attn[b, :n], mask[b, :n], old[b, :n] = r.ids_T, True, r.mask_T, r.logprobs_T
-    insert_at = torch.tensor([action_spans(r.mask_T)[0][0] for r in rows], dtype=torch.long)
-    return ids, attn, mask, old, insert_at
-
-
-def _pad_id(tokenizer: Any) -> int:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return int(pad) if pad is not None else 0
 
 
 @register("grpo")
@@ -156,7 +135,7 @@ class GRPO(Method):
         metrics are scaled by this micro-batch's share of the step's kept tokens.
         """
         o, s = self.options, self.student
-        ids, attn, mask, old, insert_at = pad_rows(rows, _pad_id(s.tokenizer))
+        ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, rows)
         keep_B1 = torch.tensor([e.keep for e in extras], dtype=torch.bool).unsqueeze(1)
         mask = (mask & keep_B1)[:, 1:]
         logits = student_logits(s.model, ids, attn, adapter=s.adapter)

@@ -43,9 +43,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import Trajectory
-from stages.core.chat import action_spans
 from stages.core.composer import add_lora_adapter, adapter_parameters, preserve_requires_grad
-from stages.core.contexts import TrainRow, privileged_prefix
+from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
 from stages.core.losses_sdpo import sdpo_topk_loss
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.teacher import context_teacher_logits, student_logits
@@ -223,16 +222,7 @@ class SDPO(Method):
             return sum(p.sum() for p in s.params) * 0.0, zero_metrics
         part = [rows[i] for i in keep]
         ctx = [extras[i] for i in keep]
-        B, T = len(part), max(len(r.ids_T) for r in part)
-        pad = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((B, T), pad, dtype=torch.long)
-        attn = torch.zeros((B, T), dtype=torch.bool)
-        mask = torch.zeros((B, T), dtype=torch.bool)
-        old = torch.full((B, T), float("nan"))
-        for b, r in enumerate(part):
-            n = len(r.ids_T)
-            ids[b, :n], attn[b, :n], mask[b, :n], old[b, :n] = r.ids_T, True, r.mask_T, r.logprobs_T
-        insert_at = torch.tensor([action_spans(r.mask_T)[0][0] for r in part])
+        ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, part)
         s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
         t_logits = context_teacher_logits(self.teacher_model, ids, attn, insert_at,
                                           [c.prefix_ids for c in ctx], adapter=self.teacher_adapter)
