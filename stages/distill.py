@@ -211,19 +211,16 @@ class Distiller:
         self.method: Method = method_cls(options, config, resume_from, state)
         self.student = self.method.student
         self.method.check_resources(self.store)
-        if config.activation_checkpointing and not self.method.needs_composer:
+        if config.activation_checkpointing:
             if self.student.adapter is None:
                 base_model(self.student.model).gradient_checkpointing_enable()
-            else:
+            elif not self.method.needs_composer:  # a composer method enables it on its shared backbone
                 enable_activation_checkpointing(self.student.model)
-        elif config.activation_checkpointing and self.student.adapter is None:
-            base_model(self.student.model).gradient_checkpointing_enable()
-        self.groups = {"student": self.student.params,
-                       **{k: params for k, (params, _) in self.method.param_groups().items()}}
+        extra = self.method.param_groups()
+        self.groups = {"student": self.student.params, **{k: params for k, (params, _) in extra.items()}}
         self.optimizer = torch.optim.AdamW(
             [{"params": self.student.params, "lr": config.lr},
-             *({"params": params, "lr": lr} for params, lr in self.method.param_groups().values())],
-            weight_decay=0.0)
+             *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
         if resume_from:
             self.optimizer.load_state_dict(torch.load(resume_from / ckpt.OPTIMIZER_FILE))
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,

@@ -166,8 +166,7 @@ def play(
                 ep.info = {**result.info, **({} if result.done else {"stopped": "step cap reached"})}
             ep.env.close()
             stats.episodes += 1
-            yield _trajectory(ep, reward, policy_id, run_id, git_commit).model_copy(
-                update={"tokenizer": tokenizer_fingerprint(tokenizer)})
+            yield _trajectory(ep, reward, policy_id, run_id, git_commit, tokenizer_fingerprint(tokenizer))
         live = still_live
 
 
@@ -198,7 +197,8 @@ def _reference_generation(ep: _Episode, tokenizer) -> Generation:
     return Generation(text=text, token_ids=ids, logprobs=[], num_tokens=0, finish_reason="eos")
 
 
-def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str) -> Trajectory:
+def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str,
+                tokenizer: str = "") -> Trajectory:
     reward = min(1.0, max(0.0, float(reward)))
     return Trajectory(
         # a function of (run, task, sample): a re-run orders and retrieves its rows the same way
@@ -218,6 +218,7 @@ def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_co
         git_commit=git_commit,
         # the tool schemas offered at the end, so training can re-render exactly this prompt
         info=json.dumps({**ep.info, "tools": ep.tools}, default=str),
+        tokenizer=tokenizer,
     )
 
 
