@@ -111,6 +111,34 @@ class Models:
     composer_params: list[nn.Parameter]
 
 
+def load_student(model: str, lora_rank: int, resume_from: Path | None,
+                 adapter: str = STUDENT_ADAPTER) -> tuple[nn.Module, str | None, object, list[nn.Parameter]]:
+    """A student on backbone ``model`` alone (methods without a composer).
+
+    LoRA adapter ``adapter`` (rank ``lora_rank``, alpha 2 x rank; restored from
+    ``resume_from/student`` when resuming), or with ``lora_rank=0`` the whole model (from
+    ``resume_from/student`` when resuming). Only the student's parameters require grad.
+
+    Returns:
+        ``(module, adapter or None, tokenizer, trainable parameters)``.
+    """
+    if lora_rank == 0:
+        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model)
+        net.requires_grad_(True)
+        return net, None, tokenizer, list(net.parameters())
+    backbone, tokenizer = load_policy(model)
+    backbone.requires_grad_(False)
+    if resume_from:
+        backbone = PeftModel.from_pretrained(backbone, str(resume_from / "student"), adapter_name=adapter,
+                                             is_trainable=True)
+    else:
+        backbone = add_lora_adapter(backbone, adapter, lora_rank, 2 * lora_rank)
+    params = adapter_parameters(backbone, adapter)
+    for p in params:
+        p.requires_grad_(True)
+    return backbone, adapter, tokenizer, params
+
+
 def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lora_rank: int,
                 freeze_composer: bool, anchor_adapter: str = "composer0",
                 student_adapter: str = STUDENT_ADAPTER) -> Models:

@@ -28,6 +28,7 @@ from torch import nn
 
 from schemas import Trajectory
 from stages.core.contexts import TrainRow
+from stages.core.models import load_student
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
@@ -139,7 +140,7 @@ class Method:
 
     def build_student(self, resume_from: Path | None) -> Student:
         """The student: a LoRA adapter (or a full copy) on ``config.model``, fresh or restored."""
-        return load_student(self.config.model, self.config.student_lora_rank, resume_from)
+        return Student(*load_student(self.config.model, self.config.student_lora_rank, resume_from), self.config.model)
 
     def check_resources(self, store: Any) -> None:
         """Refuse settings that cannot run before the first step (default: nothing to check).
@@ -176,32 +177,6 @@ class Method:
 
     def export(self, folder: Path) -> None:
         """Write what the final folder holds besides the student (e.g. the trained composer)."""
-
-
-def load_student(model: str, lora_rank: int, resume_from: Path | None, adapter: str = "student") -> Student:
-    """A student on backbone ``model``: LoRA adapter ``adapter`` (rank ``lora_rank``, alpha 2 x
-    rank; restored from ``resume_from/student`` when resuming) or, with ``lora_rank=0``, the
-    whole model (from ``resume_from/student`` when resuming). Only the student's parameters
-    require grad."""
-    from stages.core.composer import adapter_parameters, add_lora_adapter
-    from stages.core.policy import load_policy
-
-    if lora_rank == 0:
-        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model)
-        net.requires_grad_(True)
-        return Student(net, None, tokenizer, list(net.parameters()), model)
-    backbone, tokenizer = load_policy(model)
-    backbone.requires_grad_(False)
-    if resume_from:
-        from peft import PeftModel
-        backbone = PeftModel.from_pretrained(backbone, str(resume_from / "student"), adapter_name=adapter,
-                                             is_trainable=True)
-    else:
-        backbone = add_lora_adapter(backbone, adapter, lora_rank, 2 * lora_rank)
-    params = adapter_parameters(backbone, adapter)
-    for p in params:
-        p.requires_grad_(True)
-    return Student(backbone, adapter, tokenizer, params, model)
 
 
 def register(name: str):
