@@ -9,13 +9,13 @@ import torch.nn.functional as F
 
 from stages.core.losses import (
     dual_update,
-    grpo_advantages,
     latent_anchor,
     masked_nll,
     privileged_margin,
     sampled_token_logprobs,
     topm_tail_reverse_kl,
 )
+from stages.core.losses_pg import group_advantages
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -328,9 +328,10 @@ def test_gradient_routing_student_and_latent_but_not_frozen_teacher():
 
 
 def test_grpo_advantages():
-    adv = grpo_advantages(torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.5, 0.5, 0.5, 0.5]]))
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5])
+    adv, zero_var = group_advantages(rewards, torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]))
     a = 0.5 / math.sqrt(1 / 3)  # |r - mean| / unbiased std
-    assert torch.allclose(adv[0], torch.tensor([a, -a, a, -a]), atol=1e-5)
-    assert torch.equal(adv[1], torch.zeros(4))
+    assert torch.allclose(adv[:4], torch.tensor([a, -a, a, -a], dtype=adv.dtype), atol=1e-5)
+    assert torch.equal(adv[4:], torch.zeros(4, dtype=adv.dtype)) and zero_var.tolist() == [False, True]
     with pytest.raises(ValueError):
-        grpo_advantages(torch.ones(3, 1))
+        group_advantages(torch.ones(3, 1), torch.zeros(3, 1, dtype=torch.long))

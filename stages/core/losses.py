@@ -394,28 +394,3 @@ def latent_anchor(
     anchor = sq_B.mean()
     loss_term = lam * anchor
     return loss_term, {"anchor": float(anchor.detach()), "anchor_term": float(loss_term.detach())}
-
-
-def grpo_advantages(rewards_BG: Tensor, eps: float = 1e-6) -> Tensor:
-    """Group-normalised outcome advantages of GRPO: (r - mean_g r) / (std_g r + eps).
-
-    GRPO (Shao et al., 2024), the outcome-reward baseline of the LOPD paper. Each row is one
-    group of G rollouts of the same task; std is the unbiased sample std over the group, so a
-    group whose rewards are all equal gets advantage 0 everywhere.
-
-    Args:
-        rewards_BG: float (B, G) rewards, G >= 2.
-        eps: added to the std to avoid division by zero.
-
-    Returns:
-        advantages_BG: (B, G) float tensor, no gradient path needed (rewards are data).
-
-    Raises:
-        ValueError: not 2-D or G < 2.
-    """
-    if rewards_BG.dim() != 2 or rewards_BG.shape[1] < 2:
-        raise ValueError(f"rewards must be (B, G) with G >= 2, got {tuple(rewards_BG.shape)}")
-    rewards_BG = _upcast(rewards_BG)
-    mean_B1 = rewards_BG.mean(dim=1, keepdim=True)
-    std_B1 = rewards_BG.std(dim=1, keepdim=True)
-    return (rewards_BG - mean_B1) / (std_B1 + eps)

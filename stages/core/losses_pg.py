@@ -90,8 +90,8 @@ def group_advantages(rewards_N: Tensor, group_N: Tensor, *, scale_std: bool = Tr
     """GRPO's group-normalised outcome advantages A_i = (r_i - mean_g) / (std_g + eps).
 
     BASELINES.md: GRPO. Every rollout i belongs to group ``group_N[i]`` (the G rollouts of one
-    task); std is the unbiased sample std within the group (as TRL and
-    :func:`stages.core.losses.grpo_advantages`); ``scale_std=False`` gives r_i - mean_g
+    task); std is the unbiased sample std within the group (as TRL); ``scale_std=False`` gives
+    r_i - mean_g
     (Dr.GRPO, the SDPO repo's GRPO). A group whose rewards are all equal (including a group of
     one) is a zero-variance group: every advantage in it is exactly 0.
 
