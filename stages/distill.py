@@ -106,10 +106,10 @@ class DistillConfig(BaseModel):
             return data
         data = dict(data)
         method = get_method(data.get("method", "lopd"))
-        common = set(cls.model_fields) | {"max_steps", "grad_checkpointing", "max_grad_norm"}
+        common = _accepted_names(cls)
         options = dict(data.pop("options", None) or {})
         options.update({k: data.pop(k) for k in list(data) if k not in common})
-        known = set(method.Options.model_fields) | {"lambda"}
+        known = _accepted_names(method.Options)
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(f"unknown option {unknown[0]!r} for method {method.name!r} (its options: "
@@ -121,6 +121,15 @@ class DistillConfig(BaseModel):
         """Common settings and method options in one mapping (how they are given)."""
         values = self.model_dump(exclude={"options"})
         return {**values, **self.options}
+
+
+def _accepted_names(model_cls: type[BaseModel]) -> set[str]:
+    """The field names of ``model_cls`` and the older spellings its ``AliasChoices`` accept."""
+    names = set(model_cls.model_fields)
+    for field in model_cls.model_fields.values():
+        if isinstance(field.validation_alias, AliasChoices):
+            names.update(c for c in field.validation_alias.choices if isinstance(c, str))
+    return names
 
 
 class DistillReport(BaseModel):
