@@ -67,7 +67,9 @@ class Student:
 
 @dataclass
 class StepContext:
-    """What a method may read while preparing a step (never write: the loop owns the store).
+    """What a method may use while preparing a step. The loop owns the trajectories table; a
+    method may keep a table of its own in the store (Skill-SD's skill bank), tagged by step so
+    that a resume can drop the rows written after its checkpoint.
 
     Attributes:
         store: the run's :class:`stages.core.store.ExperienceStore` (verified references,
