@@ -18,7 +18,7 @@ from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 app = typer.Typer(
     name="lopd",
     help="Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD).\n\n"
-    "Stages: collect -> index -> coldstart -> distill -> evaluate.",
+    "Stages: collect -> index -> coldstart -> distill -> evaluate; `study` compares methods.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -207,7 +207,7 @@ def distill(
 @app.command()
 @friendly
 def evaluate(
-    bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench."),
+    bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench."),
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks (bfcl-v3: per category)."),
     out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
@@ -235,13 +235,26 @@ def evaluate(
         Console().print(stage.compare([Path(r) for r in reports]))
         return
     if bench is None:
-        raise ValueError("--bench is required (bfcl-v3, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench)")
+        raise ValueError("--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench)")
     stage.run(stage.EvaluateConfig(
         bench=bench, model=model, limit=limit, out=out, data_dir=data_dir,
         release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_turns=max_steps,
         batch_size=batch_size, workers=workers, seed=seed, prefix_cache_tokens=prefix_cache_tokens,
         unsafe_exec=unsafe_exec,
     ))
+
+
+@app.command()
+@friendly
+def study(
+    config: str = typer.Option(..., "--config", help="Study file (TOML): store, bench, seeds, [distill] shared settings and [[runs]] (name, method, seeds, settings). See examples/study/."),
+    out: Optional[str] = typer.Option(None, "--out", help="Study folder (default: the file's `out`, else runs/study)."),
+) -> None:
+    """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,
+    then results.json/.csv, a markdown table and plots in the study folder. Rerun to resume."""
+    from stages import study as stage
+
+    stage.run_study(stage.load_study(config, out))
 
 
 store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",

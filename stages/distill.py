@@ -19,7 +19,7 @@ import resource
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -399,8 +399,13 @@ class Distiller:
             self.method.save(folder)
         return ckpt.write_checkpoint(self.out, self.step, fill, state, self.config.keep_checkpoints)
 
-    def fit(self) -> DistillReport:
-        """Run the remaining steps, checkpointing every ``checkpoint_every`` and at the end."""
+    def fit(self, on_step: Callable[["Distiller", dict], None] | None = None) -> DistillReport:
+        """Run the remaining steps, checkpointing every ``checkpoint_every`` and at the end.
+
+        ``on_step(distiller, metrics_row)`` runs after each step's update and metrics row and
+        BEFORE its checkpoint (`lopd study` evaluates there): a kill inside it resumes from an
+        earlier checkpoint and redoes the step.
+        """
         c = self.config
         first, rows, t0 = self.step + 1, [], time.perf_counter()
         todo = f"steps {first}..{c.steps}" if first <= c.steps else f"all {c.steps} steps done, nothing to train"
@@ -412,6 +417,8 @@ class Distiller:
             runs.append_metrics(metrics_file, row)
             rows.append(row)
             self._log(row)
+            if on_step is not None:
+                on_step(self, row)
             if step % c.checkpoint_every == 0 or step == c.steps:
                 self.save_checkpoint()
         last = ckpt.latest_checkpoint(self.out)

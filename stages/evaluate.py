@@ -33,7 +33,7 @@ from stages.core.benches import BENCHES
 from stages.core.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
-BenchName = Literal["bfcl-v3", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "livecodebench"]
+BenchName = Literal["bfcl-v3", "bfcl-single", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "livecodebench"]
 
 
 class EvaluateConfig(BaseModel):

@@ -64,7 +64,8 @@ def _prepare(method, trajs):
 
 @pytest.mark.filterwarnings("ignore:some trajectories hold no token ids")
 def test_contexts_sibling_then_feedback_else_masked(assets):
-    method = _method(assets[0])
+    assert SDPO.Options().feedback == "env"  # the default: the checker's error text counts as feedback
+    method = _method(assets[0], feedback="observation")
     tok = method.student.tokenizer
     batch = _prepare(method, _group_batch())
     by_id = {r.trajectory.trajectory_id: e for r, e in zip(batch.rows, batch.extras)}
@@ -88,8 +89,8 @@ def test_contexts_sibling_then_feedback_else_masked(assets):
     user = text.split("<|im_start|>user\n")[1]
     assert user.startswith("Solve task A.\n\n" + SOLUTION_HEAD) and CLOSING in user
     assert "hmm" not in text and "Four: 4." in text
-    # "env" feedback: the environment's recorded error when no observation carries one
-    env = _method(assets[0], feedback="env")
+    # "env" feedback (the default): the environment's recorded error when no observation carries one
+    env = _method(assets[0])
     env_batch = _prepare(env, _group_batch())
     b2 = next(e for r, e in zip(env_batch.rows, env_batch.extras) if r.trajectory.trajectory_id == "b2")
     assert b2.source == "feedback" and 'error_type: value_error\nerror: ["wrong city"]' in b2.text

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # CPU quickstart: the whole LOPD pipeline on the embedded SmolLM2-135M-Instruct and real BFCL
-# tasks: collect -> index -> coldstart -> distill -> evaluate (base vs distilled student).
+# tasks: collect -> index -> coldstart -> distill -> evaluate (base vs distilled student on
+# held-out BFCL single-turn tasks; MULTI_TURN=1 adds the BFCL-v3 multi-turn table).
 # Every artifact goes under $RUN (default runs/quickstart). Running it again resumes each stage:
 # stored tasks are skipped, finished training is not repeated, reports are reused.
 set -euo pipefail
 RUN=${RUN:-runs/quickstart}
-EVAL_LIMIT=${EVAL_LIMIT:-1}   # BFCL-v3 multi-turn tasks per category (4 categories)
+HELDOUT=${HELDOUT:-100}       # held-out BFCL single-turn tasks scored (199 exist)
+MULTI_TURN=${MULTI_TURN:-0}   # 1: also BFCL-v3 multi-turn, EVAL_LIMIT tasks per category
+EVAL_LIMIT=${EVAL_LIMIT:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 start=$(date +%s)
@@ -30,16 +33,21 @@ step "5/6 distill: LOPD on-policy self-distillation (Algorithm 1)"
 lopd distill --config "$here/distill.toml" --store "$RUN/store" \
   --composer "$RUN/composer0/final" --out "$RUN/lopd" --resume
 
-step "6/6 evaluate: BFCL-v3 multi-turn, base model vs distilled student ($EVAL_LIMIT per category)"
-for who in base lopd; do
-  model=smollm2-135m; [ "$who" = lopd ] && model="$RUN/lopd/final/student"
-  report="$RUN/eval/bfcl-v3-$who.json"
-  if [ -f "$report" ]; then echo "reusing $report"; continue; fi
-  # a short step cap and the response budget the student was trained with (64 tokens, as in
-  # distill.toml) keep the CPU demo in minutes; drop both flags for BFCL's own rules (20 steps
-  # per user turn, 256 tokens)
-  lopd evaluate --bench bfcl-v3 --model "$model" --limit "$EVAL_LIMIT" --max-turns 8 \
-    --max-new-tokens 64 --batch-size 4 --out "$report"
-done
-lopd evaluate --compare "$RUN/eval/bfcl-v3-base.json" "$RUN/eval/bfcl-v3-lopd.json"
+step "6/6 evaluate: held-out BFCL single-turn ($HELDOUT tasks never trained on), base model vs distilled student"
+evaluate() {  # bench who extra-flags...
+  local bench=$1 who=$2; shift 2
+  local model=smollm2-135m; [ "$who" = lopd ] && model="$RUN/lopd/final/student"
+  local report="$RUN/eval/$bench-$who.json"
+  if [ -f "$report" ]; then echo "reusing $report"; return; fi
+  lopd evaluate --bench "$bench" --model "$model" --batch-size 8 --out "$report" "$@"
+}
+for who in base lopd; do evaluate bfcl-single "$who" --limit "$HELDOUT" --max-new-tokens 96; done
+lopd evaluate --compare "$RUN/eval/bfcl-single-base.json" "$RUN/eval/bfcl-single-lopd.json"
+if [ "$MULTI_TURN" = 1 ]; then
+  step "6b evaluate: BFCL-v3 multi-turn ($EVAL_LIMIT per category), base vs distilled student"
+  # a short step cap and the response budget the student was trained with keep it in minutes;
+  # drop both flags for BFCL's own rules (20 steps per user turn, 256 tokens)
+  for who in base lopd; do evaluate bfcl-v3 "$who" --limit "$EVAL_LIMIT" --max-turns 8 --max-new-tokens 64 --batch-size 4; done
+  lopd evaluate --compare "$RUN/eval/bfcl-v3-base.json" "$RUN/eval/bfcl-v3-lopd.json"
+fi
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN"

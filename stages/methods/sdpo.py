@@ -17,9 +17,10 @@ Teacher context (per training row, appended to the teacher's first user message 
    reward >= ``success_threshold``, itself excluded, the first qualifier by trajectory id (a
    deterministic order), shown as a solution that worked (``<think>`` blocks removed);
 2. else, for a failed attempt only (reward below the threshold), the environment's feedback on
-   it (``feedback``: "observation" = the last non-empty observation text of the trajectory;
-   "env" = that, else the error details the environment recorded in the trajectory's info;
-   "none" = siblings only, as B.1 describes);
+   it (``feedback``: "env", the default = the last non-empty observation text of the
+   trajectory, else the error details the environment recorded in its info (BFCL single-turn
+   has no observation; its checker's error is the feedback); "observation" = the observation
+   text only (upstream's environment-feedback text); "none" = siblings only, as B.1 describes);
 3. else no context: the row is masked out of the loss (never distilled on an empty context)
    and counted in ``no_context_frac``.
 Texts are clipped to ``max_context_chars``.
@@ -73,7 +74,7 @@ class SDPOOptions(BaseModel):
     k: int = Field(20, ge=1)
     ema_rate: float = Field(0.05, ge=0.0, le=1.0)
     success_threshold: float = Field(1.0, ge=0.0, le=1.0)
-    feedback: Literal["observation", "env", "none"] = "observation"
+    feedback: Literal["observation", "env", "none"] = "env"
     max_context_chars: int = Field(4000, ge=1)
     is_clip: float | None = Field(2.0, gt=0.0)
     alpha: float = Field(1.0, ge=0.0, le=1.0)

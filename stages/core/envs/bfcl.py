@@ -1,8 +1,13 @@
 """BFCL-v3 (Berkeley Function-Calling Leaderboard) as an environment, scored by the `nvidia-bfcl` package.
 
 Splits:
-    train  single-turn categories simple, multiple, parallel, parallel_multiple: one action, scored by
-           BFCL's AST checker (``bfcl.eval_checker.ast_eval.ast_checker``, language Python).
+    train    single-turn categories simple, multiple, parallel, parallel_multiple: one action, scored
+             by BFCL's AST checker (``bfcl.eval_checker.ast_eval.ast_checker``, language Python),
+             less the held-out tasks below.
+    heldout  the held-out single-turn tasks (199 of the 1,000 shipped): those whose id falls in
+             bucket 0 of 5 under :func:`is_heldout` (a sha256 of the id, so the split is fixed and
+             disjoint from ``train``); their Task rows say split ``test``. `lopd evaluate --bench
+             bfcl-single` scores them.
     test   multi-turn categories multi_turn_base, multi_turn_miss_func, multi_turn_miss_param,
            multi_turn_long_context: executed against BFCL's stateful API classes and scored by its
            multi-turn checker (see :mod:`stages.core.envs.bfcl_multi`).
@@ -13,6 +18,7 @@ Actions may use any format :func:`stages.core.toolcalls.parse_tool_calls` reads.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from itertools import chain, zip_longest
 from pathlib import Path
@@ -30,12 +36,18 @@ from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
 from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
 
-__all__ = ["BFCLEnv", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",
-           "single_turn_verdict", "system_prompt", "to_openai_tools"]
+__all__ = ["BFCLEnv", "HELDOUT_RULE", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",
+           "is_heldout", "single_turn_verdict", "system_prompt", "to_openai_tools"]
 
 SINGLE_TURN = ("simple", "multiple", "parallel", "parallel_multiple")
 MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
-SPLITS = {"train": SINGLE_TURN, "test": MULTI_TURN}
+SPLITS = {"train": SINGLE_TURN, "heldout": SINGLE_TURN, "test": MULTI_TURN}
+HELDOUT_RULE = "sha256('lopd-heldout:' + task_id) mod 5 == 0"
+
+
+def is_heldout(task_id: str) -> bool:
+    """Whether a single-turn task is held out from training (:data:`HELDOUT_RULE`; ~1 in 5)."""
+    return int(hashlib.sha256(f"lopd-heldout:{task_id}".encode()).hexdigest(), 16) % 5 == 0
 
 
 def system_prompt(tools: list[dict[str, Any]] | None = None) -> str:
@@ -144,13 +156,19 @@ class BFCLEnv:
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """Tasks of ``split``, categories interleaved round-robin (file order within each), at most ``limit``.
 
+        ``train`` and ``heldout`` divide the single-turn tasks by :func:`is_heldout`.
+
         Raises:
             EnvError: unknown split; missing/malformed data files.
         """
         if split not in SPLITS:
-            raise EnvError(f"bfcl: unknown split {split!r}; choose 'train' or 'test'")
+            raise EnvError(f"bfcl: unknown split {split!r}; choose {', '.join(map(repr, SPLITS))}")
         data_dir = self.data_dir or package_data_dir()
         per_category = [_load_category(data_dir, c) for c in SPLITS[split] if c in self.categories]
+        if split != "test":
+            keep = split == "heldout"
+            per_category = [[t.model_copy(update={"split": "test"}) if keep else t
+                             for t in tasks if is_heldout(t.task_id) == keep] for tasks in per_category]
         tasks = [t for t in chain.from_iterable(zip_longest(*per_category)) if t is not None]
         return tasks[:limit] if limit is not None else tasks
 

@@ -1,0 +1,276 @@
+"""`lopd study`: methods side by side at the same rollout budget, scored on held-out tasks.
+
+A study file (TOML) lists runs: a name, a method (``vanilla`` = the untrained model, or any
+`lopd distill` method), seeds and the run's own distill settings; the ``[distill]`` table holds
+the settings all runs share. Every trained run gets its own copy of the experience store (a
+method's rollouts never feed another's retrieval or reference pool) and the same rollout
+budget (``steps x tasks_per_step x group_size``, checked). The student is evaluated on the held-out
+bench (default ``bfcl-single``: BFCL single-turn tasks never used for training) at generation 0
+(the base model, greedy, once for the study), every ``eval_every`` generations and at the end,
+inside the training process with the run's own rollout engine.
+
+Layout of ``out``::
+
+    study.json               the study's settings (a rerun must match them)
+    vanilla/gen-0.json       the base model's evaluate report (generation 0 of every curve)
+    runs/NAME-seedS/store/   the run's copy of the store; train/ its distill run; evals/gen-G.json
+    runs/NAME-seedS/done.json  the finished run's distill summary
+    results.json, results.csv, table.md, heldout.png, train_reward.png, lopd_dual.png
+
+A killed study resumes: finished runs and written evaluations are reused, an unfinished run
+resumes from its newest checkpoint (an evaluation runs before its step's checkpoint, so a kill
+inside it redoes the step and the evaluation).
+"""
+from __future__ import annotations
+
+import gc
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from rich.console import Console
+
+from stages import distill, evaluate
+from stages.core.inputs import read_utf8
+from stages.core.provenance import git_commit
+from stages.methods import get_method
+from stages.study_report import write_results
+
+VANILLA = "vanilla"
+
+
+class StudyRun(BaseModel):
+    """One entry of the study: ``name`` (a folder-safe label), ``method`` (``vanilla`` or a distill
+    method), ``seeds`` (default: the study's) and ``settings`` (distill settings and method
+    options of this entry, over the study's ``[distill]`` table; e.g. ``{margin = 0}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    method: str = "lopd"
+    seeds: list[int] | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class StudyConfig(BaseModel):
+    """Settings of one `lopd study` (the study file, validated).
+
+    ``store`` is the prepared experience store every trained run starts from (copied);
+    ``composer`` the cold-start composer given to runs whose method takes one (lopd);
+    ``bench`` / ``eval_limit`` / ``eval_max_new_tokens`` / ``eval_batch`` the held-out evaluation
+    (``lopd evaluate`` settings); ``eval_every`` the generations between evaluations (0: at the
+    start and the end only; else a multiple of the rollouts per step); ``score`` the report
+    score the table and plots use (default: ``accuracy``, ``mean`` or ``pass@1``, the first the
+    bench has).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    out: str = "runs/study"
+    env: str = "bfcl"
+    store: str
+    composer: str | None = None
+    bench: str = "bfcl-single"
+    eval_limit: int | None = Field(100, ge=1)
+    eval_every: int = Field(0, ge=0)
+    eval_max_new_tokens: int | None = Field(None, ge=1)
+    eval_batch: int = Field(8, ge=1)
+    score: str | None = None
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    distill: dict[str, Any] = Field(default_factory=dict)
+    runs: list[StudyRun] = Field(min_length=1)
+
+    @field_validator("runs")
+    @classmethod
+    def _unique_names(cls, runs: list[StudyRun]) -> list[StudyRun]:
+        names = [r.name for r in runs]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup:
+            raise ValueError(f"run name {dup!r} is used twice")
+        return runs
+
+    def seeds_of(self, run: StudyRun) -> list[int]:
+        """The seeds ``run`` is trained with (a vanilla entry has one evaluation, seedless)."""
+        return [0] if run.method == VANILLA else (run.seeds or self.seeds)
+
+
+def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
+    """Read and validate a study file (TOML); ``out`` overrides its ``out``.
+
+    Raises:
+        ValueError: unreadable file or invalid settings (one line naming the file and field).
+    """
+    import tomllib
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(read_utf8(path))
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: {err}") from None
+    if out is not None:
+        data["out"] = out
+    try:
+        return StudyConfig.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ValueError(f"{path}: field {where}: {first['msg']}") from None
+
+
+def run_dir(config: StudyConfig, run: StudyRun, seed: int) -> Path:
+    """The folder of one trained (run, seed)."""
+    return Path(config.out) / "runs" / f"{run.name}-seed{seed}"
+
+
+def distill_config(config: StudyConfig, run: StudyRun, seed: int) -> distill.DistillConfig:
+    """The distill settings of one (run, seed): study ``[distill]`` < the run's ``settings``,
+    with the run's own store copy, output folder, seed and a run id fixed by name and seed.
+
+    Raises:
+        ValueError: an unknown setting or option for the run's method (names the run).
+    """
+    folder = run_dir(config, run, seed)
+    values: dict[str, Any] = {**config.distill, **run.settings}
+    method = get_method(run.method)
+    if config.composer and "composer" in method.Options.model_fields:
+        values.setdefault("composer", config.composer)
+    steps_per_eval = config.eval_every // _rollouts_per_step(values) if config.eval_every else None
+    values.setdefault("checkpoint_every", steps_per_eval or values.get("steps", 10))
+    values.update(env=config.env, method=run.method, seed=seed, store=str(folder / "store"),
+                  out=str(folder / "train"), run_id=f"study-{run.name}-seed{seed}",
+                  resume=(folder / "train" / "config.json").is_file())
+    try:
+        return distill.DistillConfig(**values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"study run {run.name!r}: {where + ': ' if where else ''}"
+                         f"{first['msg'].removeprefix('Value error, ')}") from None
+
+
+def _rollouts_per_step(values: dict[str, Any]) -> int:
+    fields = distill.DistillConfig.model_fields
+    return int(values.get("tasks_per_step", fields["tasks_per_step"].default)) * int(
+        values.get("group_size", fields["group_size"].default))
+
+
+def check_budget(config: StudyConfig) -> tuple[int, int]:
+    """Every trained run's (steps, rollouts per step) must be the same; returns them.
+
+    Raises:
+        ValueError: runs with different budgets, or ``eval_every`` not a multiple of the
+            rollouts per step (names the runs and numbers).
+    """
+    budgets = {}
+    for run in config.runs:
+        if run.method != VANILLA:
+            c = distill_config(config, run, config.seeds_of(run)[0])
+            budgets[run.name] = (c.steps, c.tasks_per_step * c.group_size)
+    if len(set(budgets.values())) > 1:
+        shown = ", ".join(f"{n}: {s} steps x {r} rollouts" for n, (s, r) in budgets.items())
+        raise ValueError(f"runs must share the rollout budget (steps x tasks_per_step x group_size): {shown}")
+    steps, per_step = next(iter(budgets.values()), (0, 1))
+    if config.eval_every % per_step:
+        raise ValueError(f"eval_every={config.eval_every} must be a multiple of the {per_step} rollouts per step")
+    return steps, per_step
+
+
+def _eval_config(config: StudyConfig, label: str, out: Path) -> evaluate.EvaluateConfig:
+    data_dir = config.distill.get("data_dir")
+    return evaluate.EvaluateConfig(bench=config.bench, model=label, limit=config.eval_limit, out=str(out),
+                                   data_dir=data_dir, max_new_tokens=config.eval_max_new_tokens,
+                                   batch_size=config.eval_batch)
+
+
+def _evaluate_inside(config: StudyConfig, folder: Path, label: str, console: Console):
+    """The ``on_step`` hook of a trained run: evaluate at every ``eval_every`` and the last step."""
+    def hook(distiller: distill.Distiller, row: dict) -> None:
+        generations, last = row["generations"], row["step"] == distiller.config.steps
+        if not last and not (config.eval_every and generations % config.eval_every == 0):
+            return
+        out = folder / "evals" / f"gen-{generations}.json"
+        if out.is_file():  # written before a kill; the redone step is the same (bit-exact resume)
+            return
+        rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+        evaluate.run(_eval_config(config, f"{label}@{generations}", out), console,
+                     engine=distiller.engine, tokenizer=distiller.student.tokenizer)
+        torch.set_rng_state(rng[0])
+        np.random.set_state(rng[1])
+        random.setstate(rng[2])
+    return hook
+
+
+def _freeze(config: StudyConfig) -> None:
+    """Write ``study.json``, or check a rerun against it (any change is an error)."""
+    path = Path(config.out) / "study.json"
+    current = json.loads(config.model_dump_json())
+    if path.is_file():
+        saved = json.loads(read_utf8(path))
+        changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        if changed:
+            raise ValueError(f"{path}: this study was started with other settings ({', '.join(changed)} "
+                             "differ); use another --out, or restore the study file")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2))
+
+
+def _copy_store(source: Path, dest: Path) -> None:
+    """The run's own copy of the experience store (copied once, then reused on resume)."""
+    if dest.exists():
+        return
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial)
+    partial.rename(dest)
+
+
+def run_study(config: StudyConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run (or resume) every entry of the study, then write the results; returns ``results.json``.
+
+    Raises:
+        ValueError: invalid settings (unequal budgets, unknown options, a changed study).
+        StoreError, EnvError: unusable store or environment.
+    """
+    console = console or Console()
+    out = Path(config.out)
+    if not Path(config.store).exists():
+        raise ValueError(f"store {config.store}: not found (prepare it with lopd collect/index)")
+    steps, per_step = check_budget(config)
+    for run in config.runs:  # every method and option is checked before anything trains
+        for seed in config.seeds_of(run):
+            if run.method != VANILLA:
+                distill_config(config, run, seed)
+    _freeze(config)
+    t0 = time.perf_counter()
+    base = out / VANILLA / "gen-0.json"
+    model = config.distill.get("model", distill.DistillConfig.model_fields["model"].default)
+    if not base.is_file():
+        console.rule("study: the base model (generation 0)")
+        evaluate.run(_eval_config(config, model, base).model_copy(update={"model": model}), console)
+    for run in config.runs:
+        if run.method == VANILLA:
+            continue
+        for seed in config.seeds_of(run):
+            folder = run_dir(config, run, seed)
+            if (folder / "done.json").is_file():
+                console.print(f"study: {run.name} seed {seed} finished earlier, reused")
+                continue
+            console.rule(f"study: {run.name} ({run.method}) seed {seed}: {steps} steps x {per_step} rollouts")
+            _copy_store(Path(config.store), folder / "store")
+            distiller = distill.Distiller(distill_config(config, run, seed), console)
+            report = distiller.fit(on_step=_evaluate_inside(config, folder, f"{run.name}-seed{seed}", console))
+            (folder / "done.json").write_text(report.model_dump_json(indent=2))
+            del distiller
+            gc.collect()
+    results = write_results(config, seconds=time.perf_counter() - t0, commit=git_commit())
+    console.print(results["table_markdown"])
+    console.print(f"study written to {out}: results.json, results.csv, table.md, "
+                  + ", ".join(results["plots"]))
+    return results

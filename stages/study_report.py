@@ -1,0 +1,209 @@
+"""The results of a `lopd study` (:mod:`stages.study`): numbers, the paper-style table and plots.
+
+Everything is read back from the study folder (evaluate reports and the runs' ``metrics.jsonl``),
+so the results can be rewritten at any time from what is on disk:
+
+- ``results.json``: settings, held-out split, every evaluation (run, method, seed, generations,
+  scores, behaviour), every training row (reward, LOPD's Delta and beta), the table rows;
+- ``results.csv``: the evaluations, one per line;
+- ``table.md``: methods x final held-out scores, mean +- sample standard deviation over seeds
+  (min..max), with the behaviour statistics and the binomial noise of one evaluation;
+- ``heldout.png`` (held-out score vs generations), ``train_reward.png`` (training reward vs
+  generations), ``lopd_dual.png`` (LOPD's Delta and beta vs step; only with LOPD runs).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stages.core.inputs import read_utf8
+from stages.core.runs import METRICS_FILE, read_metrics
+
+_SCORES = ("accuracy", "mean", "pass@1", "success_rate")
+_BEHAVIOUR = ("first_step_tokens", "tool_calls_per_step", "mean_steps", "repeated_calls_per_task")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(read_utf8(path))
+
+
+def score_key(config: Any, report: dict[str, Any]) -> str:
+    """The score the table ranks by: ``config.score`` or the first of :data:`_SCORES` the report has.
+
+    Raises:
+        ValueError: the report has no such score (names the scores it has).
+    """
+    scores = report["scores"]
+    key = config.score or next((k for k in _SCORES if k in scores), None)
+    if key not in scores:
+        raise ValueError(f"score {key!r} is not in the {report['bench']} report (it has {', '.join(scores)})")
+    return key
+
+
+def collect_evaluations(config: Any) -> list[dict[str, Any]]:
+    """One record per evaluation: the base model's (as ``vanilla``) and each trained run's."""
+    from stages.study import VANILLA, run_dir
+
+    out = Path(config.out)
+    base = _read(out / VANILLA / "gen-0.json")
+    records = [_record(VANILLA, VANILLA, 0, 0, base)]
+    for run in config.runs:
+        if run.method == VANILLA:
+            continue
+        for seed in config.seeds_of(run):
+            records.append(_record(run.name, run.method, seed, 0, base))
+            evals = sorted((run_dir(config, run, seed) / "evals").glob("gen-*.json"),
+                           key=lambda p: int(p.stem.removeprefix("gen-")))
+            records += [_record(run.name, run.method, seed, int(p.stem.removeprefix("gen-")), _read(p)) for p in evals]
+    return records
+
+
+def _record(name: str, method: str, seed: int, generations: int, report: dict[str, Any]) -> dict[str, Any]:
+    return {"run": name, "method": method, "seed": seed, "generations": generations,
+            "tasks": len(report.get("per_task", [])), **report["scores"],
+            **{k: report["behaviour"].get(k) for k in _BEHAVIOUR}}
+
+
+def collect_training(config: Any) -> list[dict[str, Any]]:
+    """One record per training step of each trained run: reward, success and LOPD's Delta, beta."""
+    from stages.study import VANILLA, run_dir
+
+    rows = []
+    for run in config.runs:
+        if run.method == VANILLA:
+            continue
+        for seed in config.seeds_of(run):
+            for m in read_metrics(run_dir(config, run, seed) / "train" / METRICS_FILE):
+                rows.append({"run": run.name, "method": run.method, "seed": seed, "step": m["step"],
+                             "generations": m["generations"], "reward_mean": m["reward_mean"],
+                             "success_rate": m["success_rate"],
+                             **{k: m[k] for k in ("Delta", "beta", "reverse_kl") if k in m}})
+    return rows
+
+
+def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str, Any]], key: str) -> list[dict]:
+    """Per run: the final evaluation of each seed, summarised over seeds."""
+    rows = []
+    for run in config.runs:
+        mine = [e for e in evals if e["run"] == run.name]
+        if not mine:
+            continue
+        last_gen = max(e["generations"] for e in mine)
+        final = [e for e in mine if e["generations"] == last_gen]
+        scores = [e[key] for e in final]
+        train = [t["reward_mean"] for t in training if t["run"] == run.name]
+        rows.append({"run": run.name, "method": run.method, "seeds": [e["seed"] for e in final],
+                     "generations": last_gen, "score_mean": float(np.mean(scores)),
+                     "score_sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
+                     "score_min": min(scores), "score_max": max(scores),
+                     "train_reward": float(np.mean(train)) if train else None,
+                     **{k: float(np.mean([e[k] for e in final if e.get(k) is not None] or [0.0])) for k in _BEHAVIOUR}})
+    return rows
+
+
+def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: float, budget: str) -> str:
+    """The paper-style table with its caption lines."""
+    noise = math.sqrt(max(base_score * (1 - base_score), 1e-12) / max(tasks, 1))
+    lines = [f"Held-out {config.bench} ({tasks} tasks), score `{key}` after the run's last step; "
+             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.",
+             f"One evaluation's binomial standard error at the base model's score: ±{noise:.3f}.", "",
+             f"| run | method | seeds | generations | held-out {key} | vs vanilla | train reward | "
+             "first-step tokens | tool calls/step | repeated calls/task |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        spread = f" ± {r['score_sd']:.3f} ({r['score_min']:.3f}..{r['score_max']:.3f})" if r["score_sd"] is not None else ""
+        train = "-" if r["train_reward"] is None else f"{r['train_reward']:.3f}"
+        lines.append(f"| {r['run']} | {r['method']} | {len(r['seeds'])} | {r['generations']} | "
+                     f"{r['score_mean']:.3f}{spread} | {r['score_mean'] - base_score:+.3f} | {train} | "
+                     f"{r['first_step_tokens']:.1f} | {r['tool_calls_per_step']:.2f} | "
+                     f"{r['repeated_calls_per_task']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot_curves(path: Path, records: list[dict], x: str, y: str, ylabel: str, title: str) -> None:
+    """Mean over seeds per run (line) with the min..max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name in dict.fromkeys(r["run"] for r in records):
+        mine = [r for r in records if r["run"] == name and r.get(y) is not None]
+        xs = sorted({r[x] for r in mine})
+        by_x = [[r[y] for r in mine if r[x] == v] for v in xs]
+        line, = ax.plot(xs, [np.mean(v) for v in by_x], marker="o", label=name)
+        ax.fill_between(xs, [min(v) for v in by_x], [max(v) for v in by_x], color=line.get_color(), alpha=0.15)
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_results(config: Any, seconds: float, commit: str | None) -> dict[str, Any]:
+    """Write results.json, results.csv, table.md and the plots into ``config.out``; returns the results."""
+    from stages.core.envs.bfcl import HELDOUT_RULE
+    from stages.study import VANILLA, check_budget
+
+    out = Path(config.out)
+    base = _read(out / VANILLA / "gen-0.json")
+    key = score_key(config, base)
+    evals, training = collect_evaluations(config), collect_training(config)
+    rows = table_rows(config, evals, training, key)
+    steps, per_step = check_budget(config)
+    budget = f"{steps} steps x {per_step} rollouts = {steps * per_step} generations"
+    table = markdown(config, rows, key, len(base.get("per_task", [])), base["scores"][key], budget)
+    split = {"bench": config.bench, "tasks": [t["task_id"] for t in base.get("per_task", [])]}
+    if config.bench == "bfcl-single":
+        split["rule"] = f"held out: {HELDOUT_RULE}; train: the other single-turn tasks"
+    plots = ["heldout.png", "train_reward.png"]
+    _plot_curves(out / "heldout.png", evals, "generations", key, f"held-out {key}", f"{config.bench}: held-out score")
+    if training:
+        _plot_curves(out / "train_reward.png", training, "generations", "reward_mean", "training reward",
+                     "training reward (mean over the step's rollouts)")
+    lopd = [t for t in training if "Delta" in t]
+    if lopd:
+        plots.append("lopd_dual.png")
+        _plot_dual(out / "lopd_dual.png", lopd)
+    results = {"settings": json.loads(config.model_dump_json()), "score": key, "split": split,
+               "budget": budget, "evaluations": evals, "training": training, "table": rows,
+               "table_markdown": table, "plots": plots, "git_commit": commit, "seconds": seconds}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    columns = list(dict.fromkeys(k for e in evals for k in e))
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(evals)
+    (out / "table.md").write_text(table)
+    return results
+
+
+def _plot_dual(path: Path, rows: list[dict]) -> None:
+    """LOPD's privileged margin Delta and dual variable beta per step, one line per run and seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    for name, seed in dict.fromkeys((r["run"], r["seed"]) for r in rows):
+        mine = [r for r in rows if r["run"] == name and r["seed"] == seed]
+        a.plot([r["step"] for r in mine], [r["Delta"] for r in mine], marker="o", label=f"{name} s{seed}")
+        b.plot([r["step"] for r in mine], [r["beta"] for r in mine], marker="o", label=f"{name} s{seed}")
+    for ax, name in ((a, "Delta (teacher - student log-prob margin)"), (b, "beta (dual variable)")):
+        ax.set_xlabel("step")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

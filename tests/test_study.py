@@ -1,0 +1,168 @@
+"""`lopd study` end to end on the tiny model: vanilla + LOPD + GRPO (two seeds) trained on the toy
+environment of tests/test_distill.py and evaluated on 4 held-out BFCL single-turn tasks; a study
+killed with SIGKILL in the middle of a run resumes to the same results as one never killed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lopd_cli.main import app
+from stages import study
+from stages.core.envs import make_env
+from stages.core.envs.bfcl import is_heldout
+from tests.test_coldstart import one_thread  # noqa: F401 (fixture: bit-exact runs need one thread in and out of process)
+from tests.test_distill import ENV, _hash_embedder, assets  # noqa: F401 (fixtures; registers the toy env)
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+DRIVER = """
+import sys
+sys.path.insert(0, {root!r})
+import stages.distill as d
+from tests.test_distill import HashEmbedder
+d.load_embedder = lambda name=None, **kw: HashEmbedder()
+from stages import study
+study.run_study(study.load_study(sys.argv[1]))
+"""
+
+
+def write_study(assets, folder: Path, **extra_grpo) -> Path:
+    model_dir, composer_dir, store = assets
+    grpo = "".join(f"\n{k} = {json.dumps(v)}" for k, v in extra_grpo.items())
+    text = f"""
+out = "{folder / 'study'}"
+env = "{ENV}"
+store = "{store}"
+composer = "{composer_dir}"
+bench = "bfcl-single"
+eval_limit = 4
+eval_every = 4
+eval_max_new_tokens = 8
+
+[distill]
+model = "{model_dir}"
+steps = 2
+tasks_per_step = 2
+group_size = 2
+max_new_tokens = 8
+temperature = 1.0
+lr = 1e-2
+student_lora_rank = 4
+micro_batch = 2
+max_len = 256
+
+[[runs]]
+name = "vanilla"
+method = "vanilla"
+
+[[runs]]
+name = "lopd"
+method = "lopd"
+settings = {{J = 2, K = 4, M = 5}}
+
+[[runs]]
+name = "grpo"
+method = "grpo"
+seeds = [0, 1]
+settings = {{{", ".join(f"{k} = {json.dumps(v)}" for k, v in extra_grpo.items())}}}
+"""
+    path = folder / "study.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def straight(assets, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("study-straight")
+    result = runner.invoke(app, ["study", "--config", str(write_study(assets, folder))])
+    assert result.exit_code == 0, result.output
+    return folder / "study"
+
+
+def _results(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())
+
+
+def test_study_writes_results_table_and_plots(straight):
+    results = _results(straight)
+    gens = {(e["run"], e["seed"]): [] for e in results["evaluations"]}
+    for e in results["evaluations"]:
+        gens[(e["run"], e["seed"])].append(e["generations"])
+    assert gens == {("vanilla", 0): [0], ("lopd", 0): [0, 4, 8], ("grpo", 0): [0, 4, 8], ("grpo", 1): [0, 4, 8]}
+    assert all(e["tasks"] == 4 and 0.0 <= e["accuracy"] <= 1.0 for e in results["evaluations"])
+    assert results["budget"] == "2 steps x 4 rollouts = 8 generations"
+    # the held-out split is written down and never overlaps training
+    split = results["split"]
+    train_ids = {t.task_id for t in make_env("bfcl").tasks("train")}
+    assert len(split["tasks"]) == 4 and all(is_heldout(t) and t not in train_ids for t in split["tasks"])
+    assert "sha256" in split["rule"]
+    # training rows: every step of every (run, seed), LOPD's with its Delta and beta
+    steps = sorted((t["run"], t["seed"], t["step"]) for t in results["training"])
+    assert steps == sorted((r, s, k) for r, s in (("lopd", 0), ("grpo", 0), ("grpo", 1)) for k in (1, 2))
+    assert all("beta" in t for t in results["training"] if t["run"] == "lopd")
+    rows = {r["run"]: r for r in results["table"]}
+    assert rows["grpo"]["seeds"] == [0, 1] and rows["grpo"]["score_sd"] is not None
+    assert rows["lopd"]["score_sd"] is None and rows["vanilla"]["generations"] == 0
+    table = (straight / "table.md").read_text()
+    assert all(f"| {name} | " in table for name in ("vanilla", "lopd", "grpo"))
+    csv_lines = (straight / "results.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + len(results["evaluations"]) and csv_lines[0].startswith("run,method,seed,generations")
+    for png in ("heldout.png", "train_reward.png", "lopd_dual.png"):
+        assert (straight / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rerun_reuses_everything(straight, assets):
+    folder = straight.parent
+    before = {p: p.stat().st_mtime_ns for p in straight.glob("runs/*/evals/*.json")}
+    result = runner.invoke(app, ["study", "--config", str(folder / "study.toml")])
+    assert result.exit_code == 0, result.output
+    assert "finished earlier, reused" in result.output and "steps 1..2" not in result.output
+    assert {p: p.stat().st_mtime_ns for p in straight.glob("runs/*/evals/*.json")} == before
+
+
+def test_killed_study_resumes_to_the_same_results(straight, assets, tmp_path):
+    config = write_study(assets, tmp_path)
+    out = tmp_path / "study"
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=str(ROOT)), str(config)],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    metrics = out / "runs" / "grpo-seed0" / "train" / "metrics.jsonl"
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        if metrics.is_file() and metrics.read_text().strip():  # lopd done, grpo seed 0 mid-run
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    assert not (out / "results.json").exists()
+    result = runner.invoke(app, ["study", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "lopd seed 0 finished earlier, reused" in result.output
+    mine, theirs = _results(out), _results(straight)
+    assert mine["evaluations"] == theirs["evaluations"]
+    assert mine["training"] == theirs["training"] and mine["table"] == theirs["table"]
+
+
+def test_unequal_budgets_and_unknown_options_are_one_line_errors(assets, tmp_path):
+    result = runner.invoke(app, ["study", "--config", str(write_study(assets, tmp_path, steps=3))])
+    assert result.exit_code == 2
+    assert "share the rollout budget" in result.output and "grpo: 3 steps x 4 rollouts" in result.output
+    result = runner.invoke(app, ["study", "--config", str(write_study(assets, tmp_path, margin=0.1))])
+    assert result.exit_code == 2 and "study run 'grpo'" in result.output and "margin" in result.output
+    assert not (tmp_path / "study" / "study.json").exists()  # nothing was started
+
+
+def test_study_file_errors_name_the_field(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_text('store = "x"\nruns = [{name = "a b"}]\n')
+    with pytest.raises(ValueError, match=r"s.toml: field runs.0.name"):
+        study.load_study(bad)
