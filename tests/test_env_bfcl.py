@@ -256,12 +256,23 @@ def test_bad_multi_turn_entry_names_file_and_field(tmp_path):
 
 def test_single_turn_accepts_underscored_dotted_names():
     env = make_env("bfcl", categories=["simple"])
-    task = env.tasks("train", limit=2)[1]
-    assert task.meta["function"][0]["name"] == "math.factorial"
+    task = env.tasks("heldout", limit=1)[0]  # simple_1: held out from train (stages.core.envs.bfcl.is_heldout)
+    assert task.task_id == "simple_1" and task.meta["function"][0]["name"] == "math.factorial"
     env.reset(task)
     assert env.step('<tool_call>{"name": "math_factorial", "arguments": {"number": 5}}</tool_call>').reward == 1.0
     env.reset(task)
     assert env.step("[math.factorial(number=6)]").reward == 0.0
+
+
+def test_heldout_split_is_disjoint_from_train_and_fixed():
+    env = make_env("bfcl")
+    train, heldout = env.tasks("train"), env.tasks("heldout")
+    assert len(train) + len(heldout) == 1000 and len(heldout) == 199
+    assert not {t.task_id for t in train} & {t.task_id for t in heldout}
+    assert all(t.split == "test" for t in heldout) and all(t.split == "train" for t in train)
+    assert [t.task_id for t in heldout[:4]] == ["simple_1", "multiple_8", "parallel_7", "parallel_multiple_9"]
+    with pytest.raises(EnvError, match="unknown split 'dev'"):
+        env.tasks("dev")
 
 
 def test_reference_actions_are_single_turn_only():

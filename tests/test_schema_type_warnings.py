@@ -36,7 +36,7 @@ def test_bfcl_single_turn_file_with_unknown_type_warns_once(tmp_path, caplog):
         "q": {"type": "quaternion", "description": "x"}, "axis": {"type": "array", "items": {"type": "vec3"}},
         "angle": {"type": "float"}}}}
     entries = [{"id": f"simple_{i}", "question": [[{"role": "user", "content": "rotate"}]], "function": [function]}
-               for i in range(2)]
+               for i in (0, 2)]  # both train ids (simple_1 is held out)
     (tmp_path / "BFCL_v3_simple.json").write_text("".join(json.dumps(e) + "\n" for e in entries))
     (tmp_path / "possible_answer" / "BFCL_v3_simple.json").write_text(
         "".join(json.dumps({"id": e["id"], "ground_truth": [{"rotate": {"q": [1]}}]}) + "\n" for e in entries))
