@@ -141,7 +141,7 @@ def distill_config(config: StudyConfig, run: StudyRun, seed: int) -> distill.Dis
     if config.composer and "composer" in method.Options.model_fields:
         values.setdefault("composer", config.composer)
     steps_per_eval = config.eval_every // _rollouts_per_step(values) if config.eval_every else None
-    values.setdefault("checkpoint_every", steps_per_eval or values.get("steps", 10))
+    values.setdefault("checkpoint_every", steps_per_eval or 1)  # a killed study loses at most one step
     values.update(env=config.env, method=run.method, seed=seed, store=str(folder / "store"),
                   out=str(folder / "train"), run_id=f"study-{run.name}-seed{seed}",
                   resume=(folder / "train" / "config.json").is_file())
