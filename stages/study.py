@@ -27,7 +27,6 @@ import gc
 import json
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -207,12 +206,12 @@ def _evaluate_inside(config: StudyConfig, folder: Path, label: str, console: Con
 
 
 def _freeze(config: StudyConfig) -> None:
-    """Write ``study.json``, or check a rerun against it (any change is an error)."""
+    """Write ``study.json``, or check a rerun against it (any change but ``out`` is an error)."""
     path = Path(config.out) / "study.json"
     current = json.loads(config.model_dump_json())
     if path.is_file():
         saved = json.loads(read_utf8(path))
-        changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        changed = sorted(k for k in set(saved) | set(current) if k != "out" and saved.get(k) != current.get(k))
         if changed:
             raise ValueError(f"{path}: this study was started with other settings ({', '.join(changed)} "
                              "differ); use another --out, or restore the study file")
@@ -231,15 +230,24 @@ def _copy_store(source: Path, dest: Path) -> None:
     partial.rename(dest)
 
 
-def run_study(config: StudyConfig, console: Console | None = None) -> dict[str, Any]:
+def run_study(config: StudyConfig, console: Console | None = None, report_only: bool = False) -> dict[str, Any]:
     """Run (or resume) every entry of the study, then write the results; returns ``results.json``.
 
+    With ``report_only`` nothing is trained or evaluated: the results are written from what the
+    study folder holds (unfinished runs show as pending).
+
     Raises:
-        ValueError: invalid settings (unequal budgets, unknown options, a changed study).
+        ValueError: invalid settings (unequal budgets, unknown options, a changed study), or
+            ``report_only`` before the base model was evaluated.
         StoreError, EnvError: unusable store or environment.
     """
     console = console or Console()
     out = Path(config.out)
+    if report_only:
+        if not (out / VANILLA / "gen-0.json").is_file():
+            raise ValueError(f"{out}: no study results yet (the base model's evaluation is missing)")
+        _freeze(config)
+        return _report(config, console)
     if not Path(config.store).exists():
         raise ValueError(f"store {config.store}: not found (prepare it with lopd collect/index)")
     steps, per_step = check_budget(config)
@@ -248,7 +256,6 @@ def run_study(config: StudyConfig, console: Console | None = None) -> dict[str, 
             if run.method != VANILLA:
                 distill_config(config, run, seed)
     _freeze(config)
-    t0 = time.perf_counter()
     base = out / VANILLA / "gen-0.json"
     model = config.distill.get("model", distill.DistillConfig.model_fields["model"].default)
     if not base.is_file():
@@ -269,7 +276,12 @@ def run_study(config: StudyConfig, console: Console | None = None) -> dict[str, 
             (folder / "done.json").write_text(report.model_dump_json(indent=2))
             del distiller
             gc.collect()
-    results = write_results(config, seconds=time.perf_counter() - t0, commit=git_commit())
+    return _report(config, console)
+
+
+def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
+    out = Path(config.out)
+    results = write_results(config, commit=git_commit())
     console.print(results["table_markdown"])
     console.print(f"study written to {out}: results.json, results.csv, table.md, "
                   + ", ".join(results["plots"]))

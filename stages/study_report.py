@@ -56,6 +56,8 @@ def collect_evaluations(config: Any) -> list[dict[str, Any]]:
         if run.method == VANILLA:
             continue
         for seed in config.seeds_of(run):
+            if not run_dir(config, run, seed).is_dir():  # not started yet
+                continue
             records.append(_record(run.name, run.method, seed, 0, base))
             evals = sorted((run_dir(config, run, seed) / "evals").glob("gen-*.json"),
                            key=lambda p: int(p.stem.removeprefix("gen-")))
@@ -87,17 +89,24 @@ def collect_training(config: Any) -> list[dict[str, Any]]:
 
 
 def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str, Any]], key: str) -> list[dict]:
-    """Per run: the final evaluation of each seed, summarised over seeds."""
+    """Per run: the final evaluation of each FINISHED seed (``done.json``), summarised over
+    seeds; the seeds still to train or evaluate are listed as ``pending``."""
+    from stages.study import VANILLA, run_dir
+
     rows = []
     for run in config.runs:
-        mine = [e for e in evals if e["run"] == run.name]
+        done = [s for s in config.seeds_of(run)
+                if run.method == VANILLA or (run_dir(config, run, s) / "done.json").is_file()]
+        pending = [s for s in config.seeds_of(run) if s not in done]
+        mine = [e for e in evals if e["run"] == run.name and e["seed"] in done]
         if not mine:
+            rows.append({"run": run.name, "method": run.method, "seeds": [], "pending": pending})
             continue
         last_gen = max(e["generations"] for e in mine)
         final = [e for e in mine if e["generations"] == last_gen]
         scores = [e[key] for e in final]
-        train = [t["reward_mean"] for t in training if t["run"] == run.name]
-        rows.append({"run": run.name, "method": run.method, "seeds": [e["seed"] for e in final],
+        train = [t["reward_mean"] for t in training if t["run"] == run.name and t["seed"] in done]
+        rows.append({"run": run.name, "method": run.method, "seeds": [e["seed"] for e in final], "pending": pending,
                      "generations": last_gen, "score_mean": float(np.mean(scores)),
                      "score_sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
                      "score_min": min(scores), "score_max": max(scores),
@@ -116,9 +125,13 @@ def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: fl
              "first-step tokens | tool calls/step | repeated calls/task |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if not r["seeds"]:
+            lines.append(f"| {r['run']} | {r['method']} | 0 | - | pending (seeds {r['pending']}) | | | | | |")
+            continue
         spread = f" ± {r['score_sd']:.3f} ({r['score_min']:.3f}..{r['score_max']:.3f})" if r["score_sd"] is not None else ""
         train = "-" if r["train_reward"] is None else f"{r['train_reward']:.3f}"
-        lines.append(f"| {r['run']} | {r['method']} | {len(r['seeds'])} | {r['generations']} | "
+        more = f" (+{len(r['pending'])} pending)" if r["pending"] else ""
+        lines.append(f"| {r['run']} | {r['method']} | {len(r['seeds'])}{more} | {r['generations']} | "
                      f"{r['score_mean']:.3f}{spread} | {r['score_mean'] - base_score:+.3f} | {train} | "
                      f"{r['first_step_tokens']:.1f} | {r['tool_calls_per_step']:.2f} | "
                      f"{r['repeated_calls_per_task']:.2f} |")
@@ -149,19 +162,27 @@ def _plot_curves(path: Path, records: list[dict], x: str, y: str, ylabel: str, t
     plt.close(fig)
 
 
-def write_results(config: Any, seconds: float, commit: str | None) -> dict[str, Any]:
-    """Write results.json, results.csv, table.md and the plots into ``config.out``; returns the results."""
+def write_results(config: Any, commit: str | None) -> dict[str, Any]:
+    """Write results.json, results.csv, table.md and the plots into ``config.out``; returns the results.
+
+    ``seconds`` in the results = the base model's evaluation + each finished run's wall time
+    (training with its evaluations; of its last invocation when it was resumed).
+    """
     from stages.core.envs.bfcl import HELDOUT_RULE
-    from stages.study import VANILLA, check_budget
+    from stages.study import VANILLA, check_budget, run_dir
 
     out = Path(config.out)
     base = _read(out / VANILLA / "gen-0.json")
     key = score_key(config, base)
     evals, training = collect_evaluations(config), collect_training(config)
     rows = table_rows(config, evals, training, key)
+    seconds = base.get("seconds", 0.0) + sum(
+        json.loads(read_utf8(p))["seconds"] for run in config.runs if run.method != VANILLA
+        for p in (run_dir(config, run, s) / "done.json" for s in config.seeds_of(run)) if p.is_file())
     steps, per_step = check_budget(config)
     budget = f"{steps} steps x {per_step} rollouts = {steps * per_step} generations"
     table = markdown(config, rows, key, len(base.get("per_task", [])), base["scores"][key], budget)
+    table += f"\nWall time of the finished parts: {seconds / 60:.0f} min.\n"
     split = {"bench": config.bench, "tasks": [t["task_id"] for t in base.get("per_task", [])]}
     if config.bench == "bfcl-single":
         split["rule"] = f"held out: {HELDOUT_RULE}; train: the other single-turn tasks"

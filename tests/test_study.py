@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -126,6 +127,21 @@ def test_rerun_reuses_everything(straight, assets):
     assert result.exit_code == 0, result.output
     assert "finished earlier, reused" in result.output and "steps 1..2" not in result.output
     assert {p: p.stat().st_mtime_ns for p in straight.glob("runs/*/evals/*.json")} == before
+
+
+def test_report_only_shows_unfinished_seeds_as_pending(straight, tmp_path):
+    copy = tmp_path / "study"
+    shutil.copytree(straight, copy)
+    (copy / "runs" / "grpo-seed1" / "done.json").unlink()
+    config = straight.parent / "study.toml"
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(copy), "--report-only"])
+    assert result.exit_code == 0, result.output
+    rows = {r["run"]: r for r in _results(copy)["table"]}
+    assert rows["grpo"]["seeds"] == [0] and rows["grpo"]["pending"] == [1] and rows["grpo"]["score_sd"] is None
+    assert "| grpo | grpo | 1 (+1 pending) |" in (copy / "table.md").read_text()
+    empty = tmp_path / "empty"
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(empty), "--report-only"])
+    assert result.exit_code == 2 and "no study results yet" in result.output
 
 
 def test_killed_study_resumes_to_the_same_results(straight, assets, tmp_path):
