@@ -260,7 +260,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     model = config.distill.get("model", distill.DistillConfig.model_fields["model"].default)
     if not base.is_file():
         console.rule("study: the base model (generation 0)")
-        evaluate.run(_eval_config(config, model, base).model_copy(update={"model": model}), console)
+        evaluate.run(_eval_config(config, model, base), console)
     for run in config.runs:
         if run.method == VANILLA:
             continue
