@@ -117,10 +117,14 @@ def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str
 
 def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: float, budget: str) -> str:
     """The paper-style table with its caption lines."""
-    noise = math.sqrt(max(base_score * (1 - base_score), 1e-12) / max(tasks, 1))
+    n = max(tasks, 1)
+    if 0 < base_score < 1:
+        noise = f"One evaluation's binomial standard error at the base model's score: ±{math.sqrt(base_score * (1 - base_score) / n):.3f}."
+    else:  # the standard error is 0 at 0 or 1: give the rule-of-three 95% bound instead
+        noise = (f"The base model scores {base_score:.3f}: with {tasks} tasks a true rate up to 3/{tasks} = "
+                 f"{3 / n:.3f} is consistent with that (95%, rule of three).")
     lines = [f"Held-out {config.bench} ({tasks} tasks), score `{key}` after the run's last step; "
-             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.",
-             f"One evaluation's binomial standard error at the base model's score: ±{noise:.3f}.", "",
+             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.", noise, "",
              f"| run | method | seeds | generations | held-out {key} | vs vanilla | train reward | "
              "first-step tokens | tool calls/step | repeated calls/task |",
              "|---|---|---|---|---|---|---|---|---|---|"]
