@@ -247,7 +247,7 @@ def evaluate(
 @app.command()
 @friendly
 def study(
-    config: str = typer.Option(..., "--config", help="Study file (TOML): store, bench, seeds, [distill] shared settings and [[runs]] (name, method, seeds, settings). See examples/study/."),
+    config: str = typer.Option(..., "--config", help="Study file (TOML): store, bench, seeds, a `distill` table of shared settings and `runs` entries (name, method, seeds, settings). See examples/study/."),
     out: Optional[str] = typer.Option(None, "--out", help="Study folder (default: the file's `out`, else runs/study)."),
     report_only: bool = typer.Option(False, "--report-only", help="Train and evaluate nothing: write the results of what the study folder holds (unfinished runs show as pending)."),
 ) -> None:
