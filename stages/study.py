@@ -39,7 +39,6 @@ from stages import distill, evaluate
 from stages.core.inputs import read_utf8
 from stages.core.provenance import git_commit
 from stages.methods import get_method
-from stages.study_report import write_results
 
 VANILLA = "vanilla"
 
@@ -125,6 +124,16 @@ def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
 def run_dir(config: StudyConfig, run: StudyRun, seed: int) -> Path:
     """The folder of one trained (run, seed)."""
     return Path(config.out) / "runs" / f"{run.name}-seed{seed}"
+
+
+def done_file(config: StudyConfig, run: StudyRun, seed: int) -> Path:
+    """The distill summary a finished (run, seed) leaves; its presence marks the run finished."""
+    return run_dir(config, run, seed) / "done.json"
+
+
+def base_report(config: StudyConfig) -> Path:
+    """The base model's evaluate report: generation 0 of every curve."""
+    return Path(config.out) / VANILLA / "gen-0.json"
 
 
 def distill_config(config: StudyConfig, run: StudyRun, seed: int) -> distill.DistillConfig:
@@ -244,7 +253,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     console = console or Console()
     out = Path(config.out)
     if report_only:
-        if not (out / VANILLA / "gen-0.json").is_file():
+        if not base_report(config).is_file():
             raise ValueError(f"{out}: no study results yet (the base model's evaluation is missing)")
         _freeze(config)
         return _report(config, console)
@@ -256,7 +265,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
             if run.method != VANILLA:
                 distill_config(config, run, seed)
     _freeze(config)
-    base = out / VANILLA / "gen-0.json"
+    base = base_report(config)
     model = config.distill.get("model", distill.DistillConfig.model_fields["model"].default)
     if not base.is_file():
         console.rule("study: the base model (generation 0)")
@@ -266,20 +275,22 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
             continue
         for seed in config.seeds_of(run):
             folder = run_dir(config, run, seed)
-            if (folder / "done.json").is_file():
+            if done_file(config, run, seed).is_file():
                 console.print(f"study: {run.name} seed {seed} finished earlier, reused")
                 continue
             console.rule(f"study: {run.name} ({run.method}) seed {seed}: {steps} steps x {per_step} rollouts")
             _copy_store(Path(config.store), folder / "store")
             distiller = distill.Distiller(distill_config(config, run, seed), console)
             report = distiller.fit(on_step=_evaluate_inside(config, folder, f"{run.name}-seed{seed}", console))
-            (folder / "done.json").write_text(report.model_dump_json(indent=2))
+            done_file(config, run, seed).write_text(report.model_dump_json(indent=2))
             del distiller
             gc.collect()
     return _report(config, console)
 
 
 def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
+    from stages.study_report import write_results  # it reads the study's layout from this module
+
     out = Path(config.out)
     results = write_results(config, commit=git_commit())
     console.print(results["table_markdown"])

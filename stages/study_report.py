@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from stages.core.envs.bfcl import HELDOUT_RULE
 from stages.core.inputs import read_utf8
 from stages.core.runs import METRICS_FILE, read_metrics
+from stages.study import VANILLA, base_report, check_budget, done_file, run_dir
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")
 _BEHAVIOUR = ("first_step_tokens", "tool_calls_per_step", "mean_steps", "repeated_calls_per_task")
@@ -47,10 +49,7 @@ def score_key(config: Any, report: dict[str, Any]) -> str:
 
 def collect_evaluations(config: Any) -> list[dict[str, Any]]:
     """One record per evaluation: the base model's (as ``vanilla``) and each trained run's."""
-    from stages.study import VANILLA, run_dir
-
-    out = Path(config.out)
-    base = _read(out / VANILLA / "gen-0.json")
+    base = _read(base_report(config))
     records = [_record(VANILLA, VANILLA, 0, 0, base)]
     for run in config.runs:
         if run.method == VANILLA:
@@ -59,9 +58,8 @@ def collect_evaluations(config: Any) -> list[dict[str, Any]]:
             if not run_dir(config, run, seed).is_dir():  # not started yet
                 continue
             records.append(_record(run.name, run.method, seed, 0, base))
-            evals = sorted((run_dir(config, run, seed) / "evals").glob("gen-*.json"),
-                           key=lambda p: int(p.stem.removeprefix("gen-")))
-            records += [_record(run.name, run.method, seed, int(p.stem.removeprefix("gen-")), _read(p)) for p in evals]
+            evals = {int(p.stem.removeprefix("gen-")): p for p in (run_dir(config, run, seed) / "evals").glob("gen-*.json")}
+            records += [_record(run.name, run.method, seed, gen, _read(evals[gen])) for gen in sorted(evals)]
     return records
 
 
@@ -73,8 +71,6 @@ def _record(name: str, method: str, seed: int, generations: int, report: dict[st
 
 def collect_training(config: Any) -> list[dict[str, Any]]:
     """One record per training step of each trained run: reward, success and LOPD's Delta, beta."""
-    from stages.study import VANILLA, run_dir
-
     rows = []
     for run in config.runs:
         if run.method == VANILLA:
@@ -91,12 +87,10 @@ def collect_training(config: Any) -> list[dict[str, Any]]:
 def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str, Any]], key: str) -> list[dict]:
     """Per run: the final evaluation of each FINISHED seed (``done.json``), summarised over
     seeds; the seeds still to train or evaluate are listed as ``pending``."""
-    from stages.study import VANILLA, run_dir
-
     rows = []
     for run in config.runs:
         done = [s for s in config.seeds_of(run)
-                if run.method == VANILLA or (run_dir(config, run, s) / "done.json").is_file()]
+                if run.method == VANILLA or done_file(config, run, s).is_file()]
         pending = [s for s in config.seeds_of(run) if s not in done]
         mine = [e for e in evals if e["run"] == run.name and e["seed"] in done]
         if not mine:
@@ -172,17 +166,14 @@ def write_results(config: Any, commit: str | None) -> dict[str, Any]:
     ``seconds`` in the results = the base model's evaluation + each finished run's wall time
     (training with its evaluations; of its last invocation when it was resumed).
     """
-    from stages.core.envs.bfcl import HELDOUT_RULE
-    from stages.study import VANILLA, check_budget, run_dir
-
     out = Path(config.out)
-    base = _read(out / VANILLA / "gen-0.json")
+    base = _read(base_report(config))
     key = score_key(config, base)
     evals, training = collect_evaluations(config), collect_training(config)
     rows = table_rows(config, evals, training, key)
     seconds = base.get("seconds", 0.0) + sum(
         json.loads(read_utf8(p))["seconds"] for run in config.runs if run.method != VANILLA
-        for p in (run_dir(config, run, s) / "done.json" for s in config.seeds_of(run)) if p.is_file())
+        for p in (done_file(config, run, s) for s in config.seeds_of(run)) if p.is_file())
     steps, per_step = check_budget(config)
     budget = f"{steps} steps x {per_step} rollouts = {steps * per_step} generations"
     table = markdown(config, rows, key, len(base.get("per_task", [])), base["scores"][key], budget)

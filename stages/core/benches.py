@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from schemas import Task, Trajectory
 from stages.core.envs import EnvError, make_env
-from stages.core.envs.bfcl import SINGLE_TURN
+from stages.core.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
 from stages.core.envs.livecodebench import RELEASE_WINDOWS
 from stages.core.inputs import hub_dataset_id
 
@@ -152,8 +152,6 @@ def _bfcl_score(_config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[d
 
 
 def _bfcl_single_prepare(config: Any) -> BenchRun:
-    from stages.core.envs.bfcl import HELDOUT_RULE
-
     data = _data_dir(config)
     factory = lambda: make_env("bfcl", data_dir=data, categories=list(SINGLE_TURN))  # noqa: E731
     env = factory()
