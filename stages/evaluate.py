@@ -30,6 +30,7 @@ from rich.table import Table
 from schemas import Trajectory
 from stages.core import isolation
 from stages.core.benches import BENCHES
+from stages.core.envs import EnvError
 from stages.core.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
@@ -151,6 +152,12 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
             bar.update(job, advance=1, reward=sum(t.reward for t in trajs) / len(trajs))
     trajs.sort(key=lambda t: order.get(t.task_id, len(order)))
     scores, extras = bench.score(config, prepared, trajs)
+    if bench.reference_nll and hasattr(engine, "model"):
+        nll = reference_nll(engine.model, getattr(engine, "adapter", None), tokenizer, prepared, trajs)
+        if nll:
+            scores["reference_nll"] = sum(nll.values()) / len(nll)
+        for task_id, value in nll.items():
+            extras.setdefault(task_id, {})["reference_nll"] = value
     finished = datetime.now(timezone.utc)
     report = {
         "bench": config.bench,
@@ -171,6 +178,72 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     console.print(report_table(report))
     console.print(f"report written to {out}")
     return report
+
+
+def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any, trajs: list[Trajectory],
+                  batch_size: int = 2) -> dict[str, float]:
+    """Per task: the mean negative log-likelihood (nats per token) of its verified reference action
+    under the evaluated model, teacher-forced after the exact prompt the model was given.
+
+    A graded held-out measure that moves before accuracy does: a model that never answers in the
+    call format scores 0 on every task, yet training that makes the right call more likely lowers
+    this number. The prompt is the trajectory's recorded first-turn ``context_ids``; the target is
+    the environment's reference action tokenized as a reference rollout is (its text, then the eos
+    id, so the model is also scored on ending its turn there).
+
+    Args:
+        model: the causal LM the bench was played with (peft or plain); ``adapter`` the peft
+            adapter it generated with (None: the model as it is).
+        tokenizer: its tokenizer; prepared: the bench's tasks and environment factory;
+        trajs: the played trajectories (one per task).
+        batch_size: sequences per forward pass.
+
+    Returns:
+        ``{task_id: nll}``; tasks without a reference, a recorded prompt or any reference token
+        are left out.
+    """
+    import torch
+
+    from stages.core.composer import adapter_scope
+
+    tasks = {t.task_id: t for t in prepared.tasks}
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    rows: list[tuple[str, list[int], list[int]]] = []
+    env = prepared.env_factory()
+    try:
+        for traj in trajs:
+            task = tasks.get(traj.task_id)
+            if task is None or not traj.turns or not traj.turns[0].context_ids:
+                continue
+            try:
+                refs = env.reference_actions(task)
+            except (EnvError, ValueError):  # a task without a usable reference is not scored
+                continue
+            target = tokenizer(refs[0], add_special_tokens=False)["input_ids"] + eos if refs else []
+            if target:
+                rows.append((traj.task_id, list(traj.turns[0].context_ids), target))
+    finally:
+        env.close()
+    out: dict[str, float] = {}
+    device, was_training = next(model.parameters()).device, model.training
+    model.eval()  # called from inside training too: no dropout, mode restored below
+    with torch.no_grad(), adapter_scope(model, adapter):
+        for i in range(0, len(rows), batch_size):
+            chunk = rows[i:i + batch_size]
+            length = max(len(p) + len(r) for _, p, r in chunk)
+            ids_BT = torch.full((len(chunk), length), tokenizer.pad_token_id, dtype=torch.long)
+            mask_BT = torch.zeros((len(chunk), length), dtype=torch.long)
+            for b, (_, prompt, target) in enumerate(chunk):
+                ids_BT[b, :len(prompt) + len(target)] = torch.tensor(prompt + target)
+                mask_BT[b, :len(prompt) + len(target)] = 1
+            logits_BTV = model(input_ids=ids_BT.to(device), attention_mask=mask_BT.to(device), use_cache=False).logits
+            for b, (task_id, prompt, target) in enumerate(chunk):
+                start = len(prompt)  # logits at t predict the token at t + 1
+                logits_RV = logits_BTV[b, start - 1:start - 1 + len(target)].float()
+                logp_R = torch.log_softmax(logits_RV, dim=-1).gather(-1, torch.tensor(target, device=device)[:, None])
+                out[task_id] = float(-logp_R.mean())
+    model.train(was_training)
+    return out
 
 
 def _cache_counts(engine: Any) -> dict[str, int]:

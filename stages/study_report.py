@@ -8,7 +8,8 @@ so the results can be rewritten at any time from what is on disk:
 - ``results.csv``: the evaluations, one per line;
 - ``table.md``: methods x final held-out scores, mean +- sample standard deviation over seeds
   (min..max), with the behaviour statistics and the binomial noise of one evaluation;
-- ``heldout.png`` (held-out score vs generations), ``train_reward.png`` (training reward vs
+- ``heldout.png`` (held-out score vs generations), ``heldout_nll.png`` (held-out reference NLL
+  vs generations; benches with references), ``train_reward.png`` (training reward vs
   generations), ``lopd_dual.png`` (LOPD's Delta and beta vs step; only with LOPD runs).
 """
 from __future__ import annotations
@@ -100,11 +101,14 @@ def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str
         final = [e for e in mine if e["generations"] == last_gen]
         scores = [e[key] for e in final]
         train = [t["reward_mean"] for t in training if t["run"] == run.name and t["seed"] in done]
+        nll = [e["reference_nll"] for e in final if e.get("reference_nll") is not None]
         rows.append({"run": run.name, "method": run.method, "seeds": [e["seed"] for e in final], "pending": pending,
                      "generations": last_gen, "score_mean": float(np.mean(scores)),
                      "score_sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
                      "score_min": min(scores), "score_max": max(scores),
                      "train_reward": float(np.mean(train)) if train else None,
+                     "reference_nll": float(np.mean(nll)) if nll else None,
+                     "reference_nll_sd": float(np.std(nll, ddof=1)) if len(nll) > 1 else None,
                      **{k: float(np.mean([e[k] for e in final if e.get(k) is not None] or [0.0])) for k in _BEHAVIOUR}})
     return rows
 
@@ -118,19 +122,24 @@ def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: fl
         noise = (f"The base model scores {base_score:.3f}: with {tasks} tasks a true rate up to 3/{tasks} = "
                  f"{3 / n:.3f} is consistent with that (95%, rule of three).")
     lines = [f"Held-out {config.bench} ({tasks} tasks), score `{key}` after the run's last step; "
-             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.", noise, "",
-             f"| run | method | seeds | generations | held-out {key} | vs vanilla | train reward | "
-             "first-step tokens | tool calls/step | repeated calls/task |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.", noise,
+             "Held-out reference NLL: mean nats per token of each task's verified reference call under the "
+             "model, after the exact prompt it was given (lower: the right call is more likely; it moves "
+             "before the score does).", "",
+             f"| run | method | seeds | generations | held-out {key} | vs vanilla | held-out reference NLL | "
+             "train reward | first-step tokens | tool calls/step | repeated calls/task |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["seeds"]:
-            lines.append(f"| {r['run']} | {r['method']} | 0 | - | pending (seeds {r['pending']}) | | | | | |")
+            lines.append(f"| {r['run']} | {r['method']} | 0 | - | pending (seeds {r['pending']}) | | | | | | |")
             continue
         spread = f" ± {r['score_sd']:.3f} ({r['score_min']:.3f}..{r['score_max']:.3f})" if r["score_sd"] is not None else ""
         train = "-" if r["train_reward"] is None else f"{r['train_reward']:.3f}"
         more = f" (+{len(r['pending'])} pending)" if r["pending"] else ""
+        nll = "-" if r["reference_nll"] is None else f"{r['reference_nll']:.4f}" + (
+            f" ± {r['reference_nll_sd']:.4f}" if r["reference_nll_sd"] is not None else "")
         lines.append(f"| {r['run']} | {r['method']} | {len(r['seeds'])}{more} | {r['generations']} | "
-                     f"{r['score_mean']:.3f}{spread} | {r['score_mean'] - base_score:+.3f} | {train} | "
+                     f"{r['score_mean']:.3f}{spread} | {r['score_mean'] - base_score:+.3f} | {nll} | {train} | "
                      f"{r['first_step_tokens']:.1f} | {r['tool_calls_per_step']:.2f} | "
                      f"{r['repeated_calls_per_task']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -186,6 +195,10 @@ def write_results(config: Any, commit: str | None) -> dict[str, Any]:
     if training:
         _plot_curves(out / "train_reward.png", training, "generations", "reward_mean", "training reward",
                      "training reward (mean over the step's rollouts)")
+    if any(e.get("reference_nll") is not None for e in evals):
+        plots.append("heldout_nll.png")
+        _plot_curves(out / "heldout_nll.png", evals, "generations", "reference_nll", "reference NLL (nats/token)",
+                     f"{config.bench}: held-out reference NLL")
     lopd = [t for t in training if "Delta" in t]
     if lopd:
         plots.append("lopd_dual.png")

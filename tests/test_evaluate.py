@@ -196,3 +196,40 @@ def test_turn_cap_is_max_turns_and_accepts_max_steps():
     assert EvaluateConfig.model_validate({"bench": "bfcl-v3", "max_steps": 4}).model_dump()["max_turns"] == 4
     with pytest.raises(ValueError):
         EvaluateConfig(bench="bfcl-v3", max_turns=0)
+
+
+def test_reference_nll_equals_unpadded_per_token_reference_and_reaches_the_report(tmp_path):
+    """reference_nll (batched, right-padded) = -mean log p of the reference ids + eos after the recorded
+    prompt, computed one task at a time and one token at a time; and `lopd evaluate --bench
+    bfcl-single` with an hf engine writes it per task and as the mean."""
+    import torch
+
+    from stages.core.benches import BENCHES
+    from stages.core.chat import render_prompt
+    from stages.engines import make_engine
+    from stages.evaluate import reference_nll
+    from tests.tiny import tiny_model
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, seed=3)
+    config = EvaluateConfig(bench="bfcl-single", limit=3, max_new_tokens=4, batch_size=2,
+                            out=str(tmp_path / "report.json"))
+    report = run(config, Console(file=open("/dev/null", "w")), engine=make_engine("hf", model, tok, batch_size=2),
+                 tokenizer=tok)
+    prepared = BENCHES["bfcl-single"].prepare(config)
+    env = prepared.env_factory()
+    expected = {}
+    for task in prepared.tasks:
+        prompt = tok(render_prompt(tok, env.reset(task), task.tool_schemas), add_special_tokens=False)["input_ids"]
+        target = tok(env.reference_actions(task)[0], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        with torch.no_grad():
+            logits_TV = model(input_ids=torch.tensor([prompt + target])).logits[0].double()
+        nll = [-torch.log_softmax(logits_TV[len(prompt) + k - 1], -1)[tid].item() for k, tid in enumerate(target)]
+        expected[task.task_id] = sum(nll) / len(nll)
+    per_task = {row["task_id"]: row["reference_nll"] for row in report["per_task"]}
+    assert per_task == pytest.approx(expected, rel=1e-4)
+    assert len({round(v, 6) for v in per_task.values()}) == 3  # prompts of different lengths: padding is exercised
+    assert report["scores"]["reference_nll"] == pytest.approx(sum(expected.values()) / 3, rel=1e-4)
+    # a trajectory with no recorded prompt is left out rather than guessed
+    bare = _traj([Turn(action="x", tool_calls=[], observation="", action_tokens=1)], task_id=prepared.tasks[0].task_id)
+    assert reference_nll(model, None, tok, prepared, [bare]) == {}

@@ -99,6 +99,9 @@ def test_study_writes_results_table_and_plots(straight):
         gens[(e["run"], e["seed"])].append(e["generations"])
     assert gens == {("vanilla", 0): [0], ("lopd", 0): [0, 4, 8], ("grpo", 0): [0, 4, 8], ("grpo", 1): [0, 4, 8]}
     assert all(e["tasks"] == 4 and 0.0 <= e["accuracy"] <= 1.0 for e in results["evaluations"])
+    assert all(e["reference_nll"] > 0 for e in results["evaluations"])  # a random tiny model: far from 0
+    trained = {(e["run"], e["seed"]): e["reference_nll"] for e in results["evaluations"] if e["generations"] == 8}
+    assert len(set(trained.values())) == 3  # each run's own student was scored, not the base model
     assert results["budget"] == "2 steps x 4 rollouts = 8 generations"
     # the held-out split is written down and never overlaps training
     split = results["split"]
@@ -116,7 +119,8 @@ def test_study_writes_results_table_and_plots(straight):
     assert all(f"| {name} | " in table for name in ("vanilla", "lopd", "grpo"))
     csv_lines = (straight / "results.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(results["evaluations"]) and csv_lines[0].startswith("run,method,seed,generations")
-    for png in ("heldout.png", "train_reward.png", "lopd_dual.png"):
+    assert "held-out reference NLL" in table
+    for png in ("heldout.png", "heldout_nll.png", "train_reward.png", "lopd_dual.png"):
         assert (straight / png).read_bytes()[:4] == b"\x89PNG"
 
 

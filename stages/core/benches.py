@@ -71,6 +71,9 @@ class Bench:
         prepare: ``(config) -> BenchRun``; raises :class:`EnvError` with the flag to pass when
             data is missing.
         score: ``(config, run, trajectories) -> (scores, per-task extras by task_id)``.
+        reference_nll: also score each task's verified reference action by its log-likelihood
+            under the evaluated model (single-turn benches whose environment has references;
+            see :func:`stages.evaluate.reference_nll`).
     """
 
     name: str
@@ -79,6 +82,7 @@ class Bench:
     max_steps: int
     prepare: Callable[[Any], BenchRun]
     score: Callable[[Any, BenchRun, list[Trajectory]], tuple[dict[str, float], dict[str, dict]]]
+    reference_nll: bool = False
 
 
 def _mean(values: list[float]) -> float:
@@ -355,7 +359,7 @@ def _pass_at_1(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[d
 BENCHES: dict[str, Bench] = {
     b.name: b for b in (
         Bench("bfcl-v3", "bfcl", 256, 20, _bfcl_prepare, _bfcl_score),
-        Bench("bfcl-single", "bfcl", 256, 1, _bfcl_single_prepare, _bfcl_single_score),
+        Bench("bfcl-single", "bfcl", 256, 1, _bfcl_single_prepare, _bfcl_single_score, reference_nll=True),
         Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
         Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
         Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
