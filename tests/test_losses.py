@@ -335,3 +335,47 @@ def test_grpo_advantages():
     assert torch.equal(adv[4:], torch.zeros(4, dtype=adv.dtype)) and zero_var.tolist() == [False, True]
     with pytest.raises(ValueError):
         group_advantages(torch.ones(3, 1), torch.zeros(3, 1, dtype=torch.long))
+
+
+def _masked_vocab_losses():
+    from stages.core.losses_kd import generalized_jsd
+    from stages.core.losses_sdpo import sdpo_topk_loss
+
+    ids = lambda s: torch.zeros(s.shape[:2], dtype=torch.long)  # noqa: E731  token 0 is never masked
+    return {
+        "lopd top-M + tail": lambda s, t, m: topm_tail_reverse_kl(s, t, m, M=4)[0],
+        "lopd full vocabulary": lambda s, t, m: topm_tail_reverse_kl(s, t, m, M=64)[0],
+        **{f"opsd jsd beta={b}": (lambda b: lambda s, t, m: generalized_jsd(s, t, m, beta=b)[0])(b) for b in (0.0, 0.5, 1.0)},
+        **{f"sdpo alpha={a}": (lambda a: lambda s, t, m: sdpo_topk_loss(s, t, ids(s), m, k=4, alpha=a)[0])(a)
+           for a in (0.0, 0.5, 1.0)},
+    }
+
+
+@pytest.mark.parametrize("name", list(_masked_vocab_losses()))
+def test_masked_vocabulary_losses_are_finite_and_equal_the_reduced_vocabulary(name):
+    """-inf logits (a masked vocabulary) in student AND teacher: every divergence is finite, its gradient
+    too (0 on the masked entries), and it equals the same loss on the vocabulary without those ids
+    (they carry probability 0 on both sides). Issue: exp(-inf) * (-inf) gave NaN."""
+    loss_fn = _masked_vocab_losses()[name]
+    g = torch.Generator().manual_seed(5)
+    s_BTV, t_BTV = torch.randn(2, 3, 12, generator=g, dtype=torch.float64), torch.randn(2, 3, 12, generator=g, dtype=torch.float64)
+    mask_BT = torch.ones(2, 3)
+    masked, keep = [3, 7, 8], [v for v in range(12) if v not in (3, 7, 8)]
+    s_inf, t_inf = s_BTV.clone(), t_BTV.clone()
+    s_inf[..., masked] = float("-inf")
+    t_inf[..., masked] = float("-inf")
+    s_inf.requires_grad_(True)
+    loss = loss_fn(s_inf, t_inf, mask_BT)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(s_inf.grad).all()
+    assert torch.all(s_inf.grad[..., masked] == 0)
+    assert float(loss.detach()) == pytest.approx(float(loss_fn(s_BTV[..., keep], t_BTV[..., keep], mask_BT)), rel=1e-9, abs=1e-12)
+
+
+def test_student_masked_where_teacher_has_mass_reverse_kl_is_the_exact_finite_value():
+    """Student -inf on tokens the teacher likes: reverse KL(S || T) = sum over the student's support
+    of S (log S - log T), finite (0 log 0 = 0), by hand on a 4-token vocabulary."""
+    s_V = torch.tensor([0.0, 0.0, float("-inf"), float("-inf")], dtype=torch.float64)  # S = (1/2, 1/2, 0, 0)
+    t_V = torch.zeros(4, dtype=torch.float64)  # T uniform
+    loss, _ = topm_tail_reverse_kl(s_V.view(1, 1, 4), t_V.view(1, 1, 4), torch.ones(1, 1), M=4)
+    assert float(loss) == pytest.approx(math.log(2.0), rel=1e-12)  # 2 * 1/2 * (log 1/2 - log 1/4)

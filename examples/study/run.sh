@@ -22,6 +22,6 @@ lopd study --config "$here/bfcl_cpu.toml"
 
 dest=docs/results/bfcl-cpu
 mkdir -p "$dest"
-cp runs/study-bfcl-cpu/{table.md,results.json,results.csv,heldout.png,train_reward.png,lopd_dual.png} "$dest/"
+cp runs/study-bfcl-cpu/{table.md,results.json,results.csv,heldout.png,heldout_nll.png,train_reward.png,lopd_dual.png} "$dest/"
 cp "$here/bfcl_cpu.toml" "$dest/study.toml"
 echo "study finished in $(( $(date +%s) - start )) s; results in $dest"

@@ -24,6 +24,8 @@ Every loss returns ``(loss, metrics)``: a scalar tensor and a dict of plain floa
 """
 from __future__ import annotations
 
+import math
+
 from typing import Callable, Literal
 
 import torch
@@ -86,6 +88,36 @@ def _token_logprobs(logits_XV: Tensor, ids_X: Tensor) -> Tensor:
     return picked_X - torch.logsumexp(logits_XV, dim=-1)
 
 
+def kl_rows(p_logp_NB: Tensor, q_logp_NB: Tensor) -> Tensor:
+    """KL(p || q) = sum_b p_b (log p_b - log q_b) per row (N,), in nats, finite for -inf log-probs.
+
+    Both log-probabilities are floored at log of the dtype's smallest normal number (about -87 in
+    float32, -708 in float64) before the sum, which keeps 0 log 0 = 0 (a -inf log-prob under p,
+    e.g. a masked vocabulary entry, would otherwise give exp(-inf) * (-inf) = NaN) and gives a
+    finite, large term where q has -inf but p has mass. Terms above the floor are unchanged, so
+    the value differs from the exact one by less than V times the floor's probability.
+
+    Args:
+        p_logp_NB, q_logp_NB: float log-probabilities of the same shape (..., B), normalised
+            over the last dimension.
+
+    Returns:
+        (...,) tensor of the input dtype; differentiable w.r.t. both (zero gradient at floored entries).
+    """
+    p_NB, q_NB = floor_logprobs(p_logp_NB), floor_logprobs(q_logp_NB)
+    return (p_NB.exp() * (p_NB - q_NB)).sum(-1)
+
+
+def floor_logprobs(logp: Tensor) -> Tensor:
+    """``logp`` with entries below log(smallest normal number of its dtype) raised to that floor.
+
+    -inf log-probabilities (masked vocabulary) become finite, so products and mixtures built from
+    them (e.g. JSD's log m = logaddexp(...)) have finite values and gradients; the gradient at a
+    floored entry is 0. Probabilities above the floor are unchanged.
+    """
+    return logp.clamp_min(math.log(torch.finfo(logp.dtype).tiny))
+
+
 def _topm_tail_kl_rows(
     student_NV: Tensor, teacher_NV: Tensor, M: int
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -107,7 +139,7 @@ def _topm_tail_kl_rows(
     else:  # the top-M covers the vocabulary: no tail bucket, plain full reverse KL
         s_tail_mass = s_buckets.new_zeros(s_buckets.shape[0])
         t_tail_mass = s_tail_mass
-    kl_N = (s_buckets.exp() * (s_buckets - t_buckets)).sum(-1)
+    kl_N = kl_rows(s_buckets, t_buckets)
     return kl_N, t_tail_mass, s_tail_mass
 
 

@@ -42,7 +42,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from stages.core.losses import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast
+from stages.core.losses import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows
 
 KDReduction = Literal["sequence", "token"]
 
@@ -52,19 +52,18 @@ def _divergence_rows(student_cV: Tensor, teacher_cV: Tensor, beta: float,
     """Per position of one chunk: the beta-divergence, and (no grad) forward and reverse KL."""
     s_logp = torch.log_softmax(_upcast(student_cV) / temperature, dim=-1)
     t_logp = torch.log_softmax(_upcast(teacher_cV).to(s_logp.dtype) / temperature, dim=-1)
-    t_p = t_logp.exp()
-    fwd_c = (t_p * (t_logp - s_logp)).sum(-1)  # KL(T || S)
+    fwd_c = kl_rows(t_logp, s_logp)  # KL(T || S)
     if beta == 0.0:
         loss_c = fwd_c
     elif beta == 1.0:
-        loss_c = (s_logp.exp() * (s_logp - t_logp)).sum(-1)  # KL(S || T)
+        loss_c = kl_rows(s_logp, t_logp)  # KL(S || T)
     else:  # log m = logsumexp(log beta + log p_T, log(1 - beta) + log p_S), in log space
-        m_logp = torch.logaddexp(t_logp + math.log(beta), s_logp + math.log(1.0 - beta))
-        kl_t_m = (t_p * (t_logp - m_logp)).sum(-1)
-        kl_s_m = (s_logp.exp() * (s_logp - m_logp)).sum(-1)
+        m_logp = torch.logaddexp(floor_logprobs(t_logp) + math.log(beta), floor_logprobs(s_logp) + math.log(1.0 - beta))
+        kl_t_m = kl_rows(t_logp, m_logp)
+        kl_s_m = kl_rows(s_logp, m_logp)
         loss_c = beta * kl_t_m + (1.0 - beta) * kl_s_m
     with torch.no_grad():
-        rev_c = (s_logp.exp() * (s_logp - t_logp)).sum(-1)
+        rev_c = kl_rows(s_logp, t_logp)
     return loss_c, fwd_c.detach(), rev_c
 
 

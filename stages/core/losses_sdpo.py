@@ -23,7 +23,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from stages.core.losses import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast
+from stages.core.losses import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows
 
 Reduction = Literal["token", "trajectory"]
 LOG_RATIO_CLAMP = 20.0  # |logp - logp_old| is clamped before exp (as upstream), so exp never overflows
@@ -60,12 +60,13 @@ def bucket_divergence(s_NB: Tensor, t_NB: Tensor, alpha: float) -> Tensor:
     M = (1 - alpha) S + alpha T (upstream default 0.5). In nats.
     """
     if alpha == 1.0:
-        return (s_NB.exp() * (s_NB - t_NB)).sum(-1)
+        return kl_rows(s_NB, t_NB)
     if alpha == 0.0:
-        return (t_NB.exp() * (t_NB - s_NB)).sum(-1)
+        return kl_rows(t_NB, s_NB)
+    s_NB, t_NB = floor_logprobs(s_NB), floor_logprobs(t_NB)
     m_NB = torch.logsumexp(torch.stack([s_NB + math.log(1.0 - alpha), t_NB + math.log(alpha)]), dim=0)
-    kl_s = (s_NB.exp() * (s_NB - m_NB)).sum(-1)
-    kl_t = (t_NB.exp() * (t_NB - m_NB)).sum(-1)
+    kl_s = kl_rows(s_NB, m_NB)
+    kl_t = kl_rows(t_NB, m_NB)
     return (1.0 - alpha) * kl_s + alpha * kl_t
 
 
