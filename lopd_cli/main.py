@@ -258,6 +258,19 @@ def study(
     stage.run_study(stage.load_study(config, out), report_only=report_only)
 
 
+@app.command()
+@friendly
+def report(
+    runs: list[str] = typer.Argument(..., help="Run folders: coldstart, distill or study folders (several are overlaid).", show_default=False),
+    out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report)."),
+) -> None:
+    """Plot a run's training curves (reward, losses, LOPD's Delta and beta, anchor, gradient norms,
+    seconds per step, peak memory) and summarise its metrics and evaluation reports."""
+    from stages import report as stage
+
+    stage.run(stage.ReportConfig(runs=runs, out=out))
+
+
 store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",
                         no_args_is_help=True)
 app.add_typer(store_app, name="store")

@@ -15,7 +15,8 @@ Layout of ``out``::
     vanilla/gen-0.json       the base model's evaluate report (generation 0 of every curve)
     runs/NAME-seedS/store/   the run's copy of the store; train/ its distill run; evals/gen-G.json
     runs/NAME-seedS/done.json  the finished run's distill summary
-    results.json, results.csv, table.md, heldout.png, train_reward.png, lopd_dual.png
+    results.json, results.csv, table.md, heldout.png, heldout_nll.png, train_reward.png, lopd_dual.png
+    report/                  `lopd report` of the trained runs: loss, gradient-norm, time and memory curves
 
 A killed study resumes: finished runs and written evaluations are reused, an unfinished run
 resumes from its newest checkpoint (an evaluation runs before its step's checkpoint, so a kill
@@ -289,6 +290,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
 
 
 def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
+    from stages import report
     from stages.study_report import write_results  # it reads the study's layout from this module
 
     out = Path(config.out)
@@ -296,4 +298,6 @@ def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
     console.print(results["table_markdown"])
     console.print(f"study written to {out}: results.json, results.csv, table.md, "
                   + ", ".join(results["plots"]))
+    if (out / "runs").is_dir():  # the trained runs' curves (losses, gradient norms, time, memory)
+        report.run(report.ReportConfig(runs=[str(out / "runs")], out=str(out / "report")), console)
     return results

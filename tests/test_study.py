@@ -120,6 +120,7 @@ def test_study_writes_results_table_and_plots(straight):
     csv_lines = (straight / "results.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(results["evaluations"]) and csv_lines[0].startswith("run,method,seed,generations")
     assert "held-out reference NLL" in table
+    assert "## lopd-seed0" in (straight / "report" / "summary.md").read_text()  # lopd report of the runs
     for png in ("heldout.png", "heldout_nll.png", "train_reward.png", "lopd_dual.png"):
         assert (straight / png).read_bytes()[:4] == b"\x89PNG"
 
