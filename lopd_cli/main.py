@@ -180,7 +180,7 @@ def distill(
     student_lora_rank: Optional[int] = typer.Option(None, "--student-lora-rank", help="Student LoRA rank; 0 = full fine-tuning. (default 8)"),
     freeze_composer: Optional[bool] = typer.Option(None, "--freeze-composer/--train-composer", help="Freeze the composer (the paper's ablation). (default train)"),
     checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
-    tensorboard: Optional[bool] = typer.Option(None, "--tensorboard", help="Also log to TensorBoard (needs the tensorboard package)."),
+    log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
 ) -> None:
@@ -198,7 +198,7 @@ def distill(
         "group_size": group_size, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
         "max_len": max_len, "micro_batch": micro_batch,
         "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
-        "checkpoint_every": checkpoint_every, "tensorboard": tensorboard, "seed": seed,
+        "checkpoint_every": checkpoint_every, "log": log, "seed": seed,
     }
     flags.update(stage.parse_options(option))
     stage.run(stage.settings(flags, config, resume))

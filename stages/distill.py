@@ -18,6 +18,7 @@ import json
 import resource
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,12 +39,13 @@ from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
+from stages.core.tracking import Logger, RunLogger, check_logger
 from stages.engines import SamplingParams, make_engine
 from stages.methods import Method, StepBatch, StepContext, get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
 # finished steps (everything else must match). Paths are compared after resolving.
-_RESUMABLE = runs.RESUMABLE | {"tensorboard"}
+_RESUMABLE = runs.RESUMABLE | {"log"}
 _PATHS = {"store", "out", "composer", "data_dir"}
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
@@ -93,7 +95,7 @@ class DistillConfig(BaseModel):
     embedder: str | None = None
     checkpoint_every: int = Field(5, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
-    tensorboard: bool = False
+    log: Logger = "none"
     grad_clip: float = Field(1.0, ge=0.0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
     run_id: str | None = None
     resume: bool = False
@@ -105,6 +107,11 @@ class DistillConfig(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        if "tensorboard" in data:  # the older spelling of log = "tensorboard" (runs saved before it too)
+            if data.pop("tensorboard") and "log" not in data:
+                data["log"] = "tensorboard"
+                warnings.warn('the setting "tensorboard = true" is deprecated: use log = "tensorboard"',
+                              FutureWarning, stacklevel=2)
         method = get_method(data.get("method", "lopd"))
         common = _accepted_names(cls)
         options = dict(data.pop("options", None) or {})
@@ -190,12 +197,14 @@ class Distiller:
     Raises:
         ValueError: unknown method or option, a method option that does not fit its files
             (e.g. K against the composer), ``out`` holds another run (or a run with different
-            settings under ``resume``), tensorboard is not installed.
+            settings under ``resume``), the ``log`` package is not installed (checked first:
+            no model is loaded and no run folder is made).
         StoreError, EnvError: unusable store or environment.
     """
 
     def __init__(self, config: DistillConfig, console: Console | None = None) -> None:
         self.console = console or Console()
+        check_logger(config.log)
         self.out = Path(config.out)
         method_cls = get_method(config.method)
         options = method_cls.resolve_options(method_cls.Options.model_validate(config.options))
@@ -244,7 +253,7 @@ class Distiller:
         if not self.tasks:
             raise ValueError(f"env {config.env}: no train tasks")
         runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
-        self.writer = self._tensorboard() if config.tensorboard else None
+        self.logger = RunLogger(config.log, self.out, config.run_id, config.flat(), prefix="distill")
         if resume_from:
             ckpt.restore_rng(resume_from)
 
@@ -261,14 +270,6 @@ class Distiller:
         if folder.changes:
             self.console.print(f"[bold]distill[/] {runs.describe_changes(folder.changes)}")
         return config
-
-    def _tensorboard(self):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise ValueError("tensorboard=True needs the `tensorboard` package "
-                             "(pip install tensorboard), or run without --tensorboard") from None
-        return SummaryWriter(str(self.out / "tensorboard"))
 
     def _data_dir(self) -> Path | None:
         return Path(self.config.data_dir) if self.config.data_dir else None
@@ -425,8 +426,7 @@ class Distiller:
         final = save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
                                 student=self.student.model, adapter=self.student.adapter,
                                 export=self.method.export)
-        if self.writer is not None:
-            self.writer.close()
+        self.logger.close()
         return DistillReport(
             run_id=c.run_id, method=c.method, first_step=first, last_step=self.step,
             reward_mean=float(np.mean([r["reward_mean"] for r in rows])) if rows else 0.0,
@@ -440,11 +440,7 @@ class Distiller:
             f"step {row['step']}/{self.config.steps} reward {row['reward_mean']:.3f} "
             f"success {row['success_rate']:.0%} {shown} loss {row['loss']:.4f} "
             f"| {row['tokens_per_s']:.0f} tok/s, {row['seconds']:.1f}s, {row['peak_rss_mb']:.0f} MB")
-        if self.writer is not None:
-            for k, v in row.items():
-                if k != "step":
-                    self.writer.add_scalar(f"distill/{k}", v, row["step"])
-            self.writer.flush()
+        self.logger.log(row, row["step"])
 
 
 def _grad_norm(params: list[torch.nn.Parameter]) -> float:

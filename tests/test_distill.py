@@ -6,6 +6,7 @@ fresh composer saved as the cold-start phi_0 keep every run to a few seconds.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import shutil
@@ -14,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from rich.console import Console
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -350,9 +352,6 @@ def test_resume_refuses_changed_settings(assets, tmp_path):
 
 
 def test_resume_may_change_max_len_and_path_spelling(assets, tmp_path, monkeypatch):
-    import io
-    from rich.console import Console
-
     config = make_config(assets, tmp_path, "respell", steps=1)
     Distiller(config).fit()
     monkeypatch.chdir(tmp_path)  # the same store and run folder, spelled relative
@@ -364,10 +363,51 @@ def test_resume_may_change_max_len_and_path_spelling(assets, tmp_path, monkeypat
     assert "max_len 256 -> 300" in out.getvalue() and "store" not in out.getvalue().split("changed")[1]
 
 
-def test_tensorboard_without_package_is_a_clear_error(assets, tmp_path, monkeypatch):
+def test_missing_logger_package_is_one_line_before_anything_loads(assets, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
-    with pytest.raises(ValueError, match="tensorboard=True needs the `tensorboard` package"):
-        Distiller(make_config(assets, tmp_path, "tb", steps=1, tensorboard=True))
+    with pytest.raises(ValueError, match=r"--log tensorboard needs the `tensorboard` package") as err:
+        Distiller(make_config(assets, tmp_path, "tb", steps=1, log="tensorboard"))
+    assert "\n" not in str(err.value) and "'.[tensorboard]'" in str(err.value)
+    assert not (tmp_path / "tb").exists()  # no run folder left behind: a plain rerun just works
+
+
+def test_resume_may_switch_the_logger_and_wandb_runs_offline(assets, tmp_path, monkeypatch):
+    import importlib.machinery
+    import types
+
+    calls = {"init": [], "log": [], "finish": 0}
+
+    class FakeRun:
+        def log(self, scalars, step):
+            calls["log"].append((step, scalars))
+
+        def finish(self):
+            calls["finish"] += 1
+
+    fake = types.ModuleType("wandb")
+    fake.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    fake.init = lambda **kw: calls["init"].append(kw) or FakeRun()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    config = make_config(assets, tmp_path, "logswitch", steps=1)
+    Distiller(config).fit()
+    out = io.StringIO()
+    resumed = Distiller(config.model_copy(update={"resume": True, "steps": 2, "log": "wandb"}),
+                        console=Console(file=out, width=200))
+    resumed.fit()
+    assert "log none -> wandb" in out.getvalue()
+    (init,) = calls["init"]
+    assert init["mode"] == "offline" and init["id"] == "lopd-test" and init["dir"] == str(tmp_path / "logswitch")
+    assert [step for step, _ in calls["log"]] == [2] and calls["finish"] == 1
+    assert "distill/reward_mean" in calls["log"][0][1] and "distill/step" not in calls["log"][0][1]
+
+
+def test_old_tensorboard_setting_reads_as_log():
+    base = dict(env=ENV, composer="c", store="s", out="o")
+    with pytest.warns(FutureWarning, match='use log = "tensorboard"'):
+        assert DistillConfig(**base, tensorboard=True).log == "tensorboard"
+    assert DistillConfig(**base, tensorboard=False).log == "none"  # runs saved before --log existed
 
 
 def test_composer_of_another_backbone_is_a_clear_error(assets, tmp_path):
