@@ -22,6 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # click's plain help: flags shown as flags (rich's shows `--resume <bool>`)
 )
 err_console = Console(stderr=True)
 UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no bubblewrap): "

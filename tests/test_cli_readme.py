@@ -1,0 +1,51 @@
+"""The README's flag tables and the CLI cannot drift apart: every flag of every stage has a row in
+its README section, and every flag a row names exists."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer
+
+from lopd_cli.main import app
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+COMMANDS = typer.main.get_command(app).commands
+
+
+def _section(name: str) -> str:
+    match = re.search(rf"^### `lopd {name}`$(.*?)(?=^## |^### )", README, re.S | re.M) or \
+        re.search(rf"^## [^\n]*`lopd {name}`[^\n]*$(.*?)(?=^## )", README, re.S | re.M)
+    assert match, f"README has no section for `lopd {name}`"
+    return match.group(1)
+
+
+def _readme_flags(section: str) -> set[str]:
+    """Flags inside backticks on the table rows of ``section`` (a row names older spellings in
+    its meaning cell)."""
+    rows = "\n".join(line for line in section.splitlines() if line.startswith("| `-"))
+    return {flag for span in re.findall(r"`([^`]*)`", rows) for flag in re.findall(r"--[A-Za-z][\w-]*", span)}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in COMMANDS if n != "store"))
+def test_every_flag_has_a_readme_row_and_every_row_a_flag(name):
+    cli = {o for p in COMMANDS[name].params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+    documented = _readme_flags(_section(name))
+    assert cli - documented == set(), f"flags of `lopd {name}` without a README row"
+    assert documented - cli == set(), f"README rows of `lopd {name}` naming flags it does not have"
+
+
+def test_the_check_sees_a_missing_row():
+    assert "--out" in _readme_flags(_section("report"))
+    assert "--out" not in _readme_flags("| `--steps` | 1 | |")
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_shows_boolean_flags_without_a_value(name):
+    """`--resume <bool>` read as if it took a value; boolean flags show none."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "--" in result.output
+    assert "<bool>" not in result.output
