@@ -32,6 +32,12 @@ UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no
 @app.callback()
 def _root() -> None:
     """Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD)."""
+    import os
+    import warnings
+
+    # no weight-loading bar on every model load (transformers reads this when first imported); ours stay
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:

@@ -505,4 +505,17 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
         FloatingPointError: non-finite loss or gradient ("... last good checkpoint: DIR").
         StoreError, EnvError: unusable store or environment.
     """
-    return Distiller(config, console).fit()
+    console = console or Console()
+    distiller = Distiller(config, console)
+    report = distiller.fit()
+    out = Path(config.out)
+    steps = report.last_step - report.first_step + 1
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    console.print(f"[bold]distill[/] {config.method} run {report.run_id}: steps {report.first_step}..{report.last_step} "
+                  f"({steps} this call) in {report.seconds / 60:.1f} min, peak RSS {peak_mb:.0f} MB; "
+                  f"mean reward {report.reward_mean:.3f}, success {report.success_rate:.0%}, "
+                  f"{report.rows_added} rollouts added to {config.store}", soft_wrap=True)
+    console.print(f"  student: {report.final_dir}/student (a plain Hugging Face model: lopd evaluate --model ...)\n"
+                  f"  metrics: {out / runs.METRICS_FILE} (plots: lopd report {out})\n"
+                  f"  last checkpoint: {report.last_checkpoint}", soft_wrap=True)
+    return report

@@ -307,6 +307,12 @@ def _load_report(path: Path) -> dict[str, Any]:
     return report
 
 
+def _data_of(report: dict[str, Any]) -> Any:
+    """The data a report was scored on: its ``config.data_dir`` (None: the package's copy)."""
+    config = report.get("config")
+    return config.get("data_dir") if isinstance(config, dict) else None
+
+
 def _json_kind(value: Any) -> str:
     """The JSON name of a value's type (null, boolean, number, string, array, object)."""
     for kind, types in (("null", type(None)), ("boolean", bool), ("number", (int, float)),
@@ -320,16 +326,24 @@ def compare(paths: list[Path]) -> Table:
     """Side-by-side table of evaluate reports; later columns show deltas vs the first report.
 
     Raises:
-        ValueError: fewer than one path, or a file that is not an evaluate report (names file and field).
+        ValueError: fewer than one path, a file that is not an evaluate report (names file and
+            field), or reports of different benches or data.
     """
     if not paths:
         raise ValueError("compare: give at least one report path")
     reports = [_load_report(Path(p)) for p in paths]
-    benches = sorted({r["bench"] for r in reports})
-    table = Table(title=f"compare {', '.join(benches)}")
+    for path, r in zip(paths[1:], reports[1:]):
+        if r["bench"] != reports[0]["bench"]:
+            raise ValueError(f"{path}: a {r['bench']} report cannot be compared with {paths[0]} ({reports[0]['bench']})")
+        if _data_of(r) != _data_of(reports[0]):
+            raise ValueError(f"{path}: scored on other data ({_data_of(r) or 'package data'}) than {paths[0]} "
+                             f"({_data_of(reports[0]) or 'package data'})")
+    models = [r["model"] for r in reports]
+    table = Table(title=f"compare {reports[0]['bench']}")
     table.add_column("metric")
-    for r in reports:
-        table.add_column(f"{r['model']}" + ("" if len(benches) == 1 else f" [{r['bench']}]"), justify="right")
+    for path, r in zip(paths, reports):  # a model named twice (e.g. the base model of two runs): the file tells them apart
+        table.add_column(r["model"] if models.count(r["model"]) == 1 else f"{r['model']} ({Path(path).parent.name}/{Path(path).name})",
+                         justify="right")
     for section in ("scores", "behaviour"):
         keys = list(dict.fromkeys(k for r in reports for k in r[section]))
         for key in keys:

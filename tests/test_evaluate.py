@@ -86,6 +86,26 @@ def test_compare_shows_deltas_vs_first(tmp_path):
         compare([paths[0], tmp_path / "bad.json"])
 
 
+def test_compare_refuses_other_benches_and_data_and_labels_a_repeated_model(tmp_path):
+    def write(name, bench, model="m", data_dir=None):
+        (tmp_path / name).mkdir(parents=True, exist_ok=True)
+        path = tmp_path / name / "r.json"
+        path.write_text(json.dumps({"bench": bench, "model": model, "scores": {"pass@1": 0.5}, "behaviour": {},
+                                    "config": {"data_dir": data_dir}}))
+        return path
+
+    he, mbpp = write("he", "humaneval-plus"), write("mbpp", "mbpp-plus")
+    with pytest.raises(ValueError, match=r"mbpp/r.json: a mbpp-plus report cannot be compared with .*he/r.json \(humaneval-plus\)"):
+        compare([he, mbpp])
+    other = write("other", "humaneval-plus", data_dir="/data/HumanEvalPlus-v0.1.9.jsonl.gz")
+    with pytest.raises(ValueError, match="scored on other data"):
+        compare([he, other])
+    console = Console(record=True, width=200)
+    console.print(compare([he, write("again", "humaneval-plus")]))
+    text = console.export_text()
+    assert "m (he/r.json)" in text and "m (again/r.json)" in text
+
+
 @pytest.mark.parametrize("bench,flag", [("acebench", "--data-dir ../shared/data/acebench"),
                                         ("humaneval-plus", "HumanEvalPlus-v0.1.10.jsonl.gz"),
                                         ("mbpp-plus", "MbppPlus-v0.2.0.jsonl.gz"),
