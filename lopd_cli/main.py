@@ -131,7 +131,8 @@ def coldstart(
     batch_size: int = typer.Option(2, "--batch-size", help="Target trajectories per step."),
     J: int = typer.Option(3, "--J", help="Retrieved experiences per task."),
     K: int = typer.Option(32, "--K", help="Latent tokens per experience."),
-    depth: int = typer.Option(8, "--depth", help="QFormer compressor blocks."),
+    depth: int = typer.Option(8, "--depth", help="QFormer block applications."),
+    qformer_shared: bool = typer.Option(True, "--qformer-shared/--no-qformer-shared", help="One QFormer block applied --depth times (the paper's) or --depth separate blocks."),
     lora_rank: int = typer.Option(8, "--lora-rank", help="Rank of the composer encoder's LoRA."),
     max_exp_tokens: int = typer.Option(256, "--max-exp-tokens", help="Token budget per (task, experience) pair."),
     max_len: int = typer.Option(1024, "--max-len", help="Token cap of a target conversation."),
@@ -151,7 +152,7 @@ def coldstart(
 
     stage.run(stage.ColdstartConfig(
         experiences=experiences, out=out, model=model, steps=steps, lr=lr, batch_size=batch_size,
-        J=J, K=K, depth=depth, lora_rank=lora_rank, max_exp_tokens=max_exp_tokens, max_len=max_len,
+        J=J, K=K, depth=depth, qformer_shared=qformer_shared, lora_rank=lora_rank, max_exp_tokens=max_exp_tokens, max_len=max_len,
         placement=placement, heldout_fraction=heldout_fraction, checkpoint_every=checkpoint_every,
         eval_every=eval_every, env=env, exclude_same_task=exclude_same_task,
         activation_checkpointing=activation_checkpointing, grad_clip=grad_clip, seed=seed, resume=resume,

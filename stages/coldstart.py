@@ -77,7 +77,7 @@ KEEP_CHECKPOINTS = 2
 # the fields holding paths (compared after resolving).
 _RESUMABLE = RESUMABLE | {"eval_every"}
 _PATH_FIELDS = ("experiences", "out")
-_RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "depth", "lora_rank",
+_RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "depth", "qformer_shared", "lora_rank",
              "max_exp_tokens", "max_len", "placement", "heldout_fraction", "exclude_same_task",
              "seed", "env", "grad_clip"]
 _SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
@@ -92,7 +92,8 @@ class ColdstartConfig(BaseModel):
         model: backbone (``smollm2-135m``, HF id or local folder).
         steps, lr, batch_size: AdamW steps (constant lr, no weight decay), targets per step.
         J, K, depth, lora_rank, max_exp_tokens: composer (experiences per target, latents per
-            experience, QFormer blocks, composer LoRA rank, token cap of one experience).
+            experience, QFormer block applications, composer LoRA rank, token cap of one experience).
+        qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
         max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
         placement: where the latents go: ``prefix`` (after the task prompt) or ``per-turn``.
         heldout_fraction: share of the tasks held out for evaluation.
@@ -119,6 +120,7 @@ class ColdstartConfig(BaseModel):
     J: int = Field(default=3, ge=1)
     K: int = Field(default=32, ge=1)
     depth: int = Field(default=8, ge=1)
+    qformer_shared: bool = True
     lora_rank: int = Field(default=8, ge=1)
     max_exp_tokens: int = Field(default=256, ge=1)
     max_len: int = Field(default=1024, ge=2)
@@ -344,10 +346,14 @@ def _save_checkpoint(out: Path, step: int, composer: Composer, optimizer, config
     return write_checkpoint(out, step, fill, {"step": step}, keep=KEEP_CHECKPOINTS)
 
 
-def _new_composer(backbone, config: ColdstartConfig, adapter_name: str = "composer") -> Composer:
-    """The composer of a fresh run at its seeded init (seeds torch's global RNG)."""
+def _new_composer(backbone, config: ColdstartConfig, adapter_name: str = "composer",
+                  shared: bool | None = None) -> Composer:
+    """The composer of a fresh run at its seeded init (seeds torch's global RNG); ``shared``
+    overrides ``config.qformer_shared`` (a resumed run keeps its checkpoint's kind)."""
     torch.manual_seed(config.seed)
-    return Composer(backbone, J=config.J, K=config.K, depth=config.depth, lora_rank=config.lora_rank,
+    shared = config.qformer_shared if shared is None else shared
+    return Composer(backbone, J=config.J, K=config.K, depth=config.depth, qformer_shared=shared,
+                    lora_rank=config.lora_rank,
                     lora_alpha=2 * config.lora_rank, max_exp_tokens=config.max_exp_tokens,
                     adapter_name=adapter_name)
 
@@ -358,7 +364,8 @@ def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tens
     Built on a scratch adapter of the same backbone (same init as a fresh run's composer),
     copied, and the scratch adapter deleted again.
     """
-    scratch = _new_composer(composer.backbone, config, adapter_name=_SCRATCH_ADAPTER)
+    scratch = _new_composer(composer.backbone, config, adapter_name=_SCRATCH_ADAPTER,
+                            shared=composer.hparams["qformer_shared"])
     phi = [p.detach().clone() for p in scratch.trainable_parameters()]
     with preserve_requires_grad(composer.backbone):
         composer.backbone.delete_adapter(_SCRATCH_ADAPTER)

@@ -82,7 +82,7 @@ def test_shapes_and_output_scale(setup):
     torch.testing.assert_close(c_phi[1, K : 2 * K], composer.encode(ids[1, 1:2], mask[1, 1:2])[0])
     emb_norm = composer.backbone.get_input_embeddings().weight.norm(dim=-1).mean()
     torch.testing.assert_close(c_phi.norm(dim=-1).mean(), emb_norm, rtol=0.02, atol=0)
-    assert len(composer.compressor.blocks) == 2 and composer.hparams["heads"] == 8
+    assert composer.compressor.depth == 2 and composer.hparams["heads"] == 8
 
 
 def test_right_padding_is_irrelevant_and_real_tokens_matter(setup):
@@ -291,3 +291,41 @@ def test_save_load_round_trip_and_backbone_checks(setup, tmp_path):
         load_composer(tiny_llama(hidden=48), out, trainable=True, backbone_id="tiny-llama")
     with pytest.raises(ValueError, match="backbone_id"):
         save_composer(composer, tmp_path / "bad", {"placement": "prefix"})
+
+
+def test_shared_qformer_applies_one_block_depth_times_and_old_checkpoints_load_unshared(setup, tmp_path):
+    """Appendix A of the LOPD paper: ONE QFormer block applied ``depth`` times (the default); the
+    stacked variant has ``depth`` blocks; a checkpoint without ``qformer_shared`` (written before
+    the option) loads as stacked blocks, with the same outputs."""
+    initial, shared = setup  # depth 2, default: shared
+    comp = shared.compressor
+    assert len(comp.blocks) == 1 and shared.hparams["qformer_shared"] is True
+    block_params = sum(p.numel() for p in comp.blocks[0].parameters())
+    stacked = Composer(add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8), J=J, K=K, depth=2,
+                       qformer_shared=False, lora_rank=4, lora_alpha=8, max_exp_tokens=16)
+    assert len(stacked.compressor.blocks) == 2
+    assert sum(p.numel() for p in stacked.compressor.parameters()) - sum(p.numel() for p in comp.parameters()) \
+        == block_params
+    # the forward is the one block twice, then the output norm
+    h_NLd = torch.randn(2, 5, D)
+    mask_NL = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    with torch.no_grad():
+        q = comp.queries.unsqueeze(0).expand(2, -1, -1)
+        q = comp.blocks[0](comp.blocks[0](q, h_NLd, ~mask_NL), h_NLd, ~mask_NL)
+        torch.testing.assert_close(comp(h_NLd, mask_NL), comp.out_norm(q), atol=0, rtol=0)
+    # queries start at N(0, 1/d)
+    big = Composer(tiny_llama(hidden=256), J=J, K=64, depth=1, lora_rank=4, lora_alpha=8)
+    assert big.compressor.queries.std().item() == pytest.approx(256 ** -0.5, rel=0.1)
+
+    ids, mask = experiences()
+    with torch.no_grad():
+        ref = stacked(ids, mask)
+    out = save_composer(stacked, tmp_path / "old", {"backbone_id": "tiny-llama"})
+    cfg = json.loads((out / "composer_config.json").read_text())
+    assert cfg["qformer_shared"] is False
+    del cfg["qformer_shared"]
+    (out / "composer_config.json").write_text(json.dumps(cfg))
+    loaded = load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
+    assert len(loaded.compressor.blocks) == 2
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)

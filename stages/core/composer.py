@@ -16,9 +16,12 @@ forward would silently lose the composer's gradients. ``adapter_scope`` puts eve
 active during the original forward (otherwise the recompute uses whichever adapter is active
 at backward time and gives wrong gradients).
 
-Compressor (Eq. 6): K learned queries (K, d) pass ``depth`` pre-LayerNorm blocks of
+Compressor (Eq. 6): K learned queries (K, d), initialised N(0, 1/d) (standard deviation
+d^-1/2, Appendix A of the LOPD paper), pass ``depth`` applications of a pre-LayerNorm block
 [cross-attention queries -> H_j (key padding mask), self-attention among queries, MLP], each
-with a residual. Output scale: a final LayerNorm whose gain is initialised to
+with a residual. By default ONE block is applied ``depth`` times (shared weights, as the paper's
+QFormer); ``qformer_shared=False`` stacks ``depth`` separate blocks (checkpoints written before
+the option existed are of that kind and load as such). Output scale: a final LayerNorm whose gain is initialised to
 ``mean_row_norm(input embeddings) / sqrt(d)``, so every latent row starts with the L2 norm of
 an average input-embedding row (the teacher sees the latents where token embeddings go); the
 gain stays learnable.
@@ -241,20 +244,22 @@ class LatentCompressor(nn.Module):
     Args:
         d: hidden size of the backbone.
         K: number of latent tokens per experience.
-        depth: number of :class:`QFormerBlock` s.
+        depth: applications of a :class:`QFormerBlock`.
         heads: attention heads, must divide ``d``.
         mlp_ratio: MLP hidden size / d.
         target_norm: initial L2 norm of every output row (module docstring: output scale).
+        shared: one block applied ``depth`` times (True) or ``depth`` separate blocks.
     """
 
     def __init__(
-        self, d: int, K: int, depth: int, heads: int, mlp_ratio: int, target_norm: float
+        self, d: int, K: int, depth: int, heads: int, mlp_ratio: int, target_norm: float, shared: bool = True
     ) -> None:
         super().__init__()
         if d % heads:
             raise ValueError(f"heads={heads} does not divide the hidden size {d}")
-        self.queries = nn.Parameter(torch.randn(K, d) * 0.02)  # (K, d)
-        self.blocks = nn.ModuleList(QFormerBlock(d, heads, mlp_ratio) for _ in range(depth))
+        self.depth = depth
+        self.queries = nn.Parameter(torch.randn(K, d) * d ** -0.5)  # (K, d)
+        self.blocks = nn.ModuleList(QFormerBlock(d, heads, mlp_ratio) for _ in range(1 if shared else depth))
         self.out_norm = nn.LayerNorm(d)
         nn.init.constant_(self.out_norm.weight, target_norm / math.sqrt(d))
 
@@ -262,8 +267,8 @@ class LatentCompressor(nn.Module):
         """Compress h_NLd (N, L, d) with valid-token mask mask_NL (N, L) bool -> (N, K, d)."""
         q = self.queries.unsqueeze(0).expand(h_NLd.shape[0], -1, -1)  # (N, K, d)
         pad_NL = ~mask_NL
-        for block in self.blocks:
-            q = block(q, h_NLd, pad_NL)
+        for i in range(self.depth):
+            q = self.blocks[i % len(self.blocks)](q, h_NLd, pad_NL)
         return self.out_norm(q)
 
 
@@ -286,8 +291,9 @@ class Composer(nn.Module):
             For full fine-tuning of the student pass the frozen teacher copy here.
         J: experiences per task (recorded in the checkpoint; ``forward`` accepts any J).
         K: latent tokens per experience (default 32).
-        depth: QFormer blocks (default 8); heads: attention heads (default: largest divisor
-            of d that is <= 8); mlp_ratio: QFormer MLP width / d.
+        depth: QFormer block applications (default 8); qformer_shared: one block applied
+            ``depth`` times (default, the paper's) or ``depth`` separate blocks; heads: attention
+            heads (default: largest divisor of d that is <= 8); mlp_ratio: QFormer MLP width / d.
         lora_rank, lora_alpha, target_modules: encoder LoRA psi (defaults 8, 16, q/k/v/o).
         max_exp_tokens: experiences longer than this keep their first tokens (None = all).
         adapter_name: name of the composer adapter on the backbone.
@@ -303,6 +309,7 @@ class Composer(nn.Module):
         J: int = 3,
         K: int = 32,
         depth: int = 8,
+        qformer_shared: bool = True,
         heads: int | None = None,
         mlp_ratio: int = 4,
         lora_rank: int = 8,
@@ -319,7 +326,7 @@ class Composer(nn.Module):
         d = base.config.hidden_size
         heads = heads or default_heads(d)
         self.hparams = {
-            "J": J, "K": K, "depth": depth, "heads": heads, "mlp_ratio": mlp_ratio,
+            "J": J, "K": K, "depth": depth, "qformer_shared": qformer_shared, "heads": heads, "mlp_ratio": mlp_ratio,
             "lora_rank": lora_rank, "lora_alpha": lora_alpha,
             "target_modules": list(target_modules), "max_exp_tokens": max_exp_tokens,
             "adapter_name": adapter_name, "hidden_size": d,
@@ -329,7 +336,7 @@ class Composer(nn.Module):
         self.max_exp_tokens = max_exp_tokens
         emb = base.get_input_embeddings().weight
         target_norm = emb.detach().float().norm(dim=-1).mean().item()
-        self.compressor = LatentCompressor(d, K, depth, heads, mlp_ratio, target_norm).to(
+        self.compressor = LatentCompressor(d, K, depth, heads, mlp_ratio, target_norm, qformer_shared).to(
             device=emb.device, dtype=emb.dtype
         )
 

@@ -85,7 +85,9 @@ def load_composer(backbone: nn.Module, ckpt_dir: str | Path, *, trainable: bool,
     else:
         backbone = PeftModel.from_pretrained(backbone, str(ckpt / saved_name), adapter_name=name,
                                              is_trainable=trainable)
-    composer = Composer(backbone, adapter_name=name, **{k: cfg[k] for k in _HPARAMS})
+    # checkpoints written before qformer_shared existed stack separate blocks
+    composer = Composer(backbone, adapter_name=name, qformer_shared=cfg.get("qformer_shared", False),
+                        **{k: cfg[k] for k in _HPARAMS})
     composer.compressor.load_state_dict(load_file(str(ckpt / COMPRESSOR_FILE)))
     for p in composer.trainable_parameters():
         p.requires_grad_(trainable)
