@@ -153,7 +153,8 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     trajs.sort(key=lambda t: order.get(t.task_id, len(order)))
     scores, extras = bench.score(config, prepared, trajs)
     if bench.reference_nll and hasattr(engine, "model"):
-        nll = reference_nll(engine.model, getattr(engine, "adapter", None), tokenizer, prepared, trajs)
+        nll = reference_nll(engine.model, getattr(engine, "adapter", None), tokenizer, prepared, trajs,
+                            getattr(engine, "prefix_cache", None))
         if nll:
             scores["reference_nll"] = sum(nll.values()) / len(nll)
         for task_id, value in nll.items():
@@ -181,7 +182,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
 
 
 def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any, trajs: list[Trajectory],
-                  batch_size: int = 2) -> dict[str, float]:
+                  prefix_cache: Any = None) -> dict[str, float]:
     """Per task: the mean negative log-likelihood (nats per token) of its verified reference action
     under the evaluated model, teacher-forced after the exact prompt the model was given.
 
@@ -196,13 +197,16 @@ def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any
             adapter it generated with (None: the model as it is).
         tokenizer: its tokenizer; prepared: the bench's tasks and environment factory;
         trajs: the played trajectories (one per task).
-        batch_size: sequences per forward pass.
+        prefix_cache: the engine's :class:`stages.engines.prefix_cache.PrefixCache` (None: none);
+            a prompt whose keys and values it still holds from the generation is not encoded
+            again (a 100-task bfcl-single evaluation: seconds instead of minutes on a CPU).
 
     Returns:
         ``{task_id: nll}``; tasks without a reference, a recorded prompt or any reference token
         are left out.
     """
     import torch
+    from transformers import DynamicCache
 
     from stages.core.composer import adapter_scope
 
@@ -228,20 +232,16 @@ def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any
     device, was_training = next(model.parameters()).device, model.training
     model.eval()  # called from inside training too: no dropout, mode restored below
     with torch.no_grad(), adapter_scope(model, adapter):
-        for i in range(0, len(rows), batch_size):
-            chunk = rows[i:i + batch_size]
-            length = max(len(p) + len(r) for _, p, r in chunk)
-            ids_BT = torch.full((len(chunk), length), tokenizer.pad_token_id, dtype=torch.long)
-            mask_BT = torch.zeros((len(chunk), length), dtype=torch.long)
-            for b, (_, prompt, target) in enumerate(chunk):
-                ids_BT[b, :len(prompt) + len(target)] = torch.tensor(prompt + target)
-                mask_BT[b, :len(prompt) + len(target)] = 1
-            logits_BTV = model(input_ids=ids_BT.to(device), attention_mask=mask_BT.to(device), use_cache=False).logits
-            for b, (task_id, prompt, target) in enumerate(chunk):
-                start = len(prompt)  # logits at t predict the token at t + 1
-                logits_RV = logits_BTV[b, start - 1:start - 1 + len(target)].float()
-                logp_R = torch.log_softmax(logits_RV, dim=-1).gather(-1, torch.tensor(target, device=device)[:, None])
-                out[task_id] = float(-logp_R.mean())
+        for task_id, prompt, target in rows:
+            ids_T = torch.tensor(prompt + target)
+            # the prompt's keys and values from the generation (never its last token: its logits are needed)
+            n, layers = prefix_cache.match(ids_T[:len(prompt) - 1]) if prefix_cache is not None else (0, [])
+            past = DynamicCache([(k[None], v[None]) for k, v in layers], config=model.config) if n else None
+            logits_TV = model(input_ids=ids_T[None, n:].to(device), cache=past, use_cache=past is not None).logits[0]
+            start = len(prompt) - 1 - n  # logits at t predict the token at t + 1
+            logits_RV = logits_TV[start:start + len(target)].float()
+            logp_R = torch.log_softmax(logits_RV, dim=-1).gather(-1, torch.tensor(target, device=device)[:, None])
+            out[task_id] = float(-logp_R.mean())
     model.train(was_training)
     return out
 
