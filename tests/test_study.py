@@ -187,3 +187,17 @@ def test_study_file_errors_name_the_field(tmp_path):
     bad.write_text('store = "x"\nruns = [{name = "a b"}]\n')
     with pytest.raises(ValueError, match=r"s.toml: field runs.0.name"):
         study.load_study(bad)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "examples" / "study").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_example_study_files_are_valid_at_equal_budget(path):
+    """Every shipped study file loads, gives each run the same rollout budget, and every run's
+    settings are valid distill settings for its method (an unknown option would fail here)."""
+    from stages.study import check_budget, distill_config, load_study
+
+    config = load_study(path)
+    steps, per_step = check_budget(config)
+    assert steps * per_step >= 1
+    trained = [(run, seed) for run in config.runs if run.method != "vanilla" for seed in config.seeds_of(run)]
+    assert trained and all(distill_config(config, run, seed).steps == steps for run, seed in trained)
