@@ -82,6 +82,7 @@ def collect(
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Generated tokens per action."),
     temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling mass."),
+    top_k: int = typer.Option(0, "--top-k", help="Sample from the k most likely tokens only; 0 = off (the paper samples with 20, B.2)."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
     prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
@@ -96,7 +97,7 @@ def collect(
     cfg = stage.CollectConfig(
         env=env, store=store, split=split, limit=limit, samples_per_task=samples_per_task,
         model=model, data_dir=data_dir, max_turns=max_steps, max_new_tokens=max_new_tokens,
-        temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
+        temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, batch_size=batch_size,
         prefix_cache_tokens=prefix_cache_tokens, run_id=run_id, resume=resume, reference=reference,
         unsafe_exec=unsafe_exec,
     )
@@ -112,12 +113,16 @@ def index(
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per embedder batch."),
     ann_threshold: int = typer.Option(10_000, "--ann-threshold", help="Build an ANN index from this many rows on (exact search below)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Drop all embeddings and indexes first (to change embedder or field)."),
+    rows_per_write: int = typer.Option(2048, "--rows-per-write", help="Embeddings per table append (one table version each)."),
+    max_chars: int = typer.Option(4000, "--max-chars", help="Transcript length cut for --field trajectory (characters)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Embed new trajectories and build the vector and full-text indexes used for retrieval."""
     from stages import index as stage
 
     stage.run(stage.IndexConfig(store=store, embedder=embedder, field=field, batch_size=batch_size,
-                                ann_threshold=ann_threshold, rebuild=rebuild))
+                                ann_threshold=ann_threshold, rebuild=rebuild, rows_per_write=rows_per_write,
+                                max_chars=max_chars, progress=progress))
 
 
 @app.command()
@@ -188,6 +193,19 @@ def distill(
     student_lora_rank: Optional[int] = typer.Option(None, "--student-lora-rank", help="Student LoRA rank; 0 = full fine-tuning. (default 8)"),
     freeze_composer: Optional[bool] = typer.Option(None, "--freeze-composer/--train-composer", help="Freeze the composer (the paper's ablation). (default train)"),
     checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
+    keep_checkpoints: Optional[int] = typer.Option(None, "--keep-checkpoints", help="Checkpoints kept (the newest). (default 2)"),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Rollout sampling temperature. (default 0.7)"),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Rollout nucleus mass. (default 0.95)"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="Rollout top-k, 0 = off (the paper samples with 20, B.2). (default 0)"),
+    engine: Optional[str] = typer.Option(None, "--engine", help="Rollout engine: hf or vllm. (default hf)"),
+    rollout_batch: Optional[int] = typer.Option(None, "--rollout-batch", help="Episodes generated together. (default 8)"),
+    activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute activations in backward: less memory, slower steps. (default off)"),
+    grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Gradient-norm clipping, 0 = off. (default 1.0)"),
+    embedder: Optional[str] = typer.Option(None, "--embedder", help="Embedder of new rollouts. (default: the store's)"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name in the store. (default: the saved one, else random)"),
+    beta0: Optional[float] = typer.Option(None, "--beta0", help="lopd: initial dual variable beta. (default 0)"),
+    composer_lr: Optional[float] = typer.Option(None, "--composer-lr", help="lopd: learning rate of the composer. (default: --lr)"),
+    max_exp_tokens: Optional[int] = typer.Option(None, "--max-exp-tokens", help="lopd: token budget per (task, experience) pair. (default: the composer's)"),
     log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
@@ -206,7 +224,10 @@ def distill(
         "group_size": group_size, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
         "max_len": max_len, "micro_batch": micro_batch,
         "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
-        "checkpoint_every": checkpoint_every, "log": log, "seed": seed,
+        "checkpoint_every": checkpoint_every, "log": log, "seed": seed, "keep_checkpoints": keep_checkpoints,
+        "temperature": temperature, "top_p": top_p, "top_k": top_k, "engine": engine, "rollout_batch": rollout_batch,
+        "activation_checkpointing": activation_checkpointing, "grad_clip": grad_clip, "embedder": embedder,
+        "run_id": run_id, "beta0": beta0, "composer_lr": composer_lr, "max_exp_tokens": max_exp_tokens,
     }
     flags.update(stage.parse_options(option))
     stage.run(stage.settings(flags, config, resume))

@@ -43,6 +43,7 @@ class CollectConfig(BaseModel):
     max_new_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.7, ge=0.0)
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
     seed: int = 0
     batch_size: int = Field(default=8, ge=1)
     prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
@@ -67,7 +68,7 @@ class CollectReport(BaseModel):
 
 
 _RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_turns",
-             "max_new_tokens", "temperature", "top_p", "seed", "reference"]
+             "max_new_tokens", "temperature", "top_p", "top_k", "seed", "reference"]
 
 
 def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
@@ -118,7 +119,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         f"policy={'reference solutions' if config.reference else config.model}"
     )
     params = SamplingParams(
-        temperature=config.temperature, top_p=config.top_p,
+        temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
         max_new_tokens=config.max_new_tokens, seed=config.seed,
     )
     stats = RolloutStats()

@@ -85,6 +85,7 @@ class DistillConfig(BaseModel):
     max_new_tokens: int = Field(256, ge=1)
     temperature: float = Field(0.7, ge=0.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
     seed: int = 0
     student_lora_rank: int = Field(8, ge=0)
     max_len: int | None = Field(None, ge=2)
@@ -288,7 +289,7 @@ class Distiller:
     def _rollout(self, step: int, stats: RolloutStats) -> list[Trajectory]:
         """Play the step's tasks with the current student; rows get deterministic ids."""
         c = self.config
-        params = SamplingParams(temperature=c.temperature, top_p=c.top_p,
+        params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                                 max_new_tokens=c.max_new_tokens, seed=c.seed * 1_000_003 + step * 10_007)
         factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_steps=c.max_turns)  # noqa: E731
         self.student.model.eval()

@@ -49,3 +49,20 @@ def test_help_shows_boolean_flags_without_a_value(name):
     result = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "--" in result.output
     assert "<bool>" not in result.output
+
+
+def test_every_config_field_of_every_stage_is_a_flag():
+    """One set of options: each stage config field (and each lopd option of distill) is a flag
+    spelled like the field (``max_new_tokens`` -> ``--max-new-tokens``; lopd's ``lam`` is ``--lambda``)."""
+    from stages import coldstart, collect, distill, evaluate, index
+    from stages.methods import get_method
+
+    stages = {"collect": collect.CollectConfig, "index": index.IndexConfig, "coldstart": coldstart.ColdstartConfig,
+              "distill": distill.DistillConfig, "evaluate": evaluate.EvaluateConfig}
+    for name, config in stages.items():
+        flags = {o for p in COMMANDS[name].params for o in (*p.opts, *p.secondary_opts)}
+        fields = [f for f in config.model_fields if f != "options"]
+        if name == "distill":
+            fields += list(get_method("lopd").Options.model_fields)
+        missing = [f for f in fields if "--" + {"lam": "lambda"}.get(f, f).replace("_", "-") not in flags]
+        assert missing == [], f"lopd {name}: settings without a flag"
