@@ -242,7 +242,10 @@ def evaluate(
     out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench)."),
     release: str = typer.Option("v6", "--release", help="LiveCodeBench release window: v5 or v6."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Override the bench's decoding temperature (default greedy)."),
+    protocol: str = typer.Option("greedy", "--protocol", help="Decoding protocol: greedy (temperature 0, the bench's budget and step cap) or paper (Table 5 of the LOPD paper: temperature 0.7, top-p 0.95, top-k 20, its budgets and step caps). Flags below override it."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Override the protocol's decoding temperature."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Override the protocol's nucleus mass."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="Override the protocol's top-k (0 = off)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Override the bench's tokens per action."),
     max_steps: Optional[int] = typer.Option(None, "--max-turns", "--max-steps", help="Override the bench's action cap per episode (--max-steps: older spelling)."),
     batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
@@ -267,7 +270,8 @@ def evaluate(
         raise ValueError("--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench)")
     stage.run(stage.EvaluateConfig(
         bench=bench, model=model, limit=limit, out=out, data_dir=data_dir,
-        release=release, temperature=temperature, max_new_tokens=max_new_tokens, max_turns=max_steps,
+        release=release, protocol=protocol, temperature=temperature, top_p=top_p, top_k=top_k,
+        max_new_tokens=max_new_tokens, max_turns=max_steps,
         batch_size=batch_size, workers=workers, seed=seed, prefix_cache_tokens=prefix_cache_tokens,
         unsafe_exec=unsafe_exec,
     ))

@@ -40,8 +40,10 @@ BenchName = Literal["bfcl-v3", "bfcl-single", "humaneval-plus", "mbpp-plus", "ac
 class EvaluateConfig(BaseModel):
     """Settings of one `lopd evaluate` run (the CLI flags, validated).
 
-    ``temperature`` / ``max_new_tokens`` / ``max_turns`` of None take the bench's defaults
-    (temperature 0 = greedy); ``max_turns`` is also accepted under its former name ``max_steps``.
+    ``protocol`` fills the decoding settings left None (:func:`apply_protocol`): ``greedy``
+    (temperature 0, the bench's token budget and step cap) or ``paper`` (Table 5 of the LOPD
+    paper: temperature 0.7, top-p 0.95, top-k 20, its budget and step cap per bench); settings
+    given explicitly win. ``max_turns`` is also accepted under its former name ``max_steps``.
     ``prefix_cache_tokens`` bounds the rollout engine's KV prefix cache (0 turns it off).
     ``data_dir`` is a folder or file, or for livecodebench also a Hugging Face dataset id.
     ``workers`` is the evalplus evaluator's process count.
@@ -55,7 +57,10 @@ class EvaluateConfig(BaseModel):
     out: str | None = None
     data_dir: str | None = None
     release: Literal["v5", "v6"] = "v6"
+    protocol: Literal["greedy", "paper"] = "greedy"
     temperature: float | None = Field(default=None, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)
     max_new_tokens: int | None = Field(default=None, ge=1)
     max_turns: int | None = Field(default=None, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
     batch_size: int = Field(default=8, ge=1)
@@ -118,16 +123,16 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
 
     isolation.prepare(config.bench, config.unsafe_exec)
     console = console or Console()
+    config = apply_protocol(config)
     bench = BENCHES[config.bench]
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     prepared = bench.prepare(config)
     out = Path(config.out or f"runs/eval/{config.bench}-{model_slug(config.model)}.json")
-    params = SamplingParams(
-        temperature=bench_temperature(config), top_p=1.0,
-        max_new_tokens=config.max_new_tokens or bench.max_new_tokens, seed=config.seed,
-    )
+    params = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
+                            max_new_tokens=config.max_new_tokens, seed=config.seed)
     console.print(f"[bold]evaluate[/] {config.bench}: {len(prepared.tasks)} tasks, model={config.model}, "
-                  f"temperature={params.temperature}, max_new_tokens={params.max_new_tokens}")
+                  f"protocol {config.protocol}: temperature={params.temperature}, top_p={params.top_p}, "
+                  f"top_k={params.top_k}, max_new_tokens={params.max_new_tokens}, max_turns={config.max_turns}")
     for note in prepared.notes:
         console.print(f"  note: {note}")
     if engine is None:
@@ -166,7 +171,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         "behaviour": behaviour_stats(trajs),
         "per_task": [_task_row(t, extras.get(t.task_id, {})) for t in trajs],
         "notes": prepared.notes,
-        "config": {**config.model_dump(), "temperature": params.temperature, "max_new_tokens": params.max_new_tokens},
+        "config": config.model_dump(),
         "model": config.model,
         "git_commit": git_commit(),
         "started_at": started.isoformat(),
@@ -252,9 +257,30 @@ def _cache_counts(engine: Any) -> dict[str, int]:
     return {} if cache is None else {"prompt_tokens_cached": cache.hit_tokens, "prompt_tokens_encoded": cache.miss_tokens}
 
 
-def bench_temperature(config: EvaluateConfig) -> float:
-    """The decoding temperature of the run: ``config.temperature`` or the benches' fixed 0 (greedy)."""
-    return 0.0 if config.temperature is None else config.temperature
+PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 20}
+"""Decoding of every benchmark in B.3 / Table 5 of the LOPD paper."""
+PAPER_BUDGETS = {"envscaler": (40_960, 30), "bfcl-v3": (40_960, 30), "bfcl-single": (40_960, 1),
+                 "acebench": (40_960, 20), "livecodebench": (16_384, 1), "humaneval-plus": (16_384, 1),
+                 "mbpp-plus": (16_384, 1)}
+"""Per bench (generation budget in tokens, step cap) of Table 5 (bfcl-single: BFCL's budget, one step)."""
+
+
+def apply_protocol(config: EvaluateConfig) -> EvaluateConfig:
+    """``config`` with every decoding setting it leaves None filled from its ``protocol``.
+
+    ``greedy``: temperature 0, top-p 1, top-k 0 (off), the bench's own token budget and step
+    cap (:data:`stages.core.benches.BENCHES`). ``paper``: :data:`PAPER_SAMPLING` and
+    :data:`PAPER_BUDGETS`. Thinking mode is whatever the model's chat template does by default
+    (Qwen3's: on, as in the paper). The filled settings are what the report records.
+    """
+    bench = BENCHES[config.bench]
+    if config.protocol == "paper":
+        budget, steps = PAPER_BUDGETS[config.bench]
+        filled = {**PAPER_SAMPLING, "max_new_tokens": budget, "max_turns": steps}
+    else:
+        filled = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": bench.max_new_tokens,
+                  "max_turns": bench.max_steps}
+    return config.model_copy(update={k: v for k, v in filled.items() if getattr(config, k) is None})
 
 
 def _task_row(t: Trajectory, extra: dict[str, Any]) -> dict[str, Any]:

@@ -256,3 +256,17 @@ def test_reference_nll_equals_unpadded_per_token_reference_and_reaches_the_repor
     # a trajectory with no recorded prompt is left out rather than guessed
     bare = _traj([Turn(action="x", tool_calls=[], observation="", action_tokens=1)], task_id=prepared.tasks[0].task_id)
     assert reference_nll(model, None, tok, prepared, [bare]) == {}
+
+
+def test_protocols_fill_what_is_not_given_and_the_report_records_it(tmp_path):
+    from stages.evaluate import apply_protocol
+
+    greedy = apply_protocol(EvaluateConfig(bench="bfcl-v3"))
+    assert (greedy.temperature, greedy.top_p, greedy.top_k, greedy.max_new_tokens, greedy.max_turns) == (0.0, 1.0, 0, 256, 20)
+    paper = apply_protocol(EvaluateConfig(bench="bfcl-v3", protocol="paper"))
+    assert (paper.temperature, paper.top_p, paper.top_k, paper.max_new_tokens, paper.max_turns) == (0.7, 0.95, 20, 40_960, 30)
+    coding = apply_protocol(EvaluateConfig(bench="humaneval-plus", protocol="paper", max_new_tokens=512, top_k=0))
+    assert (coding.temperature, coding.top_k, coding.max_new_tokens) == (0.7, 0, 512)  # flags win
+    report = _run(tmp_path, [["Done."]], bench="envscaler", limit=1, protocol="paper", max_turns=2)
+    assert report["config"]["protocol"] == "paper"
+    assert (report["config"]["temperature"], report["config"]["top_k"], report["config"]["max_turns"]) == (0.7, 20, 2)
