@@ -169,6 +169,7 @@ class ColdstartReport(BaseModel):
     heldout_trajectories: int
     heldout_tasks: int
     final_loss: float
+    final_loss_steps: int = 0
     heldout: HeldoutResult | None
     seconds: float
     seconds_per_step: float
@@ -456,6 +457,12 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     train_tasks, heldout_tasks = split_tasks({t.task_id for t in fits}, config.heldout_fraction, config.seed)
     train = [t for t in fits if t.task_id in train_tasks]
     heldout = [t for t in fits if t.task_id in heldout_tasks]
+    if len(train) < config.batch_size:
+        console.print(f"[yellow]warning: {len(train)} training trajectories for --batch-size {config.batch_size}: "
+                      "every step sees the same few targets (collect more successes first)[/]", soft_wrap=True)
+    if config.heldout_fraction > 0 and len(heldout_tasks) < 5:
+        console.print(f"[yellow]warning: {len(heldout_tasks)} held-out task(s): the held-out NLL is too noisy "
+                      "to compare (more tasks, or a larger --heldout-fraction)[/]", soft_wrap=True)
     if ckpt is None:
         composer = _new_composer(model, config)
         untrained_phi = [p.detach().clone() for p in composer.trainable_parameters()]
@@ -541,12 +548,12 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
         if result is not None:
             (out / HELDOUT).write_text(result.model_dump_json(indent=2))
     unchanged = _backbone_digest(composer) == digest_before
-    tail = losses[-max(1, min(10, len(losses))):] if losses else [math.nan]
+    tail = losses[-max(1, min(10, len(losses))):] if losses else [math.nan]  # the last (up to) 10 steps
     report = ColdstartReport(
         run_id=run_id, out=str(out), final=str(final), backbone_id=backbone_id, steps=config.steps,
         start_step=start_step, train_trajectories=len(train), train_tasks=len(train_tasks), too_long=too_long,
         heldout_trajectories=len(heldout), heldout_tasks=len(heldout_tasks),
-        final_loss=sum(tail) / len(tail), heldout=result, seconds=time.perf_counter() - t_start,
+        final_loss=sum(tail) / len(tail), final_loss_steps=len(losses[-10:]), heldout=result, seconds=time.perf_counter() - t_start,
         seconds_per_step=sum(step_seconds) / max(len(step_seconds), 1), peak_rss_mb=_peak_rss_mb(),
         backbone_unchanged=unchanged,
     )
@@ -562,7 +569,8 @@ def _print_summary(console: Console, r: ColdstartReport) -> None:
     table.add_column("value", justify="right")
     table.add_row("steps", f"{r.start_step} -> {r.steps}")
     table.add_row("train / held-out trajectories", f"{r.train_trajectories} / {r.heldout_trajectories}")
-    table.add_row("final train loss (last 10 steps)", f"{r.final_loss:.4f}")
+    table.add_row(f"final train loss (mean of the last {r.final_loss_steps} steps)" if r.final_loss_steps
+                  else "final train loss", f"{r.final_loss:.4f}")
     if r.heldout is not None:
         h = r.heldout
         table.add_row("held-out NLL, no latents", f"{h.nll_no_latents:.4f}")

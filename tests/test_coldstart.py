@@ -243,3 +243,21 @@ def test_resources_are_guarded_before_work(tmp_path, store_path, tiny_dir, monke
     with pytest.raises(ValueError, match=r"coldstart: one step needs about .* GB .* lower --J, --max-exp-tokens"):
         run(cfg(tmp_path, store_path, tiny_dir, name="mem"))
     assert not (tmp_path / "mem" / "config.json").exists()
+
+
+def test_too_little_data_warns_and_the_summary_says_how_many_steps_it_averages(tmp_path, store_path, tiny_dir):
+    """8 tasks x 2 successes: 25% held out leaves 2 held-out tasks and 12 targets; a batch of 16
+    sees the same targets every step. Both get a warning; after 2 steps the summary's final loss
+    is the mean of those 2 steps, and says so."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    report = coldstart.run(cfg(tmp_path, store_path, tiny_dir, steps=2, batch_size=16, eval_every=2),
+                           console=Console(file=out, width=300), embedder=HashEmbedder())
+    text = out.getvalue()
+    assert report.train_trajectories == 12 and report.heldout_tasks == 2
+    assert "warning: 12 training trajectories for --batch-size 16" in text
+    assert "warning: 2 held-out task(s)" in text
+    assert report.final_loss_steps == 2 and "mean of the last 2 steps" in text
