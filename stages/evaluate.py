@@ -146,15 +146,16 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     trajs: list[Trajectory] = []
     stats = RolloutStats()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("reward {task.fields[reward]:.3f}"), TextColumn("{task.fields[actions]} actions"),
+                  TextColumn("success {task.fields[success]:.3f} (mean reward {task.fields[reward]:.3f})"), TextColumn("{task.fields[actions]} actions"),
                   TimeElapsedColumn(), console=console) as bar:
-        job = bar.add_task(config.bench, total=len(prepared.tasks), reward=0.0, actions=0)
+        job = bar.add_task(config.bench, total=len(prepared.tasks), reward=0.0, success=0.0, actions=0)
         for traj in play(engine, tokenizer, prepared.env_factory, prepared.tasks, samples_per_task=1, params=params,
                          policy_id=config.model, run_id=f"evaluate-{config.bench}", git_commit=git_commit(),
                          max_concurrent=config.batch_size, stats=stats,
                          on_step=lambda s: bar.update(job, actions=s.actions)):
             trajs.append(traj)
-            bar.update(job, advance=1, reward=sum(t.reward for t in trajs) / len(trajs))
+            bar.update(job, advance=1, reward=sum(t.reward for t in trajs) / len(trajs),
+                       success=sum(t.success for t in trajs) / len(trajs))  # = pass@1 / accuracy of one-shot benches
     trajs.sort(key=lambda t: order.get(t.task_id, len(order)))
     scores, extras = bench.score(config, prepared, trajs)
     if bench.reference_nll and hasattr(engine, "model"):
