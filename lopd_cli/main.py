@@ -68,17 +68,49 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
+CONFIG_HELP = "TOML/YAML/JSON file of option names (as in the flags, with _) and values; flags given override it."
+
+
+def _settings(ctx: typer.Context, config_file: Optional[str], config_cls: type, exclude: tuple[str, ...] = ()) -> dict:
+    """The command's options by field name: a flag given on the command line, else the
+    ``--config`` file's key, else the default. An older spelling in the file (a field's alias,
+    e.g. ``max_steps``) is accepted with a note; an unknown key is a one-line error."""
+    from pydantic import AliasChoices
+
+    from stages.core.inputs import read_config_file
+
+    values = {k: v for k, v in ctx.params.items() if k not in ("config", *exclude)}
+    if not config_file:
+        return values
+    older = {alias: name for name, field in config_cls.model_fields.items()
+             if isinstance(field.validation_alias, AliasChoices)
+             for alias in field.validation_alias.choices if alias != name}
+    for key, value in read_config_file(config_file).items():
+        name = older.get(key, key)
+        if name not in values:
+            raise ValueError(f"{config_file}: unknown option {key!r} for lopd {ctx.info_name} "
+                             f"(options: {', '.join(sorted(values))})")
+        if name != key:
+            err_console.print(f"note: {config_file}: {key!r} is the older name of {name!r}", soft_wrap=True)
+        source = ctx.get_parameter_source(name)  # compared by name: typer may carry its own click
+        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            values[name] = value
+    return values
+
+
 @app.command()
 @friendly
 def collect(
-    env: str = typer.Option(..., "--env", help="Environment: bfcl, code, envscaler."),
+    ctx: typer.Context,
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    env: Optional[str] = typer.Option(None, "--env", help="Environment: bfcl, code, envscaler (required, as a flag or in --config)."),
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
     split: str = typer.Option("train", "--split", help="Task split: train or test."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks."),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Policy: smollm2-135m (embedded), an HF id or a local path."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Read the environment's task files from here."),
-    max_steps: int = typer.Option(30, "--max-turns", "--max-steps", help="Action cap per episode (--max-steps: older spelling)."),
+    max_turns: int = typer.Option(30, "--max-turns", "--max-steps", help="Action cap per episode (--max-steps: older spelling)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Generated tokens per action."),
     temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling mass."),
@@ -94,19 +126,17 @@ def collect(
     """Roll out a policy on an environment's tasks and store scored trajectories."""
     from stages import collect as stage
 
-    cfg = stage.CollectConfig(
-        env=env, store=store, split=split, limit=limit, samples_per_task=samples_per_task,
-        model=model, data_dir=data_dir, max_turns=max_steps, max_new_tokens=max_new_tokens,
-        temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, batch_size=batch_size,
-        prefix_cache_tokens=prefix_cache_tokens, run_id=run_id, resume=resume, reference=reference,
-        unsafe_exec=unsafe_exec,
-    )
-    stage.run(cfg)
+    values = _settings(ctx, config, stage.CollectConfig)
+    if values["env"] is None:
+        raise ValueError("--env is required (bfcl, code, envscaler), as a flag or in the --config file")
+    stage.run(stage.CollectConfig(**values))
 
 
 @app.command()
 @friendly
 def index(
+    ctx: typer.Context,
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
     embedder: Optional[str] = typer.Option(None, "--embedder", help="minilm (packaged all-MiniLM-L6-v2, default) or a sentence-transformers id/path."),
     field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text, default) or trajectory (the transcript)."),
@@ -120,14 +150,14 @@ def index(
     """Embed new trajectories and build the vector and full-text indexes used for retrieval."""
     from stages import index as stage
 
-    stage.run(stage.IndexConfig(store=store, embedder=embedder, field=field, batch_size=batch_size,
-                                ann_threshold=ann_threshold, rebuild=rebuild, rows_per_write=rows_per_write,
-                                max_chars=max_chars, progress=progress))
+    stage.run(stage.IndexConfig(**_settings(ctx, config, stage.IndexConfig)))
 
 
 @app.command()
 @friendly
 def coldstart(
+    ctx: typer.Context,
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     experiences: str = typer.Option("runs/store", "--experiences", help="Indexed experience store (`lopd index`) whose successful trajectories train the composer."),
     out: str = typer.Option("runs/composer0", "--out", help="Output folder (checkpoints, metrics.jsonl, final/)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Frozen backbone: smollm2-135m, an HF id or a local path."),
@@ -155,13 +185,7 @@ def coldstart(
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
     from stages import coldstart as stage
 
-    stage.run(stage.ColdstartConfig(
-        experiences=experiences, out=out, model=model, steps=steps, lr=lr, batch_size=batch_size,
-        J=J, K=K, depth=depth, qformer_shared=qformer_shared, lora_rank=lora_rank, max_exp_tokens=max_exp_tokens, max_len=max_len,
-        placement=placement, heldout_fraction=heldout_fraction, checkpoint_every=checkpoint_every,
-        eval_every=eval_every, env=env, exclude_same_task=exclude_same_task,
-        activation_checkpointing=activation_checkpointing, grad_clip=grad_clip, seed=seed, resume=resume,
-    ))
+    stage.run(stage.ColdstartConfig(**_settings(ctx, config, stage.ColdstartConfig)))
 
 
 @app.command()
@@ -236,6 +260,8 @@ def distill(
 @app.command()
 @friendly
 def evaluate(
+    ctx: typer.Context,
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench."),
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks (bfcl-v3: per category)."),
@@ -247,7 +273,7 @@ def evaluate(
     top_p: Optional[float] = typer.Option(None, "--top-p", help="Override the protocol's nucleus mass."),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Override the protocol's top-k (0 = off)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Override the bench's tokens per action."),
-    max_steps: Optional[int] = typer.Option(None, "--max-turns", "--max-steps", help="Override the bench's action cap per episode (--max-steps: older spelling)."),
+    max_turns: Optional[int] = typer.Option(None, "--max-turns", "--max-steps", help="Override the bench's action cap per episode (--max-steps: older spelling)."),
     batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
     workers: int = typer.Option(2, "--workers", help="evalplus evaluator processes."),
     prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
@@ -266,15 +292,11 @@ def evaluate(
             raise ValueError("--compare needs at least two report files: lopd evaluate --compare A.json B.json")
         Console().print(stage.compare([Path(r) for r in reports]))
         return
-    if bench is None:
-        raise ValueError("--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench)")
-    stage.run(stage.EvaluateConfig(
-        bench=bench, model=model, limit=limit, out=out, data_dir=data_dir,
-        release=release, protocol=protocol, temperature=temperature, top_p=top_p, top_k=top_k,
-        max_new_tokens=max_new_tokens, max_turns=max_steps,
-        batch_size=batch_size, workers=workers, seed=seed, prefix_cache_tokens=prefix_cache_tokens,
-        unsafe_exec=unsafe_exec,
-    ))
+    values = _settings(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"))
+    if values["bench"] is None:
+        raise ValueError("--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
+                         "livecodebench); to compare reports: lopd evaluate --compare A.json B.json")
+    stage.run(stage.EvaluateConfig(**values))
 
 
 @app.command()

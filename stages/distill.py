@@ -33,7 +33,7 @@ from stages.core import memory, runs
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
-from stages.core.inputs import read_utf8
+from stages.core.inputs import read_config_file
 from stages.core.models import save_final, save_student
 from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
@@ -157,29 +157,13 @@ class DistillReport(BaseModel):
 
 
 def load_config(path: str | Path) -> dict:
-    """Read a TOML (``.toml``) or YAML/JSON (``.yaml``, ``.yml``, ``.json``) config file.
-
-    Returns the mapping (CLI flags override its keys before ``DistillConfig`` validation), with
-    the paper's name ``lambda`` for the anchor weight renamed to the field name ``lam``.
+    """A distill config file (:func:`stages.core.inputs.read_config_file`), with the paper's name
+    ``lambda`` for the anchor weight renamed to the field name ``lam``.
 
     Raises:
-        ValueError: unknown extension, unparsable file, a top level that is no mapping, or both
-            ``lambda`` and ``lam`` given (one line naming the file).
+        ValueError: see :func:`read_config_file`; or both ``lambda`` and ``lam`` given.
     """
-    import tomllib
-
-    import yaml
-
-    path = Path(path)
-    if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
-        raise ValueError(f"{path}: unknown config format {path.suffix!r} (use .toml, .yaml or .json)")
-    text = read_utf8(path)
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-        raise ValueError(f"{path}: not valid {path.suffix[1:]}: {str(err).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: the top level must be a mapping of option names to values")
+    data = read_config_file(path)
     if "lambda" in data:
         if "lam" in data:
             raise ValueError(f"{path}: give the anchor weight once, as `lambda` or as `lam`")

@@ -66,3 +66,30 @@ def test_every_config_field_of_every_stage_is_a_flag():
             fields += list(get_method("lopd").Options.model_fields)
         missing = [f for f in fields if "--" + {"lam": "lambda"}.get(f, f).replace("_", "-") not in flags]
         assert missing == [], f"lopd {name}: settings without a flag"
+
+
+def test_every_stage_reads_a_config_file_that_flags_override(tmp_path):
+    """`--config FILE` on collect/index/coldstart/evaluate (distill has its own): the file's keys
+    apply, a flag given beats the file, an older spelling is accepted with a note, an unknown key
+    is one line naming the file. (A store that does not exist stops each run before any model.)"""
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    config = tmp_path / "index.toml"
+    config.write_text(f'store = "{tmp_path / "from-file"}"\nbatch_size = 4\n')
+    result = runner.invoke(app, ["index", "--config", str(config)])
+    assert result.exit_code == 2 and f"no experience store at {tmp_path / 'from-file'}" in result.output
+    result = runner.invoke(app, ["index", "--config", str(config), "--store", str(tmp_path / "from-flag")])
+    assert result.exit_code == 2 and f"no experience store at {tmp_path / 'from-flag'}" in result.output
+    old = tmp_path / "coldstart.yaml"
+    old.write_text(f"experiences: {tmp_path / 'from-yaml'}\ngrad_checkpointing: false\n")
+    result = runner.invoke(app, ["coldstart", "--config", str(old)])
+    assert "'grad_checkpointing' is the older name of 'activation_checkpointing'" in result.output
+    assert result.exit_code == 2 and f"no experience store at {tmp_path / 'from-yaml'}" in result.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text('stroe = "x"\n')
+    for command in ("collect", "index", "coldstart", "evaluate"):
+        result = runner.invoke(app, [command, "--config", str(bad)])
+        assert result.exit_code == 2 and f"bad.toml: unknown option 'stroe' for lopd {command}" in result.output
+    result = runner.invoke(app, ["collect"])
+    assert result.exit_code == 2 and "--env is required" in result.output

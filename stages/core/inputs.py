@@ -77,3 +77,29 @@ def _is_network_error(err: BaseException) -> bool:
     names = {cls.__name__ for cls in type(err).__mro__}
     return bool(names & {"ConnectError", "ConnectTimeout", "TimeoutException", "NetworkError",
                          "TransportError", "ConnectionError", "OfflineModeIsEnabled"})
+
+
+def read_config_file(path: str | Path) -> dict:
+    """A stage's settings file: TOML (``.toml``) or YAML/JSON (``.yaml``, ``.yml``, ``.json``).
+
+    Returns the mapping of option names (the config fields, e.g. ``max_new_tokens``) to values.
+
+    Raises:
+        ValueError: unknown extension, unreadable or unparsable file, or a top level that is no
+            mapping (one line naming the file).
+    """
+    import tomllib
+
+    import yaml
+
+    path = Path(path)
+    if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
+        raise ValueError(f"{path}: unknown config format {path.suffix!r} (use .toml, .yaml or .json)")
+    text = read_utf8(path)
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"{path}: not valid {path.suffix[1:]}: {str(err).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the top level must be a mapping of option names to values")
+    return data
