@@ -230,6 +230,7 @@ def distill(
     beta0: Optional[float] = typer.Option(None, "--beta0", help="lopd: initial dual variable beta. (default 0)"),
     composer_lr: Optional[float] = typer.Option(None, "--composer-lr", help="lopd: learning rate of the composer. (default: --lr)"),
     max_exp_tokens: Optional[int] = typer.Option(None, "--max-exp-tokens", help="lopd: token budget per (task, experience) pair. (default: the composer's)"),
+    exclude_same_task: Optional[bool] = typer.Option(None, "--exclude-same-task/--allow-same-task", help="lopd: never retrieve an experience of the trajectory's own task (coldstart's default). (default allow)"),
     log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
@@ -252,6 +253,7 @@ def distill(
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "engine": engine, "rollout_batch": rollout_batch,
         "activation_checkpointing": activation_checkpointing, "grad_clip": grad_clip, "embedder": embedder,
         "run_id": run_id, "beta0": beta0, "composer_lr": composer_lr, "max_exp_tokens": max_exp_tokens,
+        "exclude_same_task": exclude_same_task,
     }
     flags.update(stage.parse_options(option))
     stage.run(stage.settings(flags, config, resume))

@@ -191,6 +191,23 @@ def test_retrieve_experiences_arguments():
     assert r.calls[-1][2]["exclude_task_ids"] == set() and r.calls[-1][2]["split"] == "train"
 
 
+def test_lopd_retrieval_follows_its_exclude_same_task_option():
+    """LOPD's teacher context: train-split experiences only; the trajectory's own task is left
+    out exactly when ``exclude_same_task`` (coldstart's setting) is on; off by default."""
+    from types import SimpleNamespace
+
+    from stages.methods import StepContext
+    from stages.methods.lopd import LOPD, LOPDOptions
+
+    r = _FakeRetriever()
+    batch = SimpleNamespace(rows=[SimpleNamespace(trajectory=traj("a", task_id="t1"))])
+    for flag, tasks in ((True, {"t1"}), (False, set())):
+        me = SimpleNamespace(options=LOPDOptions(composer="c", J=2, exclude_same_task=flag))
+        assert len(LOPD.prepare(me, batch, StepContext(None, r, None, 1))[0]) == 2
+        assert r.calls[-1][2]["exclude_task_ids"] == tasks and r.calls[-1][2]["split"] == "train"
+    assert LOPDOptions(composer="c").exclude_same_task is False
+
+
 def test_lookup_tools_falls_back_to_the_environment_tasks():
     from stages.core.contexts import lookup_tools
     from stages.core.envs import make_env

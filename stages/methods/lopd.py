@@ -39,6 +39,13 @@ class LOPDOptions(BaseModel):
     must equal its K. ``lam`` is the anchor weight lambda (``lambda`` in config files).
     ``composer_lr`` None = the run's ``lr``; ``max_exp_tokens`` None = the composer's value
     (512 if it has none); ``freeze_composer`` is the paper's frozen-composer ablation.
+    ``exclude_same_task``: retrieve no experience of the trajectory's own task (the setting of
+    `lopd coldstart`, whose default is True). Here the default is False, as the distill loop
+    has always run: a store seeded with verified references (the CPU quickstart and study)
+    then hands the teacher its own task's answer, like OPSD's reference. The paper's framing
+    ("a reference example from a different task") suggests True; the CPU study of
+    docs/results/bfcl-cpu ran with False, so the default stays until that study is compared
+    with the other setting.
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -54,6 +61,7 @@ class LOPDOptions(BaseModel):
     composer_lr: float | None = Field(None, gt=0.0)
     freeze_composer: bool = False
     max_exp_tokens: int | None = Field(None, ge=1)
+    exclude_same_task: bool = False
 
 
 @register("lopd")
@@ -122,7 +130,7 @@ class LOPD(Method):
             return [[] for _ in batch.rows]
         # training experiences only: held-out (test split) rows never become privileged context
         return retrieve_experiences(context.retriever, [r.trajectory for r in batch.rows], self.options.J,
-                                    split="train")
+                                    split="train", exclude_same_task=self.options.exclude_same_task)
 
     def loss(self, rows: list[TrainRow], extras: list[list], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
         """Eq. 13 on one micro-batch times ``weight``.
