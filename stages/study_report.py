@@ -113,6 +113,33 @@ def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str
     return rows
 
 
+def paired_nll(config: Any, rows: list[dict], base: dict[str, Any]) -> None:
+    """Add to each finished row the paired change of held-out reference NLL against the base model:
+    per task, the run's NLL (mean over its seeds) minus the base model's; ``reference_nll_delta``
+    = the mean over tasks, ``reference_nll_delta_se`` its standard error over tasks,
+    ``reference_nll_lower`` the share of tasks whose NLL went down. Pairing by task removes the
+    task-to-task spread (NLL ranges ~0.3-2.1 over BFCL tasks), so a change far smaller than
+    the spread of the unpaired means is measurable."""
+    base_nll = {t["task_id"]: t["reference_nll"] for t in base.get("per_task", []) if "reference_nll" in t}
+    runs = {r.name: r for r in config.runs}
+    for row in rows:
+        if not row["seeds"] or not base_nll:
+            continue
+        run = runs[row["run"]]
+        per_seed = [base["per_task"]] if run.method == VANILLA else [
+            _read(run_dir(config, run, s) / "evals" / f"gen-{row['generations']}.json")["per_task"] for s in row["seeds"]]
+        by_task: dict[str, list[float]] = {}
+        for tasks in per_seed:
+            for t in tasks:
+                if t["task_id"] in base_nll and "reference_nll" in t:
+                    by_task.setdefault(t["task_id"], []).append(t["reference_nll"] - base_nll[t["task_id"]])
+        diffs = [float(np.mean(v)) for v in by_task.values()]
+        if len(diffs) > 1:
+            row["reference_nll_delta"] = float(np.mean(diffs))
+            row["reference_nll_delta_se"] = float(np.std(diffs, ddof=1) / math.sqrt(len(diffs)))
+            row["reference_nll_lower"] = float(np.mean([d < 0 for d in diffs]))
+
+
 def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: float, budget: str) -> str:
     """The paper-style table with its caption lines."""
     n = max(tasks, 1)
@@ -127,19 +154,22 @@ def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: fl
              "model, after the exact prompt it was given (lower: the right call is more likely; it moves "
              "before the score does).", "",
              f"| run | method | seeds | generations | held-out {key} | vs vanilla | held-out reference NLL | "
-             "train reward | first-step tokens | tool calls/step | repeated calls/task |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "NLL vs vanilla (paired ± SE; tasks lower) | train reward | first-step tokens | tool calls/step | "
+             "repeated calls/task |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["seeds"]:
-            lines.append(f"| {r['run']} | {r['method']} | 0 | - | pending (seeds {r['pending']}) | | | | | | |")
+            lines.append(f"| {r['run']} | {r['method']} | 0 | - | pending (seeds {r['pending']}) | | | | | | | |")
             continue
         spread = f" ± {r['score_sd']:.3f} ({r['score_min']:.3f}..{r['score_max']:.3f})" if r["score_sd"] is not None else ""
         train = "-" if r["train_reward"] is None else f"{r['train_reward']:.3f}"
         more = f" (+{len(r['pending'])} pending)" if r["pending"] else ""
+        paired = "-" if r.get("reference_nll_delta") is None or r["method"] == VANILLA else (
+            f"{r['reference_nll_delta']:+.4f} ± {r['reference_nll_delta_se']:.4f}; {r['reference_nll_lower']:.0%}")
         nll = "-" if r["reference_nll"] is None else f"{r['reference_nll']:.4f}" + (
             f" ± {r['reference_nll_sd']:.4f}" if r["reference_nll_sd"] is not None else "")
         lines.append(f"| {r['run']} | {r['method']} | {len(r['seeds'])}{more} | {r['generations']} | "
-                     f"{r['score_mean']:.3f}{spread} | {r['score_mean'] - base_score:+.3f} | {nll} | {train} | "
+                     f"{r['score_mean']:.3f}{spread} | {r['score_mean'] - base_score:+.3f} | {nll} | {paired} | {train} | "
                      f"{r['first_step_tokens']:.1f} | {r['tool_calls_per_step']:.2f} | "
                      f"{r['repeated_calls_per_task']:.2f} |")
     return "\n".join(lines) + "\n"
@@ -180,6 +210,7 @@ def write_results(config: Any, commit: str | None) -> dict[str, Any]:
     key = score_key(config, base)
     evals, training = collect_evaluations(config), collect_training(config)
     rows = table_rows(config, evals, training, key)
+    paired_nll(config, rows, base)
     seconds = base.get("seconds", 0.0) + sum(
         json.loads(read_utf8(p))["seconds"] for run in config.runs if run.method != VANILLA
         for p in (done_file(config, run, s) for s in config.seeds_of(run)) if p.is_file())

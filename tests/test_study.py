@@ -119,7 +119,11 @@ def test_study_writes_results_table_and_plots(straight):
     assert all(f"| {name} | " in table for name in ("vanilla", "lopd", "grpo"))
     csv_lines = (straight / "results.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + len(results["evaluations"]) and csv_lines[0].startswith("run,method,seed,generations")
-    assert "held-out reference NLL" in table
+    assert "held-out reference NLL" in table and "NLL vs vanilla (paired" in table
+    for name in ("lopd", "grpo"):  # the paired mean of per-task changes = the change of the means
+        assert rows[name]["reference_nll_delta"] == pytest.approx(
+            rows[name]["reference_nll"] - rows["vanilla"]["reference_nll"], abs=1e-9)
+        assert rows[name]["reference_nll_delta_se"] > 0 and 0 <= rows[name]["reference_nll_lower"] <= 1
     assert "## lopd-seed0" in (straight / "report" / "summary.md").read_text()  # lopd report of the runs
     for png in ("heldout.png", "heldout_nll.png", "train_reward.png", "lopd_dual.png"):
         assert (straight / png).read_bytes()[:4] == b"\x89PNG"
