@@ -240,19 +240,25 @@ def _copy_store(source: Path, dest: Path) -> None:
     partial.rename(dest)
 
 
-def run_study(config: StudyConfig, console: Console | None = None, report_only: bool = False) -> dict[str, Any]:
+def run_study(config: StudyConfig, console: Console | None = None, report_only: bool = False,
+              only: list[str] | None = None) -> dict[str, Any]:
     """Run (or resume) every entry of the study, then write the results; returns ``results.json``.
 
     With ``report_only`` nothing is trained or evaluated: the results are written from what the
-    study folder holds (unfinished runs show as pending).
+    study folder holds (unfinished runs show as pending). ``only`` names the entries to train
+    now (the base model is evaluated in any case); the others are left as they are, so a study
+    can be run in parts, in any order, across sessions or machines sharing the folder.
 
     Raises:
-        ValueError: invalid settings (unequal budgets, unknown options, a changed study), or
-            ``report_only`` before the base model was evaluated.
+        ValueError: invalid settings (unequal budgets, unknown options, a changed study), an
+            ``only`` name that is no entry, or ``report_only`` before the base model was evaluated.
         StoreError, EnvError: unusable store or environment.
     """
     console = console or Console()
     out = Path(config.out)
+    unknown = sorted(set(only or ()) - {r.name for r in config.runs})
+    if unknown:
+        raise ValueError(f"--only {unknown[0]}: no such run in the study (runs: {', '.join(r.name for r in config.runs)})")
     if report_only:
         if not base_report(config).is_file():
             raise ValueError(f"{out}: no study results yet (the base model's evaluation is missing)")
@@ -272,7 +278,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
         console.rule("study: the base model (generation 0)")
         evaluate.run(_eval_config(config, model, base), console)
     for run in config.runs:
-        if run.method == VANILLA:
+        if run.method == VANILLA or (only and run.name not in only):
             continue
         for seed in config.seeds_of(run):
             folder = run_dir(config, run, seed)

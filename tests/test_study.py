@@ -153,6 +153,20 @@ def test_report_only_shows_unfinished_seeds_as_pending(straight, tmp_path):
     assert result.exit_code == 2 and "no study results yet" in result.output
 
 
+def test_only_trains_the_named_runs_and_names_unknown_ones(straight, tmp_path):
+    copy = tmp_path / "study"
+    shutil.copytree(straight, copy)
+    (copy / "runs" / "grpo-seed1" / "done.json").unlink()  # grpo seed 1 unfinished
+    config = straight.parent / "study.toml"
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(copy), "--only", "lopd"])
+    assert result.exit_code == 0, result.output
+    assert "lopd seed 0 finished earlier, reused" in result.output and "grpo" not in result.output.split("|")[0]
+    assert not (copy / "runs" / "grpo-seed1" / "done.json").exists()  # left as it was
+    assert _results(copy)["table"][2]["pending"] == [1]
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(copy), "--only", "nosuch"])
+    assert result.exit_code == 2 and "--only nosuch: no such run in the study (runs: vanilla, lopd, grpo)" in result.output
+
+
 def test_killed_study_resumes_to_the_same_results(straight, assets, tmp_path):
     config = write_study(assets, tmp_path)
     out = tmp_path / "study"
