@@ -23,5 +23,7 @@ lopd study --config "$here/bfcl_cpu.toml"
 dest=docs/results/bfcl-cpu
 mkdir -p "$dest"
 cp runs/study-bfcl-cpu/{table.md,results.json,results.csv,heldout.png,heldout_nll.png,train_reward.png,lopd_dual.png} "$dest/"
+mkdir -p "$dest/report"
+cp runs/study-bfcl-cpu/report/{*.png,summary.md} "$dest/report/"
 cp "$here/bfcl_cpu.toml" "$dest/study.toml"
 echo "study finished in $(( $(date +%s) - start )) s; results in $dest"
