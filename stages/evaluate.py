@@ -215,6 +215,7 @@ def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any
     from transformers import DynamicCache
 
     from stages.core.composer import adapter_scope
+    from stages.core.losses import sampled_token_logprobs
 
     tasks = {t.task_id: t for t in prepared.tasks}
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -245,9 +246,9 @@ def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any
             past = DynamicCache([(k[None], v[None]) for k, v in layers], config=model.config) if n else None
             logits_TV = model(input_ids=ids_T[None, n:].to(device), cache=past, use_cache=past is not None).logits[0]
             start = len(prompt) - 1 - n  # logits at t predict the token at t + 1
-            logits_RV = logits_TV[start:start + len(target)].float()
-            logp_R = torch.log_softmax(logits_RV, dim=-1).gather(-1, torch.tensor(target, device=device)[:, None])
-            out[task_id] = float(-logp_R.mean())
+            logp_1R = sampled_token_logprobs(logits_TV[None, start:start + len(target)],
+                                             torch.tensor([target], device=device))
+            out[task_id] = float(-logp_1R.mean())
     model.train(was_training)
     return out
 
