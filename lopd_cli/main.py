@@ -171,7 +171,7 @@ def coldstart(
     lora_rank: int = typer.Option(8, "--lora-rank", help="Rank of the composer encoder's LoRA."),
     max_exp_tokens: int = typer.Option(256, "--max-exp-tokens", help="Token budget per (task, experience) pair."),
     max_len: int = typer.Option(1024, "--max-len", help="Token cap of a target conversation."),
-    placement: str = typer.Option("prefix", "--placement", help="Latents after the task prompt (prefix) or before each action (per-turn, Eq. 8)."),
+    placement: str = typer.Option("prefix", "--placement", help="Latents after the task prompt (prefix), before each action (per-turn, Eq. 8), or inside the first user message between framing texts (framed, A.4)."),
     heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", help="Share of tasks held out to measure the NLL."),
     checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Steps between checkpoints."),
     eval_every: int = typer.Option(50, "--eval-every", help="Steps between held-out evaluations."),

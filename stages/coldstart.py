@@ -95,7 +95,9 @@ class ColdstartConfig(BaseModel):
             experience, QFormer block applications, composer LoRA rank, token cap of one experience).
         qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
         max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
-        placement: where the latents go: ``prefix`` (after the task prompt) or ``per-turn``.
+        placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
+            (before each action, Eq. 8) or ``framed`` (inside the first user message between
+            framing texts, A.4; :mod:`stages.core.framing`).
         heldout_fraction: share of the tasks held out for evaluation.
         exclude_same_task: retrieve no trajectory of the target's own task (module docstring).
         checkpoint_every, eval_every: steps between checkpoints / held-out evaluations.
@@ -124,7 +126,7 @@ class ColdstartConfig(BaseModel):
     lora_rank: int = Field(default=8, ge=1)
     max_exp_tokens: int = Field(default=256, ge=1)
     max_len: int = Field(default=1024, ge=2)
-    placement: Literal["prefix", "per-turn"] = "prefix"
+    placement: Literal["prefix", "per-turn", "framed"] = "prefix"
     heldout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
     exclude_same_task: bool = True
     checkpoint_every: int = Field(default=50, ge=1)
@@ -229,7 +231,7 @@ class _Data:
         return build_batch(
             self.tokenizer, trajs, self.experiences(trajs, heldout), J=self.config.J,
             max_exp_tokens=self.config.max_exp_tokens, max_len=self.config.max_len,
-            tools=self.tools(trajs),
+            tools=self.tools(trajs), framed=self.config.placement == "framed",
         )
 
 
@@ -248,6 +250,7 @@ def _teacher_nll(composer: Composer, batch, placement: str, latents: bool = True
     logits = teacher_logits(
         composer.backbone, batch.input_ids_BT, batch.attn_mask_BT, c_phi, batch.insert_at_B,
         placement=placement if latents else "prefix", action_starts=batch.action_starts,
+        frame_ids=batch.frame_ids,
     )
     lg, tgt, mask = shift_for_loss(logits, batch)
     return masked_nll(lg, tgt, mask)
@@ -317,7 +320,8 @@ def evaluate_heldout(
             sl = slice(lo, lo + batch_size)
             batches.append(build_batch(tokenizer, trajectories[sl], experiences[sl], J=J,
                                        max_exp_tokens=max_exp_tokens, max_len=max_len,
-                                       tools=None if tools is None else tools[sl]))
+                                       tools=None if tools is None else tools[sl],
+                                       framed=placement == "framed"))
         trained, tokens = _pooled_nll(composer, batches, placement, latents=True)
         none = _pooled_nll(composer, batches, placement, latents=False)[0] if baselines else math.nan
         untrained = None

@@ -49,7 +49,7 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 COMPOSER_ADAPTER = "composer"
 CONFIG_FILE = "composer_config.json"
 COMPRESSOR_FILE = "compressor.safetensors"
-PLACEMENTS = ("prefix", "per-turn")
+PLACEMENTS = ("prefix", "per-turn", "framed")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,7 +397,7 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
     :func:`stages.core.models.load_composer`.
 
     Args:
-        config: must hold ``backbone_id``; ``placement`` ("prefix" | "per-turn") defaults to
+        config: must hold ``backbone_id``; ``placement`` (one of PLACEMENTS) defaults to
             "prefix"; any further JSON-serialisable keys are recorded as given.
 
     Raises:

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from schemas import Trajectory
 from stages.core.chat import action_spans, tokenize_for_training, tokenizer_fingerprint
+from stages.core.framing import framed_prompt_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -251,7 +252,13 @@ def pad_rows(tokenizer: PreTrainedTokenizerBase, rows: list[TrainRow]) -> tuple[
 
 def privileged_prefix(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, system: str | None = None,
                       user: str | None = None) -> list[int]:
-    """Prompt ids of ``row`` re-rendered with privileged text: a text-context teacher's view.
+    """Prompt ids of :func:`privileged_prompt` (the text tokenized without special tokens)."""
+    return tokenizer(privileged_prompt(tokenizer, row, system=system, user=user), add_special_tokens=False)["input_ids"]
+
+
+def privileged_prompt(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, system: str | None = None,
+                      user: str | None = None) -> str:
+    """Prompt text of ``row`` re-rendered with privileged text: a text-context teacher's view.
 
     The conversation before the row's first action (every message before the trajectory's
     ``row.first_turn``-th assistant message) is rendered with the chat template and the
@@ -284,8 +291,7 @@ def privileged_prefix(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, syst
             messages.append(Message(role="user", content=user))
         else:
             messages[at] = messages[at].model_copy(update={"content": f"{messages[at].content}\n\n{user}"})
-    text = render_prompt(tokenizer, messages, trajectory_tools(traj))
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return render_prompt(tokenizer, messages, trajectory_tools(traj))
 
 
 @dataclass
@@ -304,6 +310,8 @@ class LatentBatch:
         exp_ids_BJL: LongTensor (B, J, L), composer inputs (see :func:`encode_experiences`).
         exp_mask_BJL: BoolTensor (B, J, L).
         trajectory_ids: the rows' trajectory ids, in order.
+        frame_ids: "framed" placement only (else None): per row, the teacher prompt's ids
+            before and after the latent span (:func:`stages.core.framing.framed_prompt_ids`).
     """
 
     input_ids_BT: Tensor
@@ -315,6 +323,7 @@ class LatentBatch:
     exp_ids_BJL: Tensor
     exp_mask_BJL: Tensor
     trajectory_ids: list[str]
+    frame_ids: list[tuple[list[int], list[int]]] | None = None
 
     @property
     def num_action_tokens(self) -> int:
@@ -343,6 +352,7 @@ def build_batch(
     max_exp_tokens: int,
     max_len: int | None = None,
     tools: list[list[dict]] | None = None,
+    framed: bool = False,
 ) -> LatentBatch:
     """Tokenize target trajectories and their retrieved experiences into a :class:`LatentBatch`.
 
@@ -359,11 +369,13 @@ def build_batch(
             never falls at or before ``insert_at``: at least one action token always remains.
         tools: per trajectory, the tool schemas rendered into its prompt (only used to
             re-tokenize rows without recorded ids); default :func:`trajectory_tools`.
+        framed: also build the "framed" placement's teacher prompts (``frame_ids``).
 
     Raises:
         ValueError: empty batch, length mismatches, a trajectory without action tokens, one
             with several sequences, or one whose prompt alone fills ``max_len`` (the
-            trajectory id is named).
+            trajectory id is named); with ``framed``, see
+            :func:`stages.core.framing.framed_prompt_ids`.
     """
     B = len(trajectories)
     if B == 0:
@@ -399,6 +411,7 @@ def build_batch(
         exp_ids_BJL=exp_ids,
         exp_mask_BJL=exp_mask,
         trajectory_ids=[t.trajectory_id for t in targets],
+        frame_ids=[framed_prompt_ids(tokenizer, row) for row in rows] if framed else None,
     )
 
 

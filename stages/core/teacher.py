@@ -23,6 +23,9 @@ Placements:
   action start ``action_starts[b][t]`` and the state s_t contains no other latent block, so
   turn t's logits (positions ``s_t - 1`` up to ``s_{t+1} - 2``) come from a forward on
   ``[s_t ; c_phi ; rest]``. One forward per turn index (all rows batched), T_turns forwards.
+- ``"framed"`` (A.4 of the LOPD paper): the latents sit inside the first user message between
+  two framing texts (:mod:`stages.core.framing`); the teacher's prompt is that re-rendered
+  prompt, the completion is the student's own ids. One forward per batch.
 """
 from __future__ import annotations
 
@@ -115,6 +118,37 @@ def _spliced_logits(
     return logits_BSV[torch.arange(B, device=logits_BSV.device).unsqueeze(1), out_idx_BT]
 
 
+def _framed_logits(
+    teacher: nn.Module,
+    input_ids_BT: Tensor,
+    attn_mask_BT: Tensor,
+    latents_BNd: Tensor,
+    insert_at_B: Tensor,
+    frame_ids: list[tuple[list[int], list[int]]],
+) -> Tensor:
+    """Teacher logits_BTV on ``head_b ; c_phi ; tail_b ; completion_b``, aligned with the student."""
+    B, T = input_ids_BT.shape
+    if len(frame_ids) != B:
+        raise ValueError(f"frame_ids needs one (head, tail) pair per row: {len(frame_ids)} for {B} rows")
+    lengths_B = _check_right_padded(attn_mask_BT)
+    starts = insert_at_B.tolist()
+    seqs = [head + tail + input_ids_BT[b, starts[b]:int(lengths_B[b])].tolist()
+            for b, (head, tail) in enumerate(frame_ids)]
+    S = max(len(seq) for seq in seqs)
+    ids_BS = input_ids_BT.new_zeros(B, S)
+    mask_BS = torch.zeros(B, S, dtype=torch.bool, device=input_ids_BT.device)
+    for b, seq in enumerate(seqs):
+        ids_BS[b, :len(seq)] = torch.tensor(seq, dtype=ids_BS.dtype)
+        mask_BS[b, :len(seq)] = True
+    head_B = torch.tensor([len(head) for head, _ in frame_ids], device=input_ids_BT.device)
+    logits_BSV = _spliced_logits(teacher, ids_BS, mask_BS, latents_BNd, head_B)
+    # student position i >= insert_at - 1 scores token i + 1, the teacher's position i + shift
+    shift_B1 = torch.tensor([len(h) + len(t) - starts[b] for b, (h, t) in enumerate(frame_ids)],
+                            device=input_ids_BT.device).unsqueeze(1)
+    idx_BT = (torch.arange(T, device=input_ids_BT.device).unsqueeze(0) + shift_B1).clamp(0, S - 1)
+    return logits_BSV.gather(1, idx_BT.unsqueeze(-1).expand(B, T, logits_BSV.shape[-1]))
+
+
 def _per_turn_logits(
     teacher: nn.Module,
     input_ids_BT: Tensor,
@@ -156,6 +190,7 @@ def teacher_logits(
     *,
     placement: str = "prefix",
     action_starts: list[list[int]] | None = None,
+    frame_ids: list[tuple[list[int], list[int]]] | None = None,
     teacher_model: nn.Module | None = None,
 ) -> Tensor:
     """Teacher logits_BTV (B, T, V) of pi_{theta_bar, phi}^T (Eq. 7-8), aligned with the student.
@@ -170,10 +205,15 @@ def teacher_logits(
         input_ids_BT: LongTensor (B, T), right-padded; attn_mask_BT: (B, T) bool or 0/1.
         latents_BNd: c_phi (B, N, d) in the backbone's embedding space, e.g. N = J*K.
         insert_at_B: LongTensor (B,), "prefix" placement: index of the token the latents go
-            before (typically the prompt length), 0 <= insert_at[b] <= row length.
-        placement: "prefix" or "per-turn".
+            before (typically the prompt length), 0 <= insert_at[b] <= row length; "framed":
+            each row's first action index.
+        placement: "prefix", "per-turn" or "framed".
         action_starts: "per-turn" placement: per row, the strictly increasing token indices
             where each action span starts.
+        frame_ids: "framed" placement: per row, the teacher prompt's ids before and after the
+            latent span (:func:`stages.core.framing.framed_prompt_ids`); the row's tokens from
+            ``insert_at_B[b]`` on follow them. Positions before ``insert_at_B[b] - 1`` are
+            never supervised and hold teacher-prompt logits.
         teacher_model: frozen teacher copy for full fine-tuning of ``backbone`` (used instead
             of ``backbone``, with any adapters of its own disabled).
 
@@ -190,7 +230,11 @@ def teacher_logits(
         if action_starts is None:
             raise ValueError("placement 'per-turn' needs action_starts")
         return _per_turn_logits(teacher, input_ids_BT, attn_mask_BT, latents_BNd, action_starts)
-    raise ValueError(f"placement must be 'prefix' or 'per-turn', got {placement!r}")
+    if placement == "framed":
+        if frame_ids is None or insert_at_B is None:
+            raise ValueError("placement 'framed' needs frame_ids and insert_at_B")
+        return _framed_logits(teacher, input_ids_BT, attn_mask_BT, latents_BNd, insert_at_B, frame_ids)
+    raise ValueError(f"placement must be 'prefix', 'per-turn' or 'framed', got {placement!r}")
 
 
 def context_teacher_logits(

@@ -139,7 +139,8 @@ class LOPD(Method):
         anchor's batch mean all accumulate exactly over micro-batches with this weight.
         """
         o, s = self.options, self.student
-        batch = build_batch(s.tokenizer, rows, extras, J=o.J, max_exp_tokens=o.max_exp_tokens)
+        batch = build_batch(s.tokenizer, rows, extras, J=o.J, max_exp_tokens=o.max_exp_tokens,
+                            framed=self.placement == "framed")
         exp = (batch.exp_ids_BJL, batch.exp_mask_BJL)
         with torch.set_grad_enabled(not o.freeze_composer):
             c_phi = self.composer(*exp)  # (B, J*K, d)
@@ -148,7 +149,8 @@ class LOPD(Method):
         ids, attn = batch.input_ids_BT, batch.attn_mask_BT
         s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
         t_logits = teacher_logits(self.composer.backbone, ids, attn, c_phi, batch.insert_at_B,
-                                  placement=self.placement, action_starts=batch.action_starts)
+                                  placement=self.placement, action_starts=batch.action_starts,
+                                  frame_ids=batch.frame_ids)
         s_logits, targets, mask = shift_for_loss(s_logits, batch)
         t_logits = shift_for_loss(t_logits, batch)[0]
         kl, kl_m = topm_tail_reverse_kl(s_logits, t_logits, mask, M=o.M)

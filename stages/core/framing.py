@@ -1,0 +1,67 @@
+"""The ``framed`` latent placement (A.4 of the LOPD paper): latents inside the first user message.
+
+The official implementation puts a sentinel string in the FIRST USER MESSAGE between two framing
+texts ("a reference example from a different task ..." before, "now complete your task ..."
+after), renders the chat template, splits the rendered prompt on the sentinel and puts the J*K
+latent positions in the gap. Here the teacher's prompt is the student's prompt re-rendered with
+``before + SENTINEL + after`` appended to its first user message
+(:func:`stages.core.contexts.privileged_prompt`), split on the sentinel, each part tokenized; the
+student's sampled completion follows unchanged (:func:`stages.core.teacher.teacher_logits`).
+
+The framing texts live here, one pair per domain (:data:`FRAMES`); the domain comes from the
+trajectory's environment (:func:`frame_domain`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from stages.core.contexts import TrainRow
+
+# (before, after) the latent span, per domain; in our own words after A.4 of the LOPD paper
+FRAMES: dict[str, tuple[str, str]] = {
+    "agentic": (
+        "Below is a reference example from a different task, given as compressed memory:",
+        "Now complete your own task above. Use the reference only as guidance: its tools, "
+        "arguments and steps may differ from what your task needs.",
+    ),
+    "coding": (
+        "Below is a reference solution process from a different programming problem, given as "
+        "compressed memory:",
+        "Now solve your own problem above. Use the reference only as guidance.",
+    ),
+}
+# environments whose tasks are programming problems (every other one is agentic tool use)
+CODING_ENVS = frozenset({"code", "livecodebench"})
+# private-use code points: never produced by a tokenizer's decode of ordinary text
+SENTINEL = "\ue000lopd-latents\ue001"
+
+
+def frame_domain(env: str) -> str:
+    """``"coding"`` for the programming environments (:data:`CODING_ENVS`), else ``"agentic"``."""
+    return "coding" if env in CODING_ENVS else "agentic"
+
+
+def framed_prompt_ids(tokenizer: PreTrainedTokenizerBase, row: TrainRow) -> tuple[list[int], list[int]]:
+    """The teacher prompt of ``row`` around the latent span: (ids before it, ids after it).
+
+    The prompt is the conversation before the row's first action, rendered with the framing of
+    the row's domain appended to the first user message; the latents go between the two id
+    lists, and the row's completion (from its first sampled id on) follows the second.
+
+    Raises:
+        ValueError: the rendered prompt holds the sentinel other than once (the trajectory's own
+            text contains it), or the trajectory lacks the assistant turn the row starts at.
+    """
+    from stages.core.contexts import privileged_prompt
+
+    before, after = FRAMES[frame_domain(row.trajectory.env)]
+    text = privileged_prompt(tokenizer, row, user=f"{before}\n{SENTINEL}\n{after}")
+    parts = text.split(SENTINEL)
+    if len(parts) != 2:
+        raise ValueError(f"trajectory {row.trajectory.trajectory_id}: its prompt contains the latent "
+                         f"sentinel {SENTINEL!r} ({len(parts) - 1} times after framing)")
+    head, tail = (tokenizer(part, add_special_tokens=False)["input_ids"] for part in parts)
+    return head, tail
