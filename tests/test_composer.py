@@ -133,7 +133,8 @@ def test_every_trainable_tensor_gets_a_grad_and_base_weights_stay_frozen(setup):
     psi = adapter_parameters(backbone, "composer")
     theta = adapter_parameters(backbone, "student")
     chi = list(composer.compressor.parameters())
-    assert len(psi) == len(theta) == 2 * 4 * 2  # A and B x q,k,v,o x 2 layers
+    assert len(theta) == 2 * 4 * 2  # A and B x q,k,v,o x 2 layers
+    assert len(psi) == 2 * 7 * 2  # A and B x q,k,v,o,gate,up,down x 2 layers
     base_before = {n: p.detach().clone() for n, p in base_parameters(backbone)}
     _joint_loss(composer).backward()
     for p in composer.trainable_parameters() + theta:
@@ -329,3 +330,25 @@ def test_shared_qformer_applies_one_block_depth_times_and_old_checkpoints_load_u
     assert len(loaded.compressor.blocks) == 2
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)
+
+
+def test_encoder_lora_covers_the_seven_projections_and_old_checkpoints_keep_theirs(setup, tmp_path):
+    """A.1 of the LOPD paper: encoder LoRA (rank 8, alpha 16, dropout 0) on q/k/v/o/gate/up/down of
+    every block; a composer saved with q/k/v/o only loads with q/k/v/o."""
+    initial, composer = setup
+    lora_A = [n for n, _ in composer.backbone.named_parameters() if "lora_A.composer." in n]
+    layers = initial.config.num_hidden_layers
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+        assert sum(f".{proj}.lora_A." in n for n in lora_A) == layers, proj
+    assert len(lora_A) == 7 * layers
+    cfg = composer.backbone.peft_config["composer"]
+    assert cfg.lora_dropout == 0.0 and (cfg.r, cfg.lora_alpha) == (4, 8)
+    default = Composer(tiny_llama(), J=J, K=K, depth=1)
+    assert (default.hparams["lora_rank"], default.hparams["lora_alpha"]) == (8, 16)
+
+    four = Composer(add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8), J=J, K=K, depth=2,
+                    lora_rank=4, lora_alpha=8, target_modules=("q_proj", "k_proj", "v_proj", "o_proj"))
+    out = save_composer(four, tmp_path / "qkvo", {"backbone_id": "tiny-llama"})
+    loaded = load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
+    names = [n for n, _ in loaded.backbone.named_parameters() if "lora_A.composer." in n]
+    assert len(names) == 4 * layers and not any("mlp" in n for n in names)

@@ -46,6 +46,8 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+# the encoder LoRA psi of A.1 of the LOPD paper: all seven linear projections of every block
+ENCODER_TARGET_MODULES = (*DEFAULT_TARGET_MODULES, "gate_proj", "up_proj", "down_proj")
 COMPOSER_ADAPTER = "composer"
 CONFIG_FILE = "composer_config.json"
 COMPRESSOR_FILE = "compressor.safetensors"
@@ -294,7 +296,9 @@ class Composer(nn.Module):
         depth: QFormer block applications (default 8); qformer_shared: one block applied
             ``depth`` times (default, the paper's) or ``depth`` separate blocks; heads: attention
             heads (default: largest divisor of d that is <= 8); mlp_ratio: QFormer MLP width / d.
-        lora_rank, lora_alpha, target_modules: encoder LoRA psi (defaults 8, 16, q/k/v/o).
+        lora_rank, lora_alpha, target_modules: encoder LoRA psi (defaults 8, 16 and the seven
+            projections q/k/v/o/gate/up/down of A.1; dropout 0). Composers saved before this
+            default load with the modules they recorded (q/k/v/o).
         max_exp_tokens: experiences longer than this keep their first tokens (None = all).
         adapter_name: name of the composer adapter on the backbone.
 
@@ -314,7 +318,7 @@ class Composer(nn.Module):
         mlp_ratio: int = 4,
         lora_rank: int = 8,
         lora_alpha: int = 16,
-        target_modules: Sequence[str] = DEFAULT_TARGET_MODULES,
+        target_modules: Sequence[str] = ENCODER_TARGET_MODULES,
         max_exp_tokens: int | None = 512,
         adapter_name: str = COMPOSER_ADAPTER,
     ) -> None:
