@@ -139,12 +139,12 @@ def index(
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
     embedder: Optional[str] = typer.Option(None, "--embedder", help="minilm (packaged all-MiniLM-L6-v2, default) or a sentence-transformers id/path."),
-    field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text, default) or trajectory (the transcript)."),
+    field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text, default), trajectory (the transcript), or trace (task + observation-lite trace, searched with an instruction-prefixed task query: asymmetric, A.3)."),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per embedder batch."),
     ann_threshold: int = typer.Option(10_000, "--ann-threshold", help="Build an ANN index from this many rows on (exact search below)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Drop all embeddings and indexes first (to change embedder or field)."),
     rows_per_write: int = typer.Option(2048, "--rows-per-write", help="Embeddings per table append (one table version each)."),
-    max_chars: int = typer.Option(4000, "--max-chars", help="Transcript length cut for --field trajectory (characters)."),
+    max_chars: int = typer.Option(4000, "--max-chars", help="Text length cut for --field trajectory and trace (characters)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Embed new trajectories and build the vector and full-text indexes used for retrieval."""
@@ -280,6 +280,8 @@ def evaluate(
     workers: int = typer.Option(2, "--workers", help="evalplus evaluator processes."),
     prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    composer: Optional[str] = typer.Option(None, "--composer", help="Composer folder (coldstart/distill output): condition the frozen --model on latents of experiences retrieved from --store, placed as the composer was trained (the paper's base + composer row)."),
+    store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store the --composer's experiences come from (successful train-split rows of other tasks)."),
     compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),
     reports: Optional[list[str]] = typer.Argument(None, help="Report files for --compare.", show_default=False),
     unsafe_exec: bool = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP),

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -46,7 +46,9 @@ class EvaluateConfig(BaseModel):
     given explicitly win. ``max_turns`` is also accepted under its former name ``max_steps``.
     ``prefix_cache_tokens`` bounds the rollout engine's KV prefix cache (0 turns it off).
     ``data_dir`` is a folder or file, or for livecodebench also a Hugging Face dataset id.
-    ``workers`` is the evalplus evaluator's process count.
+    ``workers`` is the evalplus evaluator's process count. ``composer`` (a cold-start or distill
+    composer folder) conditions ``model`` on latents of experiences retrieved from ``store``
+    (:class:`stages.engines.latent.LatentEngine`; Table 3's "base + composer" row).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -68,6 +70,14 @@ class EvaluateConfig(BaseModel):
     prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
     seed: int = 0
     unsafe_exec: bool = False  # run model code even where it cannot be isolated
+    composer: str | None = None
+    store: str | None = None
+
+    @model_validator(mode="after")
+    def _store_with_composer(self) -> EvaluateConfig:
+        if self.composer and not self.store:
+            raise ValueError("--composer needs --store: the indexed experience store its latents are retrieved from")
+        return self
 
 
 def model_slug(model: str) -> str:
@@ -135,7 +145,9 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
                   f"top_k={params.top_k}, max_new_tokens={params.max_new_tokens}, max_turns={config.max_turns}")
     for note in prepared.notes:
         console.print(f"  note: {note}")
-    if engine is None:
+    if engine is None and config.composer:
+        engine, tokenizer = latent_engine(config)
+    elif engine is None:
         from stages.core.policy import load_policy
         from stages.engines import make_engine
 
@@ -158,7 +170,13 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
                        success=sum(t.success for t in trajs) / len(trajs))  # = pass@1 / accuracy of one-shot benches
     trajs.sort(key=lambda t: order.get(t.task_id, len(order)))
     scores, extras = bench.score(config, prepared, trajs)
-    if bench.reference_nll and hasattr(engine, "model"):
+    if getattr(engine, "retrieved", None) is not None:  # latent-conditioned: what each task saw
+        for task_id, ids in engine.retrieved.items():
+            extras.setdefault(task_id, {})["experiences"] = ids
+        if engine.unconditioned:
+            prepared.notes.append(f"{engine.unconditioned} prompt(s) rendered anew mid-episode were "
+                                  "generated without latents")
+    if bench.reference_nll and hasattr(engine, "model") and not config.composer:
         nll = reference_nll(engine.model, getattr(engine, "adapter", None), tokenizer, prepared, trajs,
                             getattr(engine, "prefix_cache", None))
         if nll:
@@ -185,6 +203,32 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     console.print(report_table(report))
     console.print(f"report written to {out}")
     return report
+
+
+def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
+    """The frozen ``config.model`` with ``config.composer`` and a retriever over ``config.store``.
+
+    Raises:
+        ValueError: the composer was trained on another backbone (before any model loads).
+        StoreError: the store does not exist or has no embeddings (run ``lopd index``).
+    """
+    from stages.core.composer import read_composer_config
+    from stages.core.models import load_composer
+    from stages.core.policy import load_policy, resolve_model
+    from stages.core.retrieval import Retriever
+    from stages.core.store import ExperienceStore
+    from stages.engines.latent import LatentEngine
+
+    cfg = read_composer_config(config.composer)
+    if cfg["backbone_id"] not in (config.model, resolve_model(config.model)):
+        raise ValueError(f"composer in {config.composer} was trained on backbone {cfg['backbone_id']}, "
+                         f"got --model {config.model}")
+    retriever = Retriever(ExperienceStore.open(config.store, create=False))
+    model, tokenizer = load_policy(config.model)
+    composer = load_composer(model, config.composer, trainable=False, backbone_id=cfg["backbone_id"])
+    composer.backbone.eval()
+    return LatentEngine(composer.backbone, tokenizer, composer, retriever, placement=cfg["placement"],
+                        batch_size=config.batch_size), tokenizer
 
 
 def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any, trajs: list[Trajectory],

@@ -32,12 +32,14 @@ class IndexConfig(BaseModel):
         store: experience store path or URI (must exist).
         embedder: ``minilm`` (packaged all-MiniLM-L6-v2) or a HF sentence-transformers id/path;
             default: the embedder the store was indexed with, else ``minilm``.
-        field: what is embedded: the task ``prompt`` or the rendered ``trajectory`` transcript;
-            default: the field the store was indexed with, else ``task``.
+        field: what is embedded: the task ``prompt``, the rendered ``trajectory`` transcript,
+            or ``trace``: task + observation-lite trace, searched with an instruction-prefixed
+            task query (asymmetric, A.3 of the LOPD paper); default: the field the store was
+            indexed with, else ``task``.
         batch_size: texts per embedder forward pass.
         rows_per_write: embeddings per table append (one table version each).
         ann_threshold: build an ANN index from this many rows on; below, search is exact.
-        max_chars: transcript length cut for ``field="trajectory"``.
+        max_chars: text length cut for ``field`` ``trajectory`` and ``trace``.
         rebuild: drop all embeddings and indices first (needed to change embedder or field).
         progress: show a progress bar.
     """
@@ -46,7 +48,7 @@ class IndexConfig(BaseModel):
 
     store: str
     embedder: str | None = None
-    field: Literal["task", "trajectory"] | None = None
+    field: Literal["task", "trajectory", "trace"] | None = None
     batch_size: int = Field(default=32, ge=1)
     rows_per_write: int = Field(default=2048, ge=1)
     ann_threshold: int = Field(default=10_000, ge=1)

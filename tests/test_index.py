@@ -9,12 +9,16 @@ import pytest
 
 from stages import index as index_stage
 from stages.core.retrieval import (
+    QUERY_PROMPT,
     Embedder,
     MiniLMEmbedder,
     Retriever,
     build_indices,
+    experience_text,
     index_new,
+    observation_lite,
     open_embeddings,
+    query_text,
 )
 from stages.core.store import ExperienceStore, StoreError
 from tests.test_store import make_traj
@@ -162,3 +166,41 @@ def test_field_change_needs_rebuild(indexed):
     assert index_stage.run(index_stage.IndexConfig(store=indexed.uri, progress=False)).field == "trajectory"
     top = Retriever(indexed, HashEmbedder()).retrieve("reward=1.000 lambda", 1, mode="fts")
     assert ids(top) == ["t-d"]
+
+
+class RecordingEmbedder(HashEmbedder):
+    """HashEmbedder that remembers every text it embedded."""
+
+    def __init__(self):
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts += texts
+        return super().embed(texts)
+
+
+def test_trace_field_is_asymmetric_and_query_embeddings_are_cached(store, monkeypatch):
+    """A.3 of the LOPD paper: documents = task + observation-lite trace, queries = the task after
+    an instruction prompt; a task's query embedding is computed once."""
+    traj = make_traj("x", prompt="Weather in Paris?")
+    turn = traj.turns[0].model_copy(update={"observation": "sunny,\n  21 degrees " + "x" * 300})
+    traj = traj.model_copy(update={"turns": [turn]})
+    text = experience_text(traj, "trace")
+    assert text == observation_lite(traj)
+    task, step = text.split("\n")
+    assert task == "Task: Weather in Paris?"
+    assert step.startswith("1. f(x=1) -> sunny, 21 degrees x") and len(step) == len("1. f(x=1) -> ") + 120
+    assert experience_text(traj, "task") == "Weather in Paris?"
+    assert query_text("Weather?", "trace") == QUERY_PROMPT + "Weather?" and query_text("Weather?", "task") == "Weather?"
+
+    docs = RecordingEmbedder()
+    monkeypatch.setattr(index_stage, "load_embedder", lambda name, batch_size: docs)
+    index_stage.run(index_stage.IndexConfig(store=store.uri, field="trace", progress=False))
+    assert len(docs.texts) == len(ROWS) and all(t.startswith("Task: ") and "\n1. f(x=1) -> ok" in t for t in docs.texts)
+    queries = RecordingEmbedder()
+    retriever = Retriever(store, queries)
+    for _ in range(3):
+        got = retriever.retrieve(QUERY, 2, exclude_task_ids={"task1"})
+    assert ids(got) == ["t-b", "t-c"]
+    assert queries.texts == [QUERY_PROMPT + QUERY]  # embedded once, with the instruction

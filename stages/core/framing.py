@@ -13,11 +13,12 @@ trajectory's environment (:func:`frame_domain`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from schemas import Message
     from stages.core.contexts import TrainRow
 
 # (before, after) the latent span, per domain; in our own words after A.4 of the LOPD paper
@@ -57,11 +58,37 @@ def framed_prompt_ids(tokenizer: PreTrainedTokenizerBase, row: TrainRow) -> tupl
     """
     from stages.core.contexts import privileged_prompt
 
-    before, after = FRAMES[frame_domain(row.trajectory.env)]
-    text = privileged_prompt(tokenizer, row, user=f"{before}\n{SENTINEL}\n{after}")
+    text = privileged_prompt(tokenizer, row, user=framing_text(row.trajectory.env))
+    return _split(tokenizer, text, f"trajectory {row.trajectory.trajectory_id}")
+
+
+def framed_opening_ids(tokenizer: PreTrainedTokenizerBase, messages: list[Message], tools: list[dict[str, Any]],
+                       env: str) -> tuple[list[int], list[int]]:
+    """:func:`framed_prompt_ids` for an episode's opening ``messages`` (generation with latents).
+
+    Raises:
+        ValueError: no user message, or the sentinel occurs in the messages' own text.
+    """
+    from stages.core.chat import render_prompt
+
+    at = next((i for i, m in enumerate(messages) if m.role == "user"), None)
+    if at is None:
+        raise ValueError("framed latents need a user message in the opening prompt")
+    framed = list(messages)
+    framed[at] = framed[at].model_copy(update={"content": f"{framed[at].content}\n\n{framing_text(env)}"})
+    return _split(tokenizer, render_prompt(tokenizer, framed, tools), "the opening prompt")
+
+
+def framing_text(env: str) -> str:
+    """The text appended to the first user message: before-frame, sentinel, after-frame."""
+    before, after = FRAMES[frame_domain(env)]
+    return f"{before}\n{SENTINEL}\n{after}"
+
+
+def _split(tokenizer: PreTrainedTokenizerBase, text: str, what: str) -> tuple[list[int], list[int]]:
     parts = text.split(SENTINEL)
     if len(parts) != 2:
-        raise ValueError(f"trajectory {row.trajectory.trajectory_id}: its prompt contains the latent "
-                         f"sentinel {SENTINEL!r} ({len(parts) - 1} times after framing)")
+        raise ValueError(f"{what}: the prompt contains the latent sentinel {SENTINEL!r} "
+                         f"({len(parts) - 1} times after framing)")
     head, tail = (tokenizer(part, add_special_tokens=False)["input_ids"] for part in parts)
     return head, tail

@@ -39,7 +39,7 @@ from schemas.trajectory import Trajectory
 from stages.core.store import ExperienceStore, StoreError, sql_in, where_clause
 
 EMBEDDINGS = "embeddings"
-IndexField = Literal["task", "trajectory"]
+IndexField = Literal["task", "trajectory", "trace"]
 Mode = Literal["vector", "fts", "hybrid"]
 # ANN index kind (see benchmarks/bench_retrieval.py for recall and latency).
 AnnIndex = Literal["IVF_HNSW_SQ", "IVF_PQ"]
@@ -163,9 +163,39 @@ def embeddings_schema(dim: int) -> pa.Schema:
     ])
 
 
+# A.3 of the LOPD paper, asymmetric encoding: the query (a task) carries an instruction, the
+# documents (task + observation-lite trace) do not
+QUERY_PROMPT = "Instruct: Given a task, retrieve a past trajectory that solved a similar task.\nQuery: "
+# characters of one environment result kept in an observation-lite trace
+_TRACE_RESULT_CHARS = 120
+# query embeddings kept per Retriever (one per distinct task text; a task is queried once per rollout)
+_QUERY_CACHE_SIZE = 4096
+
+
+def observation_lite(trajectory: Trajectory) -> str:
+    """A.3's "observation-lite" trajectory: the task, then one ``n. action -> short result`` line
+    per turn (whitespace collapsed, each result cut to 120 characters; verbose observations go)."""
+    lines = [f"Task: {trajectory.prompt.strip()}"]
+    for n, turn in enumerate(trajectory.turns, 1):
+        result = " ".join(turn.observation.split())[:_TRACE_RESULT_CHARS] or "(no result)"
+        lines.append(f"{n}. {' '.join(turn.action.split())} -> {result}")
+    return "\n".join(lines)
+
+
 def experience_text(trajectory: Trajectory, field: IndexField, max_chars: int = 4000) -> str:
-    """The text embedded for a trajectory: the task prompt, or the transcript cut to ``max_chars``."""
-    return trajectory.prompt if field == "task" else trajectory.render()[:max_chars]
+    """The text embedded for a trajectory (a document): ``task``: the task prompt; ``trace``: the
+    task and its observation-lite trace (:func:`observation_lite`); ``trajectory``: the rendered
+    transcript. The last two are cut to ``max_chars``."""
+    if field == "task":
+        return trajectory.prompt
+    text = observation_lite(trajectory) if field == "trace" else trajectory.render()
+    return text[:max_chars]
+
+
+def query_text(task_text: str, field: str) -> str:
+    """The text embedded for a query task: with ``trace`` documents the task after
+    :data:`QUERY_PROMPT` (asymmetric, A.3), else the task itself (symmetric)."""
+    return QUERY_PROMPT + task_text if field == "trace" else task_text
 
 
 @dataclass(frozen=True)
@@ -327,9 +357,19 @@ class Retriever:
         if embedder is not None and embedder.name != info.embedder:
             raise StoreError(f"store {store.uri}: embeddings were made with {info.embedder!r}, "
                              f"not {embedder.name!r}")
-        self.store = store
+        self.store, self.field = store, info.field
         self.embedder = embedder or load_embedder(info.embedder)
         self._table = open_embeddings(store)
+        self._query_vectors: dict[str, np.ndarray] = {}
+
+    def query_vector(self, task_text: str) -> np.ndarray:
+        """The embedding of :func:`query_text` for ``task_text``, cached per task text."""
+        vector = self._query_vectors.get(task_text)
+        if vector is None:
+            if len(self._query_vectors) >= _QUERY_CACHE_SIZE:
+                self._query_vectors.pop(next(iter(self._query_vectors)))
+            vector = self._query_vectors[task_text] = self.embedder.embed([query_text(task_text, self.field)])[0]
+        return vector
 
     def retrieve(self, task_text: str, J: int, *, success_only: bool = True,
                  env: str | None = None, split: str | None = None,
@@ -374,7 +414,7 @@ class Retriever:
             q = self._table.search(text, query_type="fts")
             score_col = "_score"
         else:
-            vector = self.embedder.embed([text])[0]
+            vector = self.query_vector(text)
             if mode == "hybrid":
                 q = (self._table.search(query_type="hybrid").vector(vector).text(text)
                      .distance_type("cosine"))

@@ -71,7 +71,9 @@ def play(
     """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
 
     Args:
-        engine: batched text generator (see :class:`stages.core.policy.RolloutEngine`).
+        engine: batched text generator (see :class:`stages.core.policy.RolloutEngine`). One with
+            a ``begin_episode(task, messages, tools, prompt_ids)`` method is told of every
+            episode before its first prompt (:class:`stages.engines.latent.LatentEngine`).
         tokenizer: the policy's tokenizer, used to render conversations with its chat template.
         make_env: builds a fresh environment; called once per episode (no state is shared).
         tasks: tasks to play, in order.
@@ -111,6 +113,13 @@ def play(
                 continue
             ep = _Episode(task, sample, env, list(opening), task.tool_schemas, refs)
             ep.ids = ep.context = _encode(tokenizer, render_prompt(tokenizer, ep.messages, ep.tools))
+            if hasattr(engine, "begin_episode"):  # e.g. a latent-conditioned engine: per-task latents
+                try:
+                    engine.begin_episode(task, ep.messages, ep.tools, ep.ids)
+                except Exception as err:
+                    env.close()
+                    yield _failed(task, sample, policy_id, run_id, git_commit, f"engine could not start: {err}")
+                    continue
             live.append(ep)
         if not live:
             break

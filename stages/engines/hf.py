@@ -164,21 +164,24 @@ class HFRolloutEngine:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode():
             if params.seed is not None:
                 torch.manual_seed(params.seed + index)
-            if self.prefix_cache is not None:
-                new = torch.tensor(generate_cached(self.model, prompts, config, self.prefix_cache,
-                                                   self.tokenizer.pad_token_id, self.eos_ids, **kwargs))
-            else:
-                width = max(len(p) for p in prompts)
-                input_ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
-                mask = torch.zeros((len(prompts), width), dtype=torch.long)
-                for i, p in enumerate(prompts):
-                    input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-                    mask[i, width - len(p):] = 1
-                seqs = self.model.generate(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                                           generation_config=config, **kwargs)
-                new = seqs[:, width:].cpu()
+            new = self._new_tokens(prompts, config, kwargs)
             logprobs = recorder.finish(new)
         return [self._finish(ids, lps, params) for ids, lps in zip(new.tolist(), logprobs.tolist())]
+
+    def _new_tokens(self, prompts: list[list[int]], config: GenerationConfig, kwargs: dict) -> torch.Tensor:
+        """(B, n) LongTensor on the CPU: the tokens ``generate`` appended to each prompt."""
+        if self.prefix_cache is not None:
+            return torch.tensor(generate_cached(self.model, prompts, config, self.prefix_cache,
+                                                self.tokenizer.pad_token_id, self.eos_ids, **kwargs))
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        seqs = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                                   generation_config=config, **kwargs)
+        return seqs[:, width:].cpu()
 
     def _finish(self, ids: list[int], logprobs: list[float], params: SamplingParams) -> Generation:
         """Trim padding after eos / stop string, cut the text, and name the finish reason."""
