@@ -8,6 +8,7 @@ import pytest
 
 from schemas import ToolCall
 from stages.core.envs import EnvError, make_env
+from stages.core.envs.base import AGENTIC_RULES
 from stages.core.envs.acebench import PhonePlatform, end_to_end, parse_milestone, process_accuracy
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "acebench"
@@ -63,7 +64,8 @@ def test_milestones_score_full_process_accuracy_and_consistent_end_states():
     assert len(tasks) == 20
     end_ok = set()
     for i, task in enumerate(tasks):
-        env.reset(task)
+        system = env.reset(task)[0]
+        assert system.role == "system" and system.content.endswith(AGENTIC_RULES)  # A.5 of the LOPD paper
         for step in _path(task):
             assert not env.step(_action(step)).done
         result = env.step("All done.")

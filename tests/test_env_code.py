@@ -26,13 +26,13 @@ def env():
 
 def _run(env, task, action):
     messages = env.reset(task)
-    assert [m.role for m in messages] == ["system", "user"]
+    assert [m.role for m in messages] == ["user"]  # A.5: EvalPlus without a system prompt
     return env.step(action)
 
 
 def test_reset_shows_signature_and_asks_for_python_block(env):
     task = env.tasks("train", limit=1)[0]
-    user = env.reset(task)[1].content
+    user = env.reset(task)[0].content
     entry = task.meta["entry_point"]
     assert f"def {entry}(" in user and "```python" in user
     assert task.env == "code" and task.meta["dataset"] == "humaneval"

@@ -11,6 +11,7 @@ import pytest
 
 from schemas import Task
 from stages.core.envs import EnvError, make_env
+from stages.core.envs.base import AGENTIC_RULES
 from stages.core.envs.envscaler import FIXTURES_DIR
 
 BAD_DIR = Path(__file__).parent / "fixtures" / "envscaler_bad"
@@ -83,6 +84,8 @@ def test_reset_messages_and_task_fields(env):
     system, user = env.reset(task)
     assert system.role == "system" and "Only pending orders can be cancelled" in system.content
     assert "<tool_call>" in system.content
+    # A.5 of the LOPD paper: one tool per step, read before write, end with "Task Completed"
+    assert AGENTIC_RULES in system.content and '"Task Completed"' in system.content
     assert user.role == "user" and user.content == task.prompt
 
 

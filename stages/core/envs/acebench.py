@@ -35,16 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.inputs import read_utf8
 from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
 
 _HINT = "pass --data-dir ../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)"
-SYSTEM_PROMPT = (
-    "You are an AI agent operating a phone for the user. Use the available tools step by step to "
-    "complete the user's request; after each call you will see its result. When the task is "
-    "complete, answer without any tool call."
-)
+SYSTEM_PROMPT = "You are an AI agent operating a phone for the user with the tools you are given. " + AGENTIC_RULES
 _USERS = {"Eve": ("USR100", "U100", "password123", 500.0), "Frank": ("USR101", "U101", "password456", 300.0),
           "Grace": ("USR102", "U102", "password789", 150.0), "Helen": ("USR103", "U103", "password321", 800.0),
           "Isaac": ("USR104", "U104", "password654", 400.0), "Jack": ("USR105", "U105", "password654", 120.0)}

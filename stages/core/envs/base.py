@@ -16,6 +16,15 @@ from typing import Any, Callable, Protocol
 from schemas import Message, Task, ToolCall
 
 
+# How an agent acts in the multi-step tool environments (EnvScaler, ACEBench): A.5 of the LOPD
+# paper, in our words
+AGENTIC_RULES = (
+    "Work step by step: call one tool per reply (no parallel calls) and read its result before the "
+    "next step. Query the state with read-only tools before you call tools that change it. When the "
+    'task is done, reply with exactly "Task Completed" and no tool call; that ends the episode.'
+)
+
+
 class EnvError(Exception):
     """Raised for unusable environment input (missing/malformed data files), with a one-line message."""
 

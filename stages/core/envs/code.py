@@ -37,10 +37,6 @@ from stages.core.sandbox import SandboxResult, run_python
 
 DATASETS = ("humaneval", "humaneval-plus", "mbpp-plus")
 _FILE_GLOBS = {"humaneval-plus": "HumanEvalPlus*.jsonl*", "mbpp-plus": "MbppPlus*.jsonl*"}
-_SYSTEM = (
-    "You are an expert Python programmer. Solve the task with a complete, self-contained Python "
-    "function. Put the final code in a single ```python code block."
-)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 _HARNESS_FILE = Path(__file__).with_name("_code_harness.py")
@@ -311,7 +307,8 @@ class CodeEnv:
                 f"included) in a ```python code block.\n\n```python\n{prob['prompt']}```")
 
     def reset(self, task: Task) -> list[Message]:
-        """Start an episode; returns [system, user] messages.
+        """Start an episode; returns the [user] message: no system prompt (A.5 of the LOPD paper:
+        HumanEval+ and MBPP+ are prompted without one; the user text says how to answer).
 
         Raises:
             EnvError: ``task.task_id`` is not in the loaded dataset.
@@ -319,7 +316,7 @@ class CodeEnv:
         if task.task_id not in self.problems:
             raise EnvError(f"task {task.task_id!r} is not in the {self.dataset} dataset")
         self._problem, self._steps = self.problems[task.task_id], 0
-        return [Message(role="system", content=_SYSTEM), Message(role="user", content=self._user_text(self._problem))]
+        return [Message(role="user", content=self._user_text(self._problem))]
 
     def step(self, action: str) -> StepResult:
         """Score ``action`` (text with a ```python block) against the task's tests.

@@ -39,7 +39,7 @@ from typing import Any
 from schemas import Message, Task, ToolCall
 from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
-from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.inputs import hub_dataset_id, read_utf8
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,7 @@ TOOL_CALL_NOTE = (
     "## How to act\n"
     "Use the tools to complete the user's task. Call a tool by writing\n"
     '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>\n'
-    "(several blocks are allowed in one reply). Each result comes back in a tool message. "
-    "When the task is done, reply with a plain message (no tool call) summarising the outcome; "
-    "that ends the episode."
+    "Each result comes back in a tool message. " + AGENTIC_RULES
 )
 
 
