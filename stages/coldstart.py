@@ -508,6 +508,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
             untrained_phi=untrained_phi if baselines else None, baselines=baselines)
 
     step_seconds: list[float] = []
+    result: HeldoutResult | None = None
     losses = [r["loss"] for r in history]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -533,7 +534,12 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
                       "lr": optimizer.param_groups[0]["lr"], "tokens": int(m["num_tokens"]),
                       "seconds": time.perf_counter() - t0}
             step_seconds.append(record["seconds"])
-            if done % config.eval_every == 0 and done < config.steps and heldout:
+            if done == config.steps and heldout:  # the final evaluation, three ways, on the curve too
+                result = heldout_eval(baselines=True)
+                record.update(heldout_nll=result.nll_trained, heldout_nll_no_latents=result.nll_no_latents)
+                if result.nll_untrained is not None:
+                    record["heldout_nll_untrained"] = result.nll_untrained
+            elif done % config.eval_every == 0 and heldout:
                 record["heldout_nll"] = heldout_eval(baselines=False).nll_trained
             append_metrics(metrics_path, record)
             losses.append(record["loss"])
@@ -548,7 +554,8 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     else:
         final = save_composer(composer, out / FINAL, {"backbone_id": backbone_id, "placement": config.placement,
                                                       "coldstart_steps": config.steps, "store": config.experiences})
-        result = heldout_eval(baselines=True)
+        if result is None:  # not evaluated in the loop (nothing held out, or nothing left to train)
+            result = heldout_eval(baselines=True)
         if result is not None:
             (out / HELDOUT).write_text(result.model_dump_json(indent=2))
     unchanged = _backbone_digest(composer) == digest_before

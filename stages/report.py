@@ -4,8 +4,8 @@ Reads every ``metrics.jsonl`` under the given folders (a coldstart or distill ru
 `lopd study` folder, whose runs are overlaid) and every evaluate report (``*.json`` with
 ``bench`` and ``scores``) there, and writes into ``out``:
 
-- one PNG per metric group present (rewards, losses, LOPD's dual, anchor and latents, gradient
-  norms, seconds per step, peak memory): one panel per metric, one line per run, against
+- one PNG per metric group present (rewards, losses, coldstart's held-out NLL, LOPD's dual,
+  anchor and latents, gradient norms, seconds per step, peak memory): one panel per metric, one line per run, against
   generations when every row has them (distill), else against steps;
 - ``summary.md``: per run the steps, first / last / min / max of each metric, and the scores of
   the evaluation reports found.
@@ -27,6 +27,7 @@ from stages.core.runs import METRICS_FILE
 GROUPS = (
     ("reward", "rollout reward", ("reward_mean", "success_rate")),
     ("loss", "losses", ("loss", "nll", "reverse_kl", "forward_kl", "kd_loss", "distill_loss", "pg_loss", "kl_ref", "sdl")),
+    ("heldout", "held-out NLL of the teacher (coldstart)", ("heldout_nll", "heldout_nll_no_latents", "heldout_nll_untrained")),
     ("dual", "privileged margin and dual variable (LOPD)", ("Delta", "beta", "margin_term")),
     ("anchor", "latent anchor", ("anchor", "latent_norm")),
     ("grad_norms", "gradient norms", ("grad_norm", "grad_norm_student", "grad_norm_composer")),

@@ -128,6 +128,9 @@ def test_training_lowers_nll_and_keeps_backbone(tmp_path, store_path, tiny_dir, 
     assert json.loads((tmp_path / "out" / "heldout.json").read_text())["nll_trained"] == h.nll_trained
     assert (tmp_path / "out" / "manifest.json").is_file()
     assert "heldout_nll" in rows[2]  # eval_every=3
+    # the final evaluation is on the curve too (lopd report plots it)
+    assert (rows[-1]["heldout_nll"], rows[-1]["heldout_nll_no_latents"], rows[-1]["heldout_nll_untrained"]) \
+        == (h.nll_trained, h.nll_no_latents, h.nll_untrained)
 
 
 def test_checkpoints_and_round_trip(tmp_path, store_path, tiny_dir):
