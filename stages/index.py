@@ -103,6 +103,8 @@ def run(config: IndexConfig) -> IndexReport:
             on_progress=lambda done, total: bar.update(task, completed=done, total=total))
     table = open_embeddings(store)
     indices = build_indices(table, config.ann_threshold, changed=embedded > 0) if table else []
+    if store.count():
+        store.index_ids()  # fast lookups of the retrieved trajectories
     report = IndexReport(store=store.uri, embedder=embedder.name, field=field,
                          embedded=embedded, total=table.count_rows() if table else 0,
                          indices=indices, seconds=round(time.perf_counter() - start, 3))

@@ -204,3 +204,10 @@ def test_trace_field_is_asymmetric_and_query_embeddings_are_cached(store, monkey
         got = retriever.retrieve(QUERY, 2, exclude_task_ids={"task1"})
     assert ids(got) == ["t-b", "t-c"]
     assert queries.texts == [QUERY_PROMPT + QUERY]  # embedded once, with the instruction
+
+
+def test_index_adds_a_trajectory_id_index_and_later_rows_are_still_found(indexed):
+    indices = indexed.table.list_indices()
+    assert any(i.columns == ["trajectory_id"] and i.index_type == "BTree" for i in indices), indices
+    indexed.append([make_traj("late", "task9", prompt="alpha late")])
+    assert [t.trajectory_id for t in indexed.get(["late", "t-a"])] == ["late", "t-a"]

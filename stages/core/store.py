@@ -333,6 +333,14 @@ class ExperienceStore:
         return [{"version": v["version"], "timestamp": v["timestamp"]}
                 for v in self._table.list_versions()]
 
+    @_guarded
+    def index_ids(self) -> None:
+        """(Re)build a BTREE index on ``trajectory_id`` so that :meth:`get` reads only the rows it
+        wants: a store written one task per transaction has one data file per task, and without
+        the index every lookup opens all of them (801 files: 0.46 s per lookup, 0.03 s with it).
+        Rows appended later are searched without the index until the next call."""
+        self._table.create_scalar_index("trajectory_id", index_type="BTREE", replace=True)
+
     def _lookup(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         """Rows whose trajectory_id is in ``ids`` (any order), queried in chunks."""
         parts = []
