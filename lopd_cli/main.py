@@ -27,6 +27,8 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no bubblewrap): "
                     "only for code you trust on a machine you can lose.")
+ALLOW_OVERLAP_HELP = ("Train on tasks that an evaluation benchmark scores (refused by default: e.g. HumanEval "
+                      "problems as training data contaminate a HumanEval+ result).")
 
 
 @app.callback()
@@ -122,6 +124,7 @@ def collect(
     resume: bool = typer.Option(False, "--resume", help="Skip tasks this run already stored."),
     reference: bool = typer.Option(False, "--reference", help="Play each task's reference solution (BFCL possible answer, HumanEval canonical solution) through the real environment and checker instead of a model: seeds the store with verified demonstrations."),
     unsafe_exec: bool = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help=ALLOW_OVERLAP_HELP),
 ) -> None:
     """Roll out a policy on an environment's tasks and store scored trajectories."""
     from stages import collect as stage
@@ -233,6 +236,7 @@ def distill(
     exclude_same_task: Optional[bool] = typer.Option(None, "--exclude-same-task/--allow-same-task", help="lopd: never retrieve an experience of the trajectory's own task (coldstart's default). (default allow)"),
     log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
+    allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
 ) -> None:
     """Train the student on its own rollouts with --method (default lopd: latent-context teacher,
@@ -253,7 +257,7 @@ def distill(
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "engine": engine, "rollout_batch": rollout_batch,
         "activation_checkpointing": activation_checkpointing, "grad_clip": grad_clip, "embedder": embedder,
         "run_id": run_id, "beta0": beta0, "composer_lr": composer_lr, "max_exp_tokens": max_exp_tokens,
-        "exclude_same_task": exclude_same_task,
+        "exclude_same_task": exclude_same_task, "allow_overlap": allow_overlap,
     }
     flags.update(stage.parse_options(option))
     stage.run(stage.settings(flags, config, resume))

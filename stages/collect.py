@@ -51,6 +51,7 @@ class CollectConfig(BaseModel):
     resume: bool = False
     reference: bool = False
     unsafe_exec: bool = False  # run model code even where it cannot be isolated
+    allow_overlap: bool = False  # train-split tasks an evaluation benchmark scores (stages.core.leakage)
 
 
 class CollectReport(BaseModel):
@@ -79,6 +80,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         EnvError: unknown environment or unusable task data.
     """
     from stages.core.envs import EnvError
+    from stages.core.leakage import check_train_tasks
     from stages.core.policy import load_policy, load_tokenizer
     from stages.engines import SamplingParams, make_engine
 
@@ -90,6 +92,11 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)
     probe.close()
+    if config.split == "train":  # training data: never a task an evaluation benchmark scores
+        overlap = check_train_tasks(config.env, tasks, data_dir, allow_overlap=config.allow_overlap)
+        if overlap:
+            console.print(f"[yellow]--allow-overlap: {len(overlap)} of {len(tasks)} train tasks are scored by "
+                          f"{', '.join(sorted({o.bench for o in overlap}))}[/]", soft_wrap=True)
     if config.reference and not hasattr(probe, "reference_actions"):
         raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
     # the store is opened (and created) only once the tasks are known to be playable and the

@@ -34,6 +34,7 @@ from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
 from stages.core.inputs import read_config_file
+from stages.core.leakage import check_train_tasks
 from stages.core.models import save_final, save_student
 from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
@@ -45,7 +46,7 @@ from stages.methods import Method, StepBatch, StepContext, get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
 # finished steps (everything else must match). Paths are compared after resolving.
-_RESUMABLE = runs.RESUMABLE | {"log"}
+_RESUMABLE = runs.RESUMABLE | {"log", "allow_overlap"}
 _PATHS = {"store", "out", "composer", "data_dir"}
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
@@ -100,6 +101,7 @@ class DistillConfig(BaseModel):
     grad_clip: float = Field(1.0, ge=0.0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
     run_id: str | None = None
     resume: bool = False
+    allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.core.leakage)
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +239,7 @@ class Distiller:
         probe.close()
         if not self.tasks:
             raise ValueError(f"env {config.env}: no train tasks")
+        check_train_tasks(config.env, self.tasks, self._data_dir(), allow_overlap=config.allow_overlap)
         runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
         self.logger = RunLogger(config.log, self.out, config.run_id, config.flat(), prefix="distill")
         if resume_from:

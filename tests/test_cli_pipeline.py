@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForCausalLM
@@ -27,9 +28,12 @@ def test_pipeline_end_to_end(tmp_path):
     tiny = str(save_tiny(tmp_path / "tiny"))
     store, composer, run, reports = (str(tmp_path / n) for n in ("store", "composer0", "lopd", "eval"))
 
-    _ok(["collect", "--env", "code", "--reference", "--limit", "4", "--store", store])
+    # HumanEval problems are HumanEval+ evaluation tasks: training on them is refused unless allowed
+    refused = runner.invoke(app, ["collect", "--env", "code", "--reference", "--limit", "4", "--store", store])
+    assert refused.exit_code != 0 and "humaneval-plus" in refused.output and not Path(store).exists()
+    _ok(["collect", "--env", "code", "--reference", "--limit", "4", "--store", store, "--allow-overlap"])
     _ok(["collect", "--env", "code", "--limit", "2", "--model", tiny, "--store", store,
-         "--max-new-tokens", "8", "--samples-per-task", "2"])
+         "--max-new-tokens", "8", "--samples-per-task", "2", "--allow-overlap"])
     rows = ExperienceStore.open(store).query()
     assert len(rows) == 8 and sum(r.success for r in rows) >= 4
 
@@ -42,7 +46,7 @@ def test_pipeline_end_to_end(tmp_path):
     # like the quickstart: a config file (using the paper's name `lambda`) plus flags
     config = tmp_path / "distill.toml"
     config.write_text('env = "code"\nlambda = 0.3\nJ = 2\nK = 2\nsteps = 1\ntasks_per_step = 1\n'
-                      'group_size = 2\nmax_new_tokens = 8\nlr = 1e-3\n')
+                      'group_size = 2\nmax_new_tokens = 8\nlr = 1e-3\nallow_overlap = true\n')
     distill = ["distill", "--config", str(config), "--store", store, "--composer", f"{composer}/final",
                "--out", run, "--model", tiny]
     _ok(distill)

