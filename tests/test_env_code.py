@@ -182,3 +182,10 @@ def test_evalplus_canonical_solutions_score_one(dataset):
         info = env.score(prob, _answer(code))
         assert info["reward"] == 1.0 and info["success"], (task_id, info)
         assert info["total"] >= len(prob["base_input"]) > 0
+
+
+def test_a_folder_with_both_evalplus_datasets_asks_which(tmp_path):
+    for name in ("HumanEvalPlus-v0.1.10.jsonl.gz", "MbppPlus-v0.2.0.jsonl.gz"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(EnvError, match=r"holds both HumanEval\+ and MBPP\+ files: pass the one to use as --data-dir"):
+        make_env("code", data_dir=tmp_path)

@@ -186,6 +186,12 @@ def _resolve(data_dir: Path | None, dataset: str | None) -> tuple[str, Path | No
         if name == "humaneval":
             raise EnvError(f"{path}: dataset 'humaneval' is built in and takes no data file")
         return name, path
+    if dataset is None:  # a folder: it must hold one dataset, else the user names the file
+        held = [d for d in ("humaneval-plus", "mbpp-plus") for folder in (path, path / "evalplus")
+                if folder.is_dir() and any(folder.glob(_FILE_GLOBS[d]))]
+        if len(set(held)) > 1:
+            raise EnvError(f"{path} holds both HumanEval+ and MBPP+ files: pass the one to use as --data-dir "
+                           f"(e.g. {path}/{_FILE_GLOBS['mbpp-plus']})")
     name = dataset or "humaneval-plus"
     if name == "humaneval":
         return name, None
