@@ -125,6 +125,10 @@ def test_study_writes_results_table_and_plots(straight):
             rows[name]["reference_nll"] - rows["vanilla"]["reference_nll"], abs=1e-9)
         assert rows[name]["reference_nll_delta_se"] > 0 and 0 <= rows[name]["reference_nll_lower"] <= 1
     assert "## lopd-seed0" in (straight / "report" / "summary.md").read_text()  # lopd report of the runs
+    # in-run evaluations use a prefix cache, as the base model's does: reference_nll reuses the prompts
+    for path in straight.glob("runs/*/evals/gen-*.json"):
+        report = json.loads(path.read_text())
+        assert report["prompt_tokens_cached"] > 0, path
     for png in ("heldout.png", "heldout_nll.png", "train_reward.png", "lopd_dual.png"):
         assert (straight / png).read_bytes()[:4] == b"\x89PNG"
 
