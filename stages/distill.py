@@ -51,8 +51,11 @@ _PATHS = {"store", "out", "composer", "data_dir"}
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
     "skipped_rows", "generations", "tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb",
+    "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s",
 )
-TIMING_FIELDS = ("tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb")
+# where a step's wall time goes (train_s = prepare + forward + backward + optimizer + sync)
+PHASE_FIELDS = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s")
+TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", *PHASE_FIELDS)
 
 
 class DistillConfig(BaseModel):
@@ -191,6 +194,7 @@ class Distiller:
 
     def __init__(self, config: DistillConfig, console: Console | None = None) -> None:
         self.console = console or Console()
+        self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step
         check_logger(config.log)
         self.out = Path(config.out)
         method_cls = get_method(config.method)
@@ -296,7 +300,9 @@ class Distiller:
         terms are batch values, grad norms are taken before clipping, ``tokens`` = generated
         tokens (``tokens_per_s`` over generation time only), ``action_tokens`` = supervised
         tokens, ``skipped_rows`` = training sequences whose prompt alone filled ``max_len``,
-        ``generations`` = rollouts played by this run so far, ``*_s`` wall seconds).
+        ``generations`` = rollouts played by this run so far, ``*_s`` wall seconds: the phases of
+        :data:`PHASE_FIELDS`, ``train_s`` from the training rows to the weight sync, ``seconds``
+        the whole step).
 
         Raises:
             FloatingPointError: non-finite loss or gradient (nothing of the step is written;
@@ -312,6 +318,8 @@ class Distiller:
                                       max_len=c.max_len)  # failed resets hold no action token
         batch = StepBatch(rows, trajectories)
         batch.extras = self.method.prepare(batch, StepContext(self.store, self._memory(), self.engine, step))
+        self._phases = dict.fromkeys(("forward_s", "backward_s", "optimizer_s"), 0.0)
+        prepare_s = time.perf_counter() - t_train
         self.student.model.train()  # train mode engages activation checkpointing (no dropout here)
         self.method.train_mode()
         epochs = self.method.update_epochs
@@ -323,11 +331,15 @@ class Distiller:
                 for k, v in part.items():
                     into[k] = into.get(k, 0.0) + v / epochs
         after = {}
+        t_sync = time.perf_counter()
         if rows:  # no action token, no update (and no after-step: its statistics are undefined)
             after = self.method.after_step(sums)
             self.engine.sync_weights(self.student.model, self.student.adapter)
         train_s = time.perf_counter() - t_train
+        sync_s = time.perf_counter() - t_sync
+        t_memory = time.perf_counter()
         self.rows_added += memory.append_step(self.store, trajectories, self.embedder, field=self.index_field)
+        memory_s = time.perf_counter() - t_memory
         self.step, self.cursor = step, self.cursor + c.tasks_per_step
         rewards = [t.reward for t in trajectories]
         row = {"step": step, "reward_mean": float(np.mean(rewards)),
@@ -338,7 +350,8 @@ class Distiller:
                "skipped_rows": len(skipped), "generations": step * c.tasks_per_step * c.group_size,
                "tokens_per_s": stats.generated_tokens / max(stats.generate_seconds, 1e-9),
                "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               "prepare_s": prepare_s, **self._phases, "sync_s": sync_s, "memory_s": memory_s}
         return row
 
     def _update(self, step: int, batch: StepBatch) -> tuple[dict[str, float], dict[str, float]]:
@@ -352,18 +365,23 @@ class Distiller:
         sums: dict[str, float] = {"loss": 0.0, "action_tokens": 0.0}
         for lo in range(0, len(rows), c.micro_batch):
             part = rows[lo:lo + c.micro_batch]
+            t0 = time.perf_counter()
             loss, m = self.method.loss(part, batch.extras[lo:lo + c.micro_batch], len(part) / len(rows))
+            self._phases["forward_s"] += time.perf_counter() - t0
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at step {step}; last good checkpoint: "
                                          f"{ckpt.latest_checkpoint(self.out) or 'none'}")
             for params in self.groups.values():  # FIELD-NOTES pitfall 2
                 for p in params:
                     p.requires_grad_(True)
+            t0 = time.perf_counter()
             loss.backward()
+            self._phases["backward_s"] += time.perf_counter() - t0
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + v
             sums["loss"] += float(loss.detach())
             sums["action_tokens"] += sum(int(r.mask_T.sum()) for r in part)
+        t0 = time.perf_counter()
         norms = {f"grad_norm_{name}": _grad_norm(params) for name, params in self.groups.items()}
         if not all(np.isfinite(v) for v in norms.values()):
             raise FloatingPointError(f"non-finite gradient at step {step}; last good checkpoint: "
@@ -372,6 +390,7 @@ class Distiller:
             torch.nn.utils.clip_grad_norm_([p for params in self.groups.values() for p in params], c.grad_clip)
         if rows:
             self.optimizer.step()
+        self._phases["optimizer_s"] += time.perf_counter() - t0
         return sums, norms
 
     def _defaults(self) -> dict[str, float]:

@@ -31,7 +31,8 @@ GROUPS = (
     ("dual", "privileged margin and dual variable (LOPD)", ("Delta", "beta", "margin_term")),
     ("anchor", "latent anchor", ("anchor", "latent_norm")),
     ("grad_norms", "gradient norms", ("grad_norm", "grad_norm_student", "grad_norm_composer")),
-    ("seconds", "time per step (s)", ("seconds", "rollout_s", "train_s", "tokens_per_s")),
+    ("seconds", "time per step (s)", ("seconds", "rollout_s", "train_s", "prepare_s", "forward_s", "backward_s",
+                                      "optimizer_s", "sync_s", "memory_s", "tokens_per_s")),
     ("memory", "peak memory (MB)", ("peak_rss_mb", "peak_gpu_mb")),
 )
 

@@ -152,6 +152,11 @@ def test_three_steps_metrics_store_and_dual_update(straight):
         assert set(METRIC_FIELDS) <= set(r)
         assert all(math.isfinite(r[k]) for k in METRIC_FIELDS), r
         assert r["action_tokens"] > 0 and r["tokens"] > 0
+        # where the time went: the training phases add up to train_s, the step holds them all
+        phases = [r[k] for k in ("prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s")]
+        assert all(v >= 0 for v in phases) and r["forward_s"] > 0 and r["backward_s"] > 0
+        assert sum(phases) == pytest.approx(r["train_s"], abs=0.05)
+        assert r["rollout_s"] + r["train_s"] + r["memory_s"] <= r["seconds"] + 1e-6
     beta = config.options["beta0"]
     for r in rows:  # Eq. 13 dual ascent from the logged Delta
         beta = dual_update(beta, config.options["margin"], r["Delta"], config.options["eta_beta"])
