@@ -35,7 +35,7 @@ FRAMES: dict[str, tuple[str, str]] = {
     ),
 }
 # environments whose tasks are programming problems (every other one is agentic tool use)
-CODING_ENVS = frozenset({"code", "livecodebench"})
+CODING_ENVS = frozenset({"code", "livecodebench", "taco"})
 # private-use code points: never produced by a tokenizer's decode of ordinary text
 SENTINEL = "\ue000lopd-latents\ue001"
 

@@ -25,7 +25,10 @@ Grading follows LiveCodeBench's ``testing_util``: all public and private tests r
 process, stopping at the first failure. ``stdin`` tests compare stdout line by line after
 stripping (tokens that parse as decimals compare by value); ``functional`` tests call
 ``Solution().<func_name>(*args)`` with one JSON value per input line and compare the JSON result.
-Reward is 1 when every test passes, else 0.
+Reward is 1 when every test passes, else 0. The harness also grades TACO's call-based tests
+(:mod:`stages.core.envs.taco`): a plain function ``<func_name>`` when the code defines no
+``Solution`` class, and an expected value wrapped in a one-element list when the test says
+``unwrap`` (APPS's convention).
 """
 from __future__ import annotations
 
@@ -217,9 +220,12 @@ for test in TESTS:
             args = [json.loads(line) for line in test["input"].split("\n") if line.strip()]
             sys.stdout = out
             exec(compile("from typing import *\n" + CODE, "<solution>", "exec"), scope)
-            result = getattr(scope["Solution"](), FUNC)(*args)
+            call = getattr(scope["Solution"](), FUNC) if "Solution" in scope else scope[FUNC]
+            result = call(*args)
             sys.stdout = old_out
-            ok = json.loads(json.dumps(result)) == json.loads(test["output"])
+            got, want = json.loads(json.dumps(result)), json.loads(test["output"])
+            # APPS/TACO call-based tests may wrap the return value in a one-element list
+            ok = got == want or (test.get("unwrap") and isinstance(want, list) and len(want) == 1 and got == want[0])
         else:
             sys.stdin, sys.stdout = io.StringIO(test["input"]), out
             try:
