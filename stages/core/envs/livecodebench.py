@@ -33,6 +33,7 @@ Reward is 1 when every test passes, else 0. The harness also grades TACO's call-
 from __future__ import annotations
 
 import base64
+import importlib.util
 import io
 import json
 import pickle
@@ -266,6 +267,56 @@ def grade(code: str, tests: list[dict[str, str]], func_name: str | None, per_tes
     return {"passed": passed, "total": len(tests), "first_failure": failure}
 
 
+# verdict codes of LiveCodeBench's testing_util.run_test
+_OFFICIAL_CODES = {False: "wrong answer", -1: "runtime error", -2: "compile error", -3: "timeout", -4: "runtime error"}
+
+
+def official_testing_util() -> str | None:
+    """Source of LiveCodeBench's own grader (``livecodebench/evaluation/testing_util.py`` of the
+    ``nvidia-livecodebench`` package, installed without its dependencies), or None when absent.
+    Read as text, never imported here: it runs only inside the sandbox."""
+    spec = importlib.util.find_spec("livecodebench")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "evaluation" / "testing_util.py"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def grade_official(code: str, tests: list[dict[str, str]], func_name: str | None, per_test_s: int = 6,
+                   source: str | None = None) -> dict[str, Any]:
+    """:func:`grade` with LiveCodeBench's own ``run_test`` (its stdin and call-based checks), run in
+    the sandbox; ``source`` defaults to :func:`official_testing_util`. Returns
+    ``{passed, total, first_failure}`` like :func:`grade`.
+
+    Raises:
+        EnvError: the official grader is not installed.
+    """
+    from stages.core.sandbox import run_python
+
+    source = source or official_testing_util()
+    if source is None:
+        raise EnvError("LiveCodeBench's grader is not installed (pip install --no-deps nvidia-livecodebench)")
+    if not code.strip():
+        return {"passed": 0, "total": len(tests), "first_failure": "no code block in the answer"}
+    mark = f"__lopd_verdicts_{secrets.token_hex(8)}__"
+    sample = {"input_output": json.dumps({"inputs": [t["input"] for t in tests],
+                                          "outputs": [t["output"] for t in tests], "fn_name": func_name})}
+    # loaded as a module (its reliability_guard writes __builtins__ as a dict, which __main__'s is not)
+    program = (f"import json\n_ns = {{'__name__': 'testing_util'}}\n"
+               f"exec(compile({source!r}, 'testing_util.py', 'exec'), _ns)\n"
+               f"_results, _meta = _ns['run_test']({sample!r}, test={code!r}, timeout={per_test_s})\n"
+               f"print({mark!r} + json.dumps([r if isinstance(r, (bool, int)) else str(r) for r in _results]))\n")
+    budget = per_test_s * len(tests) + 5
+    res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=4096)
+    marker = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(mark)), None)
+    if marker is None:
+        return {"passed": 0, "total": len(tests), "first_failure": f"sandbox {res.status}: {res.reason}"}
+    verdicts = json.loads(marker[len(mark):])
+    failure = next((v for v in verdicts if v is not True), None)
+    return {"passed": sum(v is True for v in verdicts), "total": len(tests),
+            "first_failure": None if failure is None else _OFFICIAL_CODES.get(failure, str(failure))}
+
+
 @register("livecodebench")
 class LiveCodeBenchEnv:
     """One-step environment: the answer's last ```python block is graded on all tests.
@@ -306,9 +357,14 @@ class LiveCodeBenchEnv:
         if self._task is None:
             raise EnvError("livecodebench: step() before reset()")
         meta = self._task.meta
-        verdict = grade(extract_code(action), meta["tests"], meta.get("func_name"))
+        source = official_testing_util()
+        if source is not None:
+            verdict = grade_official(extract_code(action), meta["tests"], meta.get("func_name"), source=source)
+        else:
+            verdict = grade(extract_code(action), meta["tests"], meta.get("func_name"))
         ok = verdict["passed"] == verdict["total"]
-        return StepResult([], reward=1.0 if ok else 0.0, done=True, info={**verdict, "success": ok})
+        grader = "livecodebench testing_util" if source is not None else "lopd harness"
+        return StepResult([], reward=1.0 if ok else 0.0, done=True, info={**verdict, "success": ok, "grader": grader})
 
     def close(self) -> None:
         """Nothing to release."""
