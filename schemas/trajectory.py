@@ -206,6 +206,7 @@ class RunManifest(_Frozen):
     lopd_version: str
     git_commit: str = ""
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    data: str = ""  # the data the run read (file, folder or hub id; bundled fixtures say so)
 
     @field_validator("config")
     @classmethod

@@ -117,13 +117,14 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
             "pass --resume to continue it or --run-id NAME to start another run"
         )
     todo = [t for t in tasks if t.task_id not in done_ids]
+    data = getattr(probe, "data_source", None) or (str(data_dir) if data_dir else f"the {config.env} package data")
     if "://" not in config.store:  # manifests live beside a local store
-        write_manifest(Path(config.store) / "runs" / f"{run_id}.json", "collect", run_id, config)
+        write_manifest(Path(config.store) / "runs" / f"{run_id}.json", "collect", run_id, config, data=data)
     console.print(
         f"[bold]collect[/] run {run_id}: {len(todo)} tasks to play "
         f"({len(tasks) - len(todo)} already stored), {config.samples_per_task} sample(s) each, "
         f"env={config.env} split={config.split} "
-        f"policy={'reference solutions' if config.reference else config.model}"
+        f"policy={'reference solutions' if config.reference else config.model}; data: {data}", soft_wrap=True
     )
     params = SamplingParams(
         temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,

@@ -190,6 +190,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         "behaviour": behaviour_stats(trajs),
         "per_task": [_task_row(t, extras.get(t.task_id, {})) for t in trajs],
         "notes": prepared.notes,
+        "fixtures": prepared.fixtures,
         "config": config.model_dump(),
         "model": config.model,
         "git_commit": git_commit(),
@@ -411,7 +412,8 @@ def compare(paths: list[Path]) -> Table:
             raise ValueError(f"{path}: scored on other data ({_data_of(r) or 'package data'}) than {paths[0]} "
                              f"({_data_of(reports[0]) or 'package data'})")
     models = [r["model"] for r in reports]
-    table = Table(title=f"compare {reports[0]['bench']}")
+    on_fixtures = " (on bundled test fixtures, not the benchmark)" if reports[0].get("fixtures") else ""
+    table = Table(title=f"compare {reports[0]['bench']}{on_fixtures}")
     table.add_column("metric")
     for path, r in zip(paths, reports):  # a model named twice (e.g. the base model of two runs): the file tells them apart
         table.add_column(r["model"] if models.count(r["model"]) == 1 else f"{r['model']} ({Path(path).parent.name}/{Path(path).name})",

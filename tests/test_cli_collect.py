@@ -37,6 +37,9 @@ def test_collect_writes_scored_trajectories_and_resumes(tiny_dir, tmp_path):
     assert "mean reward" in res.output
     manifests = list((store / "runs").glob("*.json"))
     assert len(manifests) == 1 and json.loads(manifests[0].read_text())["stage"] == "collect"
+    # which data it read, printed and recorded: here the bundled fixtures, labelled as such
+    assert "bundled test fixtures" in json.loads(manifests[0].read_text())["data"]
+    assert "data: " in res.output
 
     again = _collect(tiny_dir, store, "--samples-per-task", "2")
     assert again.exit_code == 2 and "--resume" in again.output

@@ -151,6 +151,11 @@ def test_envscaler_oracle_actions_score_full(tmp_path):
     assert report["behaviour"]["tool_calls_per_step"] > 0
     empty = _run(tmp_path, [["Done."]] * len(tasks), bench="envscaler")
     assert empty["scores"]["success_rate"] == 0.0
+    # the bundled fixtures are labelled as such, in the report and in a comparison
+    assert report["fixtures"] is True and any("bundled test fixtures" in n for n in report["notes"])
+    (tmp_path / "a.json").write_text(json.dumps(report))
+    (tmp_path / "b.json").write_text(json.dumps(empty))
+    assert "bundled test fixtures, not the benchmark" in compare([tmp_path / "a.json", tmp_path / "b.json"]).title
 
 
 def _evalplus_rows(name: str, n: int) -> list[dict]:

@@ -57,6 +57,7 @@ class BenchRun:
     env_factory: Callable[[], Any]
     tasks: list[Task]
     notes: list[str]
+    fixtures: bool = False  # scored on bundled test fixtures, not the benchmark's data
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,8 @@ def _simple(env: str, **kwargs: Any) -> Callable[[Any], BenchRun]:
             tasks = probe.tasks("test", config.limit)
         finally:
             probe.close()
-        return BenchRun(factory, tasks, [])
+        source = getattr(probe, "data_source", None)
+        return BenchRun(factory, tasks, [f"data: {source}"] if source else [], getattr(probe, "fixtures", False))
 
     return prepare
 
@@ -349,7 +351,8 @@ def _livecodebench_prepare(config: Any) -> BenchRun:
     factory = lambda: make_env("livecodebench", data_dir=data, max_steps=1, **kwargs)  # noqa: E731
     tasks = factory().tasks("test", config.limit)
     lo, hi = RELEASE_WINDOWS[config.release]
-    return BenchRun(factory, tasks, [f"release {config.release}: contest_date {lo}..{hi} (assumed window)"])
+    return BenchRun(factory, tasks, [f"data: {config.data_dir}",
+                                     f"release {config.release}: contest_date {lo}..{hi} (assumed window)"])
 
 
 def _pass_at_1(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:

@@ -41,11 +41,11 @@ def config_run_id(stage: str, config: BaseModel, keys: list[str]) -> str:
     return f"{stage}-{hashlib.sha1(payload.encode()).hexdigest()[:10]}"
 
 
-def write_manifest(path: Path, stage: str, run_id: str, config: BaseModel) -> RunManifest:
-    """Write the run manifest (stage, resolved config, version, commit) as JSON at ``path``."""
+def write_manifest(path: Path, stage: str, run_id: str, config: BaseModel, data: str = "") -> RunManifest:
+    """Write the run manifest (stage, resolved config, version, commit, the data it read) as JSON at ``path``."""
     manifest = RunManifest(
         run_id=run_id, stage=stage, config=config.model_dump_json(),
-        lopd_version=lopd_version(), git_commit=git_commit(),
+        lopd_version=lopd_version(), git_commit=git_commit(), data=data,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

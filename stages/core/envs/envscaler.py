@@ -342,6 +342,9 @@ class EnvScalerEnv:
         cpu_s: int = 300,
     ) -> None:
         self.data = load_data(data_dir, envs_file, tasks_file, hf_dataset, hf_envs, hf_split, test_size, seed)
+        self.fixtures = str(FIXTURES_DIR) in self.data.source  # the bundled test fixtures, not EnvScaler's data
+        self.data_source = self.data.source + (" (bundled test fixtures, not the EnvScaler benchmark)"
+                                               if self.fixtures else "")
         self.max_steps = max_steps
         self.call_timeout_s = call_timeout_s
         self.check_timeout_s = check_timeout_s
