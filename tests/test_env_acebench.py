@@ -92,3 +92,30 @@ def test_missing_data_names_the_flag(tmp_path):
         make_env("acebench").tasks("test")
     with pytest.raises(EnvError, match="data_agent_multi_step.json not found"):
         make_env("acebench", data_dir=tmp_path).tasks("test")
+
+
+@needs_data
+def test_multi_turn_with_the_tiny_model_as_agent_and_user(tmp_path):
+    """One multi-turn task end to end: the tiny model plays both sides; the simulated user opens
+    the dialogue and answers, the step cap ends it, the report has multi-step, multi-turn and overall."""
+    from rich.console import Console
+
+    from stages.evaluate import EvaluateConfig, run
+    from tests.tiny import save_tiny
+
+    tiny = str(save_tiny(tmp_path / "tiny"))
+    env = make_env("acebench", data_dir=DATA, user_model=tiny, max_steps=2)
+    turn = [t for t in env.tasks("test") if t.task_id.startswith("agent_multi_turn")]
+    assert len(turn) == 20 and all(t.meta["part"] == "multi_turn" for t in turn)  # the 10 Travel tasks left out
+    opening = env.reset(turn[0])
+    assert opening[1].role == "user" and env._user.messages[0]["content"].count(turn[0].prompt) == 1
+    first = env.step("Hello, how can I help?")  # no tool call: the user answers
+    assert not first.done and first.observation[0].role == "user"
+    assert env.step("Anything else?").done  # the step cap
+    multi_turn_first = min(i for i, t in enumerate(env.tasks("test")) if t.task_id.startswith("agent_multi_turn"))
+    report = run(EvaluateConfig(bench="acebench", data_dir=str(DATA), model=tiny, limit=multi_turn_first + 1,
+                                max_new_tokens=4, max_turns=2, out=str(tmp_path / "r.json")),
+                 Console(file=open("/dev/null", "w")))
+    assert {"end_to_end", "multi_step_end_to_end", "multi_turn_end_to_end", "multi_turn_process_accuracy"} <= set(report["scores"])
+    with pytest.raises(EnvError, match="needs a user model"):
+        make_env("acebench", data_dir=DATA).reset(turn[0])

@@ -326,16 +326,23 @@ def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tupl
 
 def _acebench_prepare(config: Any) -> BenchRun:
     data = _require_dir(config, "../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)")
-    run = _simple("acebench")(config.model_copy(update={"data_dir": str(data)}))
-    notes = ["agent multi-step only: multi-turn needs a simulated-user loop, not implemented yet",
+    user = getattr(config, "user_model", None) or config.model
+    run = _simple("acebench", user_model=user)(config.model_copy(update={"data_dir": str(data)}))
+    notes = [f"agent multi-step and multi-turn (simulated user: {user}, greedy); the 10 multi-turn tasks "
+             "on ACEBench's Travel API are not simulated and left out",
              "ACEBench platform re-implemented; see stages/core/envs/acebench.py"]
     return BenchRun(run.env_factory, run.tasks, notes)
 
 
 def _acebench_score(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    """End-to-end accuracy and process accuracy over all tasks, and per part (multi-step, multi-turn)."""
     infos = {t.task_id: json.loads(t.info) for t in trajs}
-    scores = {"end_to_end": _mean([float(bool(i.get("end_to_end"))) for i in infos.values()]),
-              "process_accuracy": _mean([float(i.get("process_accuracy", 0.0)) for i in infos.values()])}
+    scores: dict[str, float] = {}
+    for part, prefix in (("", ""), ("multi_step_", "agent_multi_step"), ("multi_turn_", "agent_multi_turn")):
+        chosen = [i for task_id, i in infos.items() if task_id.startswith(prefix)]
+        if chosen or not part:
+            scores[f"{part}end_to_end"] = _mean([float(bool(i.get("end_to_end"))) for i in chosen])
+            scores[f"{part}process_accuracy"] = _mean([float(i.get("process_accuracy", 0.0)) for i in chosen])
     return scores, {}
 
 

@@ -22,7 +22,12 @@ Scoring re-implements ACEBench's ``agent_eval`` (the package is not on PyPI):
 
 The released answers are not fully consistent (some milestones name products that do not exist,
 some end states disagree with their milestone); scores inherit that noise, as they do upstream.
-Multi-turn tasks need a simulated user and are not served here.
+
+Multi-turn tasks (``data_agent_multi_turn.json``, same fields) are served when the environment has
+a ``user_model``: a simulated user (:mod:`stages.core.envs.acebench_multi`) opens the dialogue and
+answers every agent message without a tool call; "finish conversation" or the step cap ends it,
+scored like multi-step. The 10 of 30 multi-turn tasks on ACEBench's Travel API are left out (that
+class is not re-implemented here).
 """
 from __future__ import annotations
 
@@ -386,8 +391,12 @@ def _lines(path: Path) -> list[dict[str, Any]]:
         raise EnvError(f"{path}: not valid JSON lines ({err.msg} at line {err.lineno})") from None
 
 
-def load_tasks(data_dir: Path | None) -> list[Task]:
-    """ACEBench agent multi-step tasks (test split) with their possible answers in the metadata.
+SIMULATED = frozenset({"BaseApi", "MessageApi", "ReminderApi", "FoodPlatform"})
+
+
+def load_tasks(data_dir: Path | None, part: str = "multi_step") -> list[Task]:
+    """ACEBench agent tasks of ``part`` ("multi_step" | "multi_turn"; test split) with their
+    possible answers in the metadata; multi-turn tasks on classes not simulated here are left out.
 
     Raises:
         EnvError: missing data folder/files, or a row without the needed fields.
@@ -395,11 +404,14 @@ def load_tasks(data_dir: Path | None) -> list[Task]:
     if data_dir is None:
         raise EnvError(f"acebench: no data; {_HINT}")
     root = Path(data_dir)
-    rows = _lines(root / "data_agent_multi_step.json")
-    answers = {a.get("id"): a for a in _lines(root / "possible_answer" / "data_agent_multi_step.json")}
+    name = f"data_agent_{part}.json"
+    rows = _lines(root / name)
+    answers = {a.get("id"): a for a in _lines(root / "possible_answer" / name)}
     tasks = []
     for row in rows:
-        where = f"{root / 'data_agent_multi_step.json'} id {row.get('id')}"
+        where = f"{root / name} id {row.get('id')}"
+        if part == "multi_turn" and not set(row.get("involved_classes") or []) <= SIMULATED:
+            continue
         answer = answers.get(row.get("id"))
         if answer is None or not {"ground_truth", "mile_stone"} <= answer.keys():
             raise EnvError(f"{where}: no possible answer with ground_truth and mile_stone")
@@ -409,25 +421,33 @@ def load_tasks(data_dir: Path | None) -> list[Task]:
             task_id=row["id"], env="acebench", split="test", prompt=row["question"],
             tools=json.dumps([_schema(f) for f in row["function"]]),
             metadata=json.dumps({"initial_config": row["initial_config"], "ground_truth": answer["ground_truth"],
-                                 "mile_stone": answer["mile_stone"]}),
+                                 "mile_stone": answer["mile_stone"], "part": part}),
         ))
     return tasks
 
 
 @register("acebench")
 class AceBenchEnv:
-    """ACEBench agent multi-step episodes on :class:`PhonePlatform`.
+    """ACEBench agent episodes on :class:`PhonePlatform`.
 
-    An action with tool calls is executed (one tool message per call); an action without calls, or
-    the step cap, ends the episode. Reward = 1 when end-to-end holds, else the process accuracy;
-    ``info`` has ``end_to_end``, ``process_accuracy`` and the state mismatches.
+    An action with tool calls is executed (one tool message per call); an action without calls
+    ends a multi-step episode, and in a multi-turn one goes to the simulated user, whose answer is
+    the next user message ("finish conversation" ends it); the step cap ends any. Reward = 1 when
+    end-to-end holds, else the process accuracy; ``info`` has ``end_to_end``, ``process_accuracy``
+    and the state mismatches.
+
+    Args:
+        data_dir: ACEBench's ``data_en`` folder.
+        max_steps: agent actions per episode.
+        user_model: the simulated user's model; None: multi-step tasks only.
     """
 
     name = "acebench"
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 20):
-        self.data_dir, self.max_steps = data_dir, max_steps
+    def __init__(self, data_dir: Path | None = None, max_steps: int = 20, user_model: str | None = None):
+        self.data_dir, self.max_steps, self.user_model = data_dir, max_steps, user_model
         self._task: Task | None = None
+        self._user = None
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """The multi-step tasks; only ``split="test"`` exists.
@@ -438,12 +458,21 @@ class AceBenchEnv:
         if split != "test":
             raise EnvError(f"acebench: only split 'test' exists, got {split!r}")
         tasks = load_tasks(self.data_dir)
+        if self.user_model:
+            tasks += load_tasks(self.data_dir, "multi_turn")
         return tasks[:limit] if limit is not None else tasks
 
     def reset(self, task: Task) -> list[Message]:
         """Fresh platform from the task's initial_config; system prompt + the user's request."""
-        self._task, self._steps = task, []
+        self._task, self._steps, self._user = task, [], None
         self.platform = PhonePlatform(copy.deepcopy(task.meta["initial_config"]))
+        if task.meta.get("part") == "multi_turn":
+            if not self.user_model:
+                raise EnvError(f"{task.task_id}: a multi-turn task needs a user model (--user-model)")
+            from stages.core.envs.acebench_multi import SimulatedUser
+
+            self._user = SimulatedUser(self.user_model, task.prompt)
+            return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=self._user.opening())]
         return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=task.prompt)]
 
     def step(self, action: str) -> StepResult:
@@ -458,7 +487,13 @@ class AceBenchEnv:
                                                 "Use the <tool_call> format.")
             return self._finish([]) if len(self._steps) >= self.max_steps else StepResult([hint], info={"parse_error": str(err)})
         if not calls:
-            return self._finish([])
+            if self._user is None:
+                return self._finish([])
+            self._steps.append([])
+            said = self._user.reply(action)
+            if self._user.finished(said) or len(self._steps) >= self.max_steps:
+                return self._finish([])
+            return StepResult([Message(role="user", content=said)])
         self._steps.append(calls)
         obs = [Message(role="tool", name=c.name, content=json.dumps(self.platform.call(c.name, c.args), default=str))
                for c in calls]

@@ -1,0 +1,83 @@
+"""The simulated user of ACEBench's agent multi-turn tasks (:class:`stages.core.envs.acebench.AceBenchEnv`).
+
+In a multi-turn task the request is not given up front: a user model is told the instruction
+(the task's ``question``, e.g. "Your name is Grace. You want to send a message to Frank ...") and
+talks to the agent one line at a time, as ACEBench's ``APIModel_user`` does with an API model: it
+first answers the agent-side opening "Is there anything you need help with today?", then every
+agent reply without a tool call; a line holding "finish conversation" ends the dialogue. Its
+system prompt states ACEBench's rules for the phone-platform user in our words. The user model is
+any causal LM ``lopd`` can load (the embedded one, an HF id or a folder), greedy (ACEBench samples
+at temperature 0.001), loaded once per process.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+USER_PROMPT = """You are a user talking to an assistant agent that operates your phone for you.
+
+Your instruction: {instruction}
+
+Rules:
+- Write one line per message, as that user would.
+- Do not reveal the whole instruction at once: give what the current step needs, and all of it (for a reminder: its title, description and time).
+- Never make up information the instruction does not give; if asked for something you do not know, say that you do not know.
+- Names in the instruction are full names; you are the person the instruction names as you.
+- When the agent asks which message to delete, answer as the instruction says.
+- Do not offer the agent help; answer its questions as the instruction says.
+- When the agent asks whether you need anything else, check that every task of the instruction is done; if one is not, ask for it.
+- When every task is done, write a line with only: finish conversation
+"""
+OPENING = "Is there anything you need help with today?"
+FINISH = "finish conversation"
+
+
+@lru_cache(maxsize=2)
+def _load(name: str) -> tuple[Any, Any]:
+    from stages.core.policy import load_policy
+
+    return load_policy(name)
+
+
+class SimulatedUser:
+    """One dialogue's user, played by ``model`` (module docstring).
+
+    Raises:
+        FileNotFoundError: the model cannot be found (see :func:`stages.core.policy.load_policy`).
+    """
+
+    def __init__(self, model: str, instruction: str, max_new_tokens: int = 64):
+        self.model, self.tokenizer = _load(model)
+        self.max_new_tokens = max_new_tokens
+        # the user model's own view: the agent speaks as "user", the simulated user as "assistant"
+        self.messages = [{"role": "system", "content": USER_PROMPT.format(instruction=instruction)},
+                         {"role": "user", "content": OPENING}]
+
+    def opening(self) -> str:
+        """The user's first message (its answer to the opening question)."""
+        return self._say()
+
+    def reply(self, agent_message: str) -> str:
+        """The user's answer to an agent message."""
+        self.messages.append({"role": "user", "content": agent_message})
+        return self._say()
+
+    @staticmethod
+    def finished(message: str) -> bool:
+        """Whether ``message`` ends the dialogue ("finish conversation" in it)."""
+        return FINISH in message.lower()
+
+    def _say(self) -> str:
+        import torch
+
+        text = self.tokenizer.apply_chat_template(self.messages, tokenize=False, add_generation_prompt=True)
+        ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=ids.to(self.model.device), attention_mask=torch.ones_like(ids),
+                                      max_new_tokens=self.max_new_tokens, do_sample=False,
+                                      pad_token_id=self.tokenizer.pad_token_id)
+        lines = [ln.strip() for ln in self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).splitlines()]
+        said = next((ln for ln in lines if ln), "")
+        said = said[len("user:"):].strip() if said.lower().startswith("user:") else said
+        self.messages.append({"role": "assistant", "content": said})
+        return said
