@@ -199,7 +199,6 @@ def distill(
     option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training). (default runs/store)"),
-    user_model: Optional[str] = typer.Option(None, "--user-model", help="acebench: the model that plays the user of the multi-turn tasks (default: --model)."),
     composer: Optional[str] = typer.Option(None, "--composer", help="lopd: cold-start composer folder (lopd coldstart's final/)."),
     out: Optional[str] = typer.Option(None, "--out", help="Run folder. (default runs/lopd)"),
     model: Optional[str] = typer.Option(None, "--model", help="Student/teacher backbone. (default smollm2-135m)"),
