@@ -329,12 +329,18 @@ def test_micro_batches_and_activation_checkpointing_give_the_same_step(assets, t
     assert all(torch.allclose(adapters[0][k], adapters[1][k], atol=1e-6) for k in adapters[0])
 
 
+def composer_placed(composer_dir, tmp_path, placement: str):
+    """A copy of the cold-start composer recorded with another latent placement."""
+    folder = tmp_path / f"composer-{placement}"
+    shutil.copytree(composer_dir, folder)
+    cfg = json.loads((folder / "composer_config.json").read_text())
+    (folder / "composer_config.json").write_text(json.dumps({**cfg, "placement": placement}))
+    return folder
+
+
 def test_per_turn_placement_and_empty_store(assets, tmp_path):
     model_dir, composer_dir, _ = assets
-    per_turn = tmp_path / "composer-per-turn"
-    shutil.copytree(composer_dir, per_turn)
-    cfg = json.loads((per_turn / "composer_config.json").read_text())
-    (per_turn / "composer_config.json").write_text(json.dumps({**cfg, "placement": "per-turn"}))
+    per_turn = composer_placed(composer_dir, tmp_path, "per-turn")
     empty = tmp_path / "store-empty"
     ExperienceStore.open(empty)
     config = make_config(assets, tmp_path, "per-turn", steps=2, composer=str(per_turn), store=str(empty))

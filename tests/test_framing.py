@@ -3,9 +3,7 @@ between framing texts, the id-vs-embedding equivalence check, gradient routing, 
 with a framed composer."""
 from __future__ import annotations
 
-import json
 import math
-import shutil
 
 import pytest
 import torch
@@ -16,7 +14,7 @@ from stages.core.contexts import build_batch, training_rows
 from stages.core.framing import FRAMES, SENTINEL, frame_domain, framed_prompt_ids
 from stages.core.teacher import teacher_logits
 from stages.distill import Distiller
-from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
+from tests.test_distill import _hash_embedder, assets, composer_placed, make_config, metrics  # noqa: F401 (fixtures)
 from tests.test_onpolicy_tokens import Scripted, _play
 from tests.tiny import tiny_model, tiny_tokenizer
 
@@ -102,10 +100,7 @@ def test_gradient_reaches_the_latents_and_no_teacher_weight():
 
 def test_distill_with_a_framed_composer(assets, tmp_path):
     model_dir, composer_dir, _ = assets
-    framed = tmp_path / "composer-framed"
-    shutil.copytree(composer_dir, framed)
-    cfg = json.loads((framed / "composer_config.json").read_text())
-    (framed / "composer_config.json").write_text(json.dumps({**cfg, "placement": "framed"}))
+    framed = composer_placed(composer_dir, tmp_path, "framed")
     trainer = Distiller(make_config(assets, tmp_path, "framed", steps=1, composer=str(framed)))
     assert trainer.method.placement == "framed"
     trainer.fit()

@@ -247,21 +247,28 @@ print(MARK + json.dumps(verdicts))
 '''
 
 
-def grade(code: str, tests: list[dict[str, str]], func_name: str | None, per_test_s: int = 6) -> dict[str, Any]:
-    """Run ``code`` on ``tests`` in the sandbox; returns ``{passed, total, first_failure}``."""
+def _sandbox_verdicts(program: str, mark: str, tests: int, per_test_s: int, memory_mb: int) -> tuple[list | None, str]:
+    """Run a grading program in the sandbox: (the JSON verdict list it printed after ``mark``, "")
+    or (None, why it printed none)."""
     from stages.core.sandbox import run_python
 
+    budget = per_test_s * tests + 5
+    res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=memory_mb)
+    marker = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(mark)), None)
+    if marker is None:
+        return None, f"sandbox {res.status}: {res.reason}"
+    return json.loads(marker[len(mark):]), ""
+
+
+def grade(code: str, tests: list[dict[str, str]], func_name: str | None, per_test_s: int = 6) -> dict[str, Any]:
+    """Run ``code`` on ``tests`` in the sandbox; returns ``{passed, total, first_failure}``."""
     if not code.strip():
         return {"passed": 0, "total": len(tests), "first_failure": "no code block in the answer"}
     mark = f"__lopd_verdicts_{secrets.token_hex(8)}__"
     header = f"CODE = {code!r}\nTESTS = {tests!r}\nFUNC = {func_name!r}\nPER_TEST_S = {per_test_s}\nMARK = {mark!r}\n"
-    program = header + _HARNESS
-    budget = per_test_s * len(tests) + 5
-    res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=2048)
-    marker = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(mark)), None)
-    if marker is None:
-        return {"passed": 0, "total": len(tests), "first_failure": f"sandbox {res.status}: {res.reason}"}
-    verdicts = json.loads(marker[len(mark):])
+    verdicts, why = _sandbox_verdicts(header + _HARNESS, mark, len(tests), per_test_s, 2048)
+    if verdicts is None:
+        return {"passed": 0, "total": len(tests), "first_failure": why}
     passed = sum(v == "pass" for v in verdicts)
     failure = next((v for v in verdicts if v != "pass"), None)
     return {"passed": passed, "total": len(tests), "first_failure": failure}
@@ -291,8 +298,6 @@ def grade_official(code: str, tests: list[dict[str, str]], func_name: str | None
     Raises:
         EnvError: the official grader is not installed.
     """
-    from stages.core.sandbox import run_python
-
     source = source or official_testing_util()
     if source is None:
         raise EnvError("LiveCodeBench's grader is not installed (pip install --no-deps nvidia-livecodebench)")
@@ -306,12 +311,9 @@ def grade_official(code: str, tests: list[dict[str, str]], func_name: str | None
                f"exec(compile({source!r}, 'testing_util.py', 'exec'), _ns)\n"
                f"_results, _meta = _ns['run_test']({sample!r}, test={code!r}, timeout={per_test_s})\n"
                f"print({mark!r} + json.dumps([r if isinstance(r, (bool, int)) else str(r) for r in _results]))\n")
-    budget = per_test_s * len(tests) + 5
-    res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=4096)
-    marker = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(mark)), None)
-    if marker is None:
-        return {"passed": 0, "total": len(tests), "first_failure": f"sandbox {res.status}: {res.reason}"}
-    verdicts = json.loads(marker[len(mark):])
+    verdicts, why = _sandbox_verdicts(program, mark, len(tests), per_test_s, 4096)
+    if verdicts is None:
+        return {"passed": 0, "total": len(tests), "first_failure": why}
     failure = next((v for v in verdicts if v is not True), None)
     return {"passed": sum(v is True for v in verdicts), "total": len(tests),
             "first_failure": None if failure is None else _OFFICIAL_CODES.get(failure, str(failure))}
