@@ -81,3 +81,13 @@ def test_collect_reference_on_taco_fixtures(tmp_path):
     assert result.exit_code == 0, result.output
     rows = ExperienceStore.open(store).query()
     assert rows and all(r.success and r.env == "taco" for r in rows)
+
+
+def test_the_bundled_practice_set_is_the_offline_default_and_every_reference_passes():
+    env = make_env("taco", test_percent=0)
+    tasks = env.tasks("train")
+    assert len(tasks) == 20 and "practice problems written for lopd, not TACO" in env.data_source
+    assert {t.meta["func_name"] is None for t in tasks} == {True, False}  # stdin and call-based
+    for task in tasks:
+        env.reset(task)
+        assert env.step(env.reference_actions(task)[0]).reward == 1.0, task.task_id

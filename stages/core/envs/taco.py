@@ -10,7 +10,9 @@ the list of arguments of ``fn_name`` (a plain function, or a method of ``class S
 output the expected return value (or it wrapped in a one-element list, APPS's convention);
 otherwise each input is stdin and each output the expected stdout. Sources: ``data_dir``, a
 ``.parquet`` / ``.jsonl`` / ``.json`` file or a folder of them, or ``dataset=`` a Hugging Face id
-(``agentica-org/DeepCoder-Preview-Dataset`` with ``config="taco"``), read with ``datasets``.
+(``agentica-org/DeepCoder-Preview-Dataset`` with ``config="taco"``), read with ``datasets``;
+with neither, the 20 practice problems of ``examples/coding_train`` (written for lopd, in this
+format, from no benchmark: the offline coding path of a CPU machine; labelled as such).
 
 Splits: a stable hash of the task id puts ``test_percent`` (default 10) of the problems in
 ``test``, the rest in ``train``. Grading: the LiveCodeBench harness
@@ -29,6 +31,7 @@ from schemas import Message, Task
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.livecodebench import SYSTEM_PROMPT, extract_code, grade
 
+PRACTICE_DIR = Path(__file__).resolve().parents[3] / "examples" / "coding_train"
 _HINT = ("pass --data-dir <TACO/DeepCoder .parquet/.jsonl file or folder> (e.g. the taco/ folder of the "
          "HF dataset agentica-org/DeepCoder-Preview-Dataset)")
 
@@ -45,6 +48,7 @@ def _json(value: Any, where: str, field: str) -> Any:
 def _read_rows(data_dir: Path | None, dataset: str | None, config: str | None) -> tuple[list[dict], str]:
     import datasets
 
+    datasets.disable_progress_bars()
     if data_dir is not None:
         path = Path(data_dir)
         files = (sorted(p for p in path.rglob("*") if p.suffix in (".parquet", ".jsonl", ".json"))
@@ -118,7 +122,10 @@ class TacoEnv:
 
     def __init__(self, data_dir: Path | None = None, max_steps: int = 1, dataset: str | None = None,
                  config: str | None = "taco", test_percent: int = 10):
-        self.data_dir, self.dataset, self.config = data_dir, dataset, config
+        self.practice = data_dir is None and not dataset
+        self.data_dir, self.dataset, self.config = (PRACTICE_DIR if self.practice else data_dir), dataset, config
+        self.data_source = (f"{PRACTICE_DIR} (20 practice problems written for lopd, not TACO)" if self.practice
+                            else str(data_dir or f"{dataset}[{config}]"))
         self.max_steps, self.test_percent = max_steps, test_percent
         self._task: Task | None = None
         self._tasks: list[Task] | None = None
