@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
 from itertools import chain, zip_longest
 from pathlib import Path
 from typing import Any
@@ -47,13 +46,6 @@ SINGLE_TURN = ("simple", "multiple", "parallel", "parallel_multiple")
 MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 SPLITS = {"train": SINGLE_TURN, "heldout": SINGLE_TURN, "test": MULTI_TURN}
 HELDOUT_RULE = "sha256('lopd-heldout:' + task_id) mod 5 == 0"
-
-
-@lru_cache(maxsize=4)
-def _heldout_questions(data_dir: Path) -> frozenset[str]:
-    """Normalised questions of the held-out tasks of every single-turn category."""
-    return frozenset(normalise(t.prompt) for c in SINGLE_TURN for t in _load_category(data_dir, c)
-                     if is_heldout(t.task_id))
 
 
 def is_heldout(task_id: str) -> bool:
@@ -176,12 +168,16 @@ class BFCLEnv:
         if split not in SPLITS:
             raise EnvError(f"bfcl: unknown split {split!r}; choose {', '.join(map(repr, SPLITS))}")
         data_dir = self.data_dir or package_data_dir()
-        per_category = [_load_category(data_dir, c) for c in SPLITS[split] if c in self.categories]
+        # train also reads the single-turn categories it does not serve: their held-out questions
+        wanted = [c for c in SPLITS[split] if c in self.categories or
+                  (split == "train" and (data_dir / f"BFCL_v3_{c}.json").is_file())]
+        loaded = {c: _load_category(data_dir, c) for c in wanted}
+        per_category = [loaded[c] for c in SPLITS[split] if c in self.categories]
         if split == "heldout":
             per_category = [[t.model_copy(update={"split": "test"}) for t in tasks if is_heldout(t.task_id)]
                             for tasks in per_category]
         elif split == "train":
-            held = _heldout_questions(data_dir)
+            held = {normalise(t.prompt) for tasks in loaded.values() for t in tasks if is_heldout(t.task_id)}
             per_category = [[t for t in tasks if not is_heldout(t.task_id) and normalise(t.prompt) not in held]
                             for tasks in per_category]
         tasks = [t for t in chain.from_iterable(zip_longest(*per_category)) if t is not None]
