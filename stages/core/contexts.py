@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from schemas import Trajectory
+from schemas import Message, Trajectory
 from stages.core.chat import action_spans, tokenize_for_training, tokenizer_fingerprint
 from stages.core.framing import framed_prompt_ids
 
@@ -271,14 +271,22 @@ def privileged_prompt(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, syst
     Raises:
         ValueError: the trajectory has fewer assistant messages than ``first_turn + 1``.
     """
-    from schemas import Message
     from stages.core.chat import render_prompt
 
     traj = row.trajectory
     starts = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
     if len(starts) <= row.first_turn:
         raise ValueError(f"trajectory {traj.trajectory_id}: no assistant message for turn {row.first_turn}")
-    messages = list(traj.messages[:starts[row.first_turn]])
+    messages = with_privileged_text(traj.messages[:starts[row.first_turn]], system=system, user=user)
+    return render_prompt(tokenizer, messages, trajectory_tools(traj))
+
+
+def with_privileged_text(messages: list[Message], *, system: str | None = None,
+                         user: str | None = None) -> list[Message]:
+    """A copy of ``messages`` with ``system`` appended to the system message (one is added first
+    when there is none) and ``user`` appended to the first user message (one is added when there
+    is none), each after a blank line."""
+    messages = list(messages)
     if system:
         if messages and messages[0].role == "system":
             head = messages[0]
@@ -291,7 +299,7 @@ def privileged_prompt(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, syst
             messages.append(Message(role="user", content=user))
         else:
             messages[at] = messages[at].model_copy(update={"content": f"{messages[at].content}\n\n{user}"})
-    return render_prompt(tokenizer, messages, trajectory_tools(traj))
+    return messages
 
 
 @dataclass

@@ -70,12 +70,11 @@ def framed_opening_ids(tokenizer: PreTrainedTokenizerBase, messages: list[Messag
         ValueError: no user message, or the sentinel occurs in the messages' own text.
     """
     from stages.core.chat import render_prompt
+    from stages.core.contexts import with_privileged_text
 
-    at = next((i for i, m in enumerate(messages) if m.role == "user"), None)
-    if at is None:
+    if not any(m.role == "user" for m in messages):
         raise ValueError("framed latents need a user message in the opening prompt")
-    framed = list(messages)
-    framed[at] = framed[at].model_copy(update={"content": f"{framed[at].content}\n\n{framing_text(env)}"})
+    framed = with_privileged_text(messages, user=framing_text(env))
     return _split(tokenizer, render_prompt(tokenizer, framed, tools), "the opening prompt")
 
 

@@ -130,23 +130,42 @@ def _framed_logits(
     B, T = input_ids_BT.shape
     if len(frame_ids) != B:
         raise ValueError(f"frame_ids needs one (head, tail) pair per row: {len(frame_ids)} for {B} rows")
+    ids_BS, mask_BS, shift_B = _reprefixed(input_ids_BT, attn_mask_BT, insert_at_B,
+                                           [head + tail for head, tail in frame_ids])
+    head_B = torch.tensor([len(head) for head, _ in frame_ids], device=input_ids_BT.device)
+    return _aligned(_spliced_logits(teacher, ids_BS, mask_BS, latents_BNd, head_B), shift_B, T)
+
+
+def _reprefixed(input_ids_BT: Tensor, attn_mask_BT: Tensor, insert_at_B: Tensor,
+                prefixes: list[list[int]]) -> tuple[Tensor, Tensor, Tensor]:
+    """Row b's completion (its tokens from ``insert_at_B[b]`` on) after ``prefixes[b]``.
+
+    Returns ids_BS (right-padded with 0), mask_BS (bool, True on real tokens) and shift_B
+    (LongTensor (B,): ``len(prefixes[b]) - insert_at_B[b]``, for :func:`_aligned`).
+
+    Raises:
+        ValueError: a mask that is not right-padded.
+    """
+    B = input_ids_BT.shape[0]
     lengths_B = _check_right_padded(attn_mask_BT)
     starts = insert_at_B.tolist()
-    seqs = [head + tail + input_ids_BT[b, starts[b]:int(lengths_B[b])].tolist()
-            for b, (head, tail) in enumerate(frame_ids)]
+    seqs = [prefixes[b] + input_ids_BT[b, starts[b]:int(lengths_B[b])].tolist() for b in range(B)]
     S = max(len(seq) for seq in seqs)
     ids_BS = input_ids_BT.new_zeros(B, S)
     mask_BS = torch.zeros(B, S, dtype=torch.bool, device=input_ids_BT.device)
     for b, seq in enumerate(seqs):
         ids_BS[b, :len(seq)] = torch.tensor(seq, dtype=ids_BS.dtype)
         mask_BS[b, :len(seq)] = True
-    head_B = torch.tensor([len(head) for head, _ in frame_ids], device=input_ids_BT.device)
-    logits_BSV = _spliced_logits(teacher, ids_BS, mask_BS, latents_BNd, head_B)
-    # student position i >= insert_at - 1 scores token i + 1, the teacher's position i + shift
-    shift_B1 = torch.tensor([len(h) + len(t) - starts[b] for b, (h, t) in enumerate(frame_ids)],
-                            device=input_ids_BT.device).unsqueeze(1)
-    idx_BT = (torch.arange(T, device=input_ids_BT.device).unsqueeze(0) + shift_B1).clamp(0, S - 1)
-    return logits_BSV.gather(1, idx_BT.unsqueeze(-1).expand(B, T, logits_BSV.shape[-1]))
+    shift_B = torch.tensor([len(prefixes[b]) - starts[b] for b in range(B)], device=input_ids_BT.device)
+    return ids_BS, mask_BS, shift_B
+
+
+def _aligned(logits_BSV: Tensor, shift_B: Tensor, T: int) -> Tensor:
+    """(B, T, V) logits of the re-prefixed sequences at the student's positions: student position
+    i >= insert_at - 1 scores token i + 1, which is the re-prefixed position i + shift."""
+    S = logits_BSV.shape[1]
+    idx_BT = (torch.arange(T, device=logits_BSV.device).unsqueeze(0) + shift_B.unsqueeze(1)).clamp(0, S - 1)
+    return logits_BSV.gather(1, idx_BT.unsqueeze(-1).expand(-1, T, logits_BSV.shape[-1]))
 
 
 def _per_turn_logits(
@@ -265,20 +284,11 @@ def context_teacher_logits(
         ValueError: a mask that is not right-padded, or a prefix list of the wrong length.
     """
     B, T = input_ids_BT.shape
-    lengths_B = _check_right_padded(attn_mask_BT)
     starts = insert_at_B.tolist()
     prefixes = prefix_ids if prefix_ids is not None else [input_ids_BT[b, :starts[b]].tolist() for b in range(B)]
     if len(prefixes) != B:
         raise ValueError(f"expected {B} prefixes, got {len(prefixes)}")
-    seqs = [prefixes[b] + input_ids_BT[b, starts[b]:int(lengths_B[b])].tolist() for b in range(B)]
-    S = max(len(seq) for seq in seqs)
-    ids_BS = input_ids_BT.new_zeros(B, S)
-    mask_BS = torch.zeros(B, S, dtype=torch.long, device=input_ids_BT.device)
-    for b, seq in enumerate(seqs):
-        ids_BS[b, :len(seq)] = torch.tensor(seq, dtype=ids_BS.dtype)
-        mask_BS[b, :len(seq)] = 1
+    ids_BS, mask_BS, shift_B = _reprefixed(input_ids_BT, attn_mask_BT, insert_at_B, prefixes)
     with torch.no_grad(), adapter_scope(model, adapter):
-        logits_BSV = model(input_ids=ids_BS, attention_mask=mask_BS, use_cache=False).logits
-    shift_B1 = torch.tensor([len(prefixes[b]) - starts[b] for b in range(B)], device=ids_BS.device).unsqueeze(1)
-    idx_BT = (torch.arange(T, device=ids_BS.device).unsqueeze(0) + shift_B1).clamp(0, S - 1)
-    return logits_BSV.gather(1, idx_BT.unsqueeze(-1).expand(B, T, logits_BSV.shape[-1]))
+        logits_BSV = model(input_ids=ids_BS, attention_mask=mask_BS.long(), use_cache=False).logits
+    return _aligned(logits_BSV, shift_B, T)
