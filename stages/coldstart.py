@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import resource
 import time
 from pathlib import Path
 from typing import Iterator, Literal
@@ -62,6 +61,7 @@ from stages.core.composer import (
 from stages.core.contexts import build_batch, lookup_tools, retrieve_experiences, shift_for_loss
 from stages.core.losses import masked_nll
 from stages.core.models import load_composer
+from stages.core.resources import peak_rss_mb, rss_mb
 from stages.core.provenance import config_run_id
 from stages.core.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, describe_changes, freeze_config, open_run,
@@ -397,10 +397,6 @@ def _prompt_fits(tokenizer, traj: Trajectory, tools: list[dict], max_len: int) -
     return bool(spans) and spans[0][0] < max_len
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def run(config: ColdstartConfig, console: Console | None = None, embedder=None) -> ColdstartReport:
     """Train the composer as configured; returns the summary (also printed as a table).
 
@@ -532,7 +528,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
             done = step + 1
             record = {"step": done, "loss": float(loss.detach()), "nll": m["nll"], "grad_norm": grad_norm,
                       "lr": optimizer.param_groups[0]["lr"], "tokens": int(m["num_tokens"]),
-                      "seconds": time.perf_counter() - t0}
+                      "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
             step_seconds.append(record["seconds"])
             if done == config.steps and heldout:  # the final evaluation, three ways, on the curve too
                 result = heldout_eval(baselines=True)
@@ -565,7 +561,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
         start_step=start_step, train_trajectories=len(train), train_tasks=len(train_tasks), too_long=too_long,
         heldout_trajectories=len(heldout), heldout_tasks=len(heldout_tasks),
         final_loss=sum(tail) / len(tail), final_loss_steps=len(losses[-10:]), heldout=result, seconds=time.perf_counter() - t_start,
-        seconds_per_step=sum(step_seconds) / max(len(step_seconds), 1), peak_rss_mb=_peak_rss_mb(),
+        seconds_per_step=sum(step_seconds) / max(len(step_seconds), 1), peak_rss_mb=peak_rss_mb(),
         backbone_unchanged=unchanged,
     )
     if not unchanged:

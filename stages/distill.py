@@ -15,7 +15,6 @@ Checkpoints: :mod:`stages.core.checkpoint`; run-folder rules (resume, frozen con
 from __future__ import annotations
 
 import json
-import resource
 import time
 import uuid
 import warnings
@@ -29,7 +28,7 @@ from rich.console import Console
 
 from schemas import Task, Trajectory
 from stages.core import checkpoint as ckpt
-from stages.core import memory, runs
+from stages.core import memory, resources, runs
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
@@ -50,12 +49,12 @@ _RESUMABLE = runs.RESUMABLE | {"log", "allow_overlap"}
 _PATHS = {"store", "out", "composer", "data_dir"}
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
-    "skipped_rows", "generations", "tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb",
+    "skipped_rows", "generations", "tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb", "rss_mb",
     "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s",
 )
 # where a step's wall time goes (train_s = prepare + forward + backward + optimizer + sync)
 PHASE_FIELDS = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s")
-TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", *PHASE_FIELDS)
+TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", *PHASE_FIELDS)
 
 
 class DistillConfig(BaseModel):
@@ -350,7 +349,7 @@ class Distiller:
                "skipped_rows": len(skipped), "generations": step * c.tasks_per_step * c.group_size,
                "tokens_per_s": stats.generated_tokens / max(stats.generate_seconds, 1e-9),
                "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
-               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               "peak_rss_mb": resources.peak_rss_mb(), "rss_mb": resources.rss_mb(),
                "prepare_s": prepare_s, **self._phases, "sync_s": sync_s, "memory_s": memory_s}
         return row
 
@@ -517,7 +516,7 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
     report = distiller.fit()
     out = Path(config.out)
     steps = report.last_step - report.first_step + 1
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = resources.peak_rss_mb()
     console.print(f"[bold]distill[/] {config.method} run {report.run_id}: steps {report.first_step}..{report.last_step} "
                   f"({steps} this call) in {report.seconds / 60:.1f} min, peak RSS {peak_mb:.0f} MB; "
                   f"mean reward {report.reward_mean:.3f}, success {report.success_rate:.0%}, "

@@ -33,7 +33,7 @@ GROUPS = (
     ("grad_norms", "gradient norms", ("grad_norm", "grad_norm_student", "grad_norm_composer")),
     ("seconds", "time per step (s)", ("seconds", "rollout_s", "train_s", "prepare_s", "forward_s", "backward_s",
                                       "optimizer_s", "sync_s", "memory_s", "tokens_per_s")),
-    ("memory", "peak memory (MB)", ("peak_rss_mb", "peak_gpu_mb")),
+    ("memory", "memory (MB): resident now and peak", ("rss_mb", "peak_rss_mb", "peak_gpu_mb")),
 )
 
 

@@ -15,11 +15,22 @@ against FIELD-NOTES (SmolLM2-135M, batch 4, J=3, 512 experience tokens, 384-toke
 """
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 
 import psutil
 
 _GB = 2**30
+
+
+def rss_mb() -> float:
+    """This process's resident set size now, in MiB (what a long run must keep flat)."""
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_rss_mb() -> float:
+    """This process's high-water resident set size so far, in MiB (``ru_maxrss``, Linux KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def check_experience_count(J: int, available: int, *, store: str, flag: str = "--J") -> None:
