@@ -104,6 +104,31 @@ def test_right_padding_is_irrelevant_and_real_tokens_matter(setup):
     assert (changed - ref).abs().amax(dim=(1, 2)).min() > 1e-4
 
 
+def test_repeated_experiences_are_encoded_once_with_equal_values_and_gradients(setup, monkeypatch):
+    """Rows with the same composer inputs (G rollouts of one task) share one encoding; values and
+    the gradients of every composer parameter equal encoding each copy separately."""
+    _, composer = setup
+    ids, mask = experiences(B=2)
+    ids_dup = torch.cat([ids, ids[:1], ids[1:].clone()])  # (4, J, L): rows 0 = 2, 1 = 3
+    mask_dup = torch.cat([mask, mask[:1], mask[1:]])
+    ids_dup[3][~mask_dup[3]] = 0  # other padding ids: still the same experience
+    encoded = []
+    real_encode = composer.encode
+    monkeypatch.setattr(composer, "encode", lambda i, m: encoded.append(i.shape[0]) or real_encode(i, m))
+    params = [p for p in composer.trainable_parameters()]
+    c_dup = composer(ids_dup, mask_dup)
+    assert encoded == [2 * J]  # 4 rows x J experiences, 2 x J distinct
+    (c_dup ** 2).sum().backward()
+    grads_dup = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    separate = torch.cat([real_encode(ids_dup[b], mask_dup[b]).reshape(1, J * K, D) for b in range(4)])
+    torch.testing.assert_close(c_dup, separate, rtol=1e-5, atol=1e-6)
+    (separate ** 2).sum().backward()
+    for p, g in zip(params, grads_dup):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
 def test_max_exp_tokens_truncates_and_empty_experience_raises(setup):
     _, composer = setup
     ids = torch.randint(0, V, (1, 20))

@@ -384,12 +384,35 @@ class Composer(nn.Module):
 
         Returns:
             c_phi_BJKd: (B, J*K, d), experience j at rows [j*K, (j+1)*K).
+
+        Identical composer inputs (the G rollouts of one task retrieve the same experiences) are
+        encoded once and indexed back, so the result and its gradients equal encoding each copy.
         """
         if exp_ids_BJL.dim() != 3:
             raise ValueError(f"expected (B, J, L) experience ids, got {tuple(exp_ids_BJL.shape)}")
         B, J, L = exp_ids_BJL.shape
-        latents_NKd = self.encode(exp_ids_BJL.reshape(B * J, L), exp_mask_BJL.reshape(B * J, L))
-        return latents_NKd.reshape(B, J * self.K, -1)
+        ids_NL, mask_NL = exp_ids_BJL.reshape(B * J, L), exp_mask_BJL.reshape(B * J, L)
+        first_U, inverse_N = unique_rows(ids_NL, mask_NL)
+        latents_UKd = self.encode(ids_NL[first_U], mask_NL[first_U])
+        return latents_UKd[inverse_N].reshape(B, J * self.K, -1)
+
+
+def unique_rows(ids_NL: Tensor, mask_NL: Tensor) -> tuple[Tensor, Tensor]:
+    """Distinct rows of right-padded token ids (padding ignored): ``(first_U, inverse_N)``.
+
+    ``first_U`` (U,) long: the index of each distinct row's first occurrence, in order;
+    ``inverse_N`` (N,) long: which distinct row each row is, so ``rows[first_U][inverse_N]``
+    equals ``rows`` on every real token.
+    """
+    key_NL = torch.where(mask_NL.bool(), ids_NL, -1)
+    _, inverse_N = torch.unique(key_NL, dim=0, return_inverse=True)  # sorted distinct ids
+    U, N = int(inverse_N.max()) + 1, inverse_N.numel()
+    first_U = torch.full((U,), N, dtype=torch.long, device=ids_NL.device)
+    first_U.scatter_reduce_(0, inverse_N, torch.arange(N, device=ids_NL.device), reduce="amin")
+    order = torch.argsort(first_U)  # distinct rows in order of first occurrence
+    rank_U = torch.empty_like(order)
+    rank_U[order] = torch.arange(U, device=ids_NL.device)
+    return first_U[order], rank_U[inverse_N]
 
 
 def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path:
