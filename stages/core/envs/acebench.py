@@ -1,45 +1,40 @@
-"""ACEBench agent multi-step tasks against a minimal executable copy of its phone platform.
+"""ACEBench agent tasks (multi-step and multi-turn) against minimal executable copies of its platforms.
 
 Data (``--data-dir``, e.g. ``../shared/data/acebench``; from github.com/ACEBench/ACEBench
-``data_all/data_en``): ``data_agent_multi_step.json`` (JSON lines: id, question, initial_config,
-function, involved_classes) and ``possible_answer/data_agent_multi_step.json`` (id,
+``data_all/data_en``): ``data_agent_multi_step.json`` and ``data_agent_multi_turn.json`` (JSON lines:
+id, question, initial_config, function, involved_classes) and ``possible_answer/<same name>`` (id,
 ground_truth = list of ``{ClassName: end-state attributes}``, mile_stone = list of call-path steps
 such as ``"[login_food_platform(username='Eve', password='password123')]"``, or a list of such
 lists when several paths are accepted).
 
-The platform (:class:`PhonePlatform`) re-implements the four English ``phone_platform`` classes of
-ACEBench's repository (BaseApi, MessageApi, ReminderApi, FoodPlatform) with the same initial data,
-functions, return values and error messages. Simplification: wifi / device login are one shared
-device state instead of a copy per class instance.
-
-Scoring re-implements ACEBench's ``agent_eval`` (the package is not on PyPI):
-
-* end-to-end: every class of the ground truth matches the final state attribute by attribute
-  (class names compared case-insensitively, dict keys as strings, as they are after JSON);
-* process accuracy: share of milestone steps found in order in the agent's steps (ACEBench compares
-  call strings; here each step's calls are parsed and compared as (name, arguments) values, which
-  ignores quoting and argument order), best over accepted paths, 1.0 when end-to-end holds.
+Two platforms, picked by the task's involved classes: :class:`PhonePlatform` re-implements the four
+English ``phone_platform`` classes of ACEBench's repository (BaseApi, MessageApi, ReminderApi,
+FoodPlatform) with the same initial data, functions, return values and error messages
+(simplification: wifi / device login are one shared device state instead of a copy per class
+instance); :class:`stages.core.envs.acebench_travel.TravelPlatform` re-implements its ``Travel``
+class (flights, reservations; multi-turn tasks 20-29). Scoring (:mod:`stages.core.envs.acebench_score`)
+re-implements ACEBench's ``agent_eval``: end-to-end state match and process accuracy.
 
 The released answers are not fully consistent (some milestones name products that do not exist,
 some end states disagree with their milestone); scores inherit that noise, as they do upstream.
 
-Multi-turn tasks (``data_agent_multi_turn.json``, same fields) are served when the environment has
-a ``user_model``: a simulated user (:mod:`stages.core.envs.acebench_multi`) opens the dialogue and
-answers every agent message without a tool call; "finish conversation" or the step cap ends it,
-scored like multi-step. The 10 of 30 multi-turn tasks on ACEBench's Travel API are left out (that
-class is not re-implemented here).
+Multi-turn tasks are served when the environment has a ``user_model``: a simulated user
+(:mod:`stages.core.envs.acebench_multi`, with ACEBench's phone or travel user rules) opens the
+dialogue and answers every agent message without a tool call; "finish conversation" or the step
+cap ends it, scored like multi-step. All 30 multi-turn tasks run (20 phone, 10 Travel).
 """
 from __future__ import annotations
 
-import ast
 import copy
 import json
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
+from stages.core.envs.acebench_score import end_to_end, process_accuracy
+from stages.core.envs.acebench_travel import SYSTEM_PROMPT as TRAVEL_SYSTEM_PROMPT
+from stages.core.envs.acebench_travel import TravelPlatform
 from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.inputs import read_utf8
 from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
@@ -260,6 +255,8 @@ class PhonePlatform:
             return _err("Merchant does not exist")
         total, lines = 0.0, []
         for item in items if isinstance(items, list) else []:
+            if not isinstance(item, dict):
+                return _err(f"Invalid item {item!r}: expected an object with product and quantity")
             product, quantity = item.get("product"), item.get("quantity", 1)
             if not isinstance(quantity, int) or quantity <= 0:
                 return _err(f"Invalid quantity {quantity} for product {product}")
@@ -292,84 +289,10 @@ class PhonePlatform:
         return {"status": True, "orders": hits} if hits else _err("No matching orders found")
 
 
-# ---- answers and scoring ----------------------------------------------------------------------------------
+# ---- data -------------------------------------------------------------------------------------------------
 
-_ARG_START = re.compile(r"(?:^|,)\s*([A-Za-z_]\w*)\s*=")
 _TYPE_NAMES = {"dict": "object", "float": "number", "list": "array", "tuple": "array", "int": "integer",
                "str": "string", "bool": "boolean", "any": "string"}
-
-
-def parse_milestone(step: str) -> list[tuple[str, dict[str, Any]]]:
-    """One milestone step ``"[f(a='x'), g()]"`` as (name, args) pairs.
-
-    Tolerates the release's unescaped quotes (``merchant_name='Domino's'``): argument boundaries are
-    found at bracket depth 0 and a value that is not a Python literal is taken as the raw text
-    between its outer quotes.
-    """
-    body = step.strip()
-    body = body[1:-1] if body.startswith("[") and body.endswith("]") else body
-    calls, depth, start = [], 0, 0
-    for i, ch in enumerate(body + ","):  # split calls at commas outside brackets
-        depth += (ch in "([{") - (ch in ")]}")
-        if ch == "," and depth == 0:
-            part = body[start:i].strip()
-            if part:
-                calls.append(part)
-            start = i + 1
-    out = []
-    for part in calls:
-        name, _, rest = part.partition("(")
-        rest = rest[: rest.rindex(")")] if ")" in rest else rest
-        marks = [m for m in _ARG_START.finditer(rest) if _depth(rest, m.start()) == 0]
-        args = {}
-        for m, nxt in zip(marks, marks[1:] + [None]):
-            raw = rest[m.end(): nxt.start() if nxt else len(rest)].strip()
-            try:
-                args[m.group(1)] = ast.literal_eval(raw)
-            except (SyntaxError, ValueError):
-                args[m.group(1)] = raw[1:-1] if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"" else raw
-        out.append((name.strip(), args))
-    return out
-
-
-def _depth(text: str, end: int) -> int:
-    return sum(1 if c in "([{" else -1 if c in ")]}" else 0 for c in text[:end])
-
-
-def _norm(value: Any) -> Any:
-    return json.loads(json.dumps(value))
-
-
-def process_accuracy(steps: list[list[ToolCall]], mile_stone: list) -> float:
-    """ACEBench's in-order milestone matching, best over accepted paths (1.0 for an empty path)."""
-    paths = mile_stone if mile_stone and isinstance(mile_stone[0], list) else [mile_stone]
-    got = [[(c.name, _norm(c.args)) for c in step] for step in steps]
-    best = 0.0
-    for path in paths:
-        want = [[(n, _norm(a)) for n, a in parse_milestone(s)] for s in path]
-        found, pos = 0, 0
-        for stone in want:
-            while pos < len(got):
-                pos += 1
-                if got[pos - 1] == stone:
-                    found += 1
-                    break
-        best = max(best, found / len(want) if want else 1.0)
-    return best
-
-
-def end_to_end(final_state: dict[str, dict[str, Any]], ground_truth: list[dict[str, Any]]) -> tuple[bool, list[str]]:
-    """Whether every ground-truth class state matches ``final_state``; returns (ok, mismatches)."""
-    states = {k.lower(): v for k, v in final_state.items()}
-    errors = []
-    for entry in ground_truth:
-        for cls, attrs in entry.items():
-            have = states.get(cls.lower())
-            if have is None:
-                errors.append(f"class {cls} not simulated")
-                continue
-            errors += [f"{cls}.{k} differs" for k, v in attrs.items() if _norm(have.get(k)) != _norm(v)]
-    return not errors, errors
 
 
 def _schema(fn: dict[str, Any]) -> dict[str, Any]:
@@ -391,15 +314,15 @@ def _lines(path: Path) -> list[dict[str, Any]]:
         raise EnvError(f"{path}: not valid JSON lines ({err.msg} at line {err.lineno})") from None
 
 
-SIMULATED = frozenset({"BaseApi", "MessageApi", "ReminderApi", "FoodPlatform"})
+SIMULATED = frozenset({"BaseApi", "MessageApi", "ReminderApi", "FoodPlatform", "Travel"})
 
 
 def load_tasks(data_dir: Path | None, part: str = "multi_step") -> list[Task]:
     """ACEBench agent tasks of ``part`` ("multi_step" | "multi_turn"; test split) with their
-    possible answers in the metadata; multi-turn tasks on classes not simulated here are left out.
+    possible answers and involved classes in the metadata.
 
     Raises:
-        EnvError: missing data folder/files, or a row without the needed fields.
+        EnvError: missing data folder/files, a row without the needed fields, or a class not simulated.
     """
     if data_dir is None:
         raise EnvError(f"acebench: no data; {_HINT}")
@@ -410,8 +333,9 @@ def load_tasks(data_dir: Path | None, part: str = "multi_step") -> list[Task]:
     tasks = []
     for row in rows:
         where = f"{root / name} id {row.get('id')}"
-        if part == "multi_turn" and not set(row.get("involved_classes") or []) <= SIMULATED:
-            continue
+        classes = row.get("involved_classes")
+        if not isinstance(classes, list) or not set(classes) <= SIMULATED:
+            raise EnvError(f"{where}: involved_classes must list classes of {sorted(SIMULATED)}, got {classes!r}")
         answer = answers.get(row.get("id"))
         if answer is None or not {"ground_truth", "mile_stone"} <= answer.keys():
             raise EnvError(f"{where}: no possible answer with ground_truth and mile_stone")
@@ -421,14 +345,14 @@ def load_tasks(data_dir: Path | None, part: str = "multi_step") -> list[Task]:
             task_id=row["id"], env="acebench", split="test", prompt=row["question"],
             tools=json.dumps([_schema(f) for f in row["function"]]),
             metadata=json.dumps({"initial_config": row["initial_config"], "ground_truth": answer["ground_truth"],
-                                 "mile_stone": answer["mile_stone"], "part": part}),
+                                 "mile_stone": answer["mile_stone"], "part": part, "involved_classes": classes}),
         ))
     return tasks
 
 
 @register("acebench")
 class AceBenchEnv:
-    """ACEBench agent episodes on :class:`PhonePlatform`.
+    """ACEBench agent episodes on :class:`PhonePlatform`, or on the Travel platform for tasks involving "Travel".
 
     An action with tool calls is executed (one tool message per call); an action without calls
     ends a multi-step episode, and in a multi-turn one goes to the simulated user, whose answer is
@@ -450,7 +374,7 @@ class AceBenchEnv:
         self._user = None
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
-        """The multi-step tasks; only ``split="test"`` exists.
+        """The multi-step tasks, then (with a user model) the multi-turn ones; only ``split="test"`` exists.
 
         Raises:
             EnvError: another split, or missing/malformed data.
@@ -463,17 +387,26 @@ class AceBenchEnv:
         return tasks[:limit] if limit is not None else tasks
 
     def reset(self, task: Task) -> list[Message]:
-        """Fresh platform from the task's initial_config; system prompt + the user's request."""
+        """Fresh platform from the task's initial_config; system prompt + the user's request (multi-turn:
+        the simulated user's opening line).
+
+        Raises:
+            EnvError: a multi-turn task without a user model.
+        """
         self._task, self._steps, self._user = task, [], None
-        self.platform = PhonePlatform(copy.deepcopy(task.meta["initial_config"]))
+        classes = task.meta.get("involved_classes", [])
+        travel = "Travel" in classes
+        platform = TravelPlatform if travel else PhonePlatform
+        self.platform = platform(copy.deepcopy(task.meta["initial_config"]))
+        system = Message(role="system", content=TRAVEL_SYSTEM_PROMPT if travel else SYSTEM_PROMPT)
         if task.meta.get("part") == "multi_turn":
             if not self.user_model:
                 raise EnvError(f"{task.task_id}: a multi-turn task needs a user model (--user-model)")
             from stages.core.envs.acebench_multi import SimulatedUser
 
-            self._user = SimulatedUser(self.user_model, task.prompt)
-            return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=self._user.opening())]
-        return [Message(role="system", content=SYSTEM_PROMPT), Message(role="user", content=task.prompt)]
+            self._user = SimulatedUser(self.user_model, task.prompt, classes)
+            return [system, Message(role="user", content=self._user.opening())]
+        return [system, Message(role="user", content=task.prompt)]
 
     def step(self, action: str) -> StepResult:
         """Execute the action's calls, or score the episode when there are none / at the step cap."""

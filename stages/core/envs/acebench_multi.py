@@ -5,12 +5,15 @@ In a multi-turn task the request is not given up front: a user model is told the
 talks to the agent one line at a time, as ACEBench's ``APIModel_user`` does with an API model: it
 first answers the agent-side opening "Is there anything you need help with today?", then every
 agent reply without a tool call; a line holding "finish conversation" ends the dialogue. Its
-system prompt states ACEBench's rules for the phone-platform user in our words. The user model is
-any causal LM ``lopd`` can load (the embedded one, an HF id or a folder), greedy (ACEBench samples
-at temperature 0.001), loaded once per process.
+system prompt states ACEBench's user rules in our words: those for the phone-platform user, or, for
+tasks on the Travel class, those for the airline customer (``APIModel_user`` picks them by the
+task's involved classes the same way). The user model is any causal LM ``lopd`` can load (the
+embedded one, an HF id or a folder), greedy (ACEBench samples at temperature 0.001), loaded once
+per process.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -28,8 +31,28 @@ Rules:
 - When the agent asks whether you need anything else, check that every task of the instruction is done; if one is not, ask for it.
 - When every task is done, write a line with only: finish conversation
 """
+TRAVEL_USER_PROMPT = """You are a user talking to an airline agent that books, changes and cancels flights for you.
+
+Your instruction: {instruction}
+
+Rules:
+- Write one line per message, as that user would.
+- Do not reveal the whole instruction at once: give only what the current step needs.
+- Never make up information the instruction does not give (a reservation id, for example); if asked for something you do not know, say that you do not remember it or do not have it.
+- When the agent asks you to confirm something, confirm or decline as the instruction says.
+- Do not recite the instruction; say the same things in your own words.
+- Keep the conversation natural and stay the person the instruction describes.
+- If the instruction asks for a round trip, say at the very start that you want to book a round-trip flight.
+- When the goal of the instruction is reached, write a line with only: finish conversation
+"""
 OPENING = "Is there anything you need help with today?"
 FINISH = "finish conversation"
+
+
+def user_prompt(instruction: str, involved_classes: Sequence[str]) -> str:
+    """The simulated user's system prompt: the travel rules for tasks on the Travel class, else the phone rules."""
+    rules = TRAVEL_USER_PROMPT if "Travel" in involved_classes else USER_PROMPT
+    return rules.format(instruction=instruction)
 
 
 @lru_cache(maxsize=2)
@@ -40,17 +63,17 @@ def _load(name: str) -> tuple[Any, Any]:
 
 
 class SimulatedUser:
-    """One dialogue's user, played by ``model`` (module docstring).
+    """One dialogue's user, played by ``model`` (module docstring); ``involved_classes`` picks its rules.
 
     Raises:
         FileNotFoundError: the model cannot be found (see :func:`stages.core.policy.load_policy`).
     """
 
-    def __init__(self, model: str, instruction: str, max_new_tokens: int = 64):
+    def __init__(self, model: str, instruction: str, involved_classes: Sequence[str] = (), max_new_tokens: int = 64):
         self.model, self.tokenizer = _load(model)
         self.max_new_tokens = max_new_tokens
         # the user model's own view: the agent speaks as "user", the simulated user as "assistant"
-        self.messages = [{"role": "system", "content": USER_PROMPT.format(instruction=instruction)},
+        self.messages = [{"role": "system", "content": user_prompt(instruction, involved_classes)},
                          {"role": "user", "content": OPENING}]
 
     def opening(self) -> str:
