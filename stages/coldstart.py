@@ -61,7 +61,7 @@ from stages.core.composer import (
 from stages.core.contexts import build_batch, lookup_tools, retrieve_experiences, shift_for_loss
 from stages.core.losses import masked_nll
 from stages.core.models import load_composer
-from stages.core.resources import peak_rss_mb, rss_mb
+from stages.core.resources import peak_rss_mb, release_free_memory, rss_mb
 from stages.core.provenance import config_run_id
 from stages.core.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, describe_changes, freeze_config, open_run,
@@ -525,8 +525,10 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
             max_norm = config.grad_clip if config.grad_clip is not None else math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
             optimizer.step()
+            loss = float(loss.detach())  # the graph is freed before the trim
+            release_free_memory()  # freed activations back to the OS: RSS stays flat over steps
             done = step + 1
-            record = {"step": done, "loss": float(loss.detach()), "nll": m["nll"], "grad_norm": grad_norm,
+            record = {"step": done, "loss": loss, "nll": m["nll"], "grad_norm": grad_norm,
                       "lr": optimizer.param_groups[0]["lr"], "tokens": int(m["num_tokens"]),
                       "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
             step_seconds.append(record["seconds"])

@@ -339,6 +339,7 @@ class Distiller:
         t_memory = time.perf_counter()
         self.rows_added += memory.append_step(self.store, trajectories, self.embedder, field=self.index_field)
         memory_s = time.perf_counter() - t_memory
+        resources.release_free_memory()  # freed activations back to the OS: RSS stays flat over steps
         self.step, self.cursor = step, self.cursor + c.tasks_per_step
         rewards = [t.reward for t in trajectories]
         row = {"step": step, "reward_mean": float(np.mean(rewards)),

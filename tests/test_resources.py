@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+import torch
+
+from stages.core import resources
 from stages.core.resources import StepShape, check_experience_count, check_step_memory, step_memory_bytes
 
 GB = 2**30
@@ -30,3 +33,20 @@ def test_checks_are_one_line_errors():
                                          r"lower micro_batch, or turn on activation checkpointing$"):
         check_step_memory(FIELD_NOTES, stage="distill", knobs="micro_batch", available=8 * GB)
     assert check_step_memory(FIELD_NOTES, stage="distill", knobs="x", available=64 * GB) == step_memory_bytes(FIELD_NOTES)
+
+
+@pytest.mark.skipif(resources._glibc_malloc_trim() is None, reason="glibc malloc_trim only")
+def test_release_free_memory_hands_freed_tensor_memory_back():
+    """Freed mid-size tensors stay resident in glibc's arenas (the dynamic mmap threshold rose
+    after one large free) until release_free_memory: the step-to-step RSS growth it fixes."""
+    gen = torch.Generator().manual_seed(0)
+    big = torch.zeros(2_000_000)  # 8 MB: freeing it raises glibc's mmap threshold
+    del big
+    sizes = torch.randint(25_000, 475_000, (600,), generator=gen).tolist()  # 0.1-1.9 MB each
+    tensors = [torch.zeros(n) for n in sizes]
+    live_mb = sum(sizes) * 4 / 2**20
+    del tensors
+    held = resources.rss_mb()
+    resources.release_free_memory()
+    after = resources.rss_mb()
+    assert held - after > 0.5 * live_mb, (held, after, live_mb)
