@@ -65,7 +65,8 @@ class Generation:
             sampled, and the ids that completed a stop string (nothing after them).
         logprobs: one per token id: its log-probability under the sampling distribution
             ``log_softmax(raw_logits / temperature)`` (temperature 0: ``log_softmax(raw_logits)``),
-            taken before top-p / top-k truncation.
+            taken before top-p / top-k truncation (the ``vllm`` engine can only report them after
+            it: see :mod:`stages.engines.vllm`).
         num_tokens: ``len(token_ids)``.
         finish_reason: ``"eos"`` (an eos id was sampled), ``"stop"`` (a stop string appeared) or
             ``"length"`` (``max_new_tokens`` reached).
