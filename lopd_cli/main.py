@@ -284,6 +284,7 @@ def evaluate(
     workers: int = typer.Option(2, "--workers", help="evalplus evaluator processes."),
     prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    engine: str = typer.Option("hf", "--engine", help="Rollout engine: hf (transformers) or vllm (vLLM on a CUDA GPU, pip install '.[vllm]'; no reference_nll, not with --composer)."),
     user_model: Optional[str] = typer.Option(None, "--user-model", help="acebench: the model that plays the user of the multi-turn tasks (default: --model)."),
     composer: Optional[str] = typer.Option(None, "--composer", help="Composer folder (coldstart/distill output): condition the frozen --model on latents of experiences retrieved from --store, placed as the composer was trained (the paper's base + composer row)."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store the --composer's experiences come from (successful train-split rows of other tasks)."),

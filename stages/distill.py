@@ -40,7 +40,7 @@ from stages.core.retrieval import Retriever, embeddings_info, index_new, load_em
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
 from stages.core.tracking import Logger, RunLogger, check_logger
-from stages.engines import SamplingParams, make_engine
+from stages.engines import SamplingParams, check_engine, make_engine
 from stages.methods import Method, StepBatch, StepContext, get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
@@ -187,7 +187,8 @@ class Distiller:
         ValueError: unknown method or option, a method option that does not fit its files
             (e.g. K against the composer), ``out`` holds another run (or a run with different
             settings under ``resume``), the ``log`` package is not installed (checked first:
-            no model is loaded and no run folder is made).
+            no model is loaded and no run folder is made), or the engine cannot run here
+            (:func:`stages.engines.check_engine`, checked first too).
         StoreError, EnvError: unusable store or environment.
     """
 
@@ -195,6 +196,7 @@ class Distiller:
         self.console = console or Console()
         self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step
         check_logger(config.log)
+        check_engine(config.engine)
         self.out = Path(config.out)
         method_cls = get_method(config.method)
         options = method_cls.resolve_options(method_cls.Options.model_validate(config.options))
@@ -317,6 +319,8 @@ class Distiller:
                                       max_len=c.max_len)  # failed resets hold no action token
         batch = StepBatch(rows, trajectories)
         batch.extras = self.method.prepare(batch, StepContext(self.store, self._memory(), self.engine, step))
+        if hasattr(self.engine, "sleep"):  # vllm: its GPU memory goes to the update; generate wakes it
+            self.engine.sleep()
         self._phases = dict.fromkeys(("forward_s", "backward_s", "optimizer_s"), 0.0)
         prepare_s = time.perf_counter() - t_train
         self.student.model.train()  # train mode engages activation checkpointing (no dropout here)

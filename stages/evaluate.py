@@ -48,7 +48,9 @@ class EvaluateConfig(BaseModel):
     ``data_dir`` is a folder or file, or for livecodebench also a Hugging Face dataset id.
     ``workers`` is the evalplus evaluator's process count. ``composer`` (a cold-start or distill
     composer folder) conditions ``model`` on latents of experiences retrieved from ``store``
-    (:class:`stages.engines.latent.LatentEngine`; Table 3's "base + composer" row).
+    (:class:`stages.engines.latent.LatentEngine`; Table 3's "base + composer" row). ``engine``
+    generates with transformers (``hf``) or vLLM (``vllm``: the model folder served by vLLM on a
+    GPU, no transformers copy loaded, so no ``reference_nll``; not with ``composer``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -69,6 +71,7 @@ class EvaluateConfig(BaseModel):
     workers: int = Field(default=2, ge=1)
     prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
     seed: int = 0
+    engine: Literal["hf", "vllm"] = "hf"
     unsafe_exec: bool = False  # run model code even where it cannot be isolated
     composer: str | None = None
     store: str | None = None
@@ -78,6 +81,8 @@ class EvaluateConfig(BaseModel):
     def _store_with_composer(self) -> EvaluateConfig:
         if self.composer and not self.store:
             raise ValueError("--composer needs --store: the indexed experience store its latents are retrieved from")
+        if self.composer and self.engine != "hf":
+            raise ValueError("--composer generates with latents through the hf engine: drop --engine vllm")
         return self
 
 
@@ -132,6 +137,10 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     from stages.engines import SamplingParams
     from stages.core.rollout import RolloutStats, play
 
+    if engine is None:
+        from stages.engines import check_engine
+
+        check_engine(config.engine)
     isolation.prepare(config.bench, config.unsafe_exec)
     console = console or Console()
     config = apply_protocol(config)
@@ -149,11 +158,14 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     if engine is None and config.composer:
         engine, tokenizer = latent_engine(config)
     elif engine is None:
-        from stages.core.policy import load_policy
+        from stages.core.policy import load_policy, load_tokenizer, resolve_model
         from stages.engines import make_engine
 
-        model, tokenizer = load_policy(config.model)
-        engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
+        if config.engine == "vllm":  # vLLM loads the weights itself
+            model, tokenizer = resolve_model(config.model), load_tokenizer(config.model)
+        else:
+            model, tokenizer = load_policy(config.model)
+        engine = make_engine(config.engine, model, tokenizer, batch_size=config.batch_size,
                              prefix_cache_tokens=config.prefix_cache_tokens)
     order = {t.task_id: i for i, t in enumerate(prepared.tasks)}
     trajs: list[Trajectory] = []
@@ -184,6 +196,8 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
             scores["reference_nll"] = sum(nll.values()) / len(nll)
         for task_id, value in nll.items():
             extras.setdefault(task_id, {})["reference_nll"] = value
+    elif bench.reference_nll and config.engine == "vllm":
+        prepared.notes.append("reference_nll not computed: the vllm engine holds no transformers model")
     finished = datetime.now(timezone.utc)
     report = {
         "bench": config.bench,

@@ -7,7 +7,11 @@
 * :class:`RolloutEngine`: the protocol: ``generate(prompt_ids, params)``,
   ``sync_weights(model, adapter)``, ``device`` and ``dtype``.
 * :func:`make_engine`: an engine by name (``hf``: :class:`stages.engines.hf.HFRolloutEngine`,
-  transformers ``generate`` with prefix caching; ``vllm``: not available yet).
+  transformers ``generate`` with prefix caching; ``vllm``: :class:`stages.engines.vllm.VLLMRolloutEngine`,
+  vLLM's offline ``LLM`` on a GPU, the extra ``pip install '.[vllm]'``); :func:`check_engine`
+  refuses an unusable name before any model is loaded.
+* :func:`finish_generation`: the one rule that turns sampled ids into a :class:`Generation`
+  (eos, stop strings, length), so every engine records the same thing for the same ids.
 
 Prompts are token ids: the caller renders the conversation with the chat template and tokenizes
 it without adding special tokens (:mod:`stages.core.chat`); engines add nothing.
@@ -16,8 +20,9 @@ This module is light (no torch import), so the CLI can import it cheaply.
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,7 +65,8 @@ class Generation:
             sampled, and the ids that completed a stop string (nothing after them).
         logprobs: one per token id: its log-probability under the sampling distribution
             ``log_softmax(raw_logits / temperature)`` (temperature 0: ``log_softmax(raw_logits)``),
-            taken before top-p / top-k truncation.
+            taken before top-p / top-k truncation (the ``vllm`` engine can only report them after
+            it: see :mod:`stages.engines.vllm`).
         num_tokens: ``len(token_ids)``.
         finish_reason: ``"eos"`` (an eos id was sampled), ``"stop"`` (a stop string appeared) or
             ``"length"`` (``max_new_tokens`` reached).
@@ -74,7 +80,12 @@ class Generation:
 
 
 class RolloutEngine(Protocol):
-    """Anything that turns tokenized prompts into completions (``hf`` here; ``vllm`` later)."""
+    """Anything that turns tokenized prompts into completions (``hf``, ``vllm``).
+
+    An engine that holds GPU memory of its own may also offer ``sleep()``: free that memory
+    while the trainer runs (the next ``generate`` takes it back); the distill loop calls it
+    before every update when the engine has it.
+    """
 
     device: torch.device
     dtype: torch.dtype
@@ -90,25 +101,92 @@ class RolloutEngine(Protocol):
         """
 
 
+def eos_token_ids(generation_eos: int | list[int] | None, tokenizer) -> list[int]:
+    """Sorted ids that end a completion: the model's ``generation_config.eos_token_id`` (an id,
+    a list of ids or None) and ``tokenizer.eos_token_id``."""
+    ids = set(generation_eos if isinstance(generation_eos, list) else [generation_eos] if generation_eos is not None
+              else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(ids)
+
+
+def finish_generation(ids: list[int], logprobs: list[float], eos_ids: list[int], stop: list[str],
+                      decode: Callable[[list[int]], str]) -> Generation:
+    """The :class:`Generation` of the ids an engine sampled after one prompt.
+
+    Everything after the first eos id is dropped (padding of a batch). Then, if the decoded
+    text before that eos holds a stop string, the text is cut before the earliest one and the
+    ids are the fewest that already decode to a text holding a stop string (``"stop"``);
+    otherwise an eos ends the ids (kept, ``"eos"``), else ``"length"``. ``logprobs`` (one per
+    id) is cut to the kept ids.
+
+    Args:
+        ids: the sampled ids, in order.
+        logprobs: their sampling log-probs (at least as many as the kept ids).
+        eos_ids: ids that end a completion (:func:`eos_token_ids`).
+        stop: stop strings (empty: none).
+        decode: ids -> text, special tokens skipped (``partial(tokenizer.decode, skip_special_tokens=True)``).
+    """
+    eos_at = next((i for i, t in enumerate(ids) if t in eos_ids), None)
+    body = ids if eos_at is None else ids[:eos_at]
+    text = decode(body)
+    cut = min((i for s in stop if (i := text.find(s)) >= 0), default=None)
+    if cut is not None:
+        # fewest tokens whose text already contains a stop string (containment grows with k)
+        lo, hi = 1, len(body)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(s in decode(body[:mid]) for s in stop):
+                hi = mid
+            else:
+                lo = mid + 1
+        ids, text, reason = body[:lo], text[:cut], "stop"
+    elif eos_at is not None:
+        ids, reason = ids[: eos_at + 1], "eos"
+    else:
+        reason = "length"
+    return Generation(text=text, token_ids=ids, logprobs=logprobs[: len(ids)], num_tokens=len(ids),
+                      finish_reason=reason)
+
+
+def check_engine(name: str) -> None:
+    """Refuse an engine that cannot run here, before anything is loaded.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones), or ``vllm`` without the
+            vllm package installed.
+    """
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; known engines: {', '.join(ENGINES)}")
+    if name == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("engine 'vllm' needs the vllm package (a CUDA GPU): install with pip install '.[vllm]'")
+
+
 def make_engine(name: str, model, tokenizer, *, adapter: str | None = None, batch_size: int = 8,
                 prefix_cache_tokens: int = 0) -> RolloutEngine:
     """The rollout engine called ``name`` for ``model`` / ``tokenizer``.
 
     Args:
-        name: ``"hf"`` (:class:`stages.engines.hf.HFRolloutEngine`) or ``"vllm"`` (not yet).
-        model, tokenizer: the policy (e.g. from :func:`stages.core.policy.load_policy`).
-        adapter: peft adapter to generate with (None: whatever the model has active).
-        batch_size: prompts per batched forward.
-        prefix_cache_tokens: KV prefix-cache budget in tokens (0 = off).
+        name: ``"hf"`` (:class:`stages.engines.hf.HFRolloutEngine`) or ``"vllm"``
+            (:class:`stages.engines.vllm.VLLMRolloutEngine`).
+        model, tokenizer: the policy (e.g. from :func:`stages.core.policy.load_policy`); for
+            ``vllm`` ``model`` may also be a model folder or hub id (served as it is, no sync).
+        adapter: peft adapter to generate with (``hf``: None = whatever the model has active;
+            ``vllm``: None = the model's full weights).
+        batch_size: prompts per batched forward (``hf``; vLLM schedules its own batches).
+        prefix_cache_tokens: KV prefix-cache budget in tokens, 0 = off (``hf``; vLLM caches
+            prefixes itself).
 
     Raises:
-        ValueError: ``vllm`` (not available yet) or an unknown name (the message lists the known ones).
+        ValueError: see :func:`check_engine`.
     """
-    if name == "hf":
-        from stages.engines.hf import HFRolloutEngine
-
-        return HFRolloutEngine(model, tokenizer, adapter=adapter, batch_size=batch_size,
-                               prefix_cache_tokens=prefix_cache_tokens)
+    check_engine(name)
     if name == "vllm":
-        raise ValueError("engine 'vllm' is not available yet; use --engine hf")
-    raise ValueError(f"unknown engine {name!r}; known engines: {', '.join(ENGINES)}")
+        from stages.engines.vllm import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(model, tokenizer, adapter=adapter)
+    from stages.engines.hf import HFRolloutEngine
+
+    return HFRolloutEngine(model, tokenizer, adapter=adapter, batch_size=batch_size,
+                           prefix_cache_tokens=prefix_cache_tokens)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from stages.engines import Generation, SamplingParams
+from stages.engines import Generation, SamplingParams, eos_token_ids, finish_generation
 from stages.engines.prefix_cache import PrefixCache, generate_cached
 
 
@@ -111,11 +111,7 @@ class HFRolloutEngine:
             known = sorted(getattr(model, "peft_config", None) or {})
             raise ValueError(f"HFRolloutEngine: the model has no adapter {adapter!r} (adapters: {known})")
         self.model, self.adapter = model, adapter
-        eos = model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if self.tokenizer.eos_token_id is not None:
-            eos_ids.add(self.tokenizer.eos_token_id)
-        self.eos_ids = sorted(eos_ids)
+        self.eos_ids = eos_token_ids(model.generation_config.eos_token_id, self.tokenizer)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Complete each prompt (token ids of the rendered prompt; nothing is added to them).
@@ -184,25 +180,7 @@ class HFRolloutEngine:
         return seqs[:, width:].cpu()
 
     def _finish(self, ids: list[int], logprobs: list[float], params: SamplingParams) -> Generation:
-        """Trim padding after eos / stop string, cut the text, and name the finish reason."""
-        eos_at = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
-        body = ids if eos_at is None else ids[:eos_at]
+        """Trim padding after eos / stop string, cut the text, and name the finish reason
+        (:func:`stages.engines.finish_generation`)."""
         decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
-        text = decode(body)
-        cut = min((i for s in params.stop if (i := text.find(s)) >= 0), default=None)
-        if cut is not None:
-            # fewest tokens whose text already contains a stop string (containment grows with k)
-            lo, hi = 1, len(body)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if any(s in decode(body[:mid]) for s in params.stop):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            ids, text, reason = body[:lo], text[:cut], "stop"
-        elif eos_at is not None:
-            ids, reason = ids[: eos_at + 1], "eos"
-        else:
-            reason = "length"
-        return Generation(text=text, token_ids=ids, logprobs=logprobs[: len(ids)], num_tokens=len(ids),
-                          finish_reason=reason)
+        return finish_generation(ids, logprobs, self.eos_ids, params.stop, decode)

@@ -1,0 +1,231 @@
+"""The ``vllm`` rollout engine: vLLM's offline ``LLM`` on the GPU the trainer uses.
+
+Written against the documented offline API of vLLM 0.26 (``pip install '.[vllm]'``); it is
+UNVERIFIED ON A GPU until a GPU run checks it (the normal test suite drives it with a stand-in
+``vllm`` module). What it relies on, and nothing more: ``LLM(...)``, ``LLM.generate`` with
+``TokensPrompt`` prompts, one ``SamplingParams`` per prompt and a ``LoRARequest``;
+``LLM.sleep`` / ``LLM.wake_up(tags)`` (sleep mode); ``LLM.collective_rpc("reload_weights",
+kwargs={"weights_path": ...})`` (the worker's in-place reload from a folder) and
+``LLM.reset_prefix_cache``.
+
+* **generate**: all prompts in one ``LLM.generate`` call (vLLM schedules its own batches and
+  caches prefixes itself); :func:`vllm_sampling_kwargs` maps :class:`stages.engines.SamplingParams`
+  one to one; the sampled ids become a :class:`Generation` by the rule the ``hf`` engine uses
+  (:func:`stages.engines.finish_generation`), so both engines record the same thing for the
+  same ids (vLLM's own stop-string cut is only used to stop early).
+* **log-probs**: ``logprobs=0`` returns the sampled token's log-prob, and the engine is built with
+  ``logprobs_mode="processed_logprobs"``: ``log_softmax`` of the logits after the temperature
+  AND after top-k / top-p truncation (renormalised over the kept tokens). Our documented value
+  is taken before truncation, so with top-p < 1 or top-k > 0 vLLM reports ``-log(kept mass)``
+  more per token: between 0 and ``-log(top_p)`` for top-p alone, unbounded with top-k. They
+  are equal for greedy decoding and for untruncated sampling. vLLM offers no mode with the
+  temperature but without the truncation (``raw_logprobs`` drops the temperature).
+* **sync_weights**: a LoRA student's adapter is saved to a fresh folder and used through a fresh
+  ``LoRARequest`` (new name and int id per version: vLLM caches adapters by id); a fully
+  fine-tuned student is saved whole (``save_pretrained``) and reloaded in place from that folder.
+* **sleep**: frees the engine's GPU memory while the trainer runs: level 1 for LoRA (base
+  weights parked in CPU memory), level 2 for full fine-tuning (weights dropped: the next wake
+  reloads the newest saved version). ``generate`` wakes the engine. An engine built from a
+  model folder (``lopd evaluate``) serves it as it is: no sleep mode, nothing to sync.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from stages.engines import Generation, SamplingParams, check_engine, eos_token_ids, finish_generation
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+TRAINING_GPU_SHARE = 0.4  # GPU memory share of an engine that sits next to the trainer
+SERVING_GPU_SHARE = 0.85  # ... and of one that has the GPU to itself (lopd evaluate)
+
+
+def vllm_sampling_kwargs(params: SamplingParams, eos_ids: list[int], seed: int | None) -> dict[str, Any]:
+    """``vllm.SamplingParams`` keyword arguments for one prompt sampled with ``params``.
+
+    One to one: temperature (0 = greedy), top_p, top_k (our 0 = off is vLLM's -1), stop
+    strings, ``max_new_tokens`` -> ``max_tokens``, ``seed``; the eos ids stop the completion
+    (``stop_token_ids``); ``logprobs=0``: the sampled token's log-prob only. Everything vLLM
+    would otherwise let reshape the distribution is pinned off (penalties, min-p, min tokens),
+    as the ``hf`` engine pins the model's generation config.
+    """
+    return dict(n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
+                max_tokens=params.max_new_tokens, stop=list(params.stop), stop_token_ids=list(eos_ids), seed=seed,
+                logprobs=0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0,
+                min_tokens=0, ignore_eos=False, skip_special_tokens=True, include_stop_str_in_output=False)
+
+
+class VLLMRolloutEngine:
+    """Rollouts with vLLM (see the module docstring for what is mapped and how weights move).
+
+    Args:
+        model: the policy being trained (a transformers model, or a peft model holding
+            ``adapter``), or a model folder / hub id to serve as it is.
+        tokenizer: its tokenizer (eos id, decoding); prompts arrive tokenized.
+        adapter: the LoRA adapter of ``model`` to generate with; None: ``model``'s full weights.
+        gpu_memory_utilization: vLLM's share of the GPU memory (weights + KV cache); default
+            :data:`TRAINING_GPU_SHARE` for a trained model, :data:`SERVING_GPU_SHARE` for a folder.
+        max_model_len: longest prompt + completion (default: the model's context length).
+
+    Attributes:
+        version: weight versions synced so far (1 after construction for a trained model).
+
+    Raises:
+        ValueError: vllm is not installed, ``adapter`` is not an adapter of ``model`` (or its
+            base model has no ``name_or_path``), a LoRA rank above 512, or a fully fine-tuned
+            ``model`` that is a peft model.
+    """
+
+    def __init__(self, model: nn.Module | str, tokenizer, *, adapter: str | None = None,
+                 gpu_memory_utilization: float | None = None, max_model_len: int | None = None):
+        check_engine("vllm")
+        self._vllm = importlib.import_module("vllm")
+        self._lora_request_cls = importlib.import_module("vllm.lora.request").LoRARequest
+        self.tokenizer, self.adapter, self.version = tokenizer, adapter, 0
+        self._decode = functools.partial(tokenizer.decode, skip_special_tokens=True)
+        self._work = tempfile.TemporaryDirectory(prefix="lopd-vllm-")  # weight versions; removed with the engine
+        self._folder: Path | None = None  # the newest saved version
+        self._lora = None
+        self._asleep: set[str] = set()
+        self.device = torch.device("cuda")
+        kwargs: dict[str, Any] = {}
+        if isinstance(model, str):  # a folder or hub id, served as it is
+            from transformers import GenerationConfig
+
+            try:
+                generation_eos = GenerationConfig.from_pretrained(model).eos_token_id
+            except OSError:  # no generation_config.json: the tokenizer's eos alone
+                generation_eos = None
+            self.sleep_level, self.dtype, path = 0, torch.bfloat16, model
+        else:
+            from stages.core.composer import base_model
+
+            self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+            generation_eos = model.generation_config.eos_token_id
+            if adapter is not None:
+                if adapter not in (getattr(model, "peft_config", None) or {}):
+                    known = sorted(getattr(model, "peft_config", None) or {})
+                    raise ValueError(f"VLLMRolloutEngine: the model has no adapter {adapter!r} (adapters: {known})")
+                rank = model.peft_config[adapter].r
+                if rank > LORA_RANKS[-1]:
+                    raise ValueError(f"VLLMRolloutEngine: LoRA rank {rank} is above vLLM's largest, {LORA_RANKS[-1]}")
+                path = base_model(model).name_or_path  # vLLM loads the frozen base from where it came
+                if not path:
+                    raise ValueError("VLLMRolloutEngine: the LoRA student's base model has no name_or_path "
+                                     "(load it with from_pretrained)")
+                kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=next(r for r in LORA_RANKS if r >= rank))
+                self.sleep_level = 1
+            elif base_model(model) is not model:
+                raise ValueError("VLLMRolloutEngine: a fully fine-tuned student must be a plain transformers model, "
+                                 "not a peft model (give its LoRA adapter instead)")
+            else:
+                self.sleep_level = 2
+            self._save(model)  # version 1: vLLM starts from the weights as they are now
+            if adapter is None:
+                path = str(self._folder)
+        self.eos_ids = eos_token_ids(generation_eos, tokenizer)
+        share = gpu_memory_utilization or (SERVING_GPU_SHARE if self.sleep_level == 0 else TRAINING_GPU_SHARE)
+        self.llm = self._vllm.LLM(model=path, dtype=str(self.dtype).removeprefix("torch."),
+                                  gpu_memory_utilization=share, max_model_len=max_model_len,
+                                  enable_sleep_mode=self.sleep_level > 0, logprobs_mode="processed_logprobs", **kwargs)
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Complete each prompt (token ids of the rendered prompt; nothing is added to them).
+
+        With ``params.seed`` set, prompt i is sampled under seed ``seed + i`` (vLLM's
+        per-request generator): the same prompts give the same completions on the same GPU and
+        vLLM version.
+
+        Raises:
+            ValueError: an empty prompt.
+            RuntimeError: vLLM aborted a request or returned no log-probs.
+        """
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("VLLMRolloutEngine.generate: empty prompt")
+        if not prompt_ids:
+            return []
+        self._wake()
+        sampling = [self._vllm.SamplingParams(**vllm_sampling_kwargs(
+            params, self.eos_ids, None if params.seed is None else params.seed + i)) for i in range(len(prompt_ids))]
+        prompts = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora)
+        return [self._finish(out.outputs[0], params) for out in outputs]
+
+    def sync_weights(self, model: nn.Module, adapter: str | None = None) -> None:
+        """Generate with the current weights of ``model`` (its adapter ``adapter``) from now on.
+
+        LoRA: the adapter is saved to a fresh folder and a fresh ``LoRARequest`` (name
+        ``<adapter>-v<version>``, int id ``version``) serves it. Full fine-tuning: the model is
+        saved to a fresh folder and reloaded in place now (or, while asleep, at the next wake).
+        The previous version's folder is removed.
+
+        Raises:
+            ValueError: an engine built from a folder, or a change between LoRA and full
+                fine-tuning or of the adapter's name.
+        """
+        if self.sleep_level == 0:
+            raise ValueError("VLLMRolloutEngine: built from a model folder, it has no trained weights to sync")
+        if adapter != self.adapter:
+            raise ValueError(f"VLLMRolloutEngine: built for adapter {self.adapter!r}, asked to sync {adapter!r}")
+        self._save(model)
+        if adapter is None and "weights" not in self._asleep:
+            self._reload()
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory for training (no-op for a served folder or when asleep)."""
+        if self.sleep_level and not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = {"weights", "kv_cache"}
+
+    def _wake(self) -> None:
+        if "weights" in self._asleep:
+            self.llm.wake_up(tags=["weights"])
+            if self.sleep_level == 2:  # level 2 dropped the weights: load the newest version
+                self._reload()
+        if "kv_cache" in self._asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+        self._asleep = set()
+
+    def _reload(self) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self._folder)})
+        self.llm.reset_prefix_cache()  # cached keys and values came from the old weights
+
+    def _save(self, model: nn.Module) -> None:
+        """Write the next weight version (the adapter, or the whole model and its tokenizer)."""
+        self.version += 1
+        old, self._folder = self._folder, Path(self._work.name) / f"v{self.version}"
+        if self.adapter is None:
+            model.save_pretrained(self._folder)
+            self.tokenizer.save_pretrained(self._folder)
+        else:
+            model.save_pretrained(str(self._folder), selected_adapters=[self.adapter])
+            # peft writes a named adapter into <folder>/<adapter>/ (FIELD-NOTES pitfall 4)
+            path = self._folder if self.adapter == "default" else self._folder / self.adapter
+            if not (path / "adapter_config.json").is_file():
+                raise RuntimeError(f"VLLMRolloutEngine: no adapter_config.json in {path} after saving {self.adapter!r}")
+            self._lora = self._lora_request_cls(lora_name=f"{self.adapter}-v{self.version}",
+                                                lora_int_id=self.version, lora_path=str(path))
+        if old is not None:  # vLLM holds that version in memory or will never need it again
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _finish(self, out: Any, params: SamplingParams) -> Generation:
+        """vLLM's ``CompletionOutput`` -> :class:`Generation` (the shared cut rule)."""
+        if out.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"VLLMRolloutEngine: vLLM ended a completion with {out.finish_reason!r}")
+        if out.logprobs is None:
+            raise RuntimeError("VLLMRolloutEngine: vLLM returned no log-probs (logprobs=0 was asked for)")
+        ids = list(out.token_ids)
+        logprobs = [step[t].logprob for step, t in zip(out.logprobs, ids)]
+        gen = finish_generation(ids, logprobs, self.eos_ids, params.stop, self._decode)
+        if gen.finish_reason == "length" and out.finish_reason == "stop":
+            # vLLM saw a stop its incremental detokenizer found and a full decode does not: keep its verdict
+            gen = dataclasses.replace(gen, finish_reason="stop")
+        return gen

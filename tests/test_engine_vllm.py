@@ -1,0 +1,330 @@
+"""The vllm rollout engine (stages.engines.vllm) against a stand-in ``vllm`` module.
+
+vLLM cannot run on the CPU machines, so these tests check the engine's side of the contract:
+what it hands vLLM (LLM settings, prompts, sampling parameters, LoRA requests, sleep / wake /
+reload calls) and how it turns vLLM's outputs into Generations (same rule as the hf engine).
+Whether vLLM itself behaves as its documentation says is for a GPU run to check.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from stages.engines import Generation, SamplingParams, check_engine, make_engine
+from stages.engines.hf import HFRolloutEngine
+from stages.engines.vllm import SERVING_GPU_SHARE, TRAINING_GPU_SHARE, VLLMRolloutEngine, vllm_sampling_kwargs
+from tests.tiny import save_tiny, tiny_model, tiny_tokenizer
+
+PROMPT = "The quick brown fox"
+
+
+@dataclass
+class FakeLoRARequest:
+    lora_name: str
+    lora_int_id: int
+    lora_path: str
+
+
+class FakeLLM:
+    """Records what the engine asks of vLLM; ``generate`` answers with ``respond(prompt_ids, params)``
+    -> (token ids, log-probs, finish_reason), set by the test."""
+
+    def __init__(self, **kwargs):
+        self.kwargs, self.calls, self.generated = kwargs, [], []
+        self.respond = lambda ids, params: ([5, 6], [-0.5, -0.25], "length")
+        FakeLLM.last = self
+
+    def generate(self, prompts, sampling_params, *, use_tqdm=True, lora_request=None):
+        assert use_tqdm is False and len(prompts) == len(sampling_params)
+        self.generated.append((prompts, sampling_params, lora_request))
+        self.calls.append(("generate", lora_request.lora_int_id if lora_request else None))
+        outputs = []
+        for prompt, params in zip(prompts, sampling_params):
+            ids, lps, reason = self.respond(prompt["prompt_token_ids"], params.kwargs)
+            steps = [{t: SimpleNamespace(logprob=lp, rank=1)} for t, lp in zip(ids, lps)]
+            outputs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=steps, finish_reason=reason)]))
+        return outputs
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags)))
+
+    def collective_rpc(self, method, kwargs=None):
+        folder = Path(kwargs["weights_path"])  # read now: the engine may remove it later
+        self.calls.append(("rpc", method, folder.name, load_file(folder / "model.safetensors")))
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    vllm = types.ModuleType("vllm")
+    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+    vllm.LLM = FakeLLM
+    vllm.SamplingParams = lambda **kwargs: SimpleNamespace(kwargs=kwargs)
+    vllm.TokensPrompt = lambda **kwargs: dict(kwargs)  # a TypedDict in vLLM
+    lora, request = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
+    request.LoRARequest = FakeLoRARequest
+    for name, mod in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    return vllm
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def ids(tok):
+    return tok(PROMPT, add_special_tokens=False)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def base_folder(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("base"))
+
+
+def lora_student(folder: Path, rank: int = 4):
+    """A LoRA adapter "student" on the tiny model loaded from ``folder`` (so it has a name_or_path)."""
+    from stages.core.composer import add_lora_adapter
+    from stages.core.policy import load_policy
+
+    return add_lora_adapter(load_policy(str(folder))[0], "student", rank=rank, alpha=2 * rank)
+
+
+# --- sampling parameters ----------------------------------------------------------------------
+
+
+def test_sampling_kwargs_map_every_field():
+    params = SamplingParams(temperature=0.3, top_p=0.8, top_k=5, max_new_tokens=17, stop=["\n", "END"], seed=3)
+    assert vllm_sampling_kwargs(params, [2, 7], 11) == dict(
+        n=1, temperature=0.3, top_p=0.8, top_k=5, max_tokens=17, stop=["\n", "END"], stop_token_ids=[2, 7], seed=11,
+        logprobs=0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, min_tokens=0,
+        ignore_eos=False, skip_special_tokens=True, include_stop_str_in_output=False)
+    greedy = vllm_sampling_kwargs(SamplingParams(temperature=0, top_k=0), [2], None)
+    assert (greedy["temperature"], greedy["top_k"], greedy["stop"], greedy["seed"]) == (0.0, -1, [], None)
+
+
+def test_generate_hands_vllm_the_prompts_and_one_seed_per_prompt(fake_vllm, tok, ids):
+    engine = VLLMRolloutEngine(tiny_model(tok), tok)
+    params = SamplingParams(temperature=0.5, top_p=0.9, top_k=3, max_new_tokens=4, stop=["x"], seed=100)
+    gens = engine.generate([ids, ids[:2], [9]], params)
+    prompts, sampling, lora = FakeLLM.last.generated[-1]
+    assert prompts == [{"prompt_token_ids": ids}, {"prompt_token_ids": ids[:2]}, {"prompt_token_ids": [9]}]
+    assert [s.kwargs for s in sampling] == [vllm_sampling_kwargs(params, [tok.eos_token_id], 100 + i) for i in range(3)]
+    assert lora is None and len(gens) == 3
+    engine.generate([ids, ids], params.model_copy(update={"seed": None}))
+    assert [s.kwargs["seed"] for s in FakeLLM.last.generated[-1][1]] == [None, None]
+    assert engine.generate([], params) == []
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.generate([ids, []], params)
+
+
+# --- outputs ----------------------------------------------------------------------------------
+
+
+def test_outputs_map_like_the_hf_engine(fake_vllm, tok, ids):
+    """For the same sampled ids, both engines record the same Generation (ids, text, log-probs,
+    finish reason), whatever vLLM sampled past the stop string."""
+    model = tiny_model(tok)
+    hf = HFRolloutEngine(model, tok)
+    greedy = SamplingParams(temperature=0, max_new_tokens=24)
+    (full,) = hf.generate([ids], greedy)
+    stop = next(full.text[i : i + 2] for i in range(1, len(full.text) - 1) if "\ufffd" not in full.text[i : i + 2])
+    (cut,) = hf.generate([ids], greedy.model_copy(update={"stop": [stop]}))
+    assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop)]
+    assert cut.num_tokens < full.num_tokens
+    eos = tok.eos_token_id
+    ended = full.token_ids[:3] + [eos]
+    by_eos = Generation(text=tok.decode(full.token_ids[:3]), token_ids=ended, logprobs=[*full.logprobs[:3], -0.1],
+                        num_tokens=4, finish_reason="eos")
+    engine = VLLMRolloutEngine(model, tok)
+    cases = [  # (vLLM's ids, log-probs and finish_reason, params, the Generation hf records)
+        (full.token_ids, full.logprobs, "length", greedy, full),
+        (full.token_ids, full.logprobs, "stop", greedy.model_copy(update={"stop": [stop]}), cut),
+        (ended, [*full.logprobs[:3], -0.1], "stop", greedy, by_eos),
+    ]
+    for vllm_ids, lps, reason, params, want in cases:
+        FakeLLM.last.respond = lambda p, k, out=(vllm_ids, lps, reason): out
+        (got,) = engine.generate([ids], params)
+        assert (got.text, got.token_ids, got.num_tokens, got.finish_reason) == (
+            want.text, want.token_ids, want.num_tokens, want.finish_reason)
+        torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), atol=1e-5, rtol=0)
+
+
+def test_vllm_stop_verdict_is_kept_and_bad_outputs_are_refused(fake_vllm, tok, ids):
+    engine = VLLMRolloutEngine(tiny_model(tok), tok)
+    FakeLLM.last.respond = lambda p, k: ([5, 6], [-1.0, -2.0], "stop")  # a stop our decode does not see
+    (g,) = engine.generate([ids], SamplingParams(stop=["never there"]))
+    assert (g.token_ids, g.logprobs, g.finish_reason) == ([5, 6], [-1.0, -2.0], "stop")
+    FakeLLM.last.respond = lambda p, k: ([5], [-1.0], "abort")
+    with pytest.raises(RuntimeError, match="'abort'"):
+        engine.generate([ids], SamplingParams())
+    FakeLLM.last.generate = lambda prompts, sampling, **kw: [
+        SimpleNamespace(outputs=[SimpleNamespace(token_ids=[5], logprobs=None, finish_reason="length")])]
+    with pytest.raises(RuntimeError, match="no log-probs"):
+        engine.generate([ids], SamplingParams())
+
+
+# --- weights ----------------------------------------------------------------------------------
+
+
+def test_lora_student_gets_a_fresh_request_per_version(fake_vllm, tok, ids, base_folder):
+    student = lora_student(base_folder, rank=4)
+    engine = make_engine("vllm", student, tok, adapter="student")
+    llm = FakeLLM.last
+    assert llm.kwargs == dict(model=str(base_folder), dtype="float32", gpu_memory_utilization=TRAINING_GPU_SHARE,
+                              max_model_len=None, enable_sleep_mode=True, logprobs_mode="processed_logprobs",
+                              enable_lora=True, max_loras=1, max_lora_rank=8)
+    first = engine._lora
+    assert (first.lora_name, first.lora_int_id) == ("student-v1", 1)
+    lora_b = next(n for n, _ in student.named_parameters() if "lora_B.student" in n)
+    for version in (2, 3):
+        with torch.no_grad():
+            dict(student.named_parameters())[lora_b].add_(0.5)
+        engine.sleep()
+        engine.sync_weights(student, "student")
+        engine.generate([ids], SamplingParams())
+        request = llm.generated[-1][2]
+        assert (request.lora_name, request.lora_int_id) == (f"student-v{version}", version)
+        saved = load_file(Path(request.lora_path) / "adapter_model.safetensors")
+        key = next(k for k in saved if "lora_B" in k and k.split("lora_B")[0] in lora_b)
+        torch.testing.assert_close(saved[key], dict(student.named_parameters())[lora_b])
+        assert not Path(first.lora_path).exists()  # the older versions' folders are gone
+        first = request
+    # level 1: base weights parked in CPU memory, nothing to reload on wake
+    assert llm.calls == [call for v in (2, 3) for call in (
+        ("sleep", 1), ("wake_up", ("weights",)), ("wake_up", ("kv_cache",)), ("generate", v))]
+    with pytest.raises(ValueError, match="built for adapter 'student', asked to sync None"):
+        engine.sync_weights(student, None)
+
+
+def test_full_fine_tuning_reloads_the_saved_weights(fake_vllm, tok, ids):
+    model = tiny_model(tok)
+    engine = VLLMRolloutEngine(model, tok)
+    llm = FakeLLM.last
+    start = Path(llm.kwargs["model"])
+    assert start.name == "v1" and (start / "config.json").is_file() and (start / "tokenizer.json").is_file()
+    assert llm.kwargs["enable_sleep_mode"] is True and "enable_lora" not in llm.kwargs
+    name = "model.layers.0.mlp.up_proj.weight"
+    with torch.no_grad():
+        model.get_parameter(name).mul_(2.0)
+    engine.sleep()
+    engine.sync_weights(model)  # asleep: saved only; the wake loads it
+    assert llm.calls == [("sleep", 2)] and not start.exists()
+    engine.generate([ids], SamplingParams())
+    assert [c[:3] for c in llm.calls[1:]] == [("wake_up", ("weights",)), ("rpc", "reload_weights", "v2"),
+                                              ("reset_prefix_cache",), ("wake_up", ("kv_cache",)), ("generate", None)]
+    torch.testing.assert_close(llm.calls[2][3][name], model.get_parameter(name))
+    engine.sleep()
+    engine.generate([ids], SamplingParams())  # no update between: the same version is loaded again
+    assert llm.calls[-4][:3] == ("rpc", "reload_weights", "v2")
+    del llm.calls[:]
+    engine.sync_weights(model)  # awake: reloaded at once
+    assert [c[:3] for c in llm.calls] == [("rpc", "reload_weights", "v3"), ("reset_prefix_cache",)]
+    assert engine.version == 3
+
+
+def test_a_model_folder_is_served_as_it_is(fake_vllm, tok, ids, tmp_path):
+    folder = save_tiny(tmp_path / "m")
+    engine = make_engine("vllm", str(folder), tok, batch_size=3, prefix_cache_tokens=100)
+    llm = FakeLLM.last
+    assert llm.kwargs == dict(model=str(folder), dtype="bfloat16", gpu_memory_utilization=SERVING_GPU_SHARE,
+                              max_model_len=None, enable_sleep_mode=False, logprobs_mode="processed_logprobs")
+    assert engine.eos_ids == [tok.eos_token_id] and engine.dtype == torch.bfloat16
+    engine.sleep()
+    engine.generate([ids], SamplingParams())
+    assert llm.calls == [("generate", None)]
+    with pytest.raises(ValueError, match="no trained weights to sync"):
+        engine.sync_weights(tiny_model(tok))
+
+
+def test_bad_students_are_refused(fake_vllm, tok, base_folder):
+    student = lora_student(base_folder)
+    with pytest.raises(ValueError, match=r"no adapter 'nope' \(adapters: \['student'\]\)"):
+        VLLMRolloutEngine(student, tok, adapter="nope")
+    with pytest.raises(ValueError, match="must be a plain transformers model"):
+        VLLMRolloutEngine(student, tok)
+    from stages.core.composer import add_lora_adapter
+
+    with pytest.raises(ValueError, match="base model has no name_or_path"):
+        VLLMRolloutEngine(add_lora_adapter(tiny_model(tok), "student"), tok, adapter="student")
+
+
+# --- without vllm -----------------------------------------------------------------------------
+
+
+def test_missing_vllm_is_one_clear_error(monkeypatch, tok):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as if not installed
+    msg = r"^engine 'vllm' needs the vllm package \(a CUDA GPU\): install with pip install '\.\[vllm\]'$"
+    with pytest.raises(ValueError, match=msg):
+        check_engine("vllm")
+    with pytest.raises(ValueError, match=msg):
+        make_engine("vllm", tiny_model(tok), tok)
+    check_engine("hf")
+    with pytest.raises(ValueError, match="unknown engine 'sglang'; known engines: hf, vllm"):
+        check_engine("sglang")
+
+
+def test_distill_and_evaluate_refuse_a_missing_vllm_before_loading(monkeypatch, tmp_path):
+    from stages import evaluate
+    from stages.distill import DistillConfig, Distiller
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ValueError, match="install with pip install"):
+        Distiller(DistillConfig(env="code", store=str(tmp_path / "s"), out=str(tmp_path / "o"), method="grpo",
+                                engine="vllm"))
+    assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
+    with pytest.raises(ValueError, match="install with pip install"):
+        evaluate.run(evaluate.EvaluateConfig(bench="humaneval-plus", engine="vllm", out=str(tmp_path / "r.json")))
+    with pytest.raises(ValueError, match="drop --engine vllm"):
+        evaluate.EvaluateConfig(bench="bfcl-v3", engine="vllm", composer="c", store="s")
+
+
+# --- in the distill loop ----------------------------------------------------------------------
+
+
+def test_distill_rolls_out_through_vllm_and_sleeps_for_each_update(fake_vllm, monkeypatch, tmp_path, tok,
+                                                                   base_folder):
+    """Two GRPO steps: the rollouts are exactly vLLM's ids and log-probs, the engine sleeps before
+    each update, and step 2 samples with the adapter of version 2 (the one after step 1's update)."""
+    import stages.distill as distill
+    from stages.core.store import ExperienceStore
+    from tests.test_distill import ENV, HashEmbedder  # registers the toy environment
+
+    monkeypatch.setattr(distill, "load_embedder", lambda name=None, **kw: HashEmbedder())
+    answers = [tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+               for text in ("The answer is 4.", "It is 4")]
+    config = distill.DistillConfig(env=ENV, store=str(tmp_path / "store"), out=str(tmp_path / "run"),
+                                   model=str(base_folder), method="grpo", engine="vllm", steps=2, tasks_per_step=1,
+                                   group_size=2, max_new_tokens=8, student_lora_rank=4, micro_batch=2, lr=1e-2,
+                                   run_id="vllm-test")
+    trainer = distill.Distiller(config)
+    llm = FakeLLM.last
+    assert llm.kwargs["enable_lora"] and llm.kwargs["model"] == str(base_folder)
+    llm.respond = lambda prompt, k: (answers[k["seed"] % 2], [-0.5] * len(answers[k["seed"] % 2]), "stop")
+    trainer.fit()
+    # per step: two turns of generation, then sleep for the update (the sync needs no call for LoRA)
+    assert llm.calls == [("generate", 1), ("generate", 1), ("sleep", 1),
+                         ("wake_up", ("weights",)), ("wake_up", ("kv_cache",)), ("generate", 2), ("generate", 2),
+                         ("sleep", 1)]
+    trajectories = ExperienceStore.open(config.store).query(run_id="vllm-test")
+    assert len(trajectories) == 4
+    for traj in trajectories:
+        for turn in traj.turns:
+            assert turn.token_ids in answers and turn.finish_reason == "eos"
+            assert turn.logprobs == [-0.5] * len(turn.token_ids)
+    assert {t for traj in trajectories for t in map(tuple, (turn.token_ids for turn in traj.turns))} == set(
+        map(tuple, answers))
