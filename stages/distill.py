@@ -576,7 +576,6 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
     console = console or Console()
     distiller = Distiller(config, console)
     report = distiller.fit()
-    distributed.shutdown()
     if not distiller.world.is_main:
         return report
     out = Path(config.out)

@@ -28,6 +28,7 @@ all_reduce, barrier). A failing rank stops the whole group through torchrun.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -73,7 +74,8 @@ class World:
 
 
 def world(device_type: str | None = None) -> World:
-    """This process's :class:`World`, setting up the process group on first use under torchrun.
+    """This process's :class:`World`, setting up the process group on first use under torchrun
+    (torn down when the process exits, so several runs in one process share it).
 
     Args:
         device_type: "cuda" (nccl) or "cpu" (gloo); None = cuda when available.
@@ -94,6 +96,7 @@ def world(device_type: str | None = None) -> World:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        atexit.register(shutdown)
     return World(rank=rank, size=size, local_rank=local_rank, device=device)
 
 
