@@ -35,7 +35,7 @@ from stages.core.distributed import World
 from stages.core.store import ExperienceStore
 from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
 from stages.methods import get_method
-from tests.test_distill import ENV, _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
+from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -23,6 +23,15 @@ nccl on CUDA), one step of the distill loop is:
 4. rank 0 alone writes the store, metrics and checkpoints; each rank's RNG state goes into the
    checkpoint as a file of its own.
 
+Why the gradients are summed after the backward passes rather than by wrapping the modules in
+DDP: one micro-batch runs several forwards of the same backbone under different adapters
+(student, composer, teacher), the ranks run different numbers of micro-batches (a rank may have
+none), and a DDP reducer expects one forward/backward per iteration and the same number on
+every rank. The cost: ``prepare`` (retrieval, references) runs on every rank over the whole
+batch, and the gradients travel once per update, not overlapped with the backward pass.
+Equality with one process also needs the loss to be deterministic per row (no dropout: the
+LoRA adapters here use none).
+
 Communication is torch.distributed only (all_gather_object, gather_object, broadcast,
 all_reduce, barrier). A failing rank stops the whole group through torchrun.
 """
