@@ -191,9 +191,28 @@ def coldstart(
     stage.run(stage.ColdstartConfig(**_settings(ctx, config, stage.ColdstartConfig)))
 
 
+def _given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
+    """The command and the options given on its command line, as flags again (e.g. to run the
+    same command in torchrun's processes)."""
+    argv = [ctx.info_name]
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)  # compared by name: typer may carry its own click
+        if param.name in skip or source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            continue
+        value = ctx.params[param.name]
+        if getattr(param, "is_flag", False) and isinstance(value, bool):
+            argv.append(param.opts[0] if value else param.secondary_opts[0])
+        elif getattr(param, "multiple", False):
+            argv += [x for v in value for x in (param.opts[0], str(v))]
+        else:
+            argv += [param.opts[0], str(value)]
+    return argv
+
+
 @app.command()
 @friendly
 def distill(
+    ctx: typer.Context,
     config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML file with any of these options; flags override it."),
     method: Optional[str] = typer.Option(None, "--method", help="Training method: lopd, grpo, sdft, opsd, sdpo, skill-sd (stages/methods). (default lopd)"),
     option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
@@ -238,12 +257,17 @@ def distill(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="Train data-parallel in N processes on this node (launches torchrun; one GPU each under CUDA); --tasks-per-step is the global batch, split over them; --resume needs the same N."),
 ) -> None:
     """Train the student on its own rollouts with --method (default lopd: latent-context teacher,
     reverse KL + margin + anchor).
 
     With --resume the run's saved OUT/config.json supplies every option not given again.
     """
+    if nproc > 1:
+        from stages.core import distributed
+
+        raise typer.Exit(distributed.launch(nproc, _given_options(ctx, skip=("nproc",))))
     from stages import distill as stage
 
     flags = {

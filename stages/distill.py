@@ -11,6 +11,8 @@ checkpoint is written every ``checkpoint_every`` steps.
 
 Checkpoints: :mod:`stages.core.checkpoint`; run-folder rules (resume, frozen config, metrics):
 :mod:`stages.core.runs`; store consistency under SIGKILL: :mod:`stages.core.memory`.
+Data-parallel training over N processes (``torchrun`` / ``lopd distill --nproc N``):
+:mod:`stages.core.distributed` (one process = the loop exactly as without it).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from rich.console import Console
 
 from schemas import Task, Trajectory
 from stages.core import checkpoint as ckpt
-from stages.core import memory, resources, runs
+from stages.core import distributed, memory, resources, runs
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
@@ -55,6 +57,7 @@ COMMON_FIELDS = (
 # where a step's wall time goes (train_s = prepare + forward + backward + optimizer + sync)
 PHASE_FIELDS = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s")
 TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", *PHASE_FIELDS)
+RANK_SEED_STRIDE = 100_003  # rank r of a data-parallel run samples with seeds offset by r x this
 
 
 class DistillConfig(BaseModel):
@@ -183,40 +186,56 @@ class Distiller:
     :class:`stages.methods.lopd.LOPD` with ``composer`` and ``beta``), ``student``
     (:class:`stages.methods.Student`), ``step``.
 
+    Under torchrun (``WORLD_SIZE`` > 1) it is one rank of a data-parallel run
+    (:mod:`stages.core.distributed`, attribute ``world``): rank 0 checks and writes the run
+    folder and the store, every rank builds the same models and takes the same updates.
+
     Raises:
         ValueError: unknown method or option, a method option that does not fit its files
             (e.g. K against the composer), ``out`` holds another run (or a run with different
             settings under ``resume``), the ``log`` package is not installed (checked first:
             no model is loaded and no run folder is made), or the engine cannot run here
-            (:func:`stages.engines.check_engine`, checked first too).
+            (:func:`stages.engines.check_engine`, checked first too); data-parallel: a method
+            that cannot run so, fewer tasks per step than processes, a resume with another
+            number of processes than the checkpoint's.
         StoreError, EnvError: unusable store or environment.
     """
 
     def __init__(self, config: DistillConfig, console: Console | None = None) -> None:
-        self.console = console or Console()
+        self.world = distributed.world()
+        self.console = (console or Console()) if self.world.is_main else Console(quiet=True)
         self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step
         check_logger(config.log)
         check_engine(config.engine)
         self.out = Path(config.out)
         method_cls = get_method(config.method)
+        distributed.check_split(self.world, method_cls, config.tasks_per_step)
         options = method_cls.resolve_options(method_cls.Options.model_validate(config.options))
-        self.config = self._resolve(config.model_copy(update={"options": options.model_dump()}))
+        resolved = None
+        if self.world.is_main:  # rank 0 checks the run folder; the others take its run id
+            resolved = (self._resolve(config.model_copy(update={"options": options.model_dump()})), self.resuming)
+            ckpt.clean_partial(self.out)
+        self.config, self.resuming = distributed.broadcast(resolved, self.world)
         config = self.config
-        ckpt.clean_partial(self.out)
         resume_from = ckpt.latest_checkpoint(self.out) if self.resuming else None
         state = ckpt.read_state(resume_from) if resume_from else {}
+        distributed.check_resume(self.world, resume_from, state)
         self.step = state.get("step", 0)
         self.cursor = state.get("data_position", 0)
         self.rows_added, self.commit = 0, git_commit()
-        self.store = ExperienceStore.open(config.store)
-        if self.resuming:  # back to the store and metrics exactly as at the checkpoint
-            dropped = memory.drop_rows_after(self.store, config.run_id, self.step)
-            runs.truncate_metrics(self.out / runs.METRICS_FILE, self.step)
-            self.console.print(f"[bold]distill[/] resuming run {config.run_id} after step {self.step}"
-                               f" ({resume_from or 'no checkpoint'}); removed {dropped} stale rows")
-        elif self.store.count(run_id=config.run_id):
-            raise ValueError(f"store {config.store} already holds rows of run {config.run_id}: "
-                             "choose another run id")
+        if self.world.is_main:
+            self.store = ExperienceStore.open(config.store)
+            if self.resuming:  # back to the store and metrics exactly as at the checkpoint
+                dropped = memory.drop_rows_after(self.store, config.run_id, self.step)
+                runs.truncate_metrics(self.out / runs.METRICS_FILE, self.step)
+                self.console.print(f"[bold]distill[/] resuming run {config.run_id} after step {self.step}"
+                                   f" ({resume_from or 'no checkpoint'}); removed {dropped} stale rows")
+            elif self.store.count(run_id=config.run_id):
+                raise ValueError(f"store {config.store} already holds rows of run {config.run_id}: "
+                                 "choose another run id")
+        distributed.barrier(self.world)
+        if not self.world.is_main:  # the store as rank 0 left it
+            self.store = ExperienceStore.open(config.store)
         torch.manual_seed(config.seed)
         self.method: Method = method_cls(options, config, resume_from, state)
         self.student = self.method.student
@@ -228,6 +247,7 @@ class Distiller:
                 enable_activation_checkpointing(self.student.model)
         extra = self.method.param_groups()
         self.groups = {"student": self.student.params, **{k: params for k, (params, _) in extra.items()}}
+        distributed.broadcast_params([p for params in self.groups.values() for p in params], self.world)
         self.optimizer = torch.optim.AdamW(
             [{"params": self.student.params, "lr": config.lr},
              *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
@@ -235,20 +255,23 @@ class Distiller:
             self.optimizer.load_state_dict(torch.load(resume_from / ckpt.OPTIMIZER_FILE))
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,
                                   adapter=self.student.adapter, batch_size=config.rollout_batch)
-        info = embeddings_info(self.store)
+        info = distributed.broadcast(embeddings_info(self.store) if self.world.is_main else None, self.world)
         self.embedder = load_embedder(config.embedder or (info.embedder if info else None))
         self.index_field = info.field if info else "task"
-        index_new(self.store, self.embedder, field=self.index_field)  # rows a crash left unembedded
+        if self.world.is_main:
+            index_new(self.store, self.embedder, field=self.index_field)  # rows a crash left unembedded
         probe = make_env(config.env, data_dir=self._data_dir(), max_steps=config.max_turns)
         self.tasks: list[Task] = probe.tasks("train")
         probe.close()
         if not self.tasks:
             raise ValueError(f"env {config.env}: no train tasks")
         check_train_tasks(config.env, self.tasks, self._data_dir(), allow_overlap=config.allow_overlap)
-        runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
-        self.logger = RunLogger(config.log, self.out, config.run_id, config.flat(), prefix="distill")
+        self.logger: RunLogger | None = None
+        if self.world.is_main:
+            runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
+            self.logger = RunLogger(config.log, self.out, config.run_id, config.flat(), prefix="distill")
         if resume_from:
-            ckpt.restore_rng(resume_from)
+            ckpt.restore_rng(resume_from, rank=self.world.rank if self.world.size > 1 else None)
 
     # ----------------------------------------------------------------------------- setup --
 
@@ -279,17 +302,23 @@ class Distiller:
         return [self.tasks[i] for i in stream]
 
     def _rollout(self, step: int, stats: RolloutStats) -> list[Trajectory]:
-        """Play the step's tasks with the current student; rows get deterministic ids."""
+        """Play the step's tasks with the current student; rows get deterministic ids.
+
+        Data-parallel: each rank plays its contiguous share of the tasks (sampling seeds offset
+        by rank) and every rank gets all of the step's trajectories, in rank order.
+        """
         c = self.config
+        seed = c.seed * 1_000_003 + step * 10_007 + self.world.rank * RANK_SEED_STRIDE
         params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
-                                max_new_tokens=c.max_new_tokens, seed=c.seed * 1_000_003 + step * 10_007)
+                                max_new_tokens=c.max_new_tokens, seed=seed)
         factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_steps=c.max_turns)  # noqa: E731
         self.student.model.eval()
-        played = list(play(self.engine, self.student.tokenizer, factory, self.tasks_for(self.cursor),
+        played = list(play(self.engine, self.student.tokenizer, factory,
+                           distributed.share(self.tasks_for(self.cursor), self.world),
                            samples_per_task=c.group_size, params=params, policy_id=c.model,
                            run_id=c.run_id, git_commit=self.commit, max_concurrent=c.rollout_batch,
                            stats=stats))
-        return memory.tag_step_rows(played, c.run_id, step)
+        return memory.tag_step_rows(distributed.gather_lists(played, self.world), c.run_id, step)
 
     def _memory(self) -> Retriever | None:
         return Retriever(self.store, self.embedder) if embeddings_info(self.store) is not None else None
@@ -303,7 +332,9 @@ class Distiller:
         tokens, ``skipped_rows`` = training sequences whose prompt alone filled ``max_len``,
         ``generations`` = rollouts played by this run so far, ``*_s`` wall seconds: the phases of
         :data:`PHASE_FIELDS`, ``train_s`` from the training rows to the weight sync, ``seconds``
-        the whole step).
+        the whole step). Data-parallel: values of the whole step (all ranks), except the
+        timings and ``peak_rss_mb`` (rank 0's; ``tokens_per_s`` = the sum of the ranks' rates;
+        the gradient all-reduce counts in ``backward_s``).
 
         Raises:
             FloatingPointError: non-finite loss or gradient (nothing of the step is written;
@@ -314,6 +345,8 @@ class Distiller:
         stats = RolloutStats()
         trajectories = self._rollout(step, stats)
         rollout_s = time.perf_counter() - t_start
+        generated = distributed.sum_floats({"tokens": stats.generated_tokens, "tokens_per_s":
+                                            stats.generated_tokens / max(stats.generate_seconds, 1e-9)}, self.world)
         t_train = time.perf_counter()
         rows, skipped = training_rows(self.student.tokenizer, [t for t in trajectories if t.turns],
                                       max_len=c.max_len)  # failed resets hold no action token
@@ -341,7 +374,9 @@ class Distiller:
         train_s = time.perf_counter() - t_train
         sync_s = time.perf_counter() - t_sync
         t_memory = time.perf_counter()
-        self.rows_added += memory.append_step(self.store, trajectories, self.embedder, field=self.index_field)
+        if self.world.is_main:
+            self.rows_added += memory.append_step(self.store, trajectories, self.embedder, field=self.index_field)
+        distributed.barrier(self.world)  # the next step's retrieval on every rank sees these rows
         memory_s = time.perf_counter() - t_memory
         resources.release_free_memory()  # freed activations back to the OS: RSS stays flat over steps
         self.step, self.cursor = step, self.cursor + c.tasks_per_step
@@ -350,9 +385,9 @@ class Distiller:
                "success_rate": float(np.mean([t.success for t in trajectories])), **self._defaults(),
                **{k: v for k, v in sums.items() if k not in ("loss", "action_tokens")},
                **after, **norms, "loss": sums["loss"],
-               "tokens": stats.generated_tokens, "action_tokens": int(sums["action_tokens"]),
+               "tokens": int(generated["tokens"]), "action_tokens": int(sums["action_tokens"]),
                "skipped_rows": len(skipped), "generations": step * c.tasks_per_step * c.group_size,
-               "tokens_per_s": stats.generated_tokens / max(stats.generate_seconds, 1e-9),
+               "tokens_per_s": generated["tokens_per_s"],
                "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
                "peak_rss_mb": resources.peak_rss_mb(), "rss_mb": resources.rss_mb(),
                "prepare_s": prepare_s, **self._phases, "sync_s": sync_s, "memory_s": memory_s}
@@ -362,19 +397,26 @@ class Distiller:
         """One optimizer update on the step's rows: the method's loss on micro-batches
         (gradients accumulated exactly), grad norms (before clipping), clipping, the step.
 
+        Data-parallel: this rank's contiguous share of the rows, each micro-batch weighted by its
+        share of ALL the step's rows (the methods' own normalisers come from the global batch
+        too), gradients and loss metrics summed over ranks: the single-process update.
+
         Returns the summed loss metrics (with ``loss`` and ``action_tokens``) and the grad norms.
         """
         c, rows = self.config, batch.rows
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"loss": 0.0, "action_tokens": 0.0}
-        for lo in range(0, len(rows), c.micro_batch):
-            part = rows[lo:lo + c.micro_batch]
+        first, end = self.world.span(len(rows))
+        finite = True
+        for lo in range(first, end, c.micro_batch):
+            hi = min(lo + c.micro_batch, end)
+            part = rows[lo:hi]
             t0 = time.perf_counter()
-            loss, m = self.method.loss(part, batch.extras[lo:lo + c.micro_batch], len(part) / len(rows))
+            loss, m = self.method.loss(part, batch.extras[lo:hi], len(part) / len(rows))
             self._phases["forward_s"] += time.perf_counter() - t0
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss at step {step}; last good checkpoint: "
-                                         f"{ckpt.latest_checkpoint(self.out) or 'none'}")
+            finite = bool(torch.isfinite(loss))
+            if not finite:
+                break
             for params in self.groups.values():  # FIELD-NOTES pitfall 2
                 for p in params:
                     p.requires_grad_(True)
@@ -385,6 +427,13 @@ class Distiller:
                 sums[k] = sums.get(k, 0.0) + v
             sums["loss"] += float(loss.detach())
             sums["action_tokens"] += sum(int(r.mask_T.sum()) for r in part)
+        if distributed.any_rank(not finite, self.world):
+            raise FloatingPointError(f"non-finite loss at step {step}; last good checkpoint: "
+                                     f"{ckpt.latest_checkpoint(self.out) or 'none'}")
+        t0 = time.perf_counter()
+        sums = distributed.sum_floats(sums, self.world)
+        distributed.all_reduce_grads([p for params in self.groups.values() for p in params], self.world)
+        self._phases["backward_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         norms = {f"grad_norm_{name}": _grad_norm(params) for name, params in self.groups.items()}
         if not all(np.isfinite(v) for v in norms.values()):
@@ -402,14 +451,21 @@ class Distiller:
         return dict.fromkeys(self.method.metrics, 0.0)
 
     def save_checkpoint(self) -> Path:
-        """Write ``out/checkpoints/step-<step>`` (student, method modules, optimizer, state, RNG)."""
+        """Write ``out/checkpoints/step-<step>`` (student, method modules, optimizer, state, RNG).
+
+        Data-parallel: every rank calls it; rank 0 writes the folder with every rank's RNG
+        state (``rng-rank<r>.pt``) and ``world_size`` in ``state.json``.
+        """
         state = {"step": self.step, "data_position": self.cursor, "run_id": self.config.run_id,
-                 **self.method.state()}
+                 **self.method.state(), **({"world_size": self.world.size} if self.world.size > 1 else {})}
         def fill(folder: Path) -> None:
             save_student(folder, student=self.student.model, adapter=self.student.adapter,
                               tokenizer=self.student.tokenizer, optimizer=self.optimizer)
             self.method.save(folder)
-        return ckpt.write_checkpoint(self.out, self.step, fill, state, self.config.keep_checkpoints)
+        rngs = distributed.gather_to_main(ckpt.capture_rng(), self.world) if self.world.size > 1 else None
+        folder = (ckpt.write_checkpoint(self.out, self.step, fill, state, self.config.keep_checkpoints,
+                                        rank_rngs=rngs) if self.world.is_main else None)
+        return distributed.broadcast(folder, self.world)
 
     def fit(self, on_step: Callable[["Distiller", dict], None] | None = None) -> DistillReport:
         """Run the remaining steps, checkpointing every ``checkpoint_every`` and at the end.
@@ -426,7 +482,8 @@ class Distiller:
         metrics_file = self.out / runs.METRICS_FILE
         for step in range(first, c.steps + 1):
             row = self.train_step(step)
-            runs.append_metrics(metrics_file, row)
+            if self.world.is_main:
+                runs.append_metrics(metrics_file, row)
             rows.append(row)
             self._log(row)
             if on_step is not None:
@@ -434,10 +491,13 @@ class Distiller:
             if step % c.checkpoint_every == 0 or step == c.steps:
                 self.save_checkpoint()
         last = ckpt.latest_checkpoint(self.out)
-        final = save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
-                                student=self.student.model, adapter=self.student.adapter,
-                                export=self.method.export)
-        self.logger.close()
+        final = self.out / "final"
+        if self.world.is_main:
+            final = save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
+                               student=self.student.model, adapter=self.student.adapter,
+                               export=self.method.export)
+            self.logger.close()
+        distributed.barrier(self.world)
         return DistillReport(
             run_id=c.run_id, method=c.method, first_step=first, last_step=self.step,
             reward_mean=float(np.mean([r["reward_mean"] for r in rows])) if rows else 0.0,
@@ -451,7 +511,8 @@ class Distiller:
             f"step {row['step']}/{self.config.steps} reward {row['reward_mean']:.3f} "
             f"success {row['success_rate']:.0%} {shown} loss {row['loss']:.4f} "
             f"| {row['tokens_per_s']:.0f} tok/s, {row['seconds']:.1f}s, {row['peak_rss_mb']:.0f} MB")
-        self.logger.log(row, row["step"])
+        if self.logger is not None:
+            self.logger.log(row, row["step"])
 
 
 def _grad_norm(params: list[torch.nn.Parameter]) -> float:
@@ -519,6 +580,8 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
     console = console or Console()
     distiller = Distiller(config, console)
     report = distiller.fit()
+    if not distiller.world.is_main:
+        return report
     out = Path(config.out)
     steps = report.last_step - report.first_step + 1
     peak_mb = resources.peak_rss_mb()

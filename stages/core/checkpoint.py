@@ -3,7 +3,8 @@
 Layout of a checkpoint::
 
     out/checkpoints/step-N/   what the stage's ``fill`` writes (models, optimizer.pt ...)
-                              rng.pt      python / numpy / torch RNG states
+                              rng.pt      python / numpy / torch RNG states (a run of N > 1
+                                          processes: rng-rank0.pt ... one per rank)
                               state.json  the stage's loop state (step, beta, data position ...)
 
 A checkpoint is written into a hidden temporary sibling folder and renamed into place, so a
@@ -35,6 +36,7 @@ import torch
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.json"
 RNG_FILE = "rng.pt"
+RANK_RNG_FILE = "rng-rank{rank}.pt"  # a data-parallel run's RNG state of one rank
 OPTIMIZER_FILE = "optimizer.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -61,7 +63,8 @@ def clean_partial(out: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: dict, keep: int) -> Path:
+def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: dict, keep: int,
+                     rank_rngs: list[dict] | None = None) -> Path:
     """Atomically write ``out/checkpoints/step-<step>`` and keep only the newest ``keep`` ones.
 
     Args:
@@ -69,6 +72,8 @@ def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: 
         state: JSON-serialisable training state (step, beta, data position, run id ...),
             written as ``state.json`` together with the current RNG states (``rng.pt``).
         keep: number of checkpoints to keep, >= 1.
+        rank_rngs: a data-parallel run's :func:`capture_rng` of every rank, in rank order:
+            written as ``rng-rank<r>.pt`` instead of ``rng.pt``.
 
     Returns:
         The checkpoint folder.
@@ -84,7 +89,10 @@ def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: 
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.tmp-", dir=root))
     try:
         fill(tmp)
-        torch.save(capture_rng(), tmp / RNG_FILE)
+        if rank_rngs is None:
+            torch.save(capture_rng(), tmp / RNG_FILE)
+        for rank, states in enumerate(rank_rngs or []):
+            torch.save(states, tmp / RANK_RNG_FILE.format(rank=rank))
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
         os.rename(tmp, final)
     finally:
@@ -114,9 +122,11 @@ def capture_rng() -> dict:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
-def restore_rng(ckpt: Path) -> None:
-    """Restore the RNG states saved in ``ckpt/rng.pt`` by :func:`write_checkpoint`."""
-    states = torch.load(Path(ckpt) / RNG_FILE, weights_only=False)  # our own file: numpy state
+def restore_rng(ckpt: Path, rank: int | None = None) -> None:
+    """Restore the RNG states saved in ``ckpt/rng.pt`` by :func:`write_checkpoint` (with
+    ``rank``: that rank's ``rng-rank<r>.pt`` of a data-parallel run)."""
+    name = RNG_FILE if rank is None else RANK_RNG_FILE.format(rank=rank)
+    states = torch.load(Path(ckpt) / name, weights_only=False)  # our own file: numpy state
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"])

@@ -115,6 +115,9 @@ class Method:
         update_epochs: optimizer updates per step on the same rollouts (instance attribute,
             e.g. from an option; default 1).
         needs_composer: whether the method reads a composer checkpoint.
+        data_parallel: whether it can train in N processes (:mod:`stages.core.distributed`):
+            its ``prepare`` must not write the store (rank 0 alone writes it) and must give every
+            rank the same result for the same global batch and store.
 
     Args:
         options: validated ``Options`` (after :meth:`resolve_options`).
@@ -127,6 +130,7 @@ class Method:
     Options: ClassVar[type[BaseModel]] = NoOptions
     metrics: ClassVar[tuple[str, ...]] = ()
     needs_composer: ClassVar[bool] = False
+    data_parallel: ClassVar[bool] = True
     name: ClassVar[str] = ""
     update_epochs: int = 1  # optimizer updates per step on the same rollouts (PPO epochs)
 

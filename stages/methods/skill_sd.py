@@ -247,6 +247,7 @@ class SkillSD(GRPO):
 
     Options = SkillSDOptions
     metrics = GRPO.metrics + ("sdl", "sdl_gap", "no_skill_frac", "skills_written", "bank_size", "skill_credits")
+    data_parallel = False  # prepare writes the skills table and generates summaries
 
     def __init__(self, options: SkillSDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
         super().__init__(options, config, resume_from, state)
