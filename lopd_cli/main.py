@@ -27,6 +27,9 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no bubblewrap): "
                     "only for code you trust on a machine you can lose.")
+DEVICE_HELP = "Torch device of the models: cpu, cuda or cuda:N. (default: cuda when available, else cpu)"
+DTYPE_HELP = ("Parameter dtype: float32, bfloat16, float16 (float64 for tests). "
+              "(default: bfloat16 on cuda, float32 on cpu)")
 ALLOW_OVERLAP_HELP = ("Train on tasks that an evaluation benchmark scores (refused by default: e.g. HumanEval "
                       "problems as training data contaminate a HumanEval+ result).")
 
@@ -111,6 +114,8 @@ def collect(
     limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks."),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Policy: smollm2-135m (embedded), an HF id or a local path."),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Read the environment's task files from here."),
     max_turns: int = typer.Option(30, "--max-turns", "--max-steps", help="Action cap per episode (--max-steps: older spelling)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Generated tokens per action."),
@@ -164,6 +169,8 @@ def coldstart(
     experiences: str = typer.Option("runs/store", "--experiences", help="Indexed experience store (`lopd index`) whose successful trajectories train the composer."),
     out: str = typer.Option("runs/composer0", "--out", help="Output folder (checkpoints, metrics.jsonl, final/)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Frozen backbone: smollm2-135m, an HF id or a local path."),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
     steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
     lr: float = typer.Option(1e-4, "--lr", help="AdamW learning rate of the composer."),
     batch_size: int = typer.Option(2, "--batch-size", help="Target trajectories per step."),
@@ -221,6 +228,8 @@ def distill(
     composer: Optional[str] = typer.Option(None, "--composer", help="lopd: cold-start composer folder (lopd coldstart's final/)."),
     out: Optional[str] = typer.Option(None, "--out", help="Run folder. (default runs/lopd)"),
     model: Optional[str] = typer.Option(None, "--model", help="Student/teacher backbone. (default smollm2-135m)"),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Environment task files."),
     margin: Optional[float] = typer.Option(None, "--margin", help="Privileged margin m (0 = the no-margin ablation). (default 0.05)"),
     J: Optional[int] = typer.Option(None, "--J", help="Retrieved experiences per task. (default 3)"),
@@ -272,6 +281,7 @@ def distill(
 
     flags = {
         "method": method, "env": env, "store": store, "composer": composer, "out": out, "model": model,
+        "device": device, "dtype": dtype,
         "data_dir": data_dir, "margin": margin, "J": J, "K": K, "M": M, "lam": lam,
         "eta_beta": eta_beta, "lr": lr, "steps": steps, "tasks_per_step": tasks_per_step,
         "group_size": group_size, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
@@ -294,6 +304,8 @@ def evaluate(
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
     bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench."),
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks (bfcl-v3: per category)."),
     out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench)."),

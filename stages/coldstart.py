@@ -61,6 +61,7 @@ from stages.core.composer import (
 from stages.core.contexts import build_batch, lookup_tools, retrieve_experiences, shift_for_loss
 from stages.core.losses import masked_nll
 from stages.core.models import load_composer
+from stages.core.policy import DType
 from stages.core.resources import peak_rss_mb, release_free_memory, rss_mb
 from stages.core.provenance import config_run_id
 from stages.core.runs import (
@@ -103,12 +104,15 @@ class ColdstartConfig(BaseModel):
         checkpoint_every, eval_every: steps between checkpoints / held-out evaluations.
         seed: seeds the composer init, the task split and the batch order.
         resume: continue from the latest checkpoint in ``out``; only ``steps``,
-            ``checkpoint_every``, ``eval_every``, ``max_len`` and the spelling of paths may
-            change (:mod:`stages.core.runs`).
+            ``checkpoint_every``, ``eval_every``, ``max_len``, ``device``, ``dtype`` and the
+            spelling of paths may change (:mod:`stages.core.runs`).
         env: use only this environment's trajectories (None = all).
         activation_checkpointing: recompute the backbone layers in backward (less memory);
             also accepted as ``grad_checkpointing``.
         grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
+        device, dtype: where the backbone and composer live and the backbone's dtype (None:
+            CUDA in bfloat16 when a GPU is visible, else the CPU in float32;
+            :func:`stages.core.policy.resolve_device_dtype`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -137,6 +141,8 @@ class ColdstartConfig(BaseModel):
     activation_checkpointing: bool = Field(
         default=True, validation_alias=AliasChoices("activation_checkpointing", "grad_checkpointing"))
     grad_clip: float | None = Field(default=1.0, gt=0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
+    device: str | None = None
+    dtype: DType | None = None
 
 
 class HeldoutResult(BaseModel):
@@ -227,12 +233,12 @@ class _Data:
             self._tools[t.trajectory_id] = tools
         return [self._tools[t.trajectory_id] for t in trajs]
 
-    def batch(self, trajs: list[Trajectory], heldout: bool):
+    def batch(self, trajs: list[Trajectory], heldout: bool, device: str):
         return build_batch(
             self.tokenizer, trajs, self.experiences(trajs, heldout), J=self.config.J,
             max_exp_tokens=self.config.max_exp_tokens, max_len=self.config.max_len,
             tools=self.tools(trajs), framed=self.config.placement == "framed",
-        )
+        ).to(device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,8 +251,8 @@ def _teacher_nll(composer: Composer, batch, placement: str, latents: bool = True
     if latents:
         c_phi = composer(batch.exp_ids_BJL, batch.exp_mask_BJL)
     else:
-        d = composer.hparams["hidden_size"]
-        c_phi = torch.zeros(batch.input_ids_BT.shape[0], 0, d)
+        embeds = composer.backbone.get_input_embeddings().weight
+        c_phi = embeds.new_zeros(batch.input_ids_BT.shape[0], 0, embeds.shape[1])  # no latent
     logits = teacher_logits(
         composer.backbone, batch.input_ids_BT, batch.attn_mask_BT, c_phi, batch.insert_at_B,
         placement=placement if latents else "prefix", action_starts=batch.action_starts,
@@ -312,6 +318,7 @@ def evaluate_heldout(
     """
     if not trajectories:
         raise ValueError("evaluate_heldout: no trajectories")
+    device = composer.backbone.get_input_embeddings().weight.device
     was_training = composer.backbone.training
     composer.backbone.eval()
     try:
@@ -321,7 +328,7 @@ def evaluate_heldout(
             batches.append(build_batch(tokenizer, trajectories[sl], experiences[sl], J=J,
                                        max_exp_tokens=max_exp_tokens, max_len=max_len,
                                        tools=None if tools is None else tools[sl],
-                                       framed=placement == "framed"))
+                                       framed=placement == "framed").to(device))
         trained, tokens = _pooled_nll(composer, batches, placement, latents=True)
         none = _pooled_nll(composer, batches, placement, latents=False)[0] if baselines else math.nan
         untrained = None
@@ -408,7 +415,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
         ValueError: ``out`` already holds a run and ``resume`` is False, or a resumed run
             changes a setting that may not change (file and field named).
     """
-    from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_model
+    from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_device_dtype, resolve_model
     from stages.core.resources import check_experience_count, check_step_memory, shape_of
     from stages.core.retrieval import Retriever
 
@@ -438,7 +445,8 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     # model
     # the name, not this machine's cache path, for the embedded default backbone
     backbone_id = config.model if config.model == DEFAULT_MODEL else resolve_model(config.model)
-    model, tokenizer = load_policy(config.model)
+    device, dtype = resolve_device_dtype(config.device, config.dtype)
+    model, tokenizer = load_policy(config.model, dtype, device)
     check_step_memory(shape_of(model.config, batch=config.batch_size, J=config.J, K=config.K,
                                max_exp_tokens=config.max_exp_tokens, seq_len=config.max_len,
                                activation_checkpointing=config.activation_checkpointing),
@@ -478,7 +486,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
 
     start_step = 0
     if ckpt is not None:
-        optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True))
+        optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True, map_location=device))
         restore_rng(ckpt)
         start_step = int(read_state(ckpt)["step"])
     elif config.resume:
@@ -492,7 +500,8 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     console.print(
         f"[bold]coldstart[/] run {run_id}: {len(train)} train / {len(heldout)} held-out successful "
         f"trajectories ({len(train_tasks)} / {len(heldout_tasks)} tasks), steps {start_step}->{config.steps}, "
-        f"J={config.J} K={config.K} depth={config.depth} placement={config.placement}, model={config.model}")
+        f"J={config.J} K={config.K} depth={config.depth} placement={config.placement}, model={config.model} "
+        f"on {device} {dtype}")
 
     def heldout_eval(baselines: bool) -> HeldoutResult | None:
         if not heldout:
@@ -516,7 +525,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
             composer.backbone.train(config.activation_checkpointing)  # HF checkpoints layers in train mode only
             batch_ids = coldstart_stream(len(train), config.seed, step * config.batch_size, config.batch_size)
             targets = [train[i] for i in batch_ids]
-            batch = data.batch(targets, heldout=False)
+            batch = data.batch(targets, heldout=False, device=device)
             optimizer.zero_grad(set_to_none=True)
             loss, m = _teacher_nll(composer, batch, config.placement)
             for p in params:  # FIELD-NOTES pitfall 2: adapter switching may clear the flags

@@ -18,6 +18,7 @@ from rich.table import Table
 from schemas import Trajectory
 from stages.core import isolation
 from stages.core.envs import make_env
+from stages.core.policy import DType
 from stages.core.provenance import config_run_id, git_commit, write_manifest
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore, StoreError
@@ -28,6 +29,8 @@ class CollectConfig(BaseModel):
     """Settings of one `lopd collect` run (the CLI flags, validated).
 
     ``max_turns`` (agent actions per episode) is also accepted under its former name ``max_steps``.
+    ``device`` / ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32
+    (:func:`stages.core.policy.resolve_device_dtype`); neither is part of the run id.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -38,6 +41,8 @@ class CollectConfig(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     samples_per_task: int = Field(default=1, ge=1)
     model: str = "smollm2-135m"
+    device: str | None = None
+    dtype: DType | None = None
     data_dir: str | None = None
     max_turns: int = Field(default=30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
     max_new_tokens: int = Field(default=256, ge=1)
@@ -106,7 +111,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         tokenizer = load_tokenizer(config.model)
     else:
         policy_id = config.model
-        model, tokenizer = load_policy(config.model)
+        model, tokenizer = load_policy(config.model, config.dtype, config.device)
         engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
                              prefix_cache_tokens=config.prefix_cache_tokens)
     store = ExperienceStore.open(config.store)

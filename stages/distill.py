@@ -37,6 +37,7 @@ from stages.core.envs import make_env
 from stages.core.inputs import read_config_file
 from stages.core.leakage import check_train_tasks
 from stages.core.models import save_final, save_student
+from stages.core.policy import DType, resolve_device_dtype
 from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.rollout import RolloutStats, play
@@ -70,7 +71,9 @@ class DistillConfig(BaseModel):
     full fine-tuning; ``max_len`` None = whole sequences (longer ones are cut; a row whose
     prompt alone fills it is skipped and counted); ``micro_batch`` = training rows per
     forward/backward; ``embedder`` None = the store's; ``max_turns`` (``max_steps`` in older
-    config files) caps an episode's actions.
+    config files) caps an episode's actions; ``device`` / ``dtype`` None = CUDA in bfloat16 when
+    a GPU is visible, else the CPU in float32 (:func:`stages.core.policy.resolve_device_dtype`;
+    kept None in the frozen config, so a resumed run picks its machine's).
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -82,6 +85,8 @@ class DistillConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     model: str = "smollm2-135m"
     engine: str = "hf"
+    device: str | None = None
+    dtype: DType | None = None
     data_dir: str | None = None
     lr: float = Field(1e-5, gt=0.0)
     steps: int = Field(10, ge=1)
@@ -202,7 +207,8 @@ class Distiller:
     """
 
     def __init__(self, config: DistillConfig, console: Console | None = None) -> None:
-        self.world = distributed.world()
+        device = resolve_device_dtype(config.device, config.dtype)[0]  # gloo on the CPU, nccl on CUDA
+        self.world = distributed.world(torch.device(device).type)
         self.console = (console or Console()) if self.world.is_main else Console(quiet=True)
         self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step
         check_logger(config.log)
@@ -252,7 +258,7 @@ class Distiller:
             [{"params": self.student.params, "lr": config.lr},
              *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
         if resume_from:
-            self.optimizer.load_state_dict(torch.load(resume_from / ckpt.OPTIMIZER_FILE))
+            self.optimizer.load_state_dict(torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device))
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,
                                   adapter=self.student.adapter, batch_size=config.rollout_batch)
         info = distributed.broadcast(embeddings_info(self.store) if self.world.is_main else None, self.world)
@@ -478,7 +484,8 @@ class Distiller:
         first, rows, t0 = self.step + 1, [], time.perf_counter()
         todo = f"steps {first}..{c.steps}" if first <= c.steps else f"all {c.steps} steps done, nothing to train"
         self.console.print(f"[bold]distill[/] run {c.run_id} ({c.method}): {todo}, "
-                           f"{c.tasks_per_step} tasks x {c.group_size} rollouts, env={c.env}, out={c.out}")
+                           f"{c.tasks_per_step} tasks x {c.group_size} rollouts, env={c.env}, out={c.out}, "
+                           f"{self.method.device} {self.method.dtype}")
         metrics_file = self.out / runs.METRICS_FILE
         for step in range(first, c.steps + 1):
             row = self.train_step(step)
@@ -495,7 +502,7 @@ class Distiller:
         if self.world.is_main:
             final = save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
                                student=self.student.model, adapter=self.student.adapter,
-                               export=self.method.export)
+                               export=self.method.export, device=self.method.device, dtype=self.method.dtype)
             self.logger.close()
         distributed.barrier(self.world)
         return DistillReport(

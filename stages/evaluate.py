@@ -31,6 +31,7 @@ from schemas import Trajectory
 from stages.core import isolation
 from stages.core.benches import BENCHES
 from stages.core.envs import EnvError
+from stages.core.policy import DType
 from stages.core.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
@@ -51,12 +52,16 @@ class EvaluateConfig(BaseModel):
     (:class:`stages.engines.latent.LatentEngine`; Table 3's "base + composer" row). ``engine``
     generates with transformers (``hf``) or vLLM (``vllm``: the model folder served by vLLM on a
     GPU, no transformers copy loaded, so no ``reference_nll``; not with ``composer``).
+    ``device`` / ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32
+    (:func:`stages.core.policy.resolve_device_dtype`).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     bench: BenchName
     model: str = "smollm2-135m"
+    device: str | None = None
+    dtype: DType | None = None
     limit: int | None = Field(default=None, ge=1)
     out: str | None = None
     data_dir: str | None = None
@@ -164,7 +169,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         if config.engine == "vllm":  # vLLM loads the weights itself
             model, tokenizer = resolve_model(config.model), load_tokenizer(config.model)
         else:
-            model, tokenizer = load_policy(config.model)
+            model, tokenizer = load_policy(config.model, dtype=config.dtype, device=config.device)
         engine = make_engine(config.engine, model, tokenizer, batch_size=config.batch_size,
                              prefix_cache_tokens=config.prefix_cache_tokens)
     order = {t.task_id: i for i, t in enumerate(prepared.tasks)}
@@ -240,7 +245,7 @@ def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
         raise ValueError(f"composer in {config.composer} was trained on backbone {cfg['backbone_id']}, "
                          f"got --model {config.model}")
     retriever = Retriever(ExperienceStore.open(config.store, create=False))
-    model, tokenizer = load_policy(config.model)
+    model, tokenizer = load_policy(config.model, config.dtype, config.device)
     composer = load_composer(model, config.composer, trainable=False, backbone_id=cfg["backbone_id"])
     composer.backbone.eval()
     return LatentEngine(composer.backbone, tokenizer, composer, retriever, placement=cfg["placement"],

@@ -195,7 +195,8 @@ def _eval_config(config: StudyConfig, label: str, out: Path) -> evaluate.Evaluat
     data_dir = config.distill.get("data_dir")
     return evaluate.EvaluateConfig(bench=config.bench, model=label, limit=config.eval_limit, out=str(out),
                                    data_dir=data_dir, max_new_tokens=config.eval_max_new_tokens,
-                                   batch_size=config.eval_batch)
+                                   batch_size=config.eval_batch, device=config.distill.get("device"),
+                                   dtype=config.distill.get("dtype"))
 
 
 def _eval_engine(config: StudyConfig, distiller: distill.Distiller):

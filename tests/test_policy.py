@@ -10,7 +10,7 @@ import torch
 
 from schemas import Message, ToolCall
 from stages.core.chat import action_spans, render, render_prompt, tokenize_for_training
-from stages.core.policy import load_policy, resolve_model
+from stages.core.policy import load_policy, resolve_device_dtype, resolve_model
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine
 from tests.tiny import save_tiny, tiny_model, tiny_tokenizer
@@ -89,8 +89,22 @@ def test_load_policy_from_saved_folder(tmp_path, tok):
 
 
 def test_load_policy_rejects_bad_dtype(tmp_path):
-    with pytest.raises(ValueError, match="not a torch dtype"):
+    with pytest.raises(ValueError, match="--dtype 'float33': use one of float32, bfloat16"):
         load_policy(str(save_tiny(tmp_path / "tiny")), dtype="float33")
+
+
+def test_device_and_dtype_defaults_and_errors(tmp_path):
+    cuda = torch.cuda.is_available()
+    assert resolve_device_dtype() == (("cuda", "bfloat16") if cuda else ("cpu", "float32"))
+    assert resolve_device_dtype("cpu") == ("cpu", "float32")  # CPU results stay as before: float32
+    assert resolve_device_dtype("cpu", "float64") == ("cpu", "float64")
+    with pytest.raises(ValueError, match="--device 'gpu0': not a torch device"):
+        resolve_device_dtype("gpu0")
+    if not cuda:
+        with pytest.raises(ValueError, match="--device 'cuda': CUDA is not available"):
+            resolve_device_dtype("cuda")
+    model, _ = load_policy(str(save_tiny(tmp_path / "tiny")), dtype="float64", device="cpu")
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
 
 
 @pytest.mark.skipif(os.environ.get("LOPD_REAL_MODEL") != "1", reason="slow (GGUF conversion); set LOPD_REAL_MODEL=1")

@@ -272,8 +272,8 @@ def action_spans(action_mask_T: torch.Tensor) -> list[tuple[int, int]]:
     """
     import torch
 
-    padded = torch.cat([torch.zeros(1, dtype=torch.int8), action_mask_T.to(torch.int8), torch.zeros(1, dtype=torch.int8)])
-    edges = torch.diff(padded)
+    edge = action_mask_T.new_zeros(1, dtype=torch.int8)  # on the mask's device
+    edges = torch.diff(torch.cat([edge, action_mask_T.to(torch.int8), edge]))
     starts = torch.nonzero(edges == 1).flatten().tolist()
     ends = torch.nonzero(edges == -1).flatten().tolist()
     return list(zip(starts, ends))

@@ -15,6 +15,10 @@ Rows of earlier releases carry no token ids; they are re-tokenized from their te
 :func:`stages.core.chat.tokenize_for_training` (a warning once per process). Their tool
 schemas are read from ``json.loads(traj.info)["tools"]`` (written by rollout), or passed
 explicitly to :func:`build_batch`.
+
+Devices: rows and batches are collated on the host (CPU; recorded log-probs and rewards in
+float64, the values as recorded) and moved to the model's device in one copy per tensor:
+``build_batch(...).to(device)`` (:meth:`LatentBatch.to`) and ``pad_rows(..., device=)``.
 """
 from __future__ import annotations
 
@@ -117,10 +121,10 @@ def encode_experiences(
     chosen: list[Trajectory | None] = list(experiences[:J]) + [None] * max(0, J - len(experiences))
     rows = [tokenizer(_pair_text(task_prompt, m))["input_ids"][:max_exp_tokens] for m in chosen]
     L = max((len(r) for r in rows), default=0)
-    ids = torch.full((J, L), _pad_id(tokenizer), dtype=torch.long)
-    mask = torch.zeros((J, L), dtype=torch.bool)
+    ids = torch.full((J, L), _pad_id(tokenizer), dtype=torch.long, device="cpu")  # host side
+    mask = torch.zeros((J, L), dtype=torch.bool, device="cpu")
     for j, row in enumerate(rows):
-        ids[j, : len(row)] = torch.tensor(row, dtype=torch.long)
+        ids[j, : len(row)] = torch.tensor(row, dtype=torch.long, device="cpu")
         mask[j, : len(row)] = True
     return ids, mask
 
@@ -133,7 +137,7 @@ class TrainRow:
         trajectory: the trajectory it comes from.
         ids_T: LongTensor (T,), context and sampled ids in order.
         mask_T: BoolTensor (T,), True exactly on the sampled action ids.
-        logprobs_T: FloatTensor (T,), the sampling log-prob of each sampled id (nats, as the
+        logprobs_T: float64 (T,), the sampling log-prob of each sampled id (nats, as the
             rollout engine recorded it), NaN where none was recorded (context, older rows,
             replayed references).
         first_turn: index of the trajectory's turn whose action this sequence starts with.
@@ -177,7 +181,7 @@ def trajectory_sequences(tokenizer: PreTrainedTokenizerBase, traj: Trajectory,
             _warned_retokenize = True
         ids_T, mask_T = tokenize_for_training(tokenizer, traj.messages,
                                               trajectory_tools(traj) if tools is None else tools)
-        return [(ids_T, mask_T, torch.full(ids_T.shape, nan), 0)]
+        return [(ids_T, mask_T, torch.full(ids_T.shape, nan, dtype=torch.float64, device="cpu"), 0)]
     seqs: list[tuple[list[int], list[bool], list[float], int]] = []
     for k, turn in enumerate(traj.turns):
         if k == 0 or turn.context_restart:
@@ -186,8 +190,8 @@ def trajectory_sequences(tokenizer: PreTrainedTokenizerBase, traj: Trajectory,
         ids += turn.context_ids + turn.token_ids
         mask += [False] * len(turn.context_ids) + [True] * len(turn.token_ids)
         logp += [nan] * len(turn.context_ids) + (turn.logprobs or [nan] * len(turn.token_ids))
-    return [(torch.tensor(i, dtype=torch.long), torch.tensor(m, dtype=torch.bool),
-             torch.tensor(lp, dtype=torch.float32), k) for i, m, lp, k in seqs]
+    return [(torch.tensor(i, dtype=torch.long, device="cpu"), torch.tensor(m, dtype=torch.bool, device="cpu"),
+             torch.tensor(lp, dtype=torch.float64, device="cpu"), k) for i, m, lp, k in seqs]
 
 
 def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory], *,
@@ -223,14 +227,17 @@ def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Traject
     return rows, skipped
 
 
-def pad_rows(tokenizer: PreTrainedTokenizerBase, rows: list[TrainRow]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Training rows as right-padded batch tensors.
+def pad_rows(tokenizer: PreTrainedTokenizerBase, rows: list[TrainRow],
+             device: torch.device | str = "cpu") -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Training rows as right-padded batch tensors on ``device`` (the model's).
+
+    Collated on the host, then moved with one copy per tensor.
 
     Returns:
         ids_BT: LongTensor (B, T), padded with the tokenizer's pad id (else eos, else 0).
         attn_BT: BoolTensor (B, T), True on real tokens.
         mask_BT: BoolTensor (B, T), True on sampled action ids.
-        logprobs_BT: FloatTensor (B, T), recorded sampling log-probs, NaN elsewhere.
+        logprobs_BT: float64 (B, T), recorded sampling log-probs, NaN elsewhere.
         insert_at_B: LongTensor (B,), each row's first action index (where a prefix context ends).
 
     Raises:
@@ -239,15 +246,15 @@ def pad_rows(tokenizer: PreTrainedTokenizerBase, rows: list[TrainRow]) -> tuple[
     if not rows:
         raise ValueError("pad_rows: no rows")
     B, T = len(rows), max(len(r.ids_T) for r in rows)
-    ids_BT = torch.full((B, T), _pad_id(tokenizer), dtype=torch.long)
-    attn_BT = torch.zeros((B, T), dtype=torch.bool)
-    mask_BT = torch.zeros((B, T), dtype=torch.bool)
-    logprobs_BT = torch.full((B, T), float("nan"))
+    ids_BT = torch.full((B, T), _pad_id(tokenizer), dtype=torch.long, device="cpu")
+    attn_BT = torch.zeros((B, T), dtype=torch.bool, device="cpu")
+    mask_BT = torch.zeros((B, T), dtype=torch.bool, device="cpu")
+    logprobs_BT = torch.full((B, T), float("nan"), dtype=torch.float64, device="cpu")
     for b, r in enumerate(rows):
         n = len(r.ids_T)
         ids_BT[b, :n], attn_BT[b, :n], mask_BT[b, :n], logprobs_BT[b, :n] = r.ids_T, True, r.mask_T, r.logprobs_T
-    insert_at_B = torch.tensor([action_spans(r.mask_T)[0][0] for r in rows], dtype=torch.long)
-    return ids_BT, attn_BT, mask_BT, logprobs_BT, insert_at_B
+    insert_at_B = torch.tensor([action_spans(r.mask_T)[0][0] for r in rows], dtype=torch.long, device="cpu")
+    return tuple(t.to(device) for t in (ids_BT, attn_BT, mask_BT, logprobs_BT, insert_at_B))
 
 
 def privileged_prefix(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, system: str | None = None,
@@ -314,7 +321,7 @@ class LatentBatch:
             "prefix" latents go (right after the task prompt / initial state).
         action_starts: per row, the start index of every action span (strictly increasing;
             for the "per-turn" placement). Spans cut off by ``max_len`` are dropped.
-        rewards_B: FloatTensor (B,), the trajectories' rewards.
+        rewards_B: float64 (B,), the trajectories' rewards (exact; cast where used).
         exp_ids_BJL: LongTensor (B, J, L), composer inputs (see :func:`encode_experiences`).
         exp_mask_BJL: BoolTensor (B, J, L).
         trajectory_ids: the rows' trajectory ids, in order.
@@ -339,7 +346,7 @@ class LatentBatch:
         return int((self.action_mask_BT & self.attn_mask_BT).sum())
 
     def to(self, device: torch.device | str) -> LatentBatch:
-        """A copy with every tensor moved to ``device``."""
+        """A copy with every tensor moved to ``device`` (dtypes kept; a no-op copy when already there)."""
         moved = {f.name: getattr(self, f.name).to(device) for f in fields(self)
                  if isinstance(getattr(self, f.name), Tensor)}
         return replace(self, **moved)
@@ -404,8 +411,8 @@ def build_batch(
     encoded = [encode_experiences(tokenizer, t.prompt, exps, J, max_exp_tokens)
                for t, exps in zip(targets, experiences)]
     L = max((ids.shape[1] for ids, _ in encoded), default=0)
-    exp_ids = torch.full((B, J, L), _pad_id(tokenizer), dtype=torch.long)
-    exp_mask = torch.zeros((B, J, L), dtype=torch.bool)
+    exp_ids = torch.full((B, J, L), _pad_id(tokenizer), dtype=torch.long, device="cpu")  # host side
+    exp_mask = torch.zeros((B, J, L), dtype=torch.bool, device="cpu")
     for b, (ids_JL, mask_JL) in enumerate(encoded):
         exp_ids[b, :, : ids_JL.shape[1]] = ids_JL
         exp_mask[b, :, : mask_JL.shape[1]] = mask_JL
@@ -415,7 +422,7 @@ def build_batch(
         action_mask_BT=action,
         insert_at_B=insert_at_B,
         action_starts=starts_all,
-        rewards_B=torch.tensor([float(t.reward) for t in targets], dtype=torch.float32),
+        rewards_B=torch.tensor([float(t.reward) for t in targets], dtype=torch.float64, device="cpu"),
         exp_ids_BJL=exp_ids,
         exp_mask_BJL=exp_mask,
         trajectory_ids=[t.trajectory_id for t in targets],

@@ -36,8 +36,13 @@ Reduction = Literal["trajectory", "token"]
 DEFAULT_CHUNK_SIZE = 256
 
 
+def upcast_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype loss math runs in for inputs of ``dtype``: float32, or float64 for float64."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _upcast(x: Tensor) -> Tensor:
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+    return x.to(upcast_dtype(x.dtype))
 
 
 def _check_chunk_size(chunk_size: int) -> None:

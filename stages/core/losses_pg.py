@@ -118,11 +118,11 @@ def group_advantages(rewards_N: Tensor, group_N: Tensor, *, scale_std: bool = Tr
     r_N = rewards_N.detach().to(torch.float64)
     G = int(group_N.max()) + 1 if group_N.numel() else 0
     count_G = torch.bincount(group_N, minlength=G).to(torch.float64)
-    mean_G = torch.zeros(G, dtype=torch.float64).index_add(0, group_N, r_N) / count_G.clamp(min=1)
+    mean_G = r_N.new_zeros(G).index_add(0, group_N, r_N) / count_G.clamp(min=1)
     centred_N = r_N - mean_G[group_N]
-    var_G = torch.zeros(G, dtype=torch.float64).index_add(0, group_N, centred_N ** 2) / (count_G - 1).clamp(min=1)
+    var_G = r_N.new_zeros(G).index_add(0, group_N, centred_N ** 2) / (count_G - 1).clamp(min=1)
     zero_var_G = torch.tensor([bool(((members := r_N[group_N == g]) == members[:1]).all()) if count_G[g] >= 2
-                               else True for g in range(G)], dtype=torch.bool)
+                               else True for g in range(G)], dtype=torch.bool, device=r_N.device)
     adv_N = centred_N / (var_G.sqrt()[group_N] + eps) if scale_std else centred_N
     return torch.where(zero_var_G[group_N], torch.zeros_like(adv_N), adv_N), zero_var_G
 

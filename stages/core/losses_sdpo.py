@@ -182,7 +182,7 @@ def sdpo_topk_loss(
     student_NV = student_logits_BTV[b_idx, t_idx]
     teacher_NV = teacher_logits_BTV.detach()[b_idx, t_idx]
     old_N = (old_logprobs_BT[b_idx, t_idx] if old_logprobs_BT is not None
-             else torch.full(ids_N.shape, float("nan"), device=ids_N.device))
+             else torch.full(ids_N.shape, float("nan"), dtype=torch.float64, device=ids_N.device))
     N = ids_N.numel()
     if N == 0:
         zero = student_NV.sum() * 0.0  # connected to the student's graph: a defined zero gradient

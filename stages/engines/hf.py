@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from stages.core.losses import upcast_dtype
 from stages.engines import Generation, SamplingParams, eos_token_ids, finish_generation
 from stages.engines.prefix_cache import PrefixCache, generate_cached
 
@@ -39,7 +40,8 @@ class _SampledLogprobs(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.pending is not None:  # input_ids now ends with the previous step's token
             self.steps.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))
-        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        # float32 for half-precision scores, float64 stays (as the training losses read them)
+        self.pending = torch.log_softmax(scores.to(upcast_dtype(scores.dtype)) / self.temperature, dim=-1)
         return scores
 
     def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
@@ -168,15 +170,12 @@ class HFRolloutEngine:
         """(B, n) LongTensor on the CPU: the tokens ``generate`` appended to each prompt."""
         if self.prefix_cache is not None:
             return torch.tensor(generate_cached(self.model, prompts, config, self.prefix_cache,
-                                                self.tokenizer.pad_token_id, self.eos_ids, **kwargs))
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        seqs = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                                   generation_config=config, **kwargs)
+                                                self.tokenizer.pad_token_id, self.eos_ids, **kwargs), device="cpu")
+        width, pad, device = max(len(p) for p in prompts), self.tokenizer.pad_token_id, self.device
+        # left padding, built on the host and sent in one copy
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], dtype=torch.long, device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device)
+        seqs = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config, **kwargs)
         return seqs[:, width:].cpu()
 
     def _finish(self, ids: list[int], logprobs: list[float], params: SamplingParams) -> Generation:

@@ -164,15 +164,15 @@ def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCac
     if any(len(p) == 0 for p in prompt_ids):
         raise ValueError("generate_cached: empty prompt")
     device = model.device
-    ids = [torch.tensor(p, dtype=torch.long) for p in prompt_ids]
+    ids = [torch.tensor(p, dtype=torch.long, device="cpu") for p in prompt_ids]  # host side: the cache's keys
     share_prefixes(model, ids, cache)
     # keep at least the last prompt token uncached: generate needs one token to feed
     hits = [cache.match(p[:-1]) for p in ids]
     C = max(n for n, _ in hits)
     N = max(len(p) - n for p, (n, _) in zip(ids, hits))
     B = len(ids)
-    input_ids = torch.full((B, C + N), pad_id, dtype=torch.long)
-    mask = torch.zeros((B, C + N), dtype=torch.long)
+    input_ids = torch.full((B, C + N), pad_id, dtype=torch.long, device="cpu")  # sent in one copy below
+    mask = torch.zeros((B, C + N), dtype=torch.long, device="cpu")
     for i, (p, (n, _)) in enumerate(zip(ids, hits)):
         new = p[n:]
         input_ids[i, C + N - len(new):] = new
@@ -203,7 +203,8 @@ def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCac
         gen = new_tokens[i].tolist()
         body = next((j for j, t in enumerate(gen) if t in eos), len(gen))
         keep = min(body, stored - (C + N))
-        cols = torch.cat([torch.arange(C - n, C), torch.arange(C + N - (len(p) - n), C + N + keep)]).to(device)
+        cols = torch.cat([torch.arange(C - n, C, device=device),
+                          torch.arange(C + N - (len(p) - n), C + N + keep, device=device)])
         seq = torch.cat([p, new_tokens[i, :keep]])
         cache.add(seq, [(lay.keys[i, :, cols], lay.values[i, :, cols]) for lay in kv.layers])
     return new_tokens.tolist()

@@ -29,6 +29,7 @@ from torch import nn
 from schemas import Trajectory
 from stages.core.contexts import TrainRow
 from stages.core.models import load_student
+from stages.core.policy import resolve_device_dtype
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
@@ -119,6 +120,12 @@ class Method:
             its ``prepare`` must not write the store (rank 0 alone writes it) and must give every
             rank the same result for the same global batch and store.
 
+    Attributes:
+        device, dtype: where every model of the run lives and its parameter dtype (strings,
+            ``config.device`` / ``config.dtype`` resolved by
+            :func:`stages.core.policy.resolve_device_dtype`); a method loads its own modules
+            (teacher copies, reference models) with them and moves each batch to ``device``.
+
     Args:
         options: validated ``Options`` (after :meth:`resolve_options`).
         config: the whole :class:`stages.distill.DistillConfig` (common settings).
@@ -136,6 +143,7 @@ class Method:
 
     def __init__(self, options: BaseModel, config: Any, resume_from: Path | None, state: dict) -> None:
         self.options, self.config = options, config
+        self.device, self.dtype = resolve_device_dtype(config.device, config.dtype)
         self.student = self.build_student(resume_from)
 
     @classmethod
@@ -146,7 +154,8 @@ class Method:
 
     def build_student(self, resume_from: Path | None) -> Student:
         """The student: a LoRA adapter (or a full copy) on ``config.model``, fresh or restored."""
-        return Student(*load_student(self.config.model, self.config.student_lora_rank, resume_from), self.config.model)
+        return Student(*load_student(self.config.model, self.config.student_lora_rank, resume_from,
+                                     device=self.device, dtype=self.dtype), self.config.model)
 
     def check_resources(self, store: Any) -> None:
         """Refuse settings that cannot run before the first step (default: nothing to check).

@@ -45,7 +45,7 @@ from torch import Tensor
 from schemas import Trajectory
 from stages.core.composer import adapter_parameters, add_lora_adapter, preserve_requires_grad
 from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
-from stages.core.losses import DEFAULT_CHUNK_SIZE
+from stages.core.losses import DEFAULT_CHUNK_SIZE, upcast_dtype
 from stages.core.losses_kd import KDReduction, generalized_jsd
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.teacher import context_teacher_logits, student_logits
@@ -144,13 +144,14 @@ class TextTeacher:
         kind: which weights score the tokens (module docstring).
         rate: EMA rate per optimizer step (``ema`` only): T <- (1 - rate) T + rate S.
         resume_from: checkpoint folder to restore the EMA teacher from (``teacher/``).
+        device, dtype: where a separately loaded teacher lives (the student's; None: automatic).
 
     The teacher never gets a gradient: its adapter / copy has ``requires_grad=False`` and
     :meth:`logits` runs under no_grad.
     """
 
     def __init__(self, student: Student, kind: TeacherKind, rate: float = 0.0,
-                 resume_from: Path | None = None) -> None:
+                 resume_from: Path | None = None, *, device: str | None = None, dtype: str | None = None) -> None:
         if kind not in ("frozen", "ema", "current"):
             raise ValueError(f"teacher must be 'frozen', 'ema' or 'current', got {kind!r}")
         self.student, self.kind, self.rate = student, kind, rate
@@ -160,14 +161,14 @@ class TextTeacher:
             self.adapter = student.adapter
         elif kind == "frozen" and not lora:
             from stages.core.policy import load_policy
-            self.model = load_policy(student.model_name)[0].requires_grad_(False)  # the initial weights
+            self.model = load_policy(student.model_name, dtype, device)[0].requires_grad_(False)  # the initial weights
         elif kind == "ema" and lora:
             self._add_ema_adapter(resume_from)
             self.adapter = TEACHER_ADAPTER
         elif kind == "ema":
             if resume_from:
                 from stages.core.policy import load_policy
-                self.model = load_policy(str(resume_from / TEACHER_FOLDER))[0].requires_grad_(False)
+                self.model = load_policy(str(resume_from / TEACHER_FOLDER), dtype, device)[0].requires_grad_(False)
             else:
                 self.model = frozen_teacher_copy(student.model)
 
@@ -274,7 +275,8 @@ class ReferenceMethod(Method):
 
     def __init__(self, options: ReferenceOptions, config, resume_from: Path | None, state: dict) -> None:
         super().__init__(options, config, resume_from, state)
-        self.teacher = TextTeacher(self.student, options.teacher, options.ema_rate, resume_from)
+        self.teacher = TextTeacher(self.student, options.teacher, options.ema_rate, resume_from,
+                                   device=self.device, dtype=self.dtype)
         self._step_stats: dict[str, float] = {}
 
     def framing(self, demonstration: str) -> dict[str, str]:
@@ -310,8 +312,10 @@ class ReferenceMethod(Method):
         o, s = self.options, self.student
         keep = [i for i, e in enumerate(extras) if e.prefix_ids is not None]
         if not keep:  # no gradient reaches the student; the optimizer skips params without one
-            return torch.zeros((), requires_grad=True), dict.fromkeys(self.loss_metrics, 0.0)
-        ids_BT, attn_BT, mask_BT, _, insert_B = pad_rows(s.tokenizer, [rows[i] for i in keep])
+            zero = torch.zeros((), dtype=upcast_dtype(getattr(torch, self.dtype)), device=self.device,
+                               requires_grad=True)
+            return zero, dict.fromkeys(self.loss_metrics, 0.0)
+        ids_BT, attn_BT, mask_BT, _, insert_B = pad_rows(s.tokenizer, [rows[i] for i in keep], self.device)
         s_logits = student_logits(s.model, ids_BT, attn_BT, adapter=s.adapter)
         t_logits = self.teacher.logits(ids_BT, attn_BT, insert_B, [extras[i].prefix_ids for i in keep])
         first = extras[keep[0]]

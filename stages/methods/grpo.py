@@ -89,7 +89,7 @@ class GRPO(Method):
         if options.kl_coef > 0 and self.student.adapter is None:
             from stages.core.models import frozen_teacher_copy
             from stages.core.policy import load_policy
-            self.reference = frozen_teacher_copy(load_policy(config.model)[0])
+            self.reference = frozen_teacher_copy(load_policy(config.model, self.dtype, self.device)[0])
         self.step_tokens, self.step_rows, self.step_metrics = 0, 0, {}
 
     # ----------------------------------------------------------------------------- prepare --
@@ -100,8 +100,10 @@ class GRPO(Method):
         o = self.options
         trajs = batch.trajectories
         groups: dict[str, int] = {}
-        group_N = torch.tensor([groups.setdefault(t.task_id, len(groups)) for t in trajs], dtype=torch.long)
-        rewards_N = torch.tensor([float(t.reward) for t in trajs], dtype=torch.float64)
+        # host-side bookkeeping: a handful of rewards per step, the advantages leave as floats
+        group_N = torch.tensor([groups.setdefault(t.task_id, len(groups)) for t in trajs], dtype=torch.long,
+                               device="cpu")
+        rewards_N = torch.tensor([float(t.reward) for t in trajs], dtype=torch.float64, device="cpu")
         adv_N, zero_var_G = group_advantages(rewards_N, group_N, scale_std=o.scale_std, eps=o.adv_eps)
         by_id = {t.trajectory_id: (float(adv_N[i]), bool(zero_var_G[group_N[i]])) for i, t in enumerate(trajs)}
         extras = []
@@ -135,14 +137,14 @@ class GRPO(Method):
         metrics are scaled by this micro-batch's share of the step's kept tokens.
         """
         o, s = self.options, self.student
-        ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, rows)
-        keep_B1 = torch.tensor([e.keep for e in extras], dtype=torch.bool).unsqueeze(1)
+        ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, rows, self.device)
+        keep_B1 = torch.tensor([e.keep for e in extras], dtype=torch.bool, device=self.device).unsqueeze(1)
         mask = (mask & keep_B1)[:, 1:]
         logits = student_logits(s.model, ids, attn, adapter=s.adapter)
         logp = token_logprobs(logits[:, :-1], ids[:, 1:], self.temperature)
-        old = old[:, 1:]
+        old = old[:, 1:].to(logp.dtype)
         old = torch.where(mask & torch.isnan(old), logp.detach(), old)  # no recorded log-prob: ratio 1
-        adv = torch.tensor([e.advantage for e in extras], dtype=logp.dtype)
+        adv = torch.tensor([e.advantage for e in extras], dtype=logp.dtype, device=logp.device)
         denom = self.denominator()
         loss, m = ppo_clip_loss(logp, old, adv, mask, eps_lo=o.eps_lo, eps_hi=o.eps_hi,
                                 aggregation=o.aggregation, denominator=denom)

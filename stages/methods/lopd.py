@@ -95,7 +95,8 @@ class LOPD(Method):
         """Student, composer phi and frozen phi_0 on one backbone (:func:`stages.core.models.load_models`)."""
         o, c = self.options, self.config
         m = load_models(c.model, Path(o.composer), resume_from, lora_rank=c.student_lora_rank,
-                             freeze_composer=o.freeze_composer, anchor_adapter=ANCHOR_ADAPTER)
+                        freeze_composer=o.freeze_composer, anchor_adapter=ANCHOR_ADAPTER,
+                        device=self.device, dtype=self.dtype)
         self.composer, self.anchor, self.composer_params = m.composer, m.anchor, m.composer_params
         if c.activation_checkpointing:
             enable_activation_checkpointing(self.composer.backbone)
@@ -140,7 +141,7 @@ class LOPD(Method):
         """
         o, s = self.options, self.student
         batch = build_batch(s.tokenizer, rows, extras, J=o.J, max_exp_tokens=o.max_exp_tokens,
-                            framed=self.placement == "framed")
+                            framed=self.placement == "framed").to(self.device)
         exp = (batch.exp_ids_BJL, batch.exp_mask_BJL)
         with torch.set_grad_enabled(not o.freeze_composer):
             c_phi = self.composer(*exp)  # (B, J*K, d)

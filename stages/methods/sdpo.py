@@ -168,8 +168,8 @@ class SDPO(Method):
         if s.adapter is None:  # full fine-tuning: a separate frozen module
             if saved is not None:
                 from transformers import AutoModelForCausalLM
-                self.teacher_model = AutoModelForCausalLM.from_pretrained(str(saved), dtype=torch.float32)
-                self.teacher_model.requires_grad_(False).eval()
+                self.teacher_model = AutoModelForCausalLM.from_pretrained(str(saved), dtype=getattr(torch, self.dtype))
+                self.teacher_model.to(self.device).requires_grad_(False).eval()
             else:
                 self.teacher_model = frozen_teacher_copy(s.model)
             self.teacher_adapter = None
@@ -223,7 +223,7 @@ class SDPO(Method):
             return sum(p.sum() for p in s.params) * 0.0, zero_metrics
         part = [rows[i] for i in keep]
         ctx = [extras[i] for i in keep]
-        ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, part)
+        ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, part, self.device)
         s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
         t_logits = context_teacher_logits(self.teacher_model, ids, attn, insert_at,
                                           [c.prefix_ids for c in ctx], adapter=self.teacher_adapter)
