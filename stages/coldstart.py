@@ -446,7 +446,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     # the name, not this machine's cache path, for the embedded default backbone
     backbone_id = config.model if config.model == DEFAULT_MODEL else resolve_model(config.model)
     device, dtype = resolve_device_dtype(config.device, config.dtype)
-    model, tokenizer = load_policy(config.model, dtype, device)
+    model, tokenizer = load_policy(config.model, dtype=dtype, device=device)
     check_step_memory(shape_of(model.config, batch=config.batch_size, J=config.J, K=config.K,
                                max_exp_tokens=config.max_exp_tokens, seq_len=config.max_len,
                                activation_checkpointing=config.activation_checkpointing),

@@ -111,7 +111,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         tokenizer = load_tokenizer(config.model)
     else:
         policy_id = config.model
-        model, tokenizer = load_policy(config.model, config.dtype, config.device)
+        model, tokenizer = load_policy(config.model, dtype=config.dtype, device=config.device)
         engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
                              prefix_cache_tokens=config.prefix_cache_tokens)
     store = ExperienceStore.open(config.store)

@@ -258,7 +258,8 @@ class Distiller:
             [{"params": self.student.params, "lr": config.lr},
              *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
         if resume_from:
-            self.optimizer.load_state_dict(torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device))
+            saved = torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device)
+            self.optimizer.load_state_dict(saved)
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,
                                   adapter=self.student.adapter, batch_size=config.rollout_batch)
         info = distributed.broadcast(embeddings_info(self.store) if self.world.is_main else None, self.world)

@@ -245,7 +245,7 @@ def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
         raise ValueError(f"composer in {config.composer} was trained on backbone {cfg['backbone_id']}, "
                          f"got --model {config.model}")
     retriever = Retriever(ExperienceStore.open(config.store, create=False))
-    model, tokenizer = load_policy(config.model, config.dtype, config.device)
+    model, tokenizer = load_policy(config.model, dtype=config.dtype, device=config.device)
     composer = load_composer(model, config.composer, trainable=False, backbone_id=cfg["backbone_id"])
     composer.backbone.eval()
     return LatentEngine(composer.backbone, tokenizer, composer, retriever, placement=cfg["placement"],

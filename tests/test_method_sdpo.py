@@ -51,7 +51,8 @@ def _group_batch():
 
 
 def _method(model_dir, rank: int = 4, **options):
-    config = SimpleNamespace(model=str(model_dir), student_lora_rank=rank, temperature=0.7)
+    config = SimpleNamespace(model=str(model_dir), student_lora_rank=rank, temperature=0.7,
+                             device=None, dtype=None)
     return SDPO(SDPOOptions(**options), config, None, {})
 
 
@@ -148,7 +149,8 @@ def test_the_teacher_is_saved_and_restored_exactly(assets, tmp_path, rank):
                  optimizer=torch.optim.AdamW(s.params))
     method.save(folder)
     assert (folder / "teacher").is_dir()
-    config = SimpleNamespace(model=str(assets[0]), student_lora_rank=rank, temperature=0.7)
+    config = SimpleNamespace(model=str(assets[0]), student_lora_rank=rank, temperature=0.7,
+                             device=None, dtype=None)
     again = SDPO(SDPOOptions(), config, folder, {})
     if rank:
         want, got = adapter_parameters(s.model, "teacher"), adapter_parameters(again.student.model, "teacher")

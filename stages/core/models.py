@@ -128,10 +128,10 @@ def load_student(model: str, lora_rank: int, resume_from: Path | None,
         ``(module, adapter or None, tokenizer, trainable parameters)``.
     """
     if lora_rank == 0:
-        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model, dtype, device)
+        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model, dtype=dtype, device=device)
         net.requires_grad_(True)
         return net, None, tokenizer, list(net.parameters())
-    backbone, tokenizer = load_policy(model, dtype, device)
+    backbone, tokenizer = load_policy(model, dtype=dtype, device=device)
     backbone.requires_grad_(False)
     if resume_from:
         backbone = PeftModel.from_pretrained(backbone, str(resume_from / "student"), adapter_name=adapter,
@@ -173,10 +173,10 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     if recorded not in (model, resolve_model(model)):  # before loading (or downloading) the model
         raise ValueError(f"composer in {composer_dir} was trained on backbone {recorded}, got {model}")
     if lora_rank == 0 and resume_from:
-        student, tokenizer = load_policy(str(resume_from / "student"), dtype, device)
-        backbone = load_policy(model, dtype, device)[0]
+        student, tokenizer = load_policy(str(resume_from / "student"), dtype=dtype, device=device)
+        backbone = load_policy(model, dtype=dtype, device=device)[0]
     else:
-        backbone, tokenizer = load_policy(model, dtype, device)
+        backbone, tokenizer = load_policy(model, dtype=dtype, device=device)
         student = copy.deepcopy(backbone) if lora_rank == 0 else None
     composer = load_composer(backbone, resume_from / "composer" if resume_from else composer_dir,
                              trainable=True, backbone_id=recorded)
@@ -241,7 +241,7 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     tmp = Path(tempfile.mkdtemp(prefix=".final.tmp-", dir=out))
     try:
         if adapter:
-            fresh = load_policy(model, dtype, device)[0]
+            fresh = load_policy(model, dtype=dtype, device=device)[0]
             student = PeftModel.from_pretrained(fresh, str(checkpoint / "student")).merge_and_unload()
         student.save_pretrained(tmp / "student")
         tokenizer.save_pretrained(tmp / "student")

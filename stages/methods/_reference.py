@@ -161,14 +161,16 @@ class TextTeacher:
             self.adapter = student.adapter
         elif kind == "frozen" and not lora:
             from stages.core.policy import load_policy
-            self.model = load_policy(student.model_name, dtype, device)[0].requires_grad_(False)  # the initial weights
+            initial = load_policy(student.model_name, dtype=dtype, device=device)[0]  # the initial weights
+            self.model = initial.requires_grad_(False)
         elif kind == "ema" and lora:
             self._add_ema_adapter(resume_from)
             self.adapter = TEACHER_ADAPTER
         elif kind == "ema":
             if resume_from:
                 from stages.core.policy import load_policy
-                self.model = load_policy(str(resume_from / TEACHER_FOLDER), dtype, device)[0].requires_grad_(False)
+                saved = load_policy(str(resume_from / TEACHER_FOLDER), dtype=dtype, device=device)[0]
+                self.model = saved.requires_grad_(False)
             else:
                 self.model = frozen_teacher_copy(student.model)
 

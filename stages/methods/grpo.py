@@ -89,7 +89,7 @@ class GRPO(Method):
         if options.kl_coef > 0 and self.student.adapter is None:
             from stages.core.models import frozen_teacher_copy
             from stages.core.policy import load_policy
-            self.reference = frozen_teacher_copy(load_policy(config.model, self.dtype, self.device)[0])
+            self.reference = frozen_teacher_copy(load_policy(config.model, dtype=self.dtype, device=self.device)[0])
         self.step_tokens, self.step_rows, self.step_metrics = 0, 0, {}
 
     # ----------------------------------------------------------------------------- prepare --

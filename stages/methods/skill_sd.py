@@ -290,7 +290,7 @@ class SkillSD(GRPO):
             else:
                 from stages.core.policy import load_policy
                 from stages.engines import make_engine
-                model, tokenizer = load_policy(name, self.dtype, self.device)
+                model, tokenizer = load_policy(name, dtype=self.dtype, device=self.device)
                 model.requires_grad_(False)
                 self._summarizer = (make_engine("hf", model.eval(), tokenizer, batch_size=self.config.rollout_batch),
                                     tokenizer, name)
