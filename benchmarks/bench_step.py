@@ -1,0 +1,498 @@
+"""Seconds per distill step at a real backbone shape: random weights, no download, no store.
+
+Builds a randomly initialised model of the shape of Qwen3-4B, Qwen3-8B or SmolLM2-135M from its
+config numbers and a word-level tokenizer over its vocabulary (each id is a word ``w<hex id>``:
+random words are random token ids), then runs warm-up + timed steps of one method through the
+project's own code: rollouts with ``stages.core.rollout.play`` on the ``hf`` engine (one-turn
+episodes, reward = parity of the answer's word count), ``training_rows``, the method's
+``prepare`` / ``loss`` / ``after_step`` (composer, teacher, losses), AdamW and the engine's
+weight sync. The update loop mirrors ``Distiller._update`` (``stages.distill`` is not imported: it
+opens a lancedb store); LOPD's experiences and OPSD/SDFT's verified references come from an
+in-memory stand-in (one reference per task, J experiences of other tasks).
+
+Defaults are the paper's settings (J=3, K=32, M=20, QFormer depth 8, LoRA rank 8, prompt 2k
+tokens, response 1k, batch 32, top-k 20); shrink them for a smoke run, e.g. on a CPU::
+
+    PYTHONPATH=. python benchmarks/bench_step.py --shape smollm2-135m --method lopd \\
+        --prompt-len 256 --response-len 64 --batch 2 --warmup 1 --steps 2
+
+Printed: seconds per step and per phase, tokens/s per phase, peak memory (RSS on the CPU,
+``torch.cuda.max_memory_allocated`` on CUDA) and the FLOP-bound time: the FLOPs of the counted
+forward positions (2 x parameters each, x3 when the forward is backpropagated) divided by the
+rate of a square matmul in the same dtype, measured first.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import random
+import resource
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import torch
+from torch import nn
+
+import stages.core.models
+import stages.core.policy
+from schemas import Message, Task, Trajectory, Turn
+from stages.core.composer import Composer, base_model, enable_activation_checkpointing, save_composer
+from stages.core.contexts import training_rows
+from stages.core.envs.base import StepResult
+from stages.core.policy import resolve_device_dtype
+from stages.core.rollout import RolloutStats, play
+from stages.engines import SamplingParams, make_engine
+from stages.methods import StepBatch, StepContext, get_method
+
+# config.json numbers of the public checkpoints (hidden size, layers, heads, kv heads, MLP width, vocab)
+SHAPES = {
+    "qwen3-4b": ("qwen3", dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                               head_dim=128, intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True,
+                               max_position_embeddings=40960, rope_theta=1e6, rms_norm_eps=1e-6)),
+    "qwen3-8b": ("qwen3", dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                               head_dim=128, intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False,
+                               max_position_embeddings=40960, rope_theta=1e6, rms_norm_eps=1e-6)),
+    "smollm2-135m": ("llama", dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                                   head_dim=64, intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True,
+                                   max_position_embeddings=8192, rope_theta=1e5, rms_norm_eps=1e-5)),
+}
+METHODS = ("lopd", "grpo", "opsd", "sdft", "sdpo")
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]")  # ids 0-3; the words follow
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+@dataclass
+class BenchConfig:
+    """The settings of :class:`stages.distill.DistillConfig` that the methods and this loop read."""
+
+    model: str
+    device: str
+    dtype: str
+    micro_batch: int
+    max_new_tokens: int
+    lr: float = 1e-5
+    student_lora_rank: int = 8
+    activation_checkpointing: bool = True
+    max_len: int | None = None
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 20
+    grad_clip: float = 1.0
+
+
+# ------------------------------------------------------------------------ model, tokenizer --
+
+
+def random_model(shape: str, layers: int | None, dtype: str, device: str, seed: int = 0) -> nn.Module:
+    """A randomly initialised causal LM of ``shape`` (``layers`` overrides the depth), built on
+    ``device`` in ``dtype`` (the same weights for the same seed, in eval mode)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
+
+    kind, numbers = SHAPES[shape]
+    numbers = {**numbers, **({"num_hidden_layers": layers} if layers else {})}
+    config = (Qwen3Config if kind == "qwen3" else LlamaConfig)(
+        **numbers, bos_token_id=None, eos_token_id=2, pad_token_id=0)
+    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.device(device):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 2
+    return model.eval()
+
+
+def word_tokenizer(vocab_size: int):
+    """A ChatML tokenizer whose ids 4.. are the words ``w<hex id>`` (pad 0, eos ``<|im_end|>`` 2)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)} | {f"w{i:x}": i for i in range(len(SPECIALS), vocab_size)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  unk_token="[UNK]", additional_special_tokens=["<|im_start|>"], padding_side="left")
+    tok.chat_template = CHATML
+    return tok
+
+
+def words(rng: random.Random, n: int, vocab_size: int) -> str:
+    """``n`` random words, i.e. ``n`` random token ids."""
+    return " ".join(f"w{rng.randrange(len(SPECIALS), vocab_size):x}" for _ in range(n))
+
+
+# ---------------------------------------------------------------- environment, memory --
+
+
+class OneTurnEnv:
+    """One action per episode; reward 1 when the answer has an even number of words."""
+
+    max_steps = 1
+
+    def reset(self, task: Task) -> list[Message]:
+        return [Message(role="user", content=task.prompt)]
+
+    def step(self, action: str) -> StepResult:
+        reward = float(len(action.split()) % 2 == 0)
+        return StepResult(observation=[], reward=reward, done=True, info={"success": reward == 1.0})
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class _Hit:
+    trajectory: Trajectory
+
+
+class InMemoryMemory:
+    """Stand-in for the experience store (``query``: OPSD/SDFT's verified references) and its
+    retriever (``retrieve``: LOPD's experiences) over trajectories held in a list."""
+
+    def __init__(self, trajectories: list[Trajectory]):
+        self.trajectories = trajectories
+
+    def query(self, *, split=None, success=None, task_ids=None, env=None, **_) -> list[Trajectory]:
+        return [t for t in self.trajectories if (split is None or t.split == split) and
+                (success is None or t.success == success) and (task_ids is None or t.task_id in task_ids)
+                and (env is None or t.env == env)]
+
+    def retrieve(self, text: str, k: int, *, success_only: bool = False, env=None, split=None,
+                 exclude_ids=(), exclude_task_ids=(), **_) -> list[_Hit]:
+        found = [t for t in self.query(split=split, success=True if success_only else None, env=env)
+                 if t.trajectory_id not in exclude_ids and t.task_id not in exclude_task_ids]
+        return [_Hit(t) for t in found[:k]]
+
+
+def _solved(rng: random.Random, task_id: str, prompt: str, turns: int, length: int, vocab: int) -> Trajectory:
+    actions = [words(rng, length, vocab) for _ in range(turns)]
+    messages = [Message(role="user", content=prompt)] + [Message(role="assistant", content=a) for a in actions]
+    return Trajectory(trajectory_id=f"ref-{task_id}", task_id=task_id, env="bench", split="train", prompt=prompt,
+                      policy="reference", messages=messages, turns=[Turn(action=a) for a in actions], reward=1.0,
+                      success=True, num_steps=turns, num_tool_calls=0, run_id="bench")
+
+
+# --------------------------------------------------------------------------- measuring --
+
+
+def _sync(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_rate(device: str, dtype: str, n: int, seconds: float = 1.0) -> float:
+    """FLOP/s of an (n x n) @ (n x n) matmul in ``dtype`` on ``device`` (2 n^3 per product)."""
+    a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+    b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+    a @ b
+    _sync(device)
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds or done < 3:
+        a @ b
+        done += 1
+        if done % 8 == 0:
+            _sync(device)
+    _sync(device)
+    return 2 * n ** 3 * done / (time.perf_counter() - t0)
+
+
+class Meter:
+    """Forward tokens per backbone and timed calls of the step's forwards.
+
+    Every distinct backbone gets hooks on its decoder body and its LM head that count the
+    positions they compute (padding included: it is computed); a forward counts as trained when
+    autograd records it (its graph is backpropagated: the student, the composer encoder,
+    LOPD's teacher), else as forward-only (rollouts, frozen teachers, the anchor composer).
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self.tokens = {("body", True): 0, ("body", False): 0, ("head", True): 0, ("head", False): 0}
+        self.seconds: dict[str, float] = {}
+        self.params = {"body": 0, "head": 0}
+        self._seen: set[int] = set()
+
+    def watch(self, model: nn.Module) -> None:
+        """Count the forward tokens of ``model``'s decoder body and LM head (once per backbone)."""
+        hf = base_model(model)
+        if id(hf) in self._seen:
+            return
+        self._seen.add(id(hf))
+        body, head = hf.get_decoder(), hf.get_output_embeddings()
+        if not self.params["body"]:  # FLOPs per token: the matmul weights, not the embedding lookup
+            self.params["body"] = sum(p.numel() for n, p in body.named_parameters()
+                                      if "lora_" not in n and "embed_tokens" not in n)
+            self.params["head"] = head.weight.numel()
+        body.register_forward_hook(functools.partial(self._count, "body"), with_kwargs=True)
+        head.register_forward_hook(functools.partial(self._count, "head"), with_kwargs=True)
+
+    def _count(self, part: str, module, args, kwargs, output) -> None:
+        x = args[0] if args else next(kwargs[k] for k in ("input_ids", "inputs_embeds") if kwargs.get(k) is not None)
+        trained = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        self.tokens[(part, trained)] += x.shape[:2].numel()  # (B, S) ids, or (B, S, d) embeddings / hidden states
+
+    def timed(self, name: str, fn):
+        """``fn`` with its wall time (device-synchronised) added to ``seconds[name]``."""
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            _sync(self.device)
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            _sync(self.device)
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+            return out
+        return wrapper
+
+    def flops(self) -> float:
+        """2 x params per counted position, x3 where the graph is backpropagated."""
+        return sum((3 if trained else 1) * 2 * self.params[part] * n for (part, trained), n in self.tokens.items())
+
+    def reset(self) -> None:
+        self.tokens = dict.fromkeys(self.tokens, 0)
+        self.seconds = {}
+
+
+# ------------------------------------------------------------------------------- set-up --
+
+
+@dataclass
+class Bench:
+    """Everything one timed step needs (built by :func:`build`)."""
+
+    args: argparse.Namespace
+    config: BenchConfig
+    tokenizer: object
+    method: object
+    optimizer: torch.optim.Optimizer
+    groups: list[nn.Parameter]
+    engine: object
+    tasks: list[Task]
+    memory: InMemoryMemory
+    meter: Meter
+    patches: contextlib.ExitStack
+
+
+def build(args: argparse.Namespace, scratch: Path) -> Bench:
+    """Model, method, optimizer, engine, tasks and memory of the benchmark (nothing timed)."""
+    device, dtype = resolve_device_dtype(args.device, args.dtype)
+    name = f"random/{args.shape}"  # what the composer records as its backbone
+    vocab = SHAPES[args.shape][1]["vocab_size"]
+    config = BenchConfig(model=name, device=device, dtype=dtype, micro_batch=args.micro_batch,
+                         max_new_tokens=args.response_len, student_lora_rank=args.lora_rank,
+                         activation_checkpointing=args.activation_checkpointing)
+    tokenizer = word_tokenizer(vocab)
+    spare: list[nn.Module] = []  # a backbone built already (for the composer), used by the first load
+
+    def load(model_name: str, dtype: str | None = None, device: str | None = None):
+        """The project's loaders (``load_student``, ``load_models``) get a random model: the same
+        initial weights at every load, as from a checkpoint."""
+        model = spare.pop() if spare else random_model(args.shape, args.layers, dtype or config.dtype,
+                                                       device or config.device)
+        return model, tokenizer
+
+    method_cls = get_method(args.method)
+    options = {}
+    if args.method == "lopd":  # a fresh composer saved as the cold-start phi_0 (LOPD reads one)
+        backbone = random_model(args.shape, args.layers, dtype, device)
+        composer = Composer(backbone, J=args.J, K=args.K, depth=args.depth, lora_rank=8, lora_alpha=16,
+                            max_exp_tokens=args.exp_tokens)
+        save_composer(composer, scratch / "composer0", {"backbone_id": name})
+        spare.append(composer.backbone.unload())  # the plain model again, for load_models
+        options = {"composer": str(scratch / "composer0"), "J": args.J, "K": args.K, "M": args.M}
+    options = method_cls.resolve_options(method_cls.Options(**options))
+    with mock.patch.object(stages.core.models, "load_policy", load), \
+            mock.patch.object(stages.core.policy, "load_policy", load):
+        method = method_cls(options, config, None, {})
+    student = method.student
+    if config.activation_checkpointing:  # as Distiller does; a composer method did it on its backbone
+        if student.adapter is None:
+            base_model(student.model).gradient_checkpointing_enable()
+        elif not method.needs_composer:
+            enable_activation_checkpointing(student.model)
+    extra = method.param_groups()
+    groups = list(student.params) + [p for params, _ in extra.values() for p in params]
+    optimizer = torch.optim.AdamW([{"params": student.params, "lr": config.lr},
+                                   *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
+    engine = make_engine("hf", student.model, tokenizer, adapter=student.adapter, batch_size=args.batch)
+
+    rng = random.Random(0)
+    group = min(args.group_size, args.batch)
+    tasks = [Task(task_id=f"task-{i}", env="bench", split="train", prompt=words(rng, args.prompt_len, vocab))
+             for i in range(max(1, args.batch // group))]
+    pool = [_solved(rng, t.task_id, t.prompt, 1, args.response_len, vocab) for t in tasks]  # OPSD/SDFT's references
+    pool += [_solved(rng, f"other-{j}", words(rng, 64, vocab), 3, 300, vocab) for j in range(args.J)]  # LOPD's m_j
+
+    meter = Meter(device)
+    for module in [student.model, *(m for m in vars(method).values() if isinstance(m, nn.Module)),
+                   getattr(getattr(method, "teacher", None), "model", None)]:
+        if isinstance(module, nn.Module) and hasattr(base_model(module), "get_decoder"):
+            meter.watch(module)
+    patches = contextlib.ExitStack()
+    for cls in type(method).__mro__:  # the forwards the method calls, timed (device-synchronised)
+        module = __import__(cls.__module__, fromlist=["_"])
+        for fn, label in (("student_logits", "student"), ("teacher_logits", "teacher"),
+                          ("context_teacher_logits", "teacher")):
+            if hasattr(module, fn):
+                patches.enter_context(mock.patch.object(module, fn, meter.timed(label, getattr(module, fn))))
+    for composer in (getattr(method, "composer", None), getattr(method, "anchor", None)):
+        if composer is not None:
+            composer.forward = meter.timed("composer", composer.forward)
+    return Bench(args, config, tokenizer, method, optimizer, groups, engine, tasks, InMemoryMemory(pool), meter,
+                 patches)
+
+
+# --------------------------------------------------------------------------------- step --
+
+
+def step(bench: Bench, index: int) -> dict:
+    """One distill step; returns its seconds per phase and token counts."""
+    b, c, meter = bench, bench.config, bench.meter
+    method, student = b.method, b.method.student
+    meter.reset()
+    _sync(c.device)
+    t_start = time.perf_counter()
+    stats = RolloutStats()
+    params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
+                            max_new_tokens=c.max_new_tokens, seed=index)
+    student.model.eval()
+    trajectories = list(play(b.engine, b.tokenizer, OneTurnEnv, b.tasks, params=params, stats=stats,
+                             samples_per_task=min(b.args.group_size, b.args.batch), policy_id=c.model,
+                             run_id="bench", max_concurrent=b.args.batch))
+    _sync(c.device)
+    rollout_s = time.perf_counter() - t_start
+    t0 = time.perf_counter()
+    rows, _ = training_rows(b.tokenizer, [t for t in trajectories if t.turns], max_len=c.max_len)
+    batch = StepBatch(rows, trajectories)
+    batch.extras = method.prepare(batch, StepContext(b.memory, b.memory, b.engine, index))
+    prepare_s = time.perf_counter() - t0
+    student.model.train()
+    method.train_mode()
+    loss_fn, backward = meter.timed("forward", method.loss), meter.timed("backward", torch.Tensor.backward)
+    sums: dict[str, float] = {"loss": 0.0}
+    for _ in range(method.update_epochs):  # as Distiller._update: exact accumulation over micro-batches
+        b.optimizer.zero_grad(set_to_none=True)
+        for lo in range(0, len(rows), c.micro_batch):
+            part = rows[lo:lo + c.micro_batch]
+            loss, metrics = loss_fn(part, batch.extras[lo:lo + c.micro_batch], len(part) / len(rows))
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss at step {index}")
+            for p in b.groups:  # FIELD-NOTES pitfall 2
+                p.requires_grad_(True)
+            backward(loss)
+            sums["loss"] += float(loss.detach())
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v / method.update_epochs
+        meter.timed("optimizer", _clip_and_step)(b.groups, b.optimizer, c.grad_clip)  # as Distiller._update
+    t0 = time.perf_counter()
+    method.after_step(sums)
+    b.engine.sync_weights(student.model, student.adapter)
+    _sync(c.device)
+    sync_s, prompt = time.perf_counter() - t0, sum(len(t.turns[0].context_ids) for t in trajectories if t.turns)
+    return {"seconds": time.perf_counter() - t_start, "rollout_s": rollout_s, "prepare_s": prepare_s,
+            "sync_s": sync_s, **{f"{k}_s": v for k, v in meter.seconds.items()}, "generated": stats.generated_tokens,
+            "prompt": prompt, "trained": sum(len(r.ids_T) for r in rows), "rows": len(rows), "flops": meter.flops(),
+            "tokens": dict(meter.tokens)}
+
+
+def _clip_and_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> None:
+    torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    optimizer.step()
+
+
+# --------------------------------------------------------------------------------- main --
+
+
+def report(bench: Bench, timed: list[dict], rate: float) -> None:
+    """The mean of the timed steps: seconds, tokens/s per phase, FLOP-bound time, peak memory."""
+    def _rate(tokens: float, seconds: float) -> str:
+        return f"{tokens / seconds:,.0f}" if seconds > 0 else "-"
+    mean = {k: sum(r[k] for r in timed) / len(timed) for k in timed[0] if k != "tokens"}
+    tokens = {k: sum(r["tokens"][k] for r in timed) / len(timed) for k in timed[0]["tokens"]}
+    phases = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s")
+    print(f"mean of {len(timed)} timed step(s): {mean['seconds']:.2f} s/step = "
+          + " + ".join(f"{k[:-2]} {mean.get(k, 0.0):.2f}" for k in phases)
+          + " (forward: " + ", ".join(f"{k[:-2]} {mean[k]:.2f}" for k in ("student_s", "teacher_s", "composer_s")
+                                     if k in mean) + ")")
+    print(f"tokens per step: {mean['rows']:.0f} rows, {mean['prompt']:,.0f} prompt + {mean['generated']:,.0f} "
+          f"generated in the rollout, {mean['trained']:,.0f} in the training rows")
+    print(f"tokens/s: rollout {_rate(mean['generated'], mean['rollout_s'])} generated "
+          f"({_rate(mean['generated'] + mean['prompt'], mean['rollout_s'])} with the prompt), "
+          f"forward {_rate(mean['trained'], mean.get('forward_s', 0.0))}, "
+          f"backward {_rate(mean['trained'], mean.get('backward_s', 0.0))}, "
+          f"whole step {_rate(mean['trained'], mean['seconds'])} (training-row tokens)")
+    p = bench.meter.params
+    print(f"forward positions computed per step (padding included): backpropagated {tokens[('body', True)]:,.0f} "
+          f"(LM head {tokens[('head', True)]:,.0f}), forward-only {tokens[('body', False)]:,.0f} "
+          f"(LM head {tokens[('head', False)]:,.0f})")
+    print(f"FLOPs per step: {mean['flops'] / 1e12:.3f} TFLOP = sum over forwards of 2 x (P_layers "
+          f"{p['body'] / 1e6:.1f}M x positions + P_head {p['head'] / 1e6:.1f}M x LM-head positions), x3 for a "
+          "backpropagated forward (attention's S^2 term, the QFormer and the optimizer not counted)")
+    bound = mean["flops"] / rate
+    print(f"FLOP-bound time: {bound:.2f} s/step at the measured matmul rate; measured / bound = "
+          f"{mean['seconds'] / bound:.1f}x")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if torch.device(bench.config.device).type == "cuda":
+        print(f"peak memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB allocated on the GPU "
+              f"({torch.cuda.max_memory_reserved() / 2**30:.1f} GiB reserved), RSS {rss:,.0f} MB")
+    else:
+        print(f"peak memory: RSS {rss:,.0f} MB (resource.getrusage ru_maxrss)")
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-4b")
+    parser.add_argument("--method", choices=METHODS, default="lopd")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available, else cpu)")
+    parser.add_argument("--dtype", choices=stages.core.policy.DTYPES, help="(default: bfloat16 on cuda, else float32)")
+    parser.add_argument("--prompt-len", type=int, default=2048, help="prompt words (= tokens) per task")
+    parser.add_argument("--response-len", type=int, default=1024, help="max new tokens per rollout")
+    parser.add_argument("--batch", type=int, default=32, help="rollouts per step (the paper's batch)")
+    parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (B.1's G)")
+    parser.add_argument("--micro-batch", type=int, default=4, help="training rows per forward/backward")
+    parser.add_argument("--J", type=int, default=3)
+    parser.add_argument("--K", type=int, default=32)
+    parser.add_argument("--M", type=int, default=20)
+    parser.add_argument("--depth", type=int, default=8, help="QFormer block applications")
+    parser.add_argument("--exp-tokens", type=int, default=512, help="token budget of one composer input")
+    parser.add_argument("--lora-rank", type=int, default=8, help="student LoRA rank; 0 = full fine-tuning")
+    parser.add_argument("--layers", type=int, help="override the number of decoder layers (smoke runs)")
+    parser.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps")
+    parser.add_argument("--matmul-n", type=int, help="side of the timed square matmul (default: 8192 cuda, 1024 cpu)")
+    args = parser.parse_args(argv)
+    device, dtype = resolve_device_dtype(args.device, args.dtype)
+    n = args.matmul_n or (8192 if torch.device(device).type == "cuda" else 1024)
+    rate = matmul_rate(device, dtype, n)
+    _, numbers = SHAPES[args.shape]
+    print(f"bench_step: {args.shape} shape (layers {args.layers or numbers['num_hidden_layers']}, hidden "
+          f"{numbers['hidden_size']}, vocab {numbers['vocab_size']}), random weights, method {args.method}, "
+          f"{device} {dtype}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+    print(f"matmul {n}x{n} {dtype}: {rate / 1e12:.3f} TFLOP/s")
+    with tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
+        t0 = time.perf_counter()
+        bench = build(args, Path(scratch))
+        with bench.patches:
+            lopd = f", J={args.J} K={args.K} M={args.M} depth {args.depth}, composer inputs <= {args.exp_tokens} tokens"
+            print(f"settings: {args.batch} rollouts ({len(bench.tasks)} tasks x G {min(args.group_size, args.batch)}), "
+                  f"prompt {args.prompt_len}, response <= {args.response_len}, micro-batch {args.micro_batch}, LoRA "
+                  f"rank {args.lora_rank}, activation checkpointing {'on' if args.activation_checkpointing else 'off'}"
+                  f"{lopd if args.method == 'lopd' else ''}; set-up {time.perf_counter() - t0:.1f} s")
+            rows = []
+            for i in range(args.warmup + args.steps):
+                if i == args.warmup and torch.device(device).type == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                row = step(bench, i)
+                rows.append(row)
+                print(f"step {i + 1}{' (warm-up)' if i < args.warmup else ''}: {row['seconds']:.2f} s (rollout "
+                      f"{row['rollout_s']:.2f}, forward {row.get('forward_s', 0):.2f}, backward "
+                      f"{row.get('backward_s', 0):.2f}, optimizer {row.get('optimizer_s', 0):.2f})", flush=True)
+            report(bench, rows[args.warmup:] or rows, rate)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
