@@ -110,7 +110,7 @@ def test_coldstart_killed_resumes_identically(tmp_path, store_path, tiny_dir):
     assert _kill_when(COLDSTART, config.model_dump_json(), tmp_path,
                       lambda: _lines(out / "metrics.jsonl") >= 3), "finished before the kill"
     coldstart.run(config.model_copy(update={"resume": True}), embedder=ColdstartEmbedder())
-    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "seconds"}  # noqa: E731
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k not in ("seconds", "rss_mb", "peak_rss_mb")}  # noqa: E731
                        for x in (p / "metrics.jsonl").read_text().splitlines()]
     assert strip(out) == strip(Path(straight.out))
     assert json.loads((out / "heldout.json").read_text()) == json.loads((Path(straight.out) / "heldout.json").read_text())
