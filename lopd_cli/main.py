@@ -278,6 +278,7 @@ def distill(
 
         raise typer.Exit(distributed.launch(nproc, _given_options(ctx, skip=("nproc",))))
     from stages import distill as stage
+    from stages.distill_settings import parse_options, settings
 
     flags = {
         "method": method, "env": env, "store": store, "composer": composer, "out": out, "model": model,
@@ -293,8 +294,8 @@ def distill(
         "run_id": run_id, "beta0": beta0, "composer_lr": composer_lr, "max_exp_tokens": max_exp_tokens,
         "exclude_same_task": exclude_same_task, "allow_overlap": allow_overlap,
     }
-    flags.update(stage.parse_options(option))
-    stage.run(stage.settings(flags, config, resume))
+    flags.update(parse_options(option))
+    stage.run(settings(flags, config, resume))
 
 
 @app.command()

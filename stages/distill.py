@@ -16,16 +16,14 @@ Data-parallel training over N processes (``torchrun`` / ``lopd distill --nproc N
 """
 from __future__ import annotations
 
-import json
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 from rich.console import Console
 
 from schemas import Task, Trajectory
@@ -34,16 +32,16 @@ from stages.core import distributed, memory, resources, runs
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
-from stages.core.inputs import read_config_file
 from stages.core.leakage import check_train_tasks
 from stages.core.models import save_final, save_student
-from stages.core.policy import DType, resolve_device_dtype
+from stages.core.policy import resolve_device_dtype
 from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
-from stages.core.tracking import Logger, RunLogger, check_logger
+from stages.core.tracking import RunLogger, check_logger
 from stages.engines import SamplingParams, check_engine, make_engine
+from stages.distill_settings import DistillConfig
 from stages.methods import Method, StepBatch, StepContext, get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
@@ -61,97 +59,6 @@ TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", 
 RANK_SEED_STRIDE = 100_003  # rank r of a data-parallel run samples with seeds offset by r x this
 
 
-class DistillConfig(BaseModel):
-    """Settings of one `lopd distill` run (the CLI flags, validated).
-
-    Common settings are fields; the method's own options (``lopd``: composer, margin, J, K, M,
-    lambda, ...) are given flat as well (``DistillConfig(method="lopd", margin=0.05, ...)``, or
-    keys of a config file) and validated into ``options`` by the method's ``Options`` model; a
-    key that is neither is an error naming the method's options. ``student_lora_rank=0`` =
-    full fine-tuning; ``max_len`` None = whole sequences (longer ones are cut; a row whose
-    prompt alone fills it is skipped and counted); ``micro_batch`` = training rows per
-    forward/backward; ``embedder`` None = the store's; ``max_turns`` (``max_steps`` in older
-    config files) caps an episode's actions; ``device`` / ``dtype`` None = CUDA in bfloat16 when
-    a GPU is visible, else the CPU in float32 (:func:`stages.core.policy.resolve_device_dtype`;
-    kept None in the frozen config, so a resumed run picks its machine's).
-    """
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    env: str
-    store: str
-    out: str
-    method: str = "lopd"
-    options: dict[str, Any] = Field(default_factory=dict)
-    model: str = "smollm2-135m"
-    engine: str = "hf"
-    device: str | None = None
-    dtype: DType | None = None
-    data_dir: str | None = None
-    lr: float = Field(1e-5, gt=0.0)
-    steps: int = Field(10, ge=1)
-    tasks_per_step: int = Field(2, ge=1)
-    group_size: int = Field(2, ge=1)
-    max_turns: int = Field(30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
-    max_new_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.7, ge=0.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
-    student_lora_rank: int = Field(8, ge=0)
-    max_len: int | None = Field(None, ge=2)
-    micro_batch: int = Field(4, ge=1)
-    rollout_batch: int = Field(8, ge=1)
-    activation_checkpointing: bool = Field(False, validation_alias=AliasChoices(
-        "activation_checkpointing", "grad_checkpointing"))
-    embedder: str | None = None
-    checkpoint_every: int = Field(5, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
-    log: Logger = "none"
-    grad_clip: float = Field(1.0, ge=0.0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
-    run_id: str | None = None
-    resume: bool = False
-    allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.core.leakage)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _method_options(cls, data: Any) -> Any:
-        """Move the method's own keys into ``options`` and validate them with its Options."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        if "tensorboard" in data:  # the older spelling of log = "tensorboard" (runs saved before it too)
-            if data.pop("tensorboard") and "log" not in data:
-                data["log"] = "tensorboard"
-                warnings.warn('the setting "tensorboard = true" is deprecated: use log = "tensorboard"',
-                              FutureWarning, stacklevel=2)
-        method = get_method(data.get("method", "lopd"))
-        common = _accepted_names(cls)
-        options = dict(data.pop("options", None) or {})
-        options.update({k: data.pop(k) for k in list(data) if k not in common})
-        known = _accepted_names(method.Options)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r} for method {method.name!r} (its options: "
-                             f"{', '.join(sorted(method.Options.model_fields)) or 'none'})")
-        data["options"] = method.Options.model_validate(options).model_dump()
-        return data
-
-    def flat(self) -> dict[str, Any]:
-        """Common settings and method options in one mapping (how they are given)."""
-        values = self.model_dump(exclude={"options"})
-        return {**values, **self.options}
-
-
-def _accepted_names(model_cls: type[BaseModel]) -> set[str]:
-    """The field names of ``model_cls`` and the older spellings its ``AliasChoices`` accept."""
-    names = set(model_cls.model_fields)
-    for field in model_cls.model_fields.values():
-        if isinstance(field.validation_alias, AliasChoices):
-            names.update(c for c in field.validation_alias.choices if isinstance(c, str))
-    return names
-
-
 class DistillReport(BaseModel):
     """Summary of a distill run (this invocation's steps; means over them)."""
 
@@ -166,21 +73,6 @@ class DistillReport(BaseModel):
     final_dir: str
     last_checkpoint: str
     seconds: float
-
-
-def load_config(path: str | Path) -> dict:
-    """A distill config file (:func:`stages.core.inputs.read_config_file`), with the paper's name
-    ``lambda`` for the anchor weight renamed to the field name ``lam``.
-
-    Raises:
-        ValueError: see :func:`read_config_file`; or both ``lambda`` and ``lam`` given.
-    """
-    data = read_config_file(path)
-    if "lambda" in data:
-        if "lam" in data:
-            raise ValueError(f"{path}: give the anchor weight once, as `lambda` or as `lam`")
-        data["lam"] = data.pop("lambda")
-    return data
 
 
 class Distiller:
@@ -527,54 +419,6 @@ def _grad_norm(params: list[torch.nn.Parameter]) -> float:
     """L2 norm of the gradients of ``params`` (missing gradients count as zero)."""
     grads = [p.grad.detach().double().pow(2).sum() for p in params if p.grad is not None]
     return float(torch.stack(grads).sum().sqrt()) if grads else 0.0
-
-
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """``["ppo_epochs=2", "summarizer=Qwen/Qwen3-4B"]`` -> ``{"ppo_epochs": 2, "summarizer": ...}``.
-
-    A value is read as JSON (numbers, true/false, null, lists) and else kept as a string.
-
-    Raises:
-        ValueError: an item without ``=`` or with an empty key.
-    """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--option {pair!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
-
-
-def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool = False) -> DistillConfig:
-    """The run's settings from CLI flags, an optional config file and the run's saved settings.
-
-    Precedence: flags given (not None) > ``config_file`` > with ``resume`` the saved
-    ``OUT/config.json`` > defaults (store ``runs/store``, out ``runs/lopd``).
-
-    Raises:
-        ValueError: unreadable config file, a missing required setting (``env``; the method's
-            own, e.g. ``composer`` for lopd), an unknown option.
-    """
-    values = load_config(config_file) if config_file else {}
-    run_dir = Path(flags.get("out") or values.get("out", "runs/lopd"))
-    if resume and (run_dir / runs.CONFIG_FILE).is_file():  # the run's own settings are the base
-        saved = runs.saved_config(run_dir)
-        values = {**{k: v for k, v in saved.items() if k != "options"}, **saved.get("options", {}), **values}
-    values.update({k: v for k, v in flags.items() if v is not None})
-    values.setdefault("store", "runs/store")
-    values.setdefault("out", "runs/lopd")
-    if "env" not in values:
-        raise ValueError("--env is required (as a flag or in the --config file)")
-    method = get_method(values.get("method", "lopd"))
-    for name, field in method.Options.model_fields.items():
-        if field.is_required() and name not in values:
-            raise ValueError(f"--{name} is required by method {method.name!r} (as a flag or in the --config file)")
-    values["resume"] = resume
-    return DistillConfig(**values)
 
 
 def run(config: DistillConfig, console: Console | None = None) -> DistillReport:

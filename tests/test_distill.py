@@ -31,7 +31,8 @@ from stages.core.losses import dual_update
 from stages.core.policy import load_policy
 from stages.core.retrieval import index_new, open_embeddings
 from stages.core.store import ExperienceStore
-from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller, load_config
+from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
+from stages.distill_settings import load_config
 from stages.methods import lopd as lopd_method
 
 METRIC_FIELDS = COMMON_FIELDS + lopd_method.LOPD.metrics
@@ -431,7 +432,7 @@ def test_composer_of_another_backbone_is_a_clear_error(assets, tmp_path):
 
 
 def test_method_options_from_the_command_line():
-    from stages.distill import parse_options
+    from stages.distill_settings import parse_options
 
     assert parse_options(["margin=0.1", "freeze_composer=true", "composer=runs/c0", "J=2"]) == {
         "margin": 0.1, "freeze_composer": True, "composer": "runs/c0", "J": 2}
