@@ -198,3 +198,13 @@ def test_data_source_names_the_file_read_and_the_dataset(env, tmp_path):
     path = _write_jsonl(tmp_path / "HumanEvalPlus-tiny.jsonl", [json.dumps(row)])
     # a folder holding one evalplus file: the file it picked is named, not the folder
     assert make_env("code", data_dir=tmp_path).data_source == f"{path} (HumanEval+, 1 problems)"
+
+
+def test_an_evalplus_file_of_the_other_dataset_is_refused(tmp_path):
+    row = {"task_id": "Mbpp/2", "prompt": "def f(x):\n", "entry_point": "f", "canonical_solution": "    return x\n",
+           "base_input": [[1]], "plus_input": [], "atol": 0}
+    path = _write_jsonl(tmp_path / "MbppPlus-tiny.jsonl", [json.dumps(row)])
+    assert make_env("code", data_dir=path).dataset == "mbpp-plus"
+    # --bench humaneval-plus on an MBPP+ file used to score MBPP+ problems as HumanEval+
+    with pytest.raises(EnvError, match=r"MbppPlus-tiny\.jsonl: a mbpp-plus file, not humaneval-plus data"):
+        make_env("code", data_dir=path, dataset="humaneval-plus")

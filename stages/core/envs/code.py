@@ -27,6 +27,7 @@ import json
 import math
 import re
 import secrets
+from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,9 @@ def _resolve(data_dir: Path | None, dataset: str | None) -> tuple[str, Path | No
         name = dataset or ("mbpp-plus" if "mbpp" in path.name.lower() else "humaneval-plus")
         if name == "humaneval":
             raise EnvError(f"{path}: dataset 'humaneval' is built in and takes no data file")
+        other = next((d for d, glob in _FILE_GLOBS.items() if d != name and fnmatch(path.name, glob)), None)
+        if other:  # e.g. --bench humaneval-plus --data-dir MbppPlus-*.jsonl.gz: MBPP+ scored as HumanEval+
+            raise EnvError(f"{path}: a {other} file, not {name} data; pass the {_FILE_GLOBS[name]} file")
         return name, path
     if dataset is None:  # a folder: it must hold one dataset, else the user names the file
         held = [d for d in ("humaneval-plus", "mbpp-plus") for folder in (path, path / "evalplus")
