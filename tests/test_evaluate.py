@@ -142,6 +142,7 @@ def test_acebench_possible_answers_score_full_process_accuracy(tmp_path):
     empty = _run(tmp_path, [["Sorry."]] * 3, bench="acebench", data_dir=str(SHARED / "acebench"), limit=3)
     assert empty["scores"] == {"end_to_end": 0.0, "process_accuracy": 0.0, "multi_step_end_to_end": 0.0,
                                "multi_step_process_accuracy": 0.0}
+    assert f"data: {SHARED / 'acebench'} (3 multi-step, 0 multi-turn tasks, 0 of them on Travel)" in empty["notes"]
 
 
 def test_envscaler_oracle_actions_score_full(tmp_path):

@@ -330,7 +330,11 @@ def _acebench_prepare(config: Any) -> BenchRun:
     data = _require_dir(config, "../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)")
     user = getattr(config, "user_model", None) or config.model
     run = _simple("acebench", user_model=user)(config.model_copy(update={"data_dir": str(data)}))
-    notes = [f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
+    metas = [t.meta for t in run.tasks]
+    turns = sum(m["part"] == "multi_turn" for m in metas)
+    travel = sum("Travel" in m["involved_classes"] for m in metas)
+    notes = [f"data: {data} ({len(metas) - turns} multi-step, {turns} multi-turn tasks, {travel} of them on Travel)",
+             f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
              "user rules by task)",
              "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py"]
     return BenchRun(run.env_factory, run.tasks, notes)
