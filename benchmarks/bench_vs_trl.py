@@ -9,10 +9,12 @@ sequence then mean over sequences; backward; gradient clipping at 1.0; one AdamW
 
 - ``trl``: TRL's ``trl.experimental.sdft.SDFTTrainer`` (``teacher_model_kind="base"``,
   ``distillation_mode="full_logits"``, ``distillation_alpha=0`` = forward KL,
-  ``distillation_is_clip=None``, ``num_generations=1``, ``gradient_checkpointing=False`` like
-  lopd's default: TRL's own default is True), stepped inside its own
-  ``trainer.train()`` loop; the timed step runs from ``on_step_begin`` to ``on_step_end``
-  (generation, teacher and student forwards, loss, backward, clipping, optimizer).
+  ``distillation_is_clip=None``, ``num_generations=1``; ``bf16=False`` and
+  ``gradient_checkpointing=False`` like lopd's float32 without checkpointing: TRL's defaults
+  are bf16 autocast, 4.5x slower on this CPU (a first step of 240 s against 54 s), and
+  checkpointing), stepped inside its own ``trainer.train()`` loop; the timed step runs from
+  ``on_step_begin`` to ``on_step_end`` (generation, teacher and student forwards, loss,
+  backward, clipping, optimizer).
 - ``lopd-opsd``: lopd's OPSD (``stages.methods.opsd``, ``reduction=sequence`` like TRL),
   ``Distiller.train_step``: rollout through lopd's engine in a one-turn environment, the
   reference lookup in the store, the loss (:func:`stages.core.losses_kd.generalized_jsd`, beta 0),
@@ -42,7 +44,9 @@ TRL is not a project dependency. Pinned: trl==1.16.0 (benchmarks/requirements-tr
 with transformers 5.24.0, peft 0.21.2, torch 2.13.0+cpu, accelerate 1.15.0, datasets 5.2.0::
 
     python -m pip install --target /work/trl-pkgs --no-deps -r benchmarks/requirements-trl.txt
-    PYTHONPATH=.:/work/trl-pkgs python benchmarks/bench_vs_trl.py --rounds 5
+    PYTHONPATH=.:/work/trl-pkgs python benchmarks/bench_vs_trl.py --rounds 5 --threads 1
+
+Results and the exact run: docs/results/bench-vs-trl.md.
 """
 from __future__ import annotations
 
@@ -249,7 +253,7 @@ def trl_worker(spec: Spec, conn) -> None:
                       weight_decay=0.0, max_grad_norm=1.0, max_steps=spec.steps, save_strategy="no",
                       report_to="none", logging_steps=10**6, use_cpu=True, seed=0, shuffle_dataset=False,
                       teacher_model_kind="base", distillation_mode="full_logits", distillation_alpha=0.0,
-                      distillation_is_clip=None, gradient_checkpointing=False,
+                      distillation_is_clip=None, gradient_checkpointing=False, bf16=False,
                       teacher_prompt_template="{prompt}\n\n" + SYSTEM_FRAMING.replace("{demonstration}",
                                                                                       "{privileged_context}"))
 
