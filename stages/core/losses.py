@@ -122,7 +122,7 @@ class _ChunkedRowsLoss(torch.autograd.Function):
 def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtype: torch.dtype) -> Tensor:
     """w_N such that sum_n w_n x_n equals :func:`_reduce` of x (per-row means, or pooled)."""
     if reduction == "token":
-        return torch.full(rows_N.shape, 1.0 / max(rows_N.numel(), 1), dtype=dtype)
+        return torch.full(rows_N.shape, 1.0 / max(rows_N.numel(), 1), dtype=dtype, device=rows_N.device)
     if reduction != "trajectory":
         raise ValueError(f"reduction must be 'trajectory' or 'token', got {reduction!r}")
     count_B = torch.bincount(rows_N, minlength=num_rows)
