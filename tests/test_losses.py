@@ -144,6 +144,35 @@ def test_topm_kl_gradients_match_naive_autograd():
     assert torch.allclose(t.grad, t2.grad, atol=1e-10)
 
 
+def test_topm_kl_gradient_scales_with_the_upstream_gradient_and_keeps_the_input_dtype():
+    student, teacher, mask = _random_case(seed=11, B=2, T=6, V=10)
+    grads = []
+    for scale in (1.0, 0.25):
+        s = student.clone().requires_grad_(True)
+        t = teacher.clone().requires_grad_(True)
+        (scale * topm_tail_reverse_kl(s, t, mask, M=3, chunk_size=4)[0]).backward()
+        grads.append((s.grad, t.grad))
+    assert torch.allclose(grads[1][0], 0.25 * grads[0][0]) and torch.allclose(grads[1][1], 0.25 * grads[0][1])
+    sb = student.bfloat16().requires_grad_(True)
+    topm_tail_reverse_kl(sb, teacher.bfloat16(), mask, M=3)[0].backward()
+    sf = student.bfloat16().float().requires_grad_(True)
+    topm_tail_reverse_kl(sf, teacher.bfloat16().float(), mask, M=3)[0].backward()
+    assert sb.grad.dtype == torch.bfloat16 and torch.allclose(sb.grad.float(), sf.grad, atol=1e-2)
+
+
+def test_topm_kl_without_grad_mode_builds_no_graph_and_second_backward_is_refused():
+    student, teacher, mask = _random_case(seed=12)
+    s = student.clone().requires_grad_(True)
+    with torch.no_grad():
+        value, _ = topm_tail_reverse_kl(s, teacher, mask, M=3)
+    assert not value.requires_grad
+    loss, _ = topm_tail_reverse_kl(s, teacher, mask, M=3)
+    assert loss.item() == pytest.approx(value.item(), abs=1e-7)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="one backward"):
+        loss.backward()
+
+
 def test_topm_kl_m_at_least_vocab_is_full_reverse_kl():
     student, teacher, mask = _random_case(seed=5, V=6)
     for M in (6, 50):

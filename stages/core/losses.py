@@ -15,10 +15,14 @@ least one masked token. ``reduction="token"`` instead pools all masked tokens of
 (sum / number of masked tokens). Either way a batch with no masked token gives a loss of 0 whose
 gradient is defined (all zeros), never NaN.
 
-Memory: full-vocabulary work runs on chunks of at most ``chunk_size`` positions, and each
-chunk runs under activation checkpointing when a gradient is needed, so only one chunk's
-[chunk_size x V] log-softmax is alive at a time, in the forward and in the backward pass.
-Half-precision logits are upcast to float32 inside each chunk; float64 stays float64.
+Memory: full-vocabulary work runs on chunks of at most ``chunk_size`` positions, so only one
+chunk's [chunk_size x V] log-softmax is alive at a time. :func:`topm_tail_reverse_kl` computes
+each chunk's gradient right after its forward (:class:`_ChunkedRowsLoss`) and writes it into
+one gradient buffer per input, so beyond the inputs it holds their gradients (which any loss on
+logits must produce) and one chunk's working set, in the forward and in the backward pass
+(benchmarks/bench_loss_memory.py). The other functions run each chunk under activation
+checkpointing. Half-precision logits are upcast to float32 inside each chunk; float64 stays
+float64.
 
 Every loss returns ``(loss, metrics)``: a scalar tensor and a dict of plain floats.
 """
@@ -72,6 +76,63 @@ def _run_chunk(fn: Callable[..., Tensor | tuple[Tensor, ...]], *tensors: Tensor)
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return checkpoint(fn, *tensors, use_reentrant=False)
     return fn(*tensors)
+
+
+class _ChunkedRowsLoss(torch.autograd.Function):
+    """sum_n w_n f(s_n, t_n) over the masked rows n, each chunk's gradient taken in the forward.
+
+    ``rows_fn(student_cV, teacher_cV)`` returns (values_c, *diagnostics_c) for a chunk of rows.
+    The forward gathers one chunk of rows at a time, runs ``rows_fn`` under autograd, takes the
+    gradient of sum_c w_c values_c w.r.t. the chunk's rows at once and writes it into a
+    (B, T, V) buffer per input that needs one; the backward hands those buffers on, scaled in
+    place by the incoming gradient (so a second backward through the same graph is refused).
+    Unlike activation checkpointing, nothing is recomputed and no per-chunk gradients wait to
+    be concatenated: peak memory beyond the inputs is the gradient buffers plus one chunk.
+    """
+
+    @staticmethod
+    def forward(ctx, student_BTV: Tensor, teacher_BTV: Tensor, b_idx: Tensor, t_idx: Tensor,  # type: ignore[override]
+                weights_N: Tensor, rows_fn: Callable[..., tuple[Tensor, ...]], chunk_size: int,
+                needs_grad: tuple[bool, bool]) -> tuple[Tensor, ...]:
+        inputs = (student_BTV, teacher_BTV)
+        grads = [torch.zeros_like(x) if need else None for x, need in zip(inputs, needs_grad)]
+        loss = weights_N.new_zeros(())
+        diagnostics: list[tuple[Tensor, ...]] = []
+        for b_c, t_c, w_c in zip(b_idx.split(chunk_size), t_idx.split(chunk_size), weights_N.split(chunk_size)):
+            rows = [x[b_c, t_c].requires_grad_(need) for x, need in zip(inputs, needs_grad)]  # 2 x (c, V)
+            with torch.enable_grad():
+                values_c, *diag_c = rows_fn(*rows)
+                chunk_loss = (values_c * w_c).sum()
+            wanted = [(g, r) for g, r in zip(grads, rows) if g is not None]
+            if wanted:
+                row_grads = torch.autograd.grad(chunk_loss, [r for _, r in wanted])
+                for (g, _), rg in zip(wanted, row_grads):
+                    g[b_c, t_c] = rg
+            loss = loss + chunk_loss.detach()
+            diagnostics.append(tuple(d.detach() for d in diag_c))
+        ctx.grads = grads
+        diag_N = [torch.cat(parts) for parts in zip(*diagnostics)] if diagnostics else []
+        ctx.mark_non_differentiable(*diag_N)
+        return (loss, *diag_N)
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, *_: Tensor):  # type: ignore[override]
+        if ctx.grads is None:
+            raise RuntimeError("the chunked top-M loss supports one backward pass per forward")
+        grads, ctx.grads = ctx.grads, None
+        scaled = [g.mul_(grad_loss.to(g.dtype)) if g is not None else None for g in grads]
+        return (*scaled, None, None, None, None, None, None)
+
+
+def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtype: torch.dtype) -> Tensor:
+    """w_N such that sum_n w_n x_n equals :func:`_reduce` of x (per-row means, or pooled)."""
+    if reduction == "token":
+        return torch.full(rows_N.shape, 1.0 / max(rows_N.numel(), 1), dtype=dtype, device=rows_N.device)
+    if reduction != "trajectory":
+        raise ValueError(f"reduction must be 'trajectory' or 'token', got {reduction!r}")
+    count_B = torch.bincount(rows_N, minlength=num_rows)
+    rows_with_tokens = max(int((count_B > 0).sum()), 1)
+    return 1.0 / (count_B[rows_N].to(dtype) * rows_with_tokens)
 
 
 def _reduce(values_N: Tensor, rows_N: Tensor, num_rows: int, reduction: Reduction) -> Tensor:
@@ -197,21 +258,18 @@ def topm_tail_reverse_kl(
     _check_chunk_size(chunk_size)
     B, T, _ = student_logits.shape
     b_idx, t_idx = _mask_positions(mask, (B, T))
-    student_NV = student_logits[b_idx, t_idx]  # (N, V): only masked rows are gathered
-    teacher_NV = teacher_logits[b_idx, t_idx]  # (N, V)
+    weights_N = _reduction_weights(b_idx, B, reduction,
+                                   torch.float64 if student_logits.dtype == torch.float64 else torch.float32)
+    needs_grad = (torch.is_grad_enabled() and student_logits.requires_grad,
+                  torch.is_grad_enabled() and teacher_logits.requires_grad)
 
     def rows_fn(s: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return _topm_tail_kl_rows(s, t, M)
 
-    parts = [
-        _run_chunk(rows_fn, s, t)
-        for s, t in zip(student_NV.split(chunk_size), teacher_NV.split(chunk_size))
-    ]
-    kl_N = torch.cat([p[0] for p in parts])  # (N,)
-    t_tail_N = torch.cat([p[1] for p in parts])  # (N,)
-    s_tail_N = torch.cat([p[2] for p in parts])  # (N,)
-    loss = _reduce(kl_N, b_idx, B, reduction)
-    num_tokens = kl_N.numel()
+    loss, *tails = _ChunkedRowsLoss.apply(student_logits, teacher_logits, b_idx, t_idx, weights_N,
+                                          rows_fn, chunk_size, needs_grad)
+    num_tokens = b_idx.numel()
+    t_tail_N, s_tail_N = tails if num_tokens else (None, None)  # (N,) each
     metrics = {
         "reverse_kl": float(loss.detach()),
         "teacher_tail_mass": float(t_tail_N.mean()) if num_tokens else 0.0,

@@ -1,0 +1,138 @@
+"""Peak memory of LOPD's top-M + tail reverse KL against a full-vocabulary reverse KL.
+
+Issue 20, "Long sequences": synthetic logits (batch 1, every position supervised), forward and
+backward of
+
+- ``topm``: :func:`stages.core.losses.topm_tail_reverse_kl` (Eq. 9-10 of the LOPD paper, M=20,
+  its default chunking over positions), the loss LOPD's step calls;
+- ``full``: the straightforward full-vocabulary reverse KL: ``log_softmax`` over the whole
+  vocabulary for student and teacher, ``sum_v p_S (log p_S - log p_T)`` per position, masked
+  mean, plain autograd.
+
+What is counted: the peak memory beyond the inputs, i.e. beyond the student and teacher logits
+(B, T, V) and the mask, which exist before either loss runs (a model's lm_head makes them). It
+includes the gradients of the inputs (student's, and with ``--teacher-grad on`` the teacher's,
+as in LOPD where the teacher's logits carry the composer's gradient): any loss that takes
+logits must produce those, so the table's ``floor`` column is that many (B, T, V) tensors.
+
+How: every case runs in a fresh child process. On CPU the child resets the kernel's resident
+high-water mark after building the inputs (``/proc/self/clear_refs`` = 5, Linux) and reads
+``VmHWM`` minus ``VmRSS`` at that point after the backward pass. The child runs with glibc's
+``MALLOC_MMAP_THRESHOLD_`` at 1 MiB, so every tensor above 1 MiB is mmap'ed and returned to
+the kernel when freed (without it, chunk-sized tensors below glibc's dynamic 32 MiB threshold
+stay in the heap after use and inflate the mark), and it runs the loss once on 4 positions
+before the measurement, so that the library code pages the kernels load are resident already:
+the high-water mark then tracks live tensors. On
+CUDA the child reads ``torch.cuda.max_memory_allocated`` minus the allocation after the
+inputs. Sizes whose inputs do not fit can be measured at a smaller vocabulary: every tensor in
+both losses is (positions x V) or (positions x M), so the memory scales linearly in V.
+
+    PYTHONPATH=. python benchmarks/bench_loss_memory.py --lengths 256 1024 --vocab 151936
+    PYTHONPATH=. python benchmarks/bench_loss_memory.py --lengths 1024 4096 16384 --vocab 9496
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from stages.core.losses import DEFAULT_CHUNK_SIZE, topm_tail_reverse_kl
+
+MIB = 2**20
+
+
+def full_vocab_reverse_kl(student_BTV: torch.Tensor, teacher_BTV: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Reverse KL(S || T) over the whole vocabulary, masked mean over positions (nats, float32)."""
+    s_logp_BTV = torch.log_softmax(student_BTV.float(), dim=-1)
+    t_logp_BTV = torch.log_softmax(teacher_BTV.float(), dim=-1)
+    kl_BT = (s_logp_BTV.exp() * (s_logp_BTV - t_logp_BTV)).sum(-1)
+    mask = mask_BT.float()
+    return (kl_BT * mask).sum() / mask.sum()
+
+
+def _proc_kib(field: str) -> int:
+    return int(re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1))
+
+
+def run_case(impl: str, T: int, V: int, M: int, chunk_size: int, dtype: torch.dtype, device: str,
+             teacher_grad: bool) -> dict:
+    """One forward+backward in this process; peak memory beyond the inputs in MiB, and seconds."""
+    def topm(s: torch.Tensor, t: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return topm_tail_reverse_kl(s, t, m, M=M, chunk_size=chunk_size)[0]
+
+    loss_fn = {"topm": topm, "full": full_vocab_reverse_kl}[impl]
+    warm_BTV = torch.zeros(1, 4, V, device=device, dtype=dtype, requires_grad=True)
+    loss_fn(warm_BTV, warm_BTV, torch.ones(1, 4, dtype=torch.bool, device=device)).backward()  # loads code pages
+    g = torch.Generator(device=device).manual_seed(0)
+    student_BTV = (torch.randn(1, T, V, generator=g, device=device, dtype=dtype)).requires_grad_(True)
+    teacher_BTV = torch.randn(1, T, V, generator=g, device=device, dtype=dtype).requires_grad_(teacher_grad)
+    mask_BT = torch.ones(1, T, dtype=torch.bool, device=device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current VmRSS
+        base = _proc_kib("VmRSS") * 1024
+    t0 = time.perf_counter()
+    loss = loss_fn(student_BTV, teacher_BTV, mask_BT)
+    loss.backward()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = _proc_kib("VmHWM") * 1024
+    seconds = time.perf_counter() - t0
+    input_mib = T * V * student_BTV.element_size() / MIB
+    return {"impl": impl, "T": T, "V": V, "dtype": str(dtype).removeprefix("torch."), "device": device,
+            "teacher_grad": teacher_grad, "input_mib": input_mib, "extra_mib": (peak - base) / MIB,
+            "floor_mib": input_mib * (2 if teacher_grad else 1), "seconds": seconds, "loss": float(loss)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384], help="response tokens T")
+    parser.add_argument("--vocab", type=int, default=151936, help="V (Qwen's: 151936)")
+    parser.add_argument("--extrapolate-to", type=int, default=151936, help="also print extra memory scaled to this V")
+    parser.add_argument("--M", type=int, default=20)
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="topm's positions per chunk")
+    parser.add_argument("--impls", nargs="+", default=["topm", "full"], choices=["topm", "full"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--teacher-grad", default="on", choices=["on", "off"],
+                        help="teacher logits require grad (on: LOPD, the composer's gradient)")
+    parser.add_argument("--case", action="store_true", help="(internal) run one case and print JSON")
+    args = parser.parse_args()
+    if args.case:
+        result = run_case(args.impls[0], args.lengths[0], args.vocab, args.M, args.chunk_size, getattr(torch, args.dtype),
+                          args.device, args.teacher_grad == "on")
+        print(json.dumps(result))
+        return
+    scale = args.extrapolate_to / args.vocab
+    print(f"device {args.device}, dtype {args.dtype}, batch 1, M={args.M}, chunk {args.chunk_size}, teacher grad {args.teacher_grad};"
+          f" extra = peak beyond the inputs; floor = the inputs' gradients; MiB")
+    header = ("| T | V | impl | input (B,T,V) | extra | extra / input | floor | s fwd+bwd |"
+              + (f" extra at V={args.extrapolate_to} (extrapolated) |" if scale != 1 else ""))
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for T in args.lengths:
+        for impl in args.impls:
+            cmd = [sys.executable, __file__, "--case", "--impls", impl, "--lengths", str(T), "--vocab",
+                   str(args.vocab), "--M", str(args.M), "--chunk-size", str(args.chunk_size), "--dtype", args.dtype, "--device", args.device,
+                   "--teacher-grad", args.teacher_grad]
+            r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                               env={**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MIB)}).stdout.splitlines()[-1])
+            row = (f"| {T} | {args.vocab} | {impl} | {r['input_mib']:.0f} | {r['extra_mib']:.0f} |"
+                   f" {r['extra_mib'] / r['input_mib']:.2f} | {r['floor_mib']:.0f} | {r['seconds']:.1f} |")
+            print(row + (f" {r['extra_mib'] * scale:.0f} |" if scale != 1 else ""), flush=True)
+
+
+if __name__ == "__main__":
+    main()

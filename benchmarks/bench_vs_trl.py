@@ -1,0 +1,346 @@
+"""One on-policy self-distillation step in lopd and in TRL, alternated in one run: seconds and peak RSS.
+
+Issue 20. The step, the same in both: the LoRA student (rank 8, alpha 16, q/k/v/o, SmolLM2-135M-
+Instruct in float32) samples ``--response`` tokens (temperature 1, no top-p/top-k) for ``--batch``
+prompts of ``--prompt`` tokens (chat-templated); the frozen teacher (the same backbone with the
+adapter disabled) re-scores exactly those tokens with a verified reference text in its prompt;
+loss = forward KL(T || S) over the full vocabulary at every sampled token, token-mean per
+sequence then mean over sequences; backward; gradient clipping at 1.0; one AdamW step (lr 1e-5).
+
+- ``trl``: TRL's ``trl.experimental.sdft.SDFTTrainer`` (``teacher_model_kind="base"``,
+  ``distillation_mode="full_logits"``, ``distillation_alpha=0`` = forward KL,
+  ``distillation_is_clip=None``, ``num_generations=1``; ``bf16=False`` and
+  ``gradient_checkpointing=False`` like lopd's float32 without checkpointing: TRL's defaults
+  are bf16 autocast, 4.5x slower on this CPU (a first step of 240 s against 54 s), and
+  checkpointing), stepped inside its own ``trainer.train()`` loop; the timed step runs from
+  ``on_step_begin`` to ``on_step_end`` (generation, teacher and student forwards, loss,
+  backward, clipping, optimizer).
+- ``lopd-opsd``: lopd's OPSD (``stages.methods.opsd``, ``reduction=sequence`` like TRL),
+  ``Distiller.train_step``: rollout through lopd's engine in a one-turn environment, the
+  reference lookup in the store, the loss (:func:`stages.core.losses_kd.generalized_jsd`, beta 0),
+  backward, optimizer, the engine's weight sync and the store append with its MiniLM embedding.
+- ``lopd-lopd``: lopd's LOPD step on the same rows (an untrained cold-start composer, J=3
+  retrieved references, K=32 latents, top-M=20 + tail reverse KL, margin, anchor): what the
+  composer costs next to OPSD.
+
+Named differences: TRL's teacher reads the reference in the user message (its
+``teacher_prompt_template``, here given OPSD's framing words), lopd's OPSD in the system message;
+TRL computes logits only for the completion positions (``logits_to_keep``), lopd for the whole
+sequence; lopd's step also embeds and stores the step's rollouts (``memory_s``) and syncs the
+rollout engine. TRL's ``GKDTrainer`` (lmbda=1) would sample on-policy too, but its teacher is
+a separate model scoring the same prompt (no privileged context), so it is not this step. TRL's
+SDFT can also run a top-k + tail loss, on the STUDENT's top-k (LOPD's support is the teacher's).
+
+Measurement: ONE run of this script; every tool lives in its own child process (spawned, models
+loaded once), and the parent steps them in turn: ``--warmup`` steps each, then ``--rounds``
+rounds of one step per tool (the order rotates every round). Only one child computes at a time.
+Peak RSS per step: the child resets the kernel's resident high-water mark before the step
+(``/proc/self/clear_refs`` = 5, Linux) and reads ``VmHWM`` after it; the table shows the
+largest over the measured steps (the process's whole resident memory: weights, optimizer,
+activations), and the RSS after set-up. tracemalloc would not see torch's allocations, and
+separate processes keep one tool's memory out of the other's numbers.
+
+TRL is not a project dependency. Pinned: trl==1.16.0 (benchmarks/requirements-trl.txt), measured
+with transformers 5.24.0, peft 0.21.2, torch 2.13.0+cpu, accelerate 1.15.0, datasets 5.2.0::
+
+    python -m pip install --target /work/trl-pkgs --no-deps -r benchmarks/requirements-trl.txt
+    PYTHONPATH=.:/work/trl-pkgs python benchmarks/bench_vs_trl.py --rounds 5 --threads 1
+
+Results and the exact run: docs/results/bench-vs-trl.md.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing as mp
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from schemas import Message, Task, Trajectory, Turn
+from stages.core.envs import StepResult, register
+
+BENCH_ENV = "bench-selfdistill"
+SYSTEM = "You are a helpful assistant."
+INSTRUCTION = "Write a long and detailed essay that uses every one of these words:"
+WORDS = ("river stone garden window paper music winter candle forest harbor letter bridge lantern "
+         "meadow violin copper thunder orchard compass anchor feather mirror valley canyon").split()
+TASKS_FILE = "tasks.json"
+
+
+@register(BENCH_ENV)
+class SelfDistillEnv:
+    """One turn: the task's prompt; any answer ends the episode, reward 0 (not a success, so the
+    store's verified references stay the seeded ones). Tasks come from ``data_dir/tasks.json``."""
+
+    name = BENCH_ENV
+
+    def __init__(self, data_dir: Path | None = None, max_steps: int = 1) -> None:
+        self.prompts = json.loads((Path(data_dir) / TASKS_FILE).read_text())["prompts"]
+
+    def tasks(self, split: str, limit: int | None = None) -> list[Task]:
+        if split != "train":
+            return []
+        tasks = [Task(task_id=f"train-{i}", env=BENCH_ENV, split="train", prompt=p) for i, p in enumerate(self.prompts)]
+        return tasks[:limit]
+
+    def reset(self, task: Task) -> list[Message]:
+        return [Message(role="system", content=SYSTEM), Message(role="user", content=task.prompt)]
+
+    def step(self, action: str) -> StepResult:
+        return StepResult(observation=[], reward=0.0, done=True, info={"success": False})
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every worker needs: the run's folder, model folder, sizes and step count."""
+
+    root: str
+    model_path: str
+    batch: int
+    response: int
+    steps: int
+    threads: int
+    lr: float = 1e-5
+
+
+def _set_threads(threads: int) -> None:
+    """torch's intra-op threads in this worker (0: torch's default, one per core)."""
+    import torch
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
+def _proc_mb(field: str) -> float:
+    return int(re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+
+
+def _reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+
+def _words(n: int, offset: int) -> str:
+    return " ".join(WORDS[(offset + k * 7) % len(WORDS)] for k in range(n))
+
+
+def _fit(tokens_of, limit: int) -> int:
+    """The largest n with tokens_of(n) <= limit (tokens_of grows with n)."""
+    n = 1
+    while tokens_of(n + 1) <= limit:
+        n += 1
+    return n
+
+
+def make_tasks(tokenizer, n_tasks: int, prompt_tokens: int, context_tokens: int) -> tuple[list[str], list[str]]:
+    """Per task: the user text (chat-templated prompt <= prompt_tokens) and a reference answer
+    (<= context_tokens tokens on its own)."""
+    def templated(text: str) -> int:
+        msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+        return len(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+
+    prompts, references = [], []
+    for i in range(n_tasks):
+        head = f"Task {i}. {INSTRUCTION}"
+        n = _fit(lambda k: templated(f"{head} {_words(k, i)}"), prompt_tokens)
+        prompts.append(f"{head} {_words(n, i)}")
+        m = _fit(lambda k: len(tokenizer(f"The essay. {_words(k, i + 3)}", add_special_tokens=False)["input_ids"]),
+                 context_tokens)
+        references.append(f"The essay. {_words(m, i + 3)}")
+    return prompts, references
+
+
+def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
+    """Task file (prompts, and each reference rendered as lopd's OPSD shows it: "Step 1: ..."), one
+    seeded store per lopd worker (references indexed with MiniLM), a fresh composer for LOPD;
+    returns the spec and the token counts of the prompts."""
+    import torch
+    from stages.core.composer import Composer, save_composer
+    from stages.core.contexts import privileged_prefix, training_rows
+    from stages.core.policy import load_policy, resolve_model
+    from stages.core.retrieval import index_new, load_embedder
+    from stages.core.store import ExperienceStore
+    from stages.methods._reference import demonstration_text
+    from stages.methods.opsd import SYSTEM_FRAMING
+
+    model_path = resolve_model(args.model)
+    model, tok = load_policy(args.model)
+    prompts, references = make_tasks(tok, args.tasks, args.prompt, args.context)
+    seeds = [Trajectory(trajectory_id=f"ref-{i}", task_id=f"train-{i}", env=BENCH_ENV, split="train", prompt=p,
+                        policy="reference", messages=[Message(role="system", content=SYSTEM),
+                                                      Message(role="user", content=p),
+                                                      Message(role="assistant", content=r)],
+                        turns=[Turn(action=r)], reward=1.0, success=True, num_steps=1, num_tool_calls=0,
+                        run_id="seed") for i, (p, r) in enumerate(zip(prompts, references))]
+    embedder = load_embedder()
+    for name in ("lopd-opsd", "lopd-lopd"):
+        store = ExperienceStore.open(root / f"store-{name}")
+        store.append(seeds)
+        index_new(store, embedder)
+    torch.manual_seed(0)
+    save_composer(Composer(model, J=3, K=32), root / "composer", {"backbone_id": model_path})
+    demos = [demonstration_text(s, tok, max_tokens=1024, max_observation_chars=300).text for s in seeds]
+    (root / TASKS_FILE).write_text(json.dumps({"prompts": prompts, "contexts": demos}))
+    row, demo = training_rows(tok, seeds[:1])[0][0], demos[0]
+    trl_user = f"{prompts[0]}\n\n" + SYSTEM_FRAMING.format(demonstration=demo)
+    trl_msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": trl_user}]
+    lengths = {
+        "student prompt": int(row.mask_T.nonzero()[0]),
+        "lopd teacher prompt": len(privileged_prefix(tok, row, system=SYSTEM_FRAMING.format(demonstration=demo))),
+        "trl teacher prompt": len(tok.apply_chat_template(trl_msgs, add_generation_prompt=True, tokenize=True,
+                                                          return_dict=True)["input_ids"]),
+    }
+    return Spec(str(root), model_path, args.batch, args.response, args.warmup + args.rounds, args.threads), lengths
+
+
+def _step_result(t0: float, tokens: int, extra: dict | None = None) -> dict:
+    return {"seconds": time.perf_counter() - t0, "peak_rss_mb": _proc_mb("VmHWM"), "rss_mb": _proc_mb("VmRSS"),
+            "tokens": tokens, **(extra or {})}
+
+
+def lopd_worker(method: str, spec: Spec, conn) -> None:
+    """A Distiller of ``method`` on the bench env; one ``train_step`` per "step" message."""
+    from rich.console import Console
+    from stages.distill import PHASE_FIELDS, DistillConfig, Distiller
+
+    _set_threads(spec.threads)
+    root = Path(spec.root)
+    options = {"opsd": {"reduction": "sequence"}, "lopd": {"composer": str(root / "composer"), "M": 20}}[method]
+    config = DistillConfig(method=method, env=BENCH_ENV, data_dir=str(root), store=str(root / f"store-lopd-{method}"),
+                           out=str(root / f"out-{method}"), model=spec.model_path, lr=spec.lr, steps=spec.steps,
+                           tasks_per_step=spec.batch, group_size=1, max_turns=1, max_new_tokens=spec.response,
+                           temperature=1.0, top_p=1.0, student_lora_rank=8, micro_batch=spec.batch,
+                           rollout_batch=spec.batch, checkpoint_every=spec.steps + 1, run_id=f"bench-{method}",
+                           **options)
+    distiller = Distiller(config, console=Console(file=io.StringIO()))
+    conn.send({"setup_rss_mb": _proc_mb("VmRSS")})
+    for step in range(1, spec.steps + 1):
+        conn.recv()
+        _reset_peak()
+        t0 = time.perf_counter()
+        row = distiller.train_step(step)
+        conn.send(_step_result(t0, int(row["tokens"]), {k: row[k] for k in PHASE_FIELDS}))
+
+
+def trl_worker(spec: Spec, conn) -> None:
+    """TRL's SDFTTrainer.train() for ``spec.steps`` steps, each one gated by a "step" message."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl.experimental.sdft import SDFTConfig, SDFTTrainer
+
+    from stages.methods.opsd import SYSTEM_FRAMING
+
+    _set_threads(spec.threads)
+    root = Path(spec.root)
+    tasks = json.loads((root / TASKS_FILE).read_text())
+    tokenizer = AutoTokenizer.from_pretrained(spec.model_path)
+    model = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
+    data = Dataset.from_list([{"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p}],
+                               "privileged_context": c} for p, c in zip(tasks["prompts"], tasks["contexts"])])
+    args = SDFTConfig(output_dir=str(root / "out-trl"), per_device_train_batch_size=spec.batch,
+                      gradient_accumulation_steps=1, num_generations=1, max_completion_length=spec.response,
+                      temperature=1.0, top_p=1.0, top_k=0, learning_rate=spec.lr, lr_scheduler_type="constant",
+                      weight_decay=0.0, max_grad_norm=1.0, max_steps=spec.steps, save_strategy="no",
+                      report_to="none", logging_steps=10**6, use_cpu=True, seed=0, shuffle_dataset=False,
+                      teacher_model_kind="base", distillation_mode="full_logits", distillation_alpha=0.0,
+                      distillation_is_clip=None, gradient_checkpointing=False, bf16=False,
+                      teacher_prompt_template="{prompt}\n\n" + SYSTEM_FRAMING.replace("{demonstration}",
+                                                                                      "{privileged_context}"))
+
+    class Gate(TrainerCallback):
+        t0 = 0.0
+
+        def on_step_begin(self, *_, **__):
+            conn.recv()
+            _reset_peak()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            batch = trainer._buffered_inputs[0]
+            conn.send(_step_result(self.t0, int(batch["completion_mask"].sum())))
+
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    trainer = SDFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                          peft_config=lora, callbacks=[Gate()])
+    conn.send({"setup_rss_mb": _proc_mb("VmRSS")})
+    trainer.train()
+
+
+def _start(name: str, spec: Spec, ctx):
+    parent, child = ctx.Pipe()
+    target, args = (trl_worker, (spec, child)) if name == "trl" else (lopd_worker, (name.removeprefix("lopd-"), spec, child))
+    proc = ctx.Process(target=target, args=args, name=name)
+    proc.start()
+    return proc, parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--prompt", type=int, default=128, help="student prompt tokens (chat-templated)")
+    parser.add_argument("--context", type=int, default=64, help="reference tokens in the teacher's prompt")
+    parser.add_argument("--response", type=int, default=64, help="max new tokens per rollout")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tools", nargs="+", default=["trl", "lopd-opsd", "lopd-lopd"],
+                        choices=["trl", "lopd-opsd", "lopd-lopd"])
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: torch's default)")
+    parser.add_argument("--json", help="also write every step's numbers here")
+    args = parser.parse_args()
+    t_start, load_start = time.perf_counter(), os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-vs-trl-") as tmp:
+        spec, lengths = prepare(args, Path(tmp))
+        ctx = mp.get_context("spawn")
+        workers, setup = {}, {}
+        for name in args.tools:  # one at a time: set-up loads do not overlap
+            workers[name] = _start(name, spec, ctx)
+            setup[name] = workers[name][1].recv()["setup_rss_mb"]
+            print(f"[{time.perf_counter() - t_start:.0f} s] {name} set up, RSS {setup[name]:.0f} MiB", file=sys.stderr, flush=True)
+        steps: dict[str, list[dict]] = {name: [] for name in args.tools}
+        for r in range(spec.steps):
+            order = args.tools[r % len(args.tools):] + args.tools[:r % len(args.tools)]
+            for name in order:
+                workers[name][1].send("step")
+                steps[name].append(workers[name][1].recv())
+                print(f"[{time.perf_counter() - t_start:.0f} s] {name} step {r + 1}: {steps[name][-1]['seconds']:.1f} s",
+                      file=sys.stderr, flush=True)
+        for proc, _ in workers.values():
+            proc.join()
+    print(f"SmolLM2-135M-Instruct float32, torch threads {args.threads or 'default'}, batch {args.batch},"
+          f" response <= {args.response} tokens, "
+          + ", ".join(f"{k} {v} tokens" for k, v in lengths.items())
+          + f"; {args.warmup} warm-up step(s) per tool, then {args.rounds} rounds; total {time.perf_counter() - t_start:.0f} s;"
+          f" load average (1 min) at start {load_start:.1f}, at end {os.getloadavg()[0]:.1f}")
+    print("| tool | s/step median | min | max | peak RSS MiB | RSS after set-up MiB | tokens/step |")
+    print("|---|---|---|---|---|---|---|")
+    for name, rows in steps.items():
+        measured = rows[args.warmup:]
+        secs = [s["seconds"] for s in measured]
+        print(f"| {name} | {statistics.median(secs):.2f} | {min(secs):.2f} | {max(secs):.2f} |"
+              f" {max(s['peak_rss_mb'] for s in measured):.0f} | {setup[name]:.0f} |"
+              f" {statistics.mean(s['tokens'] for s in measured):.0f} |")
+    lopd_rows = {n: rows[args.warmup:] for n, rows in steps.items() if n.startswith("lopd")}
+    if lopd_rows:
+        fields = [k for k in next(iter(lopd_rows.values()))[0] if k.endswith("_s")]
+        print("\nlopd phases, median s: | tool | " + " | ".join(fields) + " |")
+        for name, rows in lopd_rows.items():
+            print(f"| {name} | " + " | ".join(f"{statistics.median(r[k] for r in rows):.2f}" for k in fields) + " |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"settings": vars(args), "lengths": lengths, "setup_rss_mb": setup,
+                                               "steps": steps, "spec": asdict(spec)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
