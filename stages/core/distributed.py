@@ -237,11 +237,13 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter], w: World) -> None:
         groups.setdefault((p.grad.device, p.grad.dtype), []).append(p)
     for group in groups.values():
         bucket: list[torch.nn.Parameter] = []
+        numel = 0
         for p in group:
-            if bucket and sum(q.numel() for q in bucket) + p.numel() > BUCKET_NUMEL:
+            if bucket and numel + p.numel() > BUCKET_NUMEL:
                 _reduce_bucket(bucket, w)
-                bucket = []
+                bucket, numel = [], 0
             bucket.append(p)
+            numel += p.numel()
         if bucket:
             _reduce_bucket(bucket, w)
 

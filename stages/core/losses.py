@@ -125,7 +125,8 @@ class _ChunkedRowsLoss(torch.autograd.Function):
 
 
 def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtype: torch.dtype) -> Tensor:
-    """w_N such that sum_n w_n x_n equals :func:`_reduce` of x (per-row means, or pooled)."""
+    """w_N (N,) such that sum_n w_n x_n is the masked mean of x: per row then over the rows that
+    have tokens (``trajectory``), or pooled over all tokens (``token``)."""
     if reduction == "token":
         return torch.full(rows_N.shape, 1.0 / max(rows_N.numel(), 1), dtype=dtype, device=rows_N.device)
     if reduction != "trajectory":
@@ -137,15 +138,7 @@ def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtyp
 
 def _reduce(values_N: Tensor, rows_N: Tensor, num_rows: int, reduction: Reduction) -> Tensor:
     """Masked mean of per-token values: per trajectory then over trajectories, or pooled."""
-    if reduction == "token":
-        return values_N.sum() / max(values_N.numel(), 1)
-    if reduction != "trajectory":
-        raise ValueError(f"reduction must be 'trajectory' or 'token', got {reduction!r}")
-    row_sum_B = values_N.new_zeros(num_rows).index_add(0, rows_N, values_N)
-    count_B = torch.bincount(rows_N, minlength=num_rows)
-    has_tokens_B = count_B > 0
-    per_row = row_sum_B[has_tokens_B] / count_B[has_tokens_B].to(values_N.dtype)
-    return per_row.sum() / max(int(has_tokens_B.sum()), 1)
+    return (values_N * _reduction_weights(rows_N, num_rows, reduction, values_N.dtype)).sum()
 
 
 def _token_logprobs(logits_XV: Tensor, ids_X: Tensor) -> Tensor:
