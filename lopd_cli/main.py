@@ -108,9 +108,9 @@ def _settings(ctx: typer.Context, config_file: Optional[str], config_cls: type, 
 def collect(
     ctx: typer.Context,
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
-    env: Optional[str] = typer.Option(None, "--env", help="Environment: bfcl, code, envscaler, acebench, livecodebench, taco (required, as a flag or in --config)."),
+    env: Optional[str] = typer.Option(None, "--env", help="Environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, livecodebench, taco (required, as a flag or in --config)."),
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
-    split: str = typer.Option("train", "--split", help="Task split: train or test."),
+    split: str = typer.Option("train", "--split", help="Task split: train or test (lopd-bed also has warmup and transfer)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks."),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Policy: smollm2-135m (embedded), an HF id or a local path."),
@@ -303,7 +303,7 @@ def distill(
 def evaluate(
     ctx: typer.Context,
     config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
-    bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, livecodebench."),
+    bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, lopd-bed (lopd's study bed, held-out tasks), lopd-bed-transfer (its transfer environments), livecodebench."),
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
@@ -342,7 +342,7 @@ def evaluate(
     values = _settings(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"))
     if values["bench"] is None:
         raise ValueError("--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
-                         "livecodebench); to compare reports: lopd evaluate --compare A.json B.json")
+                         "lopd-bed, lopd-bed-transfer, livecodebench); to compare reports: lopd evaluate --compare A.json B.json")
     stage.run(stage.EvaluateConfig(**values))
 
 

@@ -13,7 +13,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
-Split = Literal["train", "test"]
+# train / test, and the study bed's own: warmup (supervised warm start only) and transfer (held-out
+# environments)
+Split = Literal["train", "test", "warmup", "transfer"]
 
 
 class _Frozen(BaseModel):
@@ -63,7 +65,7 @@ class Task(_Frozen):
     Attributes:
         task_id: unique within ``env``.
         env: registry name of the environment (``bfcl``, ``code``, ``envscaler`` ...).
-        split: ``train`` or ``test``.
+        split: ``train`` or ``test`` (``warmup``, ``transfer``: see :data:`Split`).
         prompt: the task text shown to the agent (also the retrieval key).
         tools: JSON list of OpenAI-style function schemas offered to the model ("[]" if none).
         metadata: JSON object with whatever the environment needs to run and score the task.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rich.console import Console
@@ -37,7 +36,7 @@ class CollectConfig(BaseModel):
 
     env: str
     store: str
-    split: Literal["train", "test"] = "train"
+    split: str = Field(default="train", min_length=1)  # the env refuses a split it does not have
     limit: int | None = Field(default=None, ge=1)
     samples_per_task: int = Field(default=1, ge=1)
     model: str = "smollm2-135m"
@@ -97,7 +96,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)
     probe.close()
-    if config.split == "train":  # training data: never a task an evaluation benchmark scores
+    if config.split != "test":  # training data (train, warmup...): never a task an evaluation benchmark scores
         overlap = check_train_tasks(config.env, tasks, data_dir, allow_overlap=config.allow_overlap)
         if overlap:
             console.print(f"[yellow]--allow-overlap: {len(overlap)} of {len(tasks)} train tasks are scored by "

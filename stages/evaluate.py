@@ -35,7 +35,8 @@ from stages.core.policy import DType
 from stages.core.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
-BenchName = Literal["bfcl-v3", "bfcl-single", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "livecodebench"]
+BenchName = Literal["bfcl-v3", "bfcl-single", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "lopd-bed",
+                    "lopd-bed-transfer", "livecodebench"]
 
 
 class EvaluateConfig(BaseModel):

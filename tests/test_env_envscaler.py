@@ -191,6 +191,51 @@ def test_large_dataset_holds_out_test_size(tmp_path):
     assert len(test) == 10 and len(train) == 15 and not {t.task_id for t in test} & {t.task_id for t in train}
 
 
+
+def _fixture_copy(tmp_path, patch) -> Path:
+    """The bundled fixtures in ``tmp_path`` with ``patch(row)`` applied to every task row."""
+    rows = [json.loads(line) for line in (FIXTURES_DIR / "tasks.jsonl").read_text().splitlines()]
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(patch(r)) + "\n" for r in rows))
+    shutil.copy(FIXTURES_DIR / "environments.jsonl", tmp_path / "environments.jsonl")
+    return tmp_path
+
+
+def test_rows_with_their_own_split_keep_it_and_play_their_reference_actions(tmp_path):
+    def patch(row):
+        calls = [json.loads(a[len("<tool_call>"):-len("</tool_call>")]) for a in ORACLE[row["task_id"]]
+                 if a.count("<tool_call>") == 1]
+        split = {"lib": "warmup", "cal": "transfer", "shop": "test"}.get(row["task_id"].split("-")[0], "train")
+        return {**row, "split": split, "reference_actions": calls}
+
+    folder = _fixture_copy(tmp_path, patch)
+    (folder / "bed.json").write_text(json.dumps({"label": "a test bed (not the EnvScaler release)"}))
+    e = make_env("envscaler", data_dir=folder)
+    ids = {s: [t.task_id for t in e.tasks(s)] for s in ("train", "test", "transfer", "warmup")}
+    assert sorted(ids["warmup"]) == ["lib-001", "lib-002", "lib-003"] and sorted(ids["test"]) == ["shop-001", "shop-002"]
+    assert sorted(ids["transfer"]) == ["cal-001", "cal-002"] and sorted(ids["train"]) == ["bank-001", "bank-002", "bank-003"]
+    assert ids == {s: [t.task_id for t in make_env("envscaler", data_dir=folder).tasks(s)] for s in ids}
+    assert "a test bed (not the EnvScaler release)" in e.data_source and not e.fixtures
+    task = e.tasks("train")[0]
+    actions = e.reference_actions(task)
+    assert actions[-1] == "Task Completed" and len(actions) == len(patch({"task_id": task.task_id})["reference_actions"]) + 1
+    e.reset(task)
+    results = [e.step(a) for a in actions]
+    assert results[-1].done and results[-1].reward == 1.0
+    with pytest.raises(EnvError, match="reference_actions"):
+        make_env("envscaler").reference_actions(make_env("envscaler").tasks("train")[0])
+    with pytest.raises(EnvError, match="warmup"):
+        e.tasks("dev")
+
+
+@pytest.mark.parametrize("patch, message", [
+    (lambda r: {**r, "split": "train"} if r["task_id"] == "lib-001" else r, "'split' is set on 1 of 10"),
+    (lambda r: {**r, "split": 3}, "field 'split'"),
+    (lambda r: {**r, "reference_actions": [{"name": "x"}]}, "field 'reference_actions'"),
+])
+def test_bad_split_and_reference_fields_name_the_field(tmp_path, patch, message):
+    with pytest.raises(EnvError, match=message):
+        make_env("envscaler", data_dir=_fixture_copy(tmp_path, patch))
+
 def test_json_string_and_parsed_forms_load_identically(tmp_path):
     def rewrite(kind: str, name: str, fields: tuple[str, ...], to_string: bool) -> None:
         out = []

@@ -161,7 +161,7 @@ def test_envscaler_oracle_actions_score_full(tmp_path):
 
     tasks = make_env("envscaler").tasks("test")
     report = _run(tmp_path, [ORACLE[t.task_id] for t in tasks], bench="envscaler")
-    assert report["scores"] == {"mean_reward": 1.0, "success_rate": 1.0}
+    assert report["scores"] == {"mean_reward": 1.0, "mean_reward_se": 0.0, "success_rate": 1.0, "success_rate_se": 0.0}
     assert report["behaviour"]["tool_calls_per_step"] > 0
     empty = _run(tmp_path, [["Done."]] * len(tasks), bench="envscaler")
     assert empty["scores"]["success_rate"] == 0.0
@@ -289,3 +289,10 @@ def test_protocols_fill_what_is_not_given_and_the_report_records_it(tmp_path):
     report = _run(tmp_path, [["Done."]], bench="envscaler", limit=1, protocol="paper", max_turns=2)
     assert report["config"]["protocol"] == "paper"
     assert (report["config"]["temperature"], report["config"]["top_k"], report["config"]["max_turns"]) == (0.7, 20, 2)
+
+
+def test_standard_error_over_tasks_hand_computed():
+    from stages.core.benches import _standard_error
+
+    assert _standard_error([1.0, 0.0, 0.0, 1.0]) == pytest.approx((1 / 12) ** 0.5)  # var 1/3 over 4 tasks
+    assert _standard_error([0.5, 0.5, 0.5]) == 0.0 and _standard_error([1.0]) == 0.0

@@ -20,6 +20,11 @@ acebench        acebench multi-step (20)   end-to-end accuracy, process accuracy
                 and multi-turn (30, with   per part (multi_step_*, multi_turn_*)
                 a simulated user)
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
+lopd-bed        lopd's study bed, held-out mean reward, success rate (all checks passed),
+                tasks of the train envs    their standard errors over tasks
+lopd-bed-       lopd's study bed, the      the same
+transfer        environments no train
+                task uses
 livecodebench   livecodebench (release)    pass@1 on public + private tests
 =============== ========================== ====================================================
 
@@ -104,8 +109,8 @@ def _require_dir(config: Any, what: str) -> Path:
     return path
 
 
-def _simple(env: str, **kwargs: Any) -> Callable[[Any], BenchRun]:
-    """prepare() for benches that are one environment's test split."""
+def _simple(env: str, split: str = "test", **kwargs: Any) -> Callable[[Any], BenchRun]:
+    """prepare() for benches that are one environment's ``split``."""
 
     def prepare(config: Any) -> BenchRun:
         data = _data_dir(config)
@@ -113,7 +118,7 @@ def _simple(env: str, **kwargs: Any) -> Callable[[Any], BenchRun]:
         factory = lambda: make_env(env, data_dir=data, max_steps=steps, **kwargs)  # noqa: E731
         probe = factory()
         try:
-            tasks = probe.tasks("test", config.limit)
+            tasks = probe.tasks(split, config.limit)
         finally:
             probe.close()
         source = getattr(probe, "data_source", None)
@@ -123,8 +128,20 @@ def _simple(env: str, **kwargs: Any) -> Callable[[Any], BenchRun]:
 
 
 def _success_scores(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
-    scores = {"mean_reward": _mean([t.reward for t in trajs]), "success_rate": _mean([float(t.success) for t in trajs])}
+    rewards, successes = [t.reward for t in trajs], [float(t.success) for t in trajs]
+    scores = {"mean_reward": _mean(rewards), "mean_reward_se": _standard_error(rewards),
+              "success_rate": _mean(successes), "success_rate_se": _standard_error(successes)}
     return scores, {}
+
+
+def _standard_error(values: list[float]) -> float:
+    """Standard error of the mean over tasks (sample SD / sqrt(n)); for 0/1 values the binomial
+    SE sqrt(p (1 - p) / (n - 1)). 0.0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
 
 
 # ---- bfcl-v3 ------------------------------------------------------------------------------------
@@ -383,6 +400,8 @@ BENCHES: dict[str, Bench] = {
         Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
         Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
         Bench("envscaler", "envscaler", 256, 30, _simple("envscaler"), _success_scores),
+        Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
+        Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
         Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
     )
 }

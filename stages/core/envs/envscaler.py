@@ -18,6 +18,11 @@ Split: task ids are sorted, shuffled with ``random.Random(seed)`` and the first 
 ``test`` split, the rest ``train`` (disjoint, deterministic). ``n_test = test_size`` (default 200)
 when there are at least ``2 * test_size`` tasks, otherwise 20% of them (at least 1, and at most
 all but one when there are two or more). Seed and ``n_test`` are recorded in ``Task.metadata``.
+Data whose task rows all carry a ``split`` field (a lopd extension, e.g. the study bed's
+``train`` / ``test`` / ``transfer`` / ``warmup``) keeps those splits; each is ordered the same
+seeded way. Task rows may also carry ``reference_actions`` (a lopd extension: the correct tool
+calls ``[{"name", "arguments"}]`` in order), which :meth:`EnvScalerEnv.reference_actions` plays.
+A data folder holding a ``bed.json`` with a ``label`` is named by that label in every report.
 
 Episode: ``reset`` starts a fresh worker process (:mod:`._envscaler_worker`) that builds the
 instance from source + ``init_config`` under memory/CPU limits. Each tool call in an action runs
@@ -48,6 +53,7 @@ FIXTURES_DIR = Path(__file__).resolve().parents[3] / "examples" / "envscaler_fix
 HF_ENVS = "XXHStudyHard/EnvScaler-191-Env"
 HF_TASKS = "XXHStudyHard/EnvScaler-RL-Scenario"
 OBSERVATION_MAX_CHARS = 8000
+FINAL_REPLY = "Task Completed"  # the reply that ends an episode (see AGENTIC_RULES)
 TOOL_CALL_NOTE = (
     "## How to act\n"
     "Use the tools to complete the user's task. Call a tool by writing\n"
@@ -91,6 +97,8 @@ class TaskSpec:
     init_config: dict[str, Any]
     text: str
     checks: tuple[tuple[str, str], ...]  # (check_item, check_func source)
+    split: str | None = None  # the row's own split (lopd extension), else None
+    reference: tuple[ToolCall, ...] | None = None  # the row's reference_actions (lopd extension)
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,9 @@ def _task_spec(row: dict[str, Any], where: str, envs: dict[str, EnvSpec]) -> Tas
         if not isinstance(item, dict) or not isinstance(item.get("check_func"), str):
             raise EnvError(f"{where}: field 'checklist_with_func' holds an entry without a check_func string")
         checks.append((str(item.get("check_item", "")), item["check_func"]))
+    split = row.get("split")
+    if split is not None and (not isinstance(split, str) or not split.strip()):
+        raise EnvError(f"{where}: field 'split' must be a non-empty string, got {split!r}")
     return TaskSpec(
         task_id=task_id,
         env_id=env_id,
@@ -164,7 +175,22 @@ def _task_spec(row: dict[str, Any], where: str, envs: dict[str, EnvSpec]) -> Tas
         init_config=_required(row, "init_config", where, dict),
         text=_required(row, "task", where),
         checks=tuple(checks),
+        split=split,
+        reference=_reference(row, where),
     )
+
+
+def _reference(row: dict[str, Any], where: str) -> tuple[ToolCall, ...] | None:
+    """The row's ``reference_actions`` as tool calls (None when the row has none)."""
+    if row.get("reference_actions") is None:
+        return None
+    calls = []
+    for call in _json_value(row["reference_actions"], where, "reference_actions", list):
+        if not (isinstance(call, dict) and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict)):
+            raise EnvError(f"{where}: field 'reference_actions' holds an entry that is not "
+                           '{"name": str, "arguments": object}')
+        calls.append(ToolCall(name=call["name"], arguments=json.dumps(call["arguments"], ensure_ascii=False)))
+    return tuple(calls)
 
 
 def _read_rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -205,12 +231,25 @@ def _hf_rows(name: str, split: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _split(task_ids: list[str], test_size: int, seed: int) -> dict[str, tuple[str, ...]]:
-    ids = sorted(task_ids)
-    random.Random(seed).shuffle(ids)
+    ids = _seeded_order(task_ids, seed)
     n = len(ids)
     n_test = test_size if n >= 2 * test_size else max(1, round(0.2 * n))
     n_test = min(n_test, n - 1) if n >= 2 else n
     return {"test": tuple(ids[:n_test]), "train": tuple(ids[n_test:])}
+
+
+def _seeded_order(task_ids: list[str], seed: int) -> list[str]:
+    ids = sorted(task_ids)
+    random.Random(seed).shuffle(ids)
+    return ids
+
+
+def _own_splits(tasks: dict[str, TaskSpec], seed: int) -> dict[str, tuple[str, ...]]:
+    """Splits named by the task rows themselves, each in the seeded order."""
+    by_split: dict[str, list[str]] = {}
+    for tid, spec in tasks.items():
+        by_split.setdefault(spec.split, []).append(tid)
+    return {name: tuple(_seeded_order(ids, seed)) for name, ids in sorted(by_split.items())}
 
 
 def _build(source: str, env_rows: list, task_rows: list, test_size: int, seed: int) -> EnvScalerData:
@@ -240,14 +279,38 @@ def _build(source: str, env_rows: list, task_rows: list, test_size: int, seed: i
         log.warning("envscaler: skipped %d task(s) with an empty checklist_with_func in %s", skipped, source)
     if not tasks:
         raise EnvError(f"{source}: no usable tasks")
-    return EnvScalerData(source, envs, tasks, _split(list(tasks), test_size, seed), seed)
+    with_split = sum(spec.split is not None for spec in tasks.values())
+    if with_split not in (0, len(tasks)):
+        raise EnvError(f"{source}: field 'split' is set on {with_split} of {len(tasks)} tasks; set it on all or none")
+    splits = _own_splits(tasks, seed) if with_split else _split(list(tasks), test_size, seed)
+    return EnvScalerData(source, envs, tasks, splits, seed)
 
 
 @lru_cache(maxsize=4)
 def _load_files(envs_file: Path, tasks_file: Path, stamp: tuple[float, float], test_size: int, seed: int) -> EnvScalerData:
     if envs_file.parent == FIXTURES_DIR:
         log.info("envscaler: no data_dir or hf_dataset given; using the bundled fixtures in %s", FIXTURES_DIR)
-    return _build(f"{envs_file} + {tasks_file}", _read_rows(envs_file), _read_rows(tasks_file), test_size, seed)
+    source = f"{envs_file} + {tasks_file}"
+    label = _bed_label(envs_file.parent / "bed.json")
+    return _build(f"{label}: {source}" if label else source, _read_rows(envs_file), _read_rows(tasks_file),
+                  test_size, seed)
+
+
+def _bed_label(path: Path) -> str | None:
+    """The ``label`` of a data folder's ``bed.json`` (None without one).
+
+    Raises:
+        EnvError: a bed.json that is not a JSON object with a string ``label``.
+    """
+    if not path.is_file():
+        return None
+    try:
+        label = json.loads(read_utf8(path, EnvError)).get("label")
+    except (json.JSONDecodeError, AttributeError):
+        label = None
+    if not isinstance(label, str) or not label:
+        raise EnvError(f"{path}: field 'label' must be a non-empty string (a JSON object holding it)")
+    return label
 
 
 @lru_cache(maxsize=4)
@@ -364,9 +427,9 @@ class EnvScalerEnv:
             EnvError: unknown split.
         """
         if split not in self.data.splits:
-            raise EnvError(f"envscaler: unknown split {split!r}; use 'train' or 'test'")
+            raise EnvError(f"envscaler: unknown split {split!r}; use one of: {', '.join(sorted(self.data.splits))}")
         ids = self.data.splits[split][: limit if limit is not None else None]
-        n_test = len(self.data.splits["test"])
+        n_test = len(self.data.splits.get("test", ()))
         out = []
         for tid in ids:
             spec = self.data.tasks[tid]
@@ -376,6 +439,19 @@ class EnvScalerEnv:
             out.append(Task(task_id=tid, env=self.name, split=split, prompt=spec.text,
                             tools=json.dumps(list(env.tools)), metadata=json.dumps(meta)))
         return out
+
+    def reference_actions(self, task: Task) -> list[str]:
+        """The task's reference actions as action texts: one ``<tool_call>`` per action, then the final reply.
+
+        Raises:
+            EnvError: the task is not in the loaded data, or its row has no ``reference_actions``.
+        """
+        from stages.core.chat import format_tool_calls
+
+        spec = self.data.tasks.get(task.task_id)
+        if spec is None or spec.reference is None:
+            raise EnvError(f"envscaler: task {task.task_id!r} has no reference_actions in {self.data.source}")
+        return [format_tool_calls([call]) for call in spec.reference] + [FINAL_REPLY]
 
     def reset(self, task: Task) -> list[Message]:
         """Start a fresh worker with the task's environment instance; returns system + user messages.
@@ -478,3 +554,20 @@ class EnvScalerEnv:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+
+
+BED_DIR = Path(__file__).resolve().parents[3] / "examples" / "envscaler_bed"
+
+
+@register("lopd-bed")
+class LopdBedEnv(EnvScalerEnv):
+    """lopd's own study bed (``examples/envscaler_bed``): EnvScaler-format environments written for
+    lopd, not the EnvScaler release. Splits ``warmup``, ``train``, ``test`` (held out: same
+    environments, other tasks) and ``transfer`` (environments no train task uses). Same episode
+    rules as :class:`EnvScalerEnv`; ``data_dir`` defaults to the bundled bed.
+    """
+
+    name = "lopd-bed"
+
+    def __init__(self, data_dir: Path | str | None = None, max_steps: int = 6, **kwargs: Any) -> None:
+        super().__init__(data_dir if data_dir is not None else BED_DIR, max_steps, **kwargs)
