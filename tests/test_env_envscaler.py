@@ -338,3 +338,21 @@ def test_hf_dataset_ids_load_through_datasets(monkeypatch):
         make_env("envscaler", hf_dataset="me/missing")
     with pytest.raises(EnvError, match="not both"):
         make_env("envscaler", hf_dataset="me/tasks", data_dir=FIXTURES_DIR)
+
+
+def test_lopd_bed_prompt_lists_tool_signatures_and_offers_no_schema_block():
+    from stages.core.envs.envscaler import LopdBedEnv, tool_signature
+
+    tool = {"type": "function", "function": {"name": "transfer", "description": "Move money.", "parameters": {
+        "type": "object", "properties": {"src": {"type": "string"}, "amount": {"type": "number"}, "memo": {}},
+        "required": ["src", "amount"]}}}
+    assert tool_signature(tool) == "transfer(src: string, amount: number, memo?: any): Move money."
+    bed = LopdBedEnv(data_dir=FIXTURES_DIR)
+    task = bed.tasks("train", limit=1)[0]
+    system, user = bed.reset(task)
+    spec = bed.data.envs[bed.data.tasks[task.task_id].env_id]
+    assert task.tools == "[]" and task.env == "lopd-bed" and user.content == bed.data.tasks[task.task_id].text
+    assert [line[2:].split("(")[0] for line in system.content.splitlines() if "(" in line and line.startswith("- ")] \
+        == spec.tool_names
+    assert system.content.startswith(spec.introduction) and system.content.endswith('reply "Task Completed".')
+    bed.close()

@@ -559,15 +559,56 @@ class EnvScalerEnv:
 BED_DIR = Path(__file__).resolve().parents[3] / "examples" / "envscaler_bed"
 
 
+BED_NOTE = ("Call one tool per reply, exactly as\n"
+            '<tool_call>{"name": "<tool>", "arguments": {<arguments as JSON>}}</tool_call>\n'
+            f'Read its result before the next step. When the task is done, reply "{FINAL_REPLY}".')
+
+
+def tool_signature(tool: dict[str, Any]) -> str:
+    """One line for a tool schema: ``name(arg: type, opt?: type): description``.
+
+    Optional parameters carry a ``?``; a parameter without a JSON-schema ``type`` shows ``any``.
+    """
+    fn = tool["function"]
+    params = fn.get("parameters") or {}
+    required = set(params.get("required") or [])
+    args = ", ".join(f"{name}{'' if name in required else '?'}: {(spec or {}).get('type', 'any')}"
+                     for name, spec in (params.get("properties") or {}).items())
+    description = str(fn.get("description") or "").strip()
+    return f"{fn['name']}({args})" + (f": {description}" if description else "")
+
+
 @register("lopd-bed")
 class LopdBedEnv(EnvScalerEnv):
     """lopd's own study bed (``examples/envscaler_bed``): EnvScaler-format environments written for
     lopd, not the EnvScaler release. Splits ``warmup``, ``train``, ``test`` (held out: same
-    environments, other tasks) and ``transfer`` (environments no train task uses). Same episode
-    rules as :class:`EnvScalerEnv`; ``data_dir`` defaults to the bundled bed.
+    environments, other tasks) and ``transfer`` (environments no train task uses); ``data_dir``
+    defaults to the bundled bed.
+
+    Its own prompt, so that a whole prompt fits a small model's budget (at most 450 SmolLM2 tokens
+    on the bundled bed): the system message holds the introduction, the rules, one signature line
+    per tool (:func:`tool_signature`) and a three-line call note; tasks carry no tool schemas, so
+    the chat template adds no JSON tool block. Episode rules are :class:`EnvScalerEnv`'s.
     """
 
     name = "lopd-bed"
 
     def __init__(self, data_dir: Path | str | None = None, max_steps: int = 6, **kwargs: Any) -> None:
         super().__init__(data_dir if data_dir is not None else BED_DIR, max_steps, **kwargs)
+
+    def tasks(self, split: str, limit: int | None = None) -> list[Task]:
+        """As :meth:`EnvScalerEnv.tasks`, with the tool schemas left out of the task (they are in
+        the system message as signatures)."""
+        return [t.model_copy(update={"tools": "[]"}) for t in super().tasks(split, limit)]
+
+    def reset(self, task: Task) -> list[Message]:
+        """As :meth:`EnvScalerEnv.reset`, with the bed's compact system message."""
+        messages = super().reset(task)
+        return [Message(role="system", content=self.system_prompt(self._env)), *messages[1:]]
+
+    @staticmethod
+    def system_prompt(env: EnvSpec) -> str:
+        """Introduction, rules, tool signatures and the call note of one environment."""
+        rules = "".join(f"\n- {r}" for r in env.rules)
+        tools = "".join(f"\n- {tool_signature(t)}" for t in env.tools)
+        return (f"{env.introduction}" + (f"\nRules:{rules}" if rules else "") + f"\nTools:{tools}\n{BED_NOTE}")
