@@ -12,8 +12,9 @@ from stages.core.losses_sdpo import sdpo_topk_loss
 
 
 def naive(s_BTV, t_BTV, ids_BT, mask_BT, old_BT, *, k, alpha=1.0, add_tail=True, is_clip=2.0,
-          temperature=1.0, reduction="token"):
-    """Loop-by-loop float64 reference of BASELINES.md: SDPO (no vectorisation)."""
+          temperature=1.0, loss_temperature=1.0, reduction="token"):
+    """Loop-by-loop float64 reference of BASELINES.md: SDPO (no vectorisation); the top-k and the
+    divergence on both logits divided by ``loss_temperature`` (upstream: the sampling temperature)."""
     B, T, V = s_BTV.shape
     per_row: list[list[float]] = [[] for _ in range(B)]
     for b in range(B):
@@ -22,10 +23,10 @@ def naive(s_BTV, t_BTV, ids_BT, mask_BT, old_BT, *, k, alpha=1.0, add_tail=True,
                 continue
             s = [float(x) for x in s_BTV[b][t]]
             q = [float(x) for x in t_BTV[b][t]]
-            zs = math.log(sum(math.exp(x) for x in s))
-            zt = math.log(sum(math.exp(x) for x in q))
-            ps = [math.exp(x - zs) for x in s]
-            pt = [math.exp(x - zt) for x in q]
+            zs = math.log(sum(math.exp(x / loss_temperature) for x in s))
+            zt = math.log(sum(math.exp(x / loss_temperature) for x in q))
+            ps = [math.exp(x / loss_temperature - zs) for x in s]
+            pt = [math.exp(x / loss_temperature - zt) for x in q]
             top = sorted(range(V), key=lambda i: -ps[i])[:min(k, V)]
             S = [ps[i] for i in top]
             Tq = [pt[i] for i in top]
@@ -75,6 +76,8 @@ def _random(B=3, T=5, V=11, seed=0):
     dict(k=3), dict(k=1), dict(k=11), dict(k=20), dict(k=4, alpha=0.0), dict(k=4, alpha=0.5),
     dict(k=4, add_tail=False), dict(k=4, is_clip=None), dict(k=4, temperature=0.7),
     dict(k=4, reduction="trajectory"), dict(k=5, is_clip=1.3, alpha=0.3, temperature=1.2),
+    dict(k=4, temperature=0.7, loss_temperature=0.7), dict(k=20, temperature=0.7, loss_temperature=0.7),
+    dict(k=3, alpha=0.5, add_tail=False, temperature=0.7, loss_temperature=0.7, reduction="trajectory"),
 ])
 def test_matches_the_naive_float64_reference(kwargs):
     s, t, ids, mask, old = _random()
@@ -83,6 +86,23 @@ def test_matches_the_naive_float64_reference(kwargs):
     assert loss.dtype == torch.float64
     assert float(loss) == pytest.approx(want, rel=1e-10, abs=1e-12)
     assert m["num_tokens"] == int(mask.sum()) and m["loss"] == pytest.approx(want, rel=1e-10, abs=1e-12)
+
+
+def test_loss_temperature_changes_the_support_and_the_divergence():
+    """At T = 0.7 the top-k support and the divergence are those of the tempered distributions:
+    not the raw logits' (the loss before ``loss_temperature`` existed)."""
+    s, t, ids, mask, old = _random(seed=6)
+    raw, _ = sdpo_topk_loss(s, t, ids, mask, old, k=3, temperature=0.7)
+    tempered, _ = sdpo_topk_loss(s, t, ids, mask, old, k=3, temperature=0.7, loss_temperature=0.7)
+    assert float(raw) == pytest.approx(naive(s, t, ids, mask, old, k=3, temperature=0.7), rel=1e-10)
+    assert float(tempered) == pytest.approx(naive(s, t, ids, mask, old, k=3, temperature=0.7,
+                                                  loss_temperature=0.7), rel=1e-10)
+    assert abs(float(tempered) - float(raw)) > 1e-3
+    # dividing the logits by T is the same as calling the loss on logits / T
+    pre, _ = sdpo_topk_loss(s / 0.7, t / 0.7, ids, mask, old, k=3, temperature=1.0)
+    assert float(tempered) == pytest.approx(float(pre), rel=1e-12)
+    with pytest.raises(ValueError, match="loss_temperature must be > 0"):
+        sdpo_topk_loss(s, t, ids, mask, loss_temperature=0.0)
 
 
 def test_student_topk_and_tail_by_hand():

@@ -193,6 +193,24 @@ def test_gradient_reaches_the_student_only_and_micro_batches_add_up(assets):
     assert float(zero.detach()) == 0.0 and zm["reverse_kl"] == 0.0 and zero.requires_grad
 
 
+@pytest.mark.filterwarnings("ignore:some trajectories hold no token ids")
+def test_loss_temperature_defaults_to_the_sampling_temperature(assets):
+    """Default: the divergence on logits / --temperature (0.7 here), as upstream SDPO; an explicit
+    ``loss_temperature`` equal to it gives the same loss, ``loss_temperature=1`` the raw logits'."""
+    losses = {}
+    for name, options in (("default", {}), ("0.7", {"loss_temperature": 0.7}), ("1", {"loss_temperature": 1.0})):
+        torch.manual_seed(0)  # the same LoRA initialisation each time
+        method = _method(assets[0], k=5, **options)
+        _perturb(method.student.params, 3)
+        batch = _prepare(method, _group_batch())
+        with torch.no_grad():
+            losses[name] = float(method.loss(batch.rows, batch.extras, 1.0)[0])
+    assert losses["default"] == losses["0.7"]
+    assert abs(losses["default"] - losses["1"]) > 1e-4 * abs(losses["1"])
+    with pytest.raises(ValueError, match="loss_temperature"):
+        SDPOOptions(loss_temperature=0.0)
+
+
 def _cli(args: list[str]):
     return runner.invoke(app, args)
 

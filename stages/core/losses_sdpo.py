@@ -71,11 +71,11 @@ def bucket_divergence(s_NB: Tensor, t_NB: Tensor, alpha: float) -> Tensor:
 
 
 def _rows(s_NV: Tensor, t_NV: Tensor, ids_N: Tensor, old_N: Tensor, k: int, alpha: float, add_tail: bool,
-          is_clip: float | None, temperature: float) -> tuple[Tensor, ...]:
+          is_clip: float | None, temperature: float, loss_temperature: float) -> tuple[Tensor, ...]:
     """One chunk: (weighted divergence, divergence, raw ratio, student tail, teacher tail), each (N,)."""
     s_NV = _upcast(s_NV)
-    s_logp_NV = torch.log_softmax(s_NV, dim=-1)
-    t_logp_NV = torch.log_softmax(_upcast(t_NV), dim=-1)
+    s_logp_NV = torch.log_softmax(s_NV / loss_temperature, dim=-1)
+    t_logp_NV = torch.log_softmax(_upcast(t_NV) / loss_temperature, dim=-1)
     ids_NK = s_logp_NV.detach().topk(min(k, s_NV.shape[-1]), dim=-1).indices  # the STUDENT's top-k
     s_NB = topk_buckets(s_logp_NV, ids_NK, add_tail)
     t_NB = topk_buckets(t_logp_NV, ids_NK, add_tail)
@@ -106,15 +106,18 @@ def sdpo_topk_loss(
     add_tail: bool = True,
     is_clip: float | None = 2.0,
     temperature: float = 1.0,
+    loss_temperature: float = 1.0,
     reduction: Reduction = "token",
     denominator: float | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> tuple[Tensor, dict[str, float]]:
     """SDPO's self-distillation loss on the student's top-k + tail, importance-weighted.
 
-    B.1 of the LOPD paper; BASELINES.md: SDPO. At each masked position n: V^k = the k ids of
-    highest STUDENT probability (no gradient through the choice); student and teacher full
-    log-softmaxes are gathered there, plus a tail bucket log(1 - sum p) (``add_tail``; no
+    B.1 of the LOPD paper; BASELINES.md: SDPO. Student and teacher logits are divided by
+    ``loss_temperature`` first (upstream SDPO divides both by the sampling temperature before the
+    top-k and the divergence). At each masked position n: V^k = the k ids of highest STUDENT
+    probability (no gradient through the choice); student and teacher full log-softmaxes are
+    gathered there, plus a tail bucket log(1 - sum p) (``add_tail``; no
     renormalisation); d_n = the bucket divergence (:func:`bucket_divergence`, reverse KL at the
     default ``alpha=1``); w_n = min(exp(logp_n - logp_old_n), is_clip), detached, with logp_n
     the student's log-prob of the sampled token under its logits divided by ``temperature`` (the
@@ -139,6 +142,8 @@ def sdpo_topk_loss(
         add_tail: tail bucket (True) or renormalised top-k (False).
         is_clip: upper clip of the importance ratio (> 0), None = no importance weight.
         temperature: sampling temperature of ``old_logprobs_BT`` (> 0; use 1 for greedy rollouts).
+        loss_temperature: divisor of both logits for the top-k and the divergence (> 0; 1 = raw
+            logits).
         reduction: "token" or "trajectory" (see above).
         denominator: normaliser of the sum (> 0), default from this batch (see above).
         chunk_size: masked positions per chunk of full-vocabulary work (>= 1).
@@ -153,7 +158,7 @@ def sdpo_topk_loss(
     Raises:
         ValueError: logits not both (B, T, V), ids / mask / old log-probs not (B, T), a mask
             that is not 0/1, k < 1, alpha outside [0, 1], is_clip <= 0, temperature <= 0,
-            denominator <= 0, unknown reduction, chunk_size < 1, a token id outside [0, V).
+            loss_temperature <= 0, denominator <= 0, unknown reduction, chunk_size < 1, a token id outside [0, V).
     """
     if student_logits_BTV.dim() != 3 or student_logits_BTV.shape != teacher_logits_BTV.shape:
         raise ValueError(f"student/teacher logits must both be (B, T, V), got {tuple(student_logits_BTV.shape)}"
@@ -170,6 +175,8 @@ def sdpo_topk_loss(
         raise ValueError(f"is_clip must be > 0 (or None), got {is_clip}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if loss_temperature <= 0:
+        raise ValueError(f"loss_temperature must be > 0, got {loss_temperature}")
     if denominator is not None and denominator <= 0:
         raise ValueError(f"denominator must be > 0, got {denominator}")
     if reduction not in ("token", "trajectory"):
@@ -190,7 +197,7 @@ def sdpo_topk_loss(
                       "student_tail_mass": 0.0, "teacher_tail_mass": 0.0, "num_tokens": 0.0}
 
     def rows_fn(s: Tensor, t: Tensor, ids: Tensor, old: Tensor) -> tuple[Tensor, ...]:
-        return _rows(s, t, ids, old, k, alpha, add_tail, is_clip, temperature)
+        return _rows(s, t, ids, old, k, alpha, add_tail, is_clip, temperature, loss_temperature)
 
     parts = [_run_chunk(rows_fn, *chunk) for chunk in zip(
         student_NV.split(chunk_size), teacher_NV.split(chunk_size), ids_N.split(chunk_size),

@@ -29,8 +29,11 @@ Loss: :func:`stages.core.losses_sdpo.sdpo_topk_loss`, the student's top-k + tail
 (k = 20) with the clipped importance ratio min(exp(logp - logp_old), 2), token-mean over the
 step's distilled tokens (micro-batches accumulate exactly). logp_old is the rollout's recorded
 log-prob, taken at the sampling temperature, so logp is read from the student's logits divided
-by ``--temperature`` (the ratio is 1 on-policy; 1 where nothing was recorded); the divergence
-itself is on the raw logits, as LOPD's. No composer is needed.
+by ``--temperature`` (the ratio is 1 on-policy; 1 where nothing was recorded). The top-k and the
+divergence are taken on student and teacher logits divided by ``loss_temperature``: by default
+the sampling temperature ``--temperature`` (1 for greedy rollouts), as upstream SDPO and TRL's
+SDPO do; ``-o loss_temperature=1`` takes them on the raw logits, as LOPD's loss does. No
+composer is needed.
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ class SDPOOptions(BaseModel):
     ``is_clip``: importance-ratio clip (None = no ratio). ``alpha``: 1 reverse KL (B.1), 0.5 the
     upstream JSD. ``add_tail``: tail bucket, else renormalised top-k. ``reduction``: "token"
     (upstream token-mean) or "trajectory" (per-row mean, then the mean over rows).
+    ``loss_temperature``: divisor of both logits in the top-k and the divergence; None (default,
+    upstream) = the sampling temperature ``--temperature`` (1 when greedy).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -80,6 +85,7 @@ class SDPOOptions(BaseModel):
     alpha: float = Field(1.0, ge=0.0, le=1.0)
     add_tail: bool = True
     reduction: Literal["token", "trajectory"] = "token"
+    loss_temperature: float | None = Field(None, gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -231,7 +237,8 @@ class SDPO(Method):
         temperature = self.config.temperature if self.config.temperature > 0 else 1.0
         loss, m = sdpo_topk_loss(s_logits[:, :-1], t_logits[:, :-1], ids[:, 1:], mask[:, 1:], old[:, 1:],
                                  k=o.k, alpha=o.alpha, add_tail=o.add_tail, is_clip=o.is_clip,
-                                 temperature=temperature, reduction=o.reduction, denominator=denominator)
+                                 temperature=temperature, loss_temperature=o.loss_temperature or temperature,
+                                 reduction=o.reduction, denominator=denominator)
         share = m["num_tokens"] / ctx[0].tokens  # token means of the whole step add up over micro-batches
         metrics = {"distill_loss": m["loss"], "reverse_kl": share * m["divergence"],
                    "is_ratio": share * m["is_ratio"], "is_clip_frac": share * m["is_clip_frac"],
