@@ -1,0 +1,1 @@
+"""Domain modules of the lopd study bed; each defines ENVS (see examples/envscaler_bed/README.md)."""

@@ -1,0 +1,261 @@
+"""Calendar and scheduling environments of the lopd study bed (stdlib only).
+
+Four environments: team meetings and meeting rooms (main, pilot), clinic appointments (main) and
+a gym class timetable (transfer: no train task uses it). See ``ENVS`` at the end.
+"""
+from __future__ import annotations
+
+import random
+
+DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri"]
+HOURS = list(range(8, 18))
+FIRST = ["Ada", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai", "Lena", "Mo", "Nia",
+         "Omar", "Pia", "Raj", "Sara", "Tom", "Uma", "Vic", "Wes", "Yara", "Zoe"]
+LAST = ["Moreno", "Okafor", "Lind", "Sato", "Novak", "Reyes", "Kaur", "Berg", "Costa", "Haddad", "Ivanova",
+        "Park", "Silva", "Weber"]
+
+
+def _tool(fn: str, description: str, /, **params: str) -> dict:
+    """An OpenAI-style tool schema; every parameter is required; ``params`` maps name -> JSON type."""
+    return {"type": "function", "function": {
+        "name": fn, "description": description,
+        "parameters": {"type": "object", "properties": {p: {"type": t} for p, t in params.items()},
+                       "required": list(params)}}}
+
+
+def _check(item: str, expr: str) -> dict:
+    """One checklist entry whose check function returns ``expr`` (Python over ``final_state``)."""
+    return {"check_item": item, "check_func": f"def check_func(final_state):\n    return {expr}\n"}
+
+
+def _call(fn: str, /, **arguments: object) -> dict:
+    return {"name": fn, "arguments": arguments}
+
+
+def _ids(rng: random.Random, prefix: str, n: int, low: int = 100, high: int = 1000) -> list[str]:
+    return [f"{prefix}-{k}" for k in rng.sample(range(low, high), n)]
+
+
+def _names(rng: random.Random, n: int) -> list[str]:
+    firsts = rng.sample(FIRST, n)
+    return [f"{f} {rng.choice(LAST)}" for f in firsts]
+
+
+def _other(rng: random.Random, pool: list, *avoid: object) -> object:
+    return rng.choice([x for x in pool if x not in avoid])
+
+
+def _hh(hour: int) -> str:
+    return f"{hour:02d}:00"
+
+
+# ----------------------------------------------------------------------------- meetings
+
+MEETINGS_CODE = '''
+class MeetingCalendar:
+    def __init__(self, init_config: dict):
+        self.meetings = {}
+
+    def _get(self, meeting_id):
+        m = self.meetings.get(meeting_id)
+        if m is None:
+            return None, {"success": False, "error": f"no meeting {meeting_id}"}
+        if m["status"] != "scheduled":
+            return None, {"success": False, "error": f"meeting {meeting_id} is cancelled"}
+        return m, None
+
+    def find_meetings(self, title: str) -> dict:
+        q = str(title).lower()
+        hits = [dict(m, meeting_id=k) for k, m in sorted(self.meetings.items()) if q in m["title"].lower()]
+        return {"success": True, "data": hits}
+
+    def move_meeting(self, meeting_id: str, day: str, hour: int) -> dict:
+        m, err = self._get(meeting_id)
+        if err:
+            return err
+        if day not in ("Mon", "Tue", "Wed", "Thu", "Fri"):
+            return {"success": False, "error": "day must be one of Mon, Tue, Wed, Thu, Fri"}
+        if not isinstance(hour, int) or isinstance(hour, bool) or not 8 <= hour <= 17:
+            return {"success": False, "error": "hour must be an integer from 8 to 17"}
+        m["day"], m["hour"] = day, hour
+        return {"success": True, "data": dict(m, meeting_id=meeting_id)}
+
+    def cancel_meeting(self, meeting_id: str) -> dict:
+        m, err = self._get(meeting_id)
+        if err:
+            return err
+        m["status"] = "cancelled"
+        return {"success": True, "data": dict(m, meeting_id=meeting_id)}
+'''
+
+MEETING_TITLES = ["Budget sync", "Design review", "Sprint planning", "Hiring panel", "Roadmap chat", "Vendor call",
+                  "Team lunch", "Security audit", "Launch prep", "Board prep", "Retro", "Onboarding", "QA triage",
+                  "Sales huddle", "Data review", "All hands"]
+
+
+def _meetings_task(rng: random.Random) -> dict:
+    n = rng.randint(4, 7)
+    ids, titles = _ids(rng, "M", n, 10, 100), rng.sample(MEETING_TITLES, n)  # 2 digits: a move fits 48 tokens
+    meetings = {i: {"title": t, "day": rng.choice(DAYS), "hour": rng.choice(HOURS), "status": "scheduled"}
+                for i, t in zip(ids, titles)}
+    a, b = ids[0], ids[1]
+    day, hour = _other(rng, DAYS, meetings[a]["day"]), _other(rng, HOURS, meetings[a]["hour"])
+    when = rng.choice([f"{day} at {_hh(hour)}", f"{day} {_hh(hour)}", f"{_hh(hour)} on {day}"])
+    title_a, title_b = meetings[a]["title"], meetings[b]["title"]
+    moved = _check(f"Is {a} on {day} at {_hh(hour)}?",
+                   f"final_state['meetings'][{a!r}] == dict({meetings[a]!r}, day={day!r}, hour={hour!r})")
+    off_a = _check(f"Is {a} cancelled?", f"final_state['meetings'][{a!r}]['status'] == 'cancelled'")
+    off_b = _check(f"Is {b} cancelled?", f"final_state['meetings'][{b!r}]['status'] == 'cancelled'")
+    move = _call("move_meeting", meeting_id=a, day=day, hour=hour)
+    cancel_a, cancel_b = _call("cancel_meeting", meeting_id=a), _call("cancel_meeting", meeting_id=b)
+    kind = rng.choice([0, 0, 0, 1, 1, 1, 2, 3, 4, 5, 6])  # about half single-call tasks
+    if kind == 0:
+        text = rng.choice([f"Move meeting {a} to {when}.", f"Reschedule {a} to {when}.",
+                           f"Please shift meeting {a} so it starts {when}."])
+        checks, ref = [moved], [move]
+    elif kind == 1:
+        text = rng.choice([f"Cancel meeting {b}.", f"Meeting {b} is off; cancel it.", f"Please call off meeting {b}."])
+        checks, ref = [off_b], [cancel_b]
+    elif kind == 2:
+        text = rng.choice([f"Find the '{title_a}' meeting and move it to {when}.",
+                           f"The '{title_a}' meeting has to move to {when}. Look it up and reschedule it."])
+        checks, ref = [moved], [_call("find_meetings", title=title_a), move]
+    elif kind == 3:
+        text = rng.choice([f"Look up the '{title_a}' meeting and cancel it.", f"Find '{title_a}' and call it off."])
+        checks, ref = [off_a], [_call("find_meetings", title=title_a), cancel_a]
+    elif kind == 4:
+        text = rng.choice([f"Cancel meetings {a} and {b}.", f"Both {a} and {b} are off. Cancel them."])
+        checks, ref = [off_a, off_b], [cancel_a, cancel_b]
+    elif kind == 5:
+        text = rng.choice([f"Cancel '{title_b}' and move '{title_a}' to {when}. Look both up first.",
+                           f"Find the '{title_b}' meeting and cancel it, then find '{title_a}' and move it to {when}."])
+        checks = [off_b, moved]
+        ref = [_call("find_meetings", title=title_b), cancel_b, _call("find_meetings", title=title_a), move]
+    else:
+        text = rng.choice([f"Move meeting {a} to {when} and cancel meeting {b}.",
+                           f"Cancel {b}, then reschedule {a} to {when}."])
+        checks, ref = [moved, off_b], [move, cancel_b]
+        if text.startswith("Cancel"):
+            ref.reverse()
+    return {"init_config": {"meetings": meetings}, "task": text, "checklist_with_func": checks,
+            "reference_actions": ref}
+
+
+# ----------------------------------------------------------------------------- rooms
+
+ROOMS_CODE = '''
+class RoomBooking:
+    def __init__(self, init_config: dict):
+        self.rooms = {}
+        self.bookings = {}
+
+    def list_rooms(self) -> dict:
+        return {"success": True, "data": [dict(r, room_id=k) for k, r in sorted(self.rooms.items())]}
+
+    def book_room(self, room_id: str, day: str, hour: int) -> dict:
+        if room_id not in self.rooms:
+            return {"success": False, "error": f"no room {room_id}"}
+        if day not in ("Mon", "Tue", "Wed", "Thu", "Fri"):
+            return {"success": False, "error": "day must be one of Mon, Tue, Wed, Thu, Fri"}
+        if not isinstance(hour, int) or isinstance(hour, bool) or not 8 <= hour <= 17:
+            return {"success": False, "error": "hour must be an integer from 8 to 17"}
+        if any((b["room_id"], b["day"], b["hour"]) == (room_id, day, hour) for b in self.bookings.values()):
+            return {"success": False, "error": "room already booked then"}
+        booking_id = "B-" + str(1 + max([int(k[2:]) for k in self.bookings] + [100]))
+        self.bookings[booking_id] = {"room_id": room_id, "day": day, "hour": hour}
+        return {"success": True, "data": {"booking_id": booking_id}}
+
+    def cancel_booking(self, booking_id: str) -> dict:
+        if booking_id not in self.bookings:
+            return {"success": False, "error": f"no booking {booking_id}"}
+        del self.bookings[booking_id]
+        return {"success": True, "data": booking_id}
+'''
+
+ROOM_NAMES = ["Oak", "Pine", "Elm", "Maple", "Cedar", "Birch", "Willow", "Aspen", "Lotus", "Atlas", "Orion", "Nova"]
+
+
+def _rooms_task(rng: random.Random) -> dict:
+    n_rooms = rng.randint(3, 5)
+    room_ids, names = _ids(rng, "R", n_rooms), rng.sample(ROOM_NAMES, n_rooms)
+    sizes = rng.sample([4, 6, 8, 10, 12, 16, 20], n_rooms)
+    rooms = {r: {"name": nm, "seats": s} for r, nm, s in zip(room_ids, names, sizes)}
+    bookings: dict = {}
+    for b in _ids(rng, "B", rng.randint(2, 4)):
+        slot = {"room_id": rng.choice(room_ids), "day": rng.choice(DAYS), "hour": rng.choice(HOURS)}
+        if slot not in bookings.values():
+            bookings[b] = slot
+    day, hour = rng.choice(DAYS), rng.choice(HOURS)
+    while any((b["day"], b["hour"]) == (day, hour) for b in bookings.values()):
+        hour = rng.choice(HOURS)
+    room = rng.choice(room_ids)
+    big = max(room_ids, key=lambda r: rooms[r]["seats"])
+    need = rng.randint(sorted(sizes)[-2] + 1, rooms[big]["seats"])
+    bid = rng.choice(sorted(bookings))
+    when = rng.choice([f"{day} at {_hh(hour)}", f"{day} {_hh(hour)}", f"{_hh(hour)} on {day}"])
+
+    def booked(r: str) -> dict:
+        return _check(f"Is {r} booked on {day} at {_hh(hour)}?",
+                      f"{{'room_id': {r!r}, 'day': {day!r}, 'hour': {hour!r}}} in final_state['bookings'].values()")
+
+    gone = _check(f"Is booking {bid} cancelled?", f"{bid!r} not in final_state['bookings']")
+    book, cancel = _call("book_room", room_id=room, day=day, hour=hour), _call("cancel_booking", booking_id=bid)
+    kind = rng.choice([0, 0, 1, 1, 2, 3, 4, 5])  # about half single-call tasks
+    if kind == 0:
+        text = rng.choice([f"Book room {room} for {when}.", f"Reserve {room} on {when}.",
+                           f"I need room {room} {when}; book it."])
+        checks, ref = [booked(room)], [book]
+    elif kind == 1:
+        text = rng.choice([f"Cancel booking {bid}.", f"Booking {bid} is no longer needed; cancel it."])
+        checks, ref = [gone], [cancel]
+    elif kind == 2:
+        text = rng.choice([f"Book the {rooms[room]['name']} room for {when}.",
+                           f"Find the room called {rooms[room]['name']} and reserve it for {when}."])
+        checks, ref = [booked(room)], [_call("list_rooms"), book]
+    elif kind == 3:
+        text = rng.choice([f"Book a room with at least {need} seats for {when}.",
+                           f"{need} people meet {when}. Find a room that seats them and book it."])
+        checks, ref = [booked(big)], [_call("list_rooms"), _call("book_room", room_id=big, day=day, hour=hour)]
+    elif kind == 4:
+        text = rng.choice([f"Cancel booking {bid} and book room {room} for {when}.",
+                           f"Book {room} for {when}, then cancel booking {bid}."])
+        checks, ref = [gone, booked(room)], [cancel, book]
+        if text.startswith("Book"):
+            ref.reverse()
+    else:
+        other = _other(rng, sorted(bookings), bid)
+        gone_other = _check(f"Is booking {other} cancelled?", f"{other!r} not in final_state['bookings']")
+        text = rng.choice([f"Cancel bookings {bid} and {other}.", f"Bookings {bid} and {other} are not needed; cancel both."])
+        checks, ref = [gone, gone_other], [cancel, _call("cancel_booking", booking_id=other)]
+    return {"init_config": {"rooms": rooms, "bookings": bookings}, "task": text, "checklist_with_func": checks,
+            "reference_actions": ref}
+
+
+ENVS = [
+    {
+        "env_id": "bed_calendar_meetings",
+        "env_class_name": "MeetingCalendar",
+        "role": "main",
+        "environment_introduction": "A team calendar: meetings with an id, title, day (Mon-Fri) and start hour (8-17).",
+        "constraints_rules": ["Cancelled meetings cannot be changed."],
+        "tools": [_tool("find_meetings", "Meetings whose title contains the text.", title="string"),
+                  _tool("move_meeting", "Move a meeting to a new day and hour.", meeting_id="string",
+                        day="string", hour="integer"),
+                  _tool("cancel_meeting", "Cancel a meeting.", meeting_id="string")],
+        "env_class_code": MEETINGS_CODE,
+        "make_task": _meetings_task,
+    },
+    {
+        "env_id": "bed_calendar_rooms",
+        "env_class_name": "RoomBooking",
+        "role": "main",
+        "environment_introduction": "Meeting-room bookings: rooms with a name and seats; one-hour bookings by day (Mon-Fri) and hour (8-17).",
+        "constraints_rules": ["A room has one booking per day and hour."],
+        "tools": [_tool("list_rooms", "All rooms with id, name and seats."),
+                  _tool("book_room", "Book a room; returns the booking id.", room_id="string", day="string",
+                        hour="integer"),
+                  _tool("cancel_booking", "Cancel a booking.", booking_id="string")],
+        "env_class_code": ROOMS_CODE,
+        "make_task": _rooms_task,
+    },
+]
