@@ -39,10 +39,11 @@ class SmartLights:
         """Lights of a home. State: lights: light_id -> {light_id, room, on, brightness (1-100)}."""
         self.lights: Dict[str, dict] = {}
 
-    def _light(self, light_id):
-        if isinstance(light_id, str) and light_id in self.lights:
-            return self.lights[light_id]
-        return None
+    def _switch(self, light_id, on):
+        if not isinstance(light_id, str) or light_id not in self.lights:
+            return {"success": False, "error": "unknown light " + repr(light_id)}
+        self.lights[light_id]["on"] = on
+        return {"success": True, "data": dict(self.lights[light_id])}
 
     def list_lights(self, room: str) -> dict:
         """The lights whose room equals ``room`` (case-insensitive)."""
@@ -55,45 +56,32 @@ class SmartLights:
 
     def turn_on(self, light_id: str) -> dict:
         """Switch a light on (keeps its brightness)."""
-        light = self._light(light_id)
-        if light is None:
-            return {"success": False, "error": "unknown light " + repr(light_id)}
-        light["on"] = True
-        return {"success": True, "data": dict(light)}
+        return self._switch(light_id, True)
 
     def turn_off(self, light_id: str) -> dict:
         """Switch a light off."""
-        light = self._light(light_id)
-        if light is None:
-            return {"success": False, "error": "unknown light " + repr(light_id)}
-        light["on"] = False
-        return {"success": True, "data": dict(light)}
+        return self._switch(light_id, False)
 
     def set_brightness(self, light_id: str, level: int) -> dict:
         """Set the brightness (integer 1-100); the light is switched on."""
-        light = self._light(light_id)
-        if light is None:
-            return {"success": False, "error": "unknown light " + repr(light_id)}
         if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 100:
             return {"success": False, "error": "level must be an integer from 1 to 100"}
-        light["on"] = True
-        light["brightness"] = level
-        return {"success": True, "data": dict(light)}
+        result = self._switch(light_id, True)
+        if result["success"]:
+            self.lights[light_id]["brightness"] = result["data"]["brightness"] = level
+        return result
 '''
 
 HOME_ROOMS = ["kitchen", "hallway", "bedroom", "office", "porch", "garage", "bathroom", "dining room",
               "study", "nursery", "attic", "den", "laundry", "playroom"]
 
 
-def _light_is(lid, on, brightness):
-    """Light ``lid`` is on (at its unchanged ``brightness``) or off."""
-    if not on:
-        return _check(f"Is light {lid} off?", f"final_state['lights'][{lid!r}]['on'] is False")
-    return _check(f"Is light {lid} on, brightness unchanged?",
-                  f"final_state['lights'][{lid!r}]['on'] is True and final_state['lights'][{lid!r}]['brightness'] == {brightness}")
+def _light_off(lid):
+    return _check(f"Is light {lid} off?", f"final_state['lights'][{lid!r}]['on'] is False")
 
 
-def _light_level(lid, level):
+def _light_on(lid, level):
+    """Light ``lid`` is on at brightness ``level`` (for a plain switch-on: its unchanged brightness)."""
     return _check(f"Is light {lid} on at brightness {level}?",
                   f"final_state['lights'][{lid!r}]['on'] is True and final_state['lights'][{lid!r}]['brightness'] == {level}")
 
@@ -121,32 +109,33 @@ def lights_task(rng):
                  if kind == "off" else
                  ["Turn on light {l}.", "Switch light {l} on, please.", "Could you turn on the light {l}?"])
         text = rng.choice(texts).format(l=lid)
-        checks, actions = [_light_is(lid, kind == "on", lights[lid]["brightness"])], [_call("turn_" + kind, light_id=lid)]
+        checks = [_light_on(lid, lights[lid]["brightness"]) if kind == "on" else _light_off(lid)]
+        actions = [_call("turn_" + kind, light_id=lid)]
     elif kind == "level":
         lid = rng.choice(ids)
         v = _new_level(rng, lights[lid])
         text = rng.choice(["Set light {l} to {v}% brightness.", "Change the brightness of light {l} to {v}.",
                            "Put light {l} at brightness {v}."]).format(l=lid, v=v)
-        checks, actions = [_light_level(lid, v)], [_call("set_brightness", light_id=lid, level=v)]
+        checks, actions = [_light_on(lid, v)], [_call("set_brightness", light_id=lid, level=v)]
     elif kind == "room_level":
         v = _new_level(rng, lights[single])
         text = rng.choice(["Set the {r} light to {v}% brightness.", "Make the light in the {r} {v}% bright.",
                            "Change the brightness of the {r} light to {v}."]).format(r=rooms[1], v=v)
-        checks = [_light_level(single, v)]
+        checks = [_light_on(single, v)]
         actions = [_call("list_lights", room=rooms[1]), _call("set_brightness", light_id=single, level=v)]
     elif kind == "room_switch":
         on = not lights[single]["on"]
         texts = (["Turn on the light in the {r}.", "Switch on the {r} light, please."] if on else
                  ["Turn off the light in the {r}.", "The {r} light is on; switch it off."])
         text = rng.choice(texts).format(r=rooms[1])
-        checks = [_light_is(single, on, lights[single]["brightness"])]
+        checks = [_light_on(single, lights[single]["brightness"]) if on else _light_off(single)]
         actions = [_call("list_lights", room=rooms[1]), _call("turn_" + ("on" if on else "off"), light_id=single)]
     elif kind == "room_all_off":
         for lid in pair:
             lights[lid]["on"] = True
         text = rng.choice(["Turn off all the lights in the {r}.", "Switch off every light in the {r}.",
                            "Nobody is in the {r}: turn its lights off."]).format(r=rooms[0])
-        checks = [_light_is(lid, False, None) for lid in pair]
+        checks = [_light_off(lid) for lid in pair]
         actions = [_call("list_lights", room=rooms[0])] + [_call("turn_off", light_id=lid) for lid in pair]
     else:  # two changes by id
         a, b = rng.sample(others + [single], 2)
@@ -154,7 +143,7 @@ def lights_task(rng):
         v = _new_level(rng, lights[b])
         text = rng.choice(["Turn on light {a} and set light {b} to {v}% brightness.",
                            "Switch {a} on, then change the brightness of {b} to {v}."]).format(a=a, b=b, v=v)
-        checks = [_light_is(a, True, lights[a]["brightness"]), _light_level(b, v)]
+        checks = [_light_on(a, lights[a]["brightness"]), _light_on(b, v)]
         actions = [_call("turn_on", light_id=a), _call("set_brightness", light_id=b, level=v)]
     order = ids[:]
     rng.shuffle(order)
@@ -172,6 +161,12 @@ class ThermostatHub:
         """One thermostat per room. State: rooms: room_id -> {room_id, name, target (celsius), mode}."""
         self.rooms: Dict[str, dict] = {}
 
+    def get_room(self, room_id: str) -> dict:
+        """One room's thermostat."""
+        if (err := self._unknown(room_id)):
+            return err
+        return {"success": True, "data": dict(self.rooms[room_id])}
+
     def find_room(self, name: str) -> dict:
         """Rooms whose name contains ``name`` (case-insensitive)."""
         if not isinstance(name, str) or not name.strip():
@@ -181,10 +176,15 @@ class ThermostatHub:
             return {"success": False, "error": "no room named " + repr(name)}
         return {"success": True, "data": hits}
 
+    def _unknown(self, room_id):
+        if isinstance(room_id, str) and room_id in self.rooms:
+            return None
+        return {"success": False, "error": "unknown room " + repr(room_id)}
+
     def set_temperature(self, room_id: str, celsius: int) -> dict:
         """Set a room's target temperature (whole degrees, 10-30)."""
-        if not isinstance(room_id, str) or room_id not in self.rooms:
-            return {"success": False, "error": "unknown room " + repr(room_id)}
+        if (err := self._unknown(room_id)):
+            return err
         if isinstance(celsius, bool) or not isinstance(celsius, (int, float)) or not 10 <= celsius <= 30:
             return {"success": False, "error": "celsius must be a number from 10 to 30"}
         if celsius != int(celsius):
@@ -194,8 +194,8 @@ class ThermostatHub:
 
     def set_mode(self, room_id: str, mode: str) -> dict:
         """Set a room's mode: heat, cool, auto or off."""
-        if not isinstance(room_id, str) or room_id not in self.rooms:
-            return {"success": False, "error": "unknown room " + repr(room_id)}
+        if (err := self._unknown(room_id)):
+            return err
         if mode not in ("heat", "cool", "auto", "off"):
             return {"success": False, "error": "mode must be heat, cool, auto or off"}
         self.rooms[room_id]["mode"] = mode
@@ -233,7 +233,8 @@ def thermostat_task(rng):
     room = rooms[rid]
     new_t = rng.choice([t for t in range(16, 27) if t != room["target"]])
     new_mode = rng.choice([m for m in MODES if m != room["mode"]])
-    kind = _pick(rng, {"temp": 2.5, "mode": 2.5, "name_temp": 1.5, "relative": 1, "temp_mode": 1, "two_temps": 1})
+    kind = _pick(rng, {"temp": 2.5, "mode": 2.5, "name_temp": 1.5, "relative": 1, "relative_id": 0.7,
+                       "temp_mode": 1, "two_temps": 1})
     if kind == "temp":
         text = rng.choice(["Set the thermostat in room {r} to {t} degrees.", "Change the target temperature of {r} to {t}.",
                            "Room {r} should be kept at {t} degrees."]).format(r=rid, t=new_t)
@@ -246,15 +247,21 @@ def thermostat_task(rng):
                            "Change the {n} thermostat to {t} degrees."]).format(n=room["name"], t=new_t)
         checks = [_target_is(rid, new_t)]
         actions = [_call("find_room", name=room["name"]), _call("set_temperature", room_id=rid, celsius=new_t)]
-    elif kind == "relative":
+    elif kind in ("relative", "relative_id"):  # read the current target first
         d = rng.randint(1, 3) * rng.choice([1, -1])
-        text = (rng.choice(["Raise the {n} temperature by {d} degrees.", "The {n} is cold: turn it up {d} degrees."])
-                if d > 0 else
-                rng.choice(["Lower the {n} temperature by {d} degrees.", "The {n} is too warm: turn it down {d} degrees."])
-                ).format(n=room["name"], d=abs(d))
+        if kind == "relative":
+            text = (rng.choice(["Raise the {n} temperature by {d} degrees.", "The {n} is cold: turn it up {d} degrees."])
+                    if d > 0 else
+                    rng.choice(["Lower the {n} temperature by {d} degrees.", "The {n} is too warm: turn it down {d} degrees."])
+                    ).format(n=room["name"], d=abs(d))
+            actions = [_call("find_room", name=room["name"])]
+        else:
+            text = rng.choice(["Raise the target of room {r} by {d} degrees." if d > 0 else
+                               "Lower the target of room {r} by {d} degrees.",
+                               "Change room {r}'s temperature by {s} degrees."]).format(r=rid, d=abs(d), s=f"{d:+d}")
+            actions = [_call("get_room", room_id=rid)]
         checks = [_target_is(rid, room["target"] + d)]
-        actions = [_call("find_room", name=room["name"]),
-                   _call("set_temperature", room_id=rid, celsius=room["target"] + d)]
+        actions.append(_call("set_temperature", room_id=rid, celsius=room["target"] + d))
     elif kind == "temp_mode":
         if new_mode == "off":
             new_mode = rng.choice([m for m in MODES if m not in ("off", room["mode"])])
@@ -290,19 +297,30 @@ class HomeSecurity:
         """All doors with their lock state."""
         return {"success": True, "data": [dict(d) for d in self.doors.values()]}
 
-    def lock_door(self, door_id: str) -> dict:
-        """Lock a door."""
+    def _set_lock(self, door_id, locked):
         if not isinstance(door_id, str) or door_id not in self.doors:
             return {"success": False, "error": "unknown door " + repr(door_id)}
-        self.doors[door_id]["locked"] = True
+        self.doors[door_id]["locked"] = locked
         return {"success": True, "data": dict(self.doors[door_id])}
+
+    def lock_door(self, door_id: str) -> dict:
+        """Lock a door."""
+        return self._set_lock(door_id, True)
 
     def unlock_door(self, door_id: str) -> dict:
         """Unlock a door."""
-        if not isinstance(door_id, str) or door_id not in self.doors:
-            return {"success": False, "error": "unknown door " + repr(door_id)}
-        self.doors[door_id]["locked"] = False
-        return {"success": True, "data": dict(self.doors[door_id])}
+        return self._set_lock(door_id, False)
+
+    def add_code(self, user: str, code: str) -> dict:
+        """Give ``user`` a 4-digit code (replaces their old one)."""
+        if isinstance(code, int) and not isinstance(code, bool):
+            code = str(code)
+        if not isinstance(user, str) or not user.strip():
+            return {"success": False, "error": "user must be a non-empty string"}
+        if not isinstance(code, str) or len(code) != 4 or not code.isdigit():
+            return {"success": False, "error": "code must be 4 digits"}
+        self.codes[user.strip()] = code
+        return {"success": True, "data": {"user": user.strip()}}
 
     def set_alarm(self, mode: str, code: str) -> dict:
         """Set the alarm mode (off, home or away); ``code`` must be one of the user codes."""
@@ -330,6 +348,10 @@ def _alarm_is(mode):
     return _check(f"Is the alarm in {mode} mode?", f"final_state['alarm'] == {mode!r}")
 
 
+def _code_is(user, code):
+    return _check(f"Is {user}'s code {code}?", f"final_state['codes'].get({user!r}) == {code!r}")
+
+
 def _alarm_text(rng, mode, user, code):
     if mode == "off":
         return rng.choice(["Switch the alarm off using code {c}.", "Disarm the alarm; {u}'s code is {c}."]
@@ -339,9 +361,9 @@ def _alarm_text(rng, mode, user, code):
 
 
 def security_task(rng):
-    """A security task: lock/unlock doors by id or name (list_doors first), set the alarm with a code."""
+    """A security task: lock/unlock doors by id or name (list_doors first), add user codes, set the alarm with a code."""
     n = rng.randint(4, 6)
-    dids = _ids(rng, "D", 1, 60, n)
+    dids = _ids(rng, "D", 1, 99, n)
     doors = {did: {"door_id": did, "name": name, "locked": rng.random() < 0.5}
              for did, name in zip(dids, rng.sample(DOOR_NAMES, n))}
     users = rng.sample(USERS, rng.randint(2, 4))
@@ -351,7 +373,10 @@ def security_task(rng):
     door = doors[did]
     user = rng.choice(users)
     mode = rng.choice([m for m in ("off", "home", "away") if m != alarm])
-    kind = _pick(rng, {"lock": 2, "unlock": 1.5, "alarm": 1.5, "name_lock": 2, "door_alarm": 1.5, "name_alarm": 1})
+    new_user = rng.choice([u for u in USERS if u not in users])
+    new_code = str(rng.choice([c for c in range(1000, 10000) if str(c) not in codes.values()]))
+    kind = _pick(rng, {"lock": 2, "unlock": 1.5, "alarm": 1.5, "code": 1.5, "name_lock": 2, "door_alarm": 1.5,
+                       "name_alarm": 1, "code_alarm": 1})
     if kind in ("lock", "unlock", "name_lock"):
         lock = kind != "unlock" if kind != "name_lock" else rng.random() < 0.6
         door["locked"] = not lock
@@ -369,6 +394,18 @@ def security_task(rng):
     elif kind == "alarm":
         text = _alarm_text(rng, mode, user, codes[user])
         checks, actions = [_alarm_is(mode)], [_call("set_alarm", mode=mode, code=codes[user])]
+    elif kind == "code":
+        who = rng.choice([new_user, user])
+        texts = (["Give {u} the door code {c}.", "Add a user code {c} for {u}.", "{u} is moving in; their code is {c}."]
+                 if who == new_user else ["Change {u}'s code to {c}.", "Set a new code for {u}: {c}."])
+        text = rng.choice(texts).format(u=who, c=new_code)
+        checks, actions = [_code_is(who, new_code)], [_call("add_code", user=who, code=new_code)]
+    elif kind == "code_alarm":
+        mode = rng.choice([m for m in ("home", "away") if m != alarm])
+        text = rng.choice(["Add code {c} for {u}, then use it to set the alarm to {m} mode.",
+                           "Give {u} the code {c} and arm the alarm in {m} mode with it."]).format(u=new_user, c=new_code, m=mode)
+        checks = [_code_is(new_user, new_code), _alarm_is(mode)]
+        actions = [_call("add_code", user=new_user, code=new_code), _call("set_alarm", mode=mode, code=new_code)]
     else:  # lock a door (by id, or by name after list_doors) and arm the alarm
         door["locked"] = False
         mode = rng.choice([m for m in ("home", "away") if m != alarm])
@@ -399,8 +436,12 @@ class GardenIrrigation:
         self.zones: Dict[str, dict] = {}
         self.runs: List[dict] = []
 
-    def _minutes_ok(self, minutes):
-        return not isinstance(minutes, bool) and isinstance(minutes, int) and 1 <= minutes <= 60
+    def _invalid(self, zone_id, minutes=1):
+        if not isinstance(zone_id, str) or zone_id not in self.zones:
+            return {"success": False, "error": "unknown zone " + repr(zone_id)}
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 60:
+            return {"success": False, "error": "minutes must be an integer from 1 to 60"}
+        return None
 
     def list_zones(self) -> dict:
         """All zones."""
@@ -408,28 +449,24 @@ class GardenIrrigation:
 
     def set_duration(self, zone_id: str, minutes: int) -> dict:
         """Set a zone's daily watering time (1-60 minutes)."""
-        if not isinstance(zone_id, str) or zone_id not in self.zones:
-            return {"success": False, "error": "unknown zone " + repr(zone_id)}
-        if not self._minutes_ok(minutes):
-            return {"success": False, "error": "minutes must be an integer from 1 to 60"}
+        if (err := self._invalid(zone_id, minutes)):
+            return err
         self.zones[zone_id]["minutes"] = minutes
         return {"success": True, "data": dict(self.zones[zone_id])}
 
     def disable_zone(self, zone_id: str) -> dict:
         """Stop a zone's daily watering."""
-        if not isinstance(zone_id, str) or zone_id not in self.zones:
-            return {"success": False, "error": "unknown zone " + repr(zone_id)}
+        if (err := self._invalid(zone_id)):
+            return err
         self.zones[zone_id]["enabled"] = False
         return {"success": True, "data": dict(self.zones[zone_id])}
 
     def run_zone(self, zone_id: str, minutes: int) -> dict:
         """Water an enabled zone now for ``minutes`` (1-60)."""
-        if not isinstance(zone_id, str) or zone_id not in self.zones:
-            return {"success": False, "error": "unknown zone " + repr(zone_id)}
+        if (err := self._invalid(zone_id, minutes)):
+            return err
         if not self.zones[zone_id]["enabled"]:
             return {"success": False, "error": "zone " + zone_id + " is disabled"}
-        if not self._minutes_ok(minutes):
-            return {"success": False, "error": "minutes must be an integer from 1 to 60"}
         self.runs.append({"zone_id": zone_id, "minutes": minutes})
         return {"success": True, "data": {"zone_id": zone_id, "minutes": minutes}}
 '''
@@ -454,7 +491,7 @@ def _ran(zid, m):
 def irrigation_task(rng):
     """An irrigation task: daily duration, disabling, or a manual run, by zone id or name (list_zones first)."""
     n = rng.randint(4, 6)
-    zids = _ids(rng, "Z", 1, 40, n)
+    zids = _ids(rng, "Z", 1, 99, n)
     zones = {zid: {"zone_id": zid, "name": name, "minutes": rng.choice(range(5, 45, 5)), "enabled": rng.random() < 0.7}
              for zid, name in zip(zids, rng.sample(ZONE_NAMES, n))}
     zid, other = rng.sample(zids, 2)
@@ -519,6 +556,7 @@ ENVS = [
         "environment_introduction": "A smart home's thermostats, one per room; room ids look like R-204.",
         "constraints_rules": ["Temperatures are whole degrees Celsius from 10 to 30."],
         "tools": [
+            _tool("get_room", "Show one room's thermostat.", room_id="string"),
             _tool("find_room", "Find rooms by name.", name="string"),
             _tool("set_temperature", "Set a room's target temperature.", room_id="string", celsius="integer"),
             _tool("set_mode", "Set a room's mode: heat, cool, auto or off.", room_id="string", mode="string"),
@@ -536,6 +574,7 @@ ENVS = [
             _tool("list_doors", "List all doors."),
             _tool("lock_door", "Lock a door.", door_id="string"),
             _tool("unlock_door", "Unlock a door.", door_id="string"),
+            _tool("add_code", "Give a user a 4-digit code.", user="string", code="string"),
             _tool("set_alarm", "Set the alarm mode.", mode="string", code="string"),
         ],
         "env_class_code": SECURITY_CODE,
