@@ -18,7 +18,7 @@ from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 app = typer.Typer(
     name="lopd",
     help="Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD).\n\n"
-    "Stages: collect -> index -> coldstart -> distill -> evaluate; `study` compares methods.",
+    "Stages: collect -> index -> coldstart -> distill -> evaluate; `sft` warm-starts a student; `study` compares methods.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -196,6 +196,36 @@ def coldstart(
     from stages import coldstart as stage
 
     stage.run(stage.ColdstartConfig(**_settings(ctx, config, stage.ColdstartConfig)))
+
+
+@app.command()
+@friendly
+def sft(
+    ctx: typer.Context,
+    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    store: str = typer.Option("runs/store", "--store", help="Experience store whose verified trajectories train the student."),
+    out: str = typer.Option("runs/sft", "--out", help="Output folder (checkpoints, metrics.jsonl, final/student: use it as --model)."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Student to fine-tune: smollm2-135m, an HF id or a local path."),
+    env: Optional[str] = typer.Option(None, "--env", help="Use only this environment's rows."),
+    split: str = typer.Option("warmup", "--split", help="Split of the rows: warmup (the warm start), train (an SFT / rejection-sampling baseline)."),
+    source: str = typer.Option("any", "--source", help="reference (replayed verified references), student (a model's own successes: rejection-sampling fine-tuning) or any."),
+    min_reward: float = typer.Option(1.0, "--min-reward", help="Least reward of a row that trains (rows must also count as successes)."),
+    steps: int = typer.Option(40, "--steps", help="Optimizer steps."),
+    batch_size: int = typer.Option(4, "--batch-size", help="Training sequences per step."),
+    lr: float = typer.Option(5e-5, "--lr", help="AdamW learning rate."),
+    lora_rank: int = typer.Option(0, "--lora-rank", help="0: fine-tune every weight; else a LoRA adapter of this rank, merged into final/student."),
+    max_len: int = typer.Option(1024, "--max-len", help="Token cap of a training sequence."),
+    checkpoint_every: int = typer.Option(20, "--checkpoint-every", help="Steps between checkpoints."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data order."),
+    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+) -> None:
+    """Supervised fine-tuning on verified trajectories: the warm start of a study, or the SFT and
+    rejection-sampling baselines. Only the action tokens are supervised."""
+    from stages import sft as stage
+
+    stage.run(stage.SftConfig(**_settings(ctx, config, stage.SftConfig)))
 
 
 def _given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:

@@ -203,7 +203,7 @@ class RunManifest(_Frozen):
     """What a stage run was asked to do and where it came from; saved as JSON in the run dir."""
 
     run_id: str
-    stage: Literal["collect", "index", "coldstart", "distill", "evaluate"]
+    stage: Literal["collect", "index", "coldstart", "distill", "evaluate", "sft"]
     config: str = "{}"
     lopd_version: str
     git_commit: str = ""

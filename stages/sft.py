@@ -1,0 +1,184 @@
+"""`lopd sft`: supervised fine-tuning of the student on verified trajectories from the store.
+
+Two uses, one objective (the token-mean negative log-likelihood of the action tokens, nothing
+else supervised):
+
+- the **warm start** every method of a study starts from: the verified reference trajectories
+  of a split no train, held-out or transfer task uses (the study bed's ``warmup`` split,
+  collected with ``lopd collect --env lopd-bed --split warmup --reference``), so that the
+  student knows the call format;
+- two **baselines**: SFT on the train split's verified references (``--source reference``), and
+  rejection-sampling fine-tuning on the student's own successes (``--source student``: rows
+  that a model policy produced, reward at least ``--min-reward``).
+
+Training reads exactly the token ids the store holds (the ids the policy sampled, or the ids a
+reference replay recorded for the policy's tokenizer); rows of another tokenizer are
+re-tokenized from their text, with a warning (:func:`stages.core.contexts.training_rows`).
+
+Run folder ``out`` (rules of :mod:`stages.core.runs`): ``config.json``, ``manifest.json``,
+``metrics.jsonl`` (one row per step: nll, tokens, seconds), ``checkpoints/step-N``
+(student + optimizer, resumable with ``--resume``), and ``final/student``: a plain
+``save_pretrained`` folder (a LoRA student merged) that ``--model`` of every stage takes.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from schemas import Trajectory
+from stages.core.checkpoint import (
+    OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, restore_rng, write_checkpoint,
+)
+from stages.core.contexts import pad_rows, training_rows
+from stages.core.losses import masked_nll
+from stages.core.models import load_student, save_final, save_student
+from stages.core.policy import DType, resolve_device_dtype
+from stages.core.provenance import config_run_id
+from stages.core.resources import peak_rss_mb, release_free_memory
+from stages.core.runs import (
+    METRICS_FILE, RESUMABLE, append_metrics, describe_changes, freeze_config, open_run, seeded_stream,
+    truncate_metrics,
+)
+from stages.core.store import ExperienceStore, StoreError
+
+Source = Literal["reference", "student", "any"]
+REFERENCE_POLICY = "reference"  # Trajectory.policy of rows that `lopd collect --reference` wrote
+_RUN_KEYS = ["store", "model", "env", "split", "source", "min_reward", "batch_size", "lr", "lora_rank", "seed"]
+
+
+class SftConfig(BaseModel):
+    """Settings of one `lopd sft` run.
+
+    ``source``: which rows train: ``reference`` (replayed verified references), ``student``
+    (rows a model policy produced: rejection sampling) or ``any``; rows need reward >=
+    ``min_reward`` and ``success``. ``lora_rank`` 0 fine-tunes every weight (the warm start's
+    default), else a LoRA adapter (alpha 2 x rank) merged into ``final/student``. ``device`` /
+    ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str
+    out: str = "runs/sft"
+    model: str = "smollm2-135m"
+    env: str | None = None
+    split: str = "warmup"
+    source: Source = "any"
+    min_reward: float = Field(default=1.0, ge=0.0, le=1.0)
+    steps: int = Field(default=40, ge=1)
+    batch_size: int = Field(default=4, ge=1)
+    lr: float = Field(default=5e-5, gt=0.0)
+    lora_rank: int = Field(default=0, ge=0)
+    max_len: int = Field(default=1024, ge=2)
+    grad_clip: float = Field(default=1.0, gt=0.0)
+    checkpoint_every: int = Field(default=20, ge=1)
+    keep_checkpoints: int = Field(default=1, ge=1)
+    seed: int = 0
+    device: str | None = None
+    dtype: DType | None = None
+    resume: bool = False
+
+
+def select(store: ExperienceStore, config: SftConfig) -> list[Trajectory]:
+    """The store's rows that train: split/env as asked, successful, reward >= ``min_reward``,
+    from the asked ``source``; ordered by trajectory id (a stable order for the seeded stream).
+
+    Raises:
+        StoreError: no row qualifies (the filters are named).
+    """
+    rows = store.query(env=config.env, split=config.split, success=True)
+    rows = [t for t in rows if t.reward >= config.min_reward and (
+        config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))]
+    if not rows:
+        where = f"env {config.env!r}, " if config.env else ""
+        raise StoreError(f"store {config.store}: no successful rows ({where}split {config.split!r}, source "
+                         f"{config.source}, reward >= {config.min_reward}) to fine-tune on: collect them first "
+                         f"(e.g. lopd collect --env lopd-bed --split {config.split} --reference --store {config.store})")
+    return sorted(rows, key=lambda t: t.trajectory_id)
+
+
+def nll_step(student: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-mean NLL of the action tokens of one padded batch (:func:`pad_rows`'s first three).
+
+    Args:
+        batch: ids_BT (int64), attn_BT (bool), mask_BT (bool: True on action ids).
+
+    Returns:
+        ``(loss, metrics)`` from :func:`stages.core.losses.masked_nll` on next-token logits.
+    """
+    ids_BT, attn_BT, mask_BT = batch[:3]
+    logits_BTV = student(input_ids=ids_BT, attention_mask=attn_BT.long()).logits
+    return masked_nll(logits_BTV[:, :-1], ids_BT[:, 1:], mask_BT[:, 1:])
+
+
+def run(config: SftConfig, console: Console | None = None) -> Path:
+    """Fine-tune and write ``out/final/student``; returns that folder.
+
+    Raises:
+        StoreError: missing store or no qualifying row. ValueError: ``out`` holds another run
+            (see :func:`stages.core.runs.open_run`), or no row fits ``max_len``.
+    """
+    console = console or Console()
+    out = Path(config.out)
+    run_id = config_run_id("sft", config, _RUN_KEYS)
+    clean_partial(out)
+    folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE, path_fields=("store",))
+    if folder.changes:
+        console.print(describe_changes(folder.changes))
+    ckpt = latest_checkpoint(out) if config.resume else None
+    trajectories = select(ExperienceStore.open(config.store, create=False), config)
+
+    device, dtype = resolve_device_dtype(config.device, config.dtype)
+    student, adapter, tokenizer, params = load_student(config.model, config.lora_rank, ckpt,
+                                                       device=device, dtype=dtype)
+    rows, skipped = training_rows(tokenizer, trajectories, max_len=config.max_len)
+    if not rows:
+        raise ValueError(f"no row of {len(trajectories)} fits --max-len {config.max_len}: raise it")
+    optimizer = torch.optim.AdamW(params, lr=config.lr)
+    start = 0
+    if ckpt is not None:
+        optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True))
+        start = read_state(ckpt)["step"]
+        restore_rng(ckpt)
+        truncate_metrics(out / METRICS_FILE, start)
+    freeze_config(out, "sft", run_id, config)
+    torch.manual_seed(config.seed + start)
+    console.print(f"sft {run_id}: {len(rows)} rows from {len(trajectories)} trajectories "
+                  f"(split {config.split}, source {config.source}{', ' + str(len(skipped)) + ' too long' if skipped else ''}); "
+                  f"{'full fine-tuning' if adapter is None else f'LoRA rank {config.lora_rank}'} of {config.model} on {device}",
+                  soft_wrap=True)
+
+    student.train()
+    last = ckpt
+    with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[status]}"), console=console) as bar:
+        task = bar.add_task("steps", total=config.steps, completed=start, status="")
+        for step in range(start + 1, config.steps + 1):
+            t0 = time.perf_counter()
+            picked = [rows[i] for i in seeded_stream(len(rows), config.seed, (step - 1) * config.batch_size,
+                                                     config.batch_size)]
+            loss, metrics = nll_step(student, pad_rows(tokenizer, picked, device=device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+            optimizer.step()
+            release_free_memory()
+            row = {"step": step, **metrics, "grad_norm": grad_norm, "seconds": time.perf_counter() - t0,
+                   "peak_rss_mb": peak_rss_mb()}
+            append_metrics(out / METRICS_FILE, row)
+            if step % config.checkpoint_every == 0 or step == config.steps:
+                last = write_checkpoint(
+                    out, step, lambda f: save_student(f, student=student, adapter=adapter, tokenizer=tokenizer,
+                                                      optimizer=optimizer),
+                    {"step": step, "run_id": run_id}, config.keep_checkpoints)
+            bar.update(task, advance=1, status=f"nll {metrics['nll']:.3f}")
+    final = save_final(out, last, model=config.model, tokenizer=tokenizer, student=student, adapter=adapter,
+                       device=device, dtype=dtype)
+    console.print(f"wrote {final / 'student'} (use it as --model), metrics {out / METRICS_FILE}", soft_wrap=True)
+    return final / "student"
