@@ -249,16 +249,17 @@ def thermostat_task(rng):
         actions = [_call("find_room", name=room["name"]), _call("set_temperature", room_id=rid, celsius=new_t)]
     elif kind in ("relative", "relative_id"):  # read the current target first
         d = rng.randint(1, 3) * rng.choice([1, -1])
+        deg = f"{abs(d)} degree" + ("s" if abs(d) > 1 else "")
         if kind == "relative":
-            text = (rng.choice(["Raise the {n} temperature by {d} degrees.", "The {n} is cold: turn it up {d} degrees."])
+            text = (rng.choice(["Raise the {n} temperature by {d}.", "The {n} is cold: turn it up {d}."])
                     if d > 0 else
-                    rng.choice(["Lower the {n} temperature by {d} degrees.", "The {n} is too warm: turn it down {d} degrees."])
-                    ).format(n=room["name"], d=abs(d))
+                    rng.choice(["Lower the {n} temperature by {d}.", "The {n} is too warm: turn it down {d}."])
+                    ).format(n=room["name"], d=deg)
             actions = [_call("find_room", name=room["name"])]
         else:
-            text = rng.choice(["Raise the target of room {r} by {d} degrees." if d > 0 else
-                               "Lower the target of room {r} by {d} degrees.",
-                               "Change room {r}'s temperature by {s} degrees."]).format(r=rid, d=abs(d), s=f"{d:+d}")
+            text = rng.choice(["Raise the target of room {r} by {d}." if d > 0 else
+                               "Lower the target of room {r} by {d}.",
+                               "Change room {r}'s temperature by {s}."]).format(r=rid, d=deg, s=f"{d:+d}" + deg[1:])
             actions = [_call("get_room", room_id=rid)]
         checks = [_target_is(rid, room["target"] + d)]
         actions.append(_call("set_temperature", room_id=rid, celsius=room["target"] + d))
