@@ -86,6 +86,15 @@ class MeetingCalendar:
             return err
         m["status"] = "cancelled"
         return {"success": True, "data": dict(m, meeting_id=meeting_id)}
+
+    def add_attendee(self, meeting_id: str, name: str) -> dict:
+        m, err = self._get(meeting_id)
+        if err:
+            return err
+        if not isinstance(name, str) or not name.strip() or name in m["attendees"]:
+            return {"success": False, "error": f"{name!r} is not a new attendee"}
+        m["attendees"].append(name)
+        return {"success": True, "data": dict(m, meeting_id=meeting_id)}
 '''
 
 MEETING_TITLES = ["Budget sync", "Design review", "Sprint planning", "Hiring panel", "Roadmap chat", "Vendor call",
@@ -96,8 +105,9 @@ MEETING_TITLES = ["Budget sync", "Design review", "Sprint planning", "Hiring pan
 def _meetings_task(rng: random.Random) -> dict:
     n = rng.randint(4, 7)
     ids, titles = _ids(rng, "M", n, 10, 100), rng.sample(MEETING_TITLES, n)  # 2 digits: a move fits 48 tokens
-    meetings = {i: {"title": t, "day": rng.choice(DAYS), "hour": rng.choice(HOURS), "status": "scheduled"}
-                for i, t in zip(ids, titles)}
+    people = _names(rng, 7)
+    meetings = {i: {"title": t, "day": rng.choice(DAYS), "hour": rng.choice(HOURS), "status": "scheduled",
+                    "attendees": rng.sample(people[:5], rng.randint(1, 3))} for i, t in zip(ids, titles)}
     a, b = ids[0], ids[1]
     day, hour = _other(rng, DAYS, meetings[a]["day"]), _other(rng, HOURS, meetings[a]["hour"])
     when = rng.choice([f"{day} at {_hh(hour)}", f"{day} {_hh(hour)}", f"{_hh(hour)} on {day}"])
@@ -106,9 +116,12 @@ def _meetings_task(rng: random.Random) -> dict:
                    f"final_state['meetings'][{a!r}] == dict({meetings[a]!r}, day={day!r}, hour={hour!r})")
     off_a = _check(f"Is {a} cancelled?", f"final_state['meetings'][{a!r}]['status'] == 'cancelled'")
     off_b = _check(f"Is {b} cancelled?", f"final_state['meetings'][{b!r}]['status'] == 'cancelled'")
-    move = _call("move_meeting", meeting_id=a, day=day, hour=hour)
+    guest = _other(rng, people, *meetings[a]["attendees"])
+    invited = _check(f"Does {guest} attend {a}?", f"final_state['meetings'][{a!r}] == dict({meetings[a]!r}, "
+                                                  f"attendees={meetings[a]['attendees'] + [guest]!r})")
+    move, invite = _call("move_meeting", meeting_id=a, day=day, hour=hour), _call("add_attendee", meeting_id=a, name=guest)
     cancel_a, cancel_b = _call("cancel_meeting", meeting_id=a), _call("cancel_meeting", meeting_id=b)
-    kind = rng.choice([0, 0, 0, 1, 1, 1, 2, 3, 4, 5, 6])  # about half single-call tasks
+    kind = rng.choice([0, 0, 0, 1, 1, 1, 7, 7, 2, 3, 4, 5, 6, 8])  # about half single-call tasks
     if kind == 0:
         text = rng.choice([f"Move meeting {a} to {when}.", f"Reschedule {a} to {when}.",
                            f"Please shift meeting {a} so it starts {when}."])
@@ -131,6 +144,14 @@ def _meetings_task(rng: random.Random) -> dict:
                            f"Find the '{title_b}' meeting and cancel it, then find '{title_a}' and move it to {when}."])
         checks = [off_b, moved]
         ref = [_call("find_meetings", title=title_b), cancel_b, _call("find_meetings", title=title_a), move]
+    elif kind == 7:
+        text = rng.choice([f"Add {guest} to meeting {a}.", f"Invite {guest} to {a}.",
+                           f"{guest} should join meeting {a}; add them."])
+        checks, ref = [invited], [invite]
+    elif kind == 8:
+        text = rng.choice([f"Find the '{title_a}' meeting and add {guest} to it.",
+                           f"{guest} wants to attend '{title_a}'. Look the meeting up and add them."])
+        checks, ref = [invited], [_call("find_meetings", title=title_a), invite]
     else:
         text = rng.choice([f"Move meeting {a} to {when} and cancel meeting {b}.",
                            f"Cancel {b}, then reschedule {a} to {when}."])
@@ -170,6 +191,15 @@ class RoomBooking:
             return {"success": False, "error": f"no booking {booking_id}"}
         del self.bookings[booking_id]
         return {"success": True, "data": booking_id}
+
+    def change_room(self, booking_id: str, room_id: str) -> dict:
+        b = self.bookings.get(booking_id)
+        if b is None or room_id not in self.rooms:
+            return {"success": False, "error": "unknown booking or room"}
+        if any(dict(b, room_id=room_id) == o for o in self.bookings.values()):
+            return {"success": False, "error": "room already booked then"}
+        b["room_id"] = room_id
+        return {"success": True, "data": dict(b, booking_id=booking_id)}
 '''
 
 ROOM_NAMES = ["Oak", "Pine", "Elm", "Maple", "Cedar", "Birch", "Willow", "Aspen", "Lotus", "Atlas", "Orion", "Nova"]
@@ -183,8 +213,9 @@ def _rooms_task(rng: random.Random) -> dict:
     bookings: dict = {}
     for b in _ids(rng, "B", rng.randint(2, 4)):
         slot = {"room_id": rng.choice(room_ids), "day": rng.choice(DAYS), "hour": rng.choice(HOURS)}
-        if slot not in bookings.values():
-            bookings[b] = slot
+        while slot in bookings.values():
+            slot["hour"] = rng.choice(HOURS)
+        bookings[b] = slot
     day, hour = rng.choice(DAYS), rng.choice(HOURS)
     while any((b["day"], b["hour"]) == (day, hour) for b in bookings.values()):
         hour = rng.choice(HOURS)
@@ -192,6 +223,8 @@ def _rooms_task(rng: random.Random) -> dict:
     big = max(room_ids, key=lambda r: rooms[r]["seats"])
     need = rng.randint(sorted(sizes)[-2] + 1, rooms[big]["seats"])
     bid = rng.choice(sorted(bookings))
+    free = [r for r in room_ids if dict(bookings[bid], room_id=r) not in bookings.values()]
+    new_room = rng.choice(free) if free else None
     when = rng.choice([f"{day} at {_hh(hour)}", f"{day} {_hh(hour)}", f"{_hh(hour)} on {day}"])
 
     def booked(r: str) -> dict:
@@ -200,7 +233,11 @@ def _rooms_task(rng: random.Random) -> dict:
 
     gone = _check(f"Is booking {bid} cancelled?", f"{bid!r} not in final_state['bookings']")
     book, cancel = _call("book_room", room_id=room, day=day, hour=hour), _call("cancel_booking", booking_id=bid)
-    kind = rng.choice([0, 0, 1, 1, 2, 3, 4, 5])  # about half single-call tasks
+    kind = rng.choice([0, 0, 1, 1, 6, 6, 2, 3, 4, 5, 7] if new_room else [0, 0, 1, 1, 2, 3, 4, 5])  # ~half single-call
+    if new_room:
+        changed = _check(f"Is booking {bid} in {new_room}?",
+                         f"final_state['bookings'].get({bid!r}) == dict({bookings[bid]!r}, room_id={new_room!r})")
+        change = _call("change_room", booking_id=bid, room_id=new_room)
     if kind == 0:
         text = rng.choice([f"Book room {room} for {when}.", f"Reserve {room} on {when}.",
                            f"I need room {room} {when}; book it."])
@@ -222,6 +259,13 @@ def _rooms_task(rng: random.Random) -> dict:
         checks, ref = [gone, booked(room)], [cancel, book]
         if text.startswith("Book"):
             ref.reverse()
+    elif kind == 6:
+        text = rng.choice([f"Move booking {bid} to room {new_room}.", f"Change the room of booking {bid} to {new_room}."])
+        checks, ref = [changed], [change]
+    elif kind == 7:
+        text = rng.choice([f"Booking {bid} should be in the {rooms[new_room]['name']} room instead. Switch it.",
+                           f"Switch booking {bid} to the room named {rooms[new_room]['name']}."])
+        checks, ref = [changed], [_call("list_rooms"), change]
     else:
         other = _other(rng, sorted(bookings), bid)
         gone_other = _check(f"Is booking {other} cancelled?", f"{other!r} not in final_state['bookings']")
@@ -236,12 +280,13 @@ ENVS = [
         "env_id": "bed_calendar_meetings",
         "env_class_name": "MeetingCalendar",
         "role": "main",
-        "environment_introduction": "A team calendar: meetings with an id, title, day (Mon-Fri) and start hour (8-17).",
+        "environment_introduction": "A team calendar: meetings with an id, title, day (Mon-Fri), start hour (8-17) and attendees.",
         "constraints_rules": ["Cancelled meetings cannot be changed."],
         "tools": [_tool("find_meetings", "Meetings whose title contains the text.", title="string"),
                   _tool("move_meeting", "Move a meeting to a new day and hour.", meeting_id="string",
                         day="string", hour="integer"),
-                  _tool("cancel_meeting", "Cancel a meeting.", meeting_id="string")],
+                  _tool("cancel_meeting", "Cancel a meeting.", meeting_id="string"),
+                  _tool("add_attendee", "Add a person to a meeting.", meeting_id="string", name="string")],
         "env_class_code": MEETINGS_CODE,
         "make_task": _meetings_task,
     },
@@ -254,7 +299,8 @@ ENVS = [
         "tools": [_tool("list_rooms", "All rooms with id, name and seats."),
                   _tool("book_room", "Book a room; returns the booking id.", room_id="string", day="string",
                         hour="integer"),
-                  _tool("cancel_booking", "Cancel a booking.", booking_id="string")],
+                  _tool("cancel_booking", "Cancel a booking.", booking_id="string"),
+                  _tool("change_room", "Move a booking to another room.", booking_id="string", room_id="string")],
         "env_class_code": ROOMS_CODE,
         "make_task": _rooms_task,
     },
