@@ -340,4 +340,282 @@ SHOP = {
     "make_task": _shop_task,
 }
 
-ENVS = [WAREHOUSE, SHOP]
+
+# ----------------------------------------------------------------------------- restaurant pantry
+
+PANTRY_CODE = '''\
+class PantrySupply:
+    def __init__(self, init_config: dict):
+        """A restaurant pantry. State: ingredients: code -> {code, name, qty, supplier};
+        purchase_orders: po_id -> {po_id, code, qty, status} (open | received)."""
+        self.ingredients = {}
+        self.purchase_orders = {}
+
+    def _check(self, code, qty):
+        if code not in self.ingredients:
+            return f"unknown ingredient code {code}"
+        if not isinstance(qty, int) or isinstance(qty, bool) or qty <= 0:
+            return "qty must be a positive integer"
+        return None
+
+    def find_ingredient(self, name: str) -> dict:
+        """Ingredients whose name contains ``name`` (case-insensitive)."""
+        q = str(name).lower()
+        return {"success": True, "data": [i for i in self.ingredients.values() if q in i["name"].lower()]}
+
+    def use_stock(self, code: str, qty: int) -> dict:
+        """Record that the kitchen used ``qty`` units; fails when fewer are in the pantry."""
+        error = self._check(code, qty)
+        if error:
+            return {"success": False, "error": error}
+        item = self.ingredients[code]
+        if item["qty"] < qty:
+            return {"success": False, "error": f"only {item['qty']} units of {code} in the pantry"}
+        item["qty"] -= qty
+        return {"success": True, "data": item}
+
+    def order_stock(self, code: str, qty: int) -> dict:
+        """Open a purchase order for ``qty`` units with the ingredient's supplier."""
+        error = self._check(code, qty)
+        if error:
+            return {"success": False, "error": error}
+        number = max([int(p[3:]) for p in self.purchase_orders] + [100]) + 1
+        po = {"po_id": f"PO-{number}", "code": code, "qty": qty, "status": "open"}
+        self.purchase_orders[po["po_id"]] = po
+        return {"success": True, "data": po}
+
+    def receive_order(self, po_id: str) -> dict:
+        """Book an open purchase order's delivery into the pantry."""
+        po = self.purchase_orders.get(po_id)
+        if po is None:
+            return {"success": False, "error": f"unknown purchase order {po_id}"}
+        if po["status"] != "open":
+            return {"success": False, "error": f"purchase order {po_id} is already {po['status']}"}
+        po["status"] = "received"
+        self.ingredients[po["code"]]["qty"] += po["qty"]
+        return {"success": True, "data": po}
+'''
+
+INGREDIENTS = ["basil", "flour", "olive oil", "rice", "tomatoes", "butter", "garlic", "lemons", "sugar", "cream",
+               "onions", "parmesan", "saffron", "thyme", "chickpeas", "honey"]
+SUPPLIERS = ["Greenleaf", "Miller & Sons", "Costa Foods", "Alpine Dairy", "Sunfield", "Harbor Market"]
+
+
+def _pantry_task(rng: random.Random) -> dict:
+    n = rng.randint(4, 6)
+    codes = _ids(rng, "G", n, digits=2)
+    ingredients = {c: {"code": c, "name": nm, "qty": rng.randint(0, 30), "supplier": rng.choice(SUPPLIERS)}
+                   for c, nm in zip(codes, rng.sample(INGREDIENTS, n))}
+    po_ids = [f"PO-{x}" for x in rng.sample(range(101, 400), rng.randint(2, 3))]
+    purchase_orders = {p: {"po_id": p, "code": rng.choice(codes), "qty": rng.randint(5, 40), "status": "open"} for p in po_ids}
+    purchase_orders[po_ids[-1]]["status"] = rng.choice(["open", "received"])
+    a, b = rng.sample(codes, 2)
+    po = po_ids[0]
+    for c in (a, b):
+        ingredients[c]["qty"] = max(ingredients[c]["qty"], 4)
+
+    def qty_is(code: str, qty: int) -> dict:
+        return _check(f"Does {code} have {qty} units?", f'final_state["ingredients"]["{code}"]["qty"] == {qty}')
+
+    def ordered(code: str, qty: int) -> dict:
+        return _check(f"Is there an open purchase order for {qty} units of {code}?",
+                      f'any(p["code"] == "{code}" and p["qty"] == {qty} and p["status"] == "open" '
+                      'for p in final_state["purchase_orders"].values())')
+
+    def received(p: str) -> dict:
+        code, qty = purchase_orders[p]["code"], ingredients[purchase_orders[p]["code"]]["qty"] + purchase_orders[p]["qty"]
+        return _check(f"Is {p} received, bringing {code} to {qty} units?",
+                      f'final_state["purchase_orders"]["{p}"]["status"] == "received" and '
+                      f'final_state["ingredients"]["{code}"]["qty"] == {qty}')
+
+    def new_qty(code: str) -> int:  # a quantity no open purchase order of ``code`` already has
+        taken = {p["qty"] for p in purchase_orders.values() if p["code"] == code and p["status"] == "open"}
+        return rng.choice([k for k in range(5, 41) if k not in taken])
+
+    def order() -> tuple:
+        k = new_qty(a)
+        text = rng.choice(["Order {k} units of {a} from its supplier.", "Place a purchase order for {k} units of ingredient {a}.",
+                           "We are running low on {a}; order {k} more units."]).format(k=k, a=a)
+        return text, [ordered(a, k)], [_call("order_stock", code=a, qty=k)]
+
+    def receive() -> tuple:
+        text = rng.choice(["Purchase order {po} has arrived; receive it.", "Book the delivery of {po} into the pantry.",
+                           "Receive purchase order {po}."]).format(po=po)
+        return text, [received(po)], [_call("receive_order", po_id=po)]
+
+    def use() -> tuple:
+        k = rng.randint(1, ingredients[a]["qty"])
+        text = rng.choice(["The kitchen used {k} units of {a}; record it.", "Take {k} units of {a} out of the pantry for tonight's service.",
+                           "Record that {k} units of {a} were used."]).format(k=k, a=a)
+        return text, [qty_is(a, ingredients[a]["qty"] - k)], [_call("use_stock", code=a, qty=k)]
+
+    def find_order() -> tuple:
+        k, name = new_qty(a), ingredients[a]["name"]
+        text = rng.choice(["Find the ingredient {name} and order {k} units of it.",
+                           "We are low on {name}: look up its code and order {k} units."]).format(k=k, name=name)
+        return text, [ordered(a, k)], [_call("find_ingredient", name=name), _call("order_stock", code=a, qty=k)]
+
+    def find_use() -> tuple:
+        name = ingredients[a]["name"]
+        k = rng.randint(1, ingredients[a]["qty"])
+        text = rng.choice(["The kitchen used {k} units of {name}. Look up its code and record the use.",
+                           "Find the ingredient {name} and take {k} units of it out of the pantry."]).format(k=k, name=name)
+        return text, [qty_is(a, ingredients[a]["qty"] - k)], [_call("find_ingredient", name=name), _call("use_stock", code=a, qty=k)]
+
+    def two() -> tuple:
+        k = rng.randint(1, ingredients[b]["qty"])
+        rb = ingredients[b]["qty"] - k + (purchase_orders[po]["qty"] if purchase_orders[po]["code"] == b else 0)
+        text = rng.choice(["Receive purchase order {po} and record that the kitchen used {k} units of {b}.",
+                           "Take {k} units of {b} out of the pantry, then receive {po}."]).format(po=po, k=k, b=b)
+        checks = [received(po), qty_is(b, rb)]
+        if purchase_orders[po]["code"] == b:  # both change b's quantity: the receipt check is the status alone
+            checks[0] = _check(f"Is {po} received?", f'final_state["purchase_orders"]["{po}"]["status"] == "received"')
+        calls = [_call("receive_order", po_id=po), _call("use_stock", code=b, qty=k)]
+        return text, checks, calls if text.startswith("Receive") else calls[::-1]
+
+    text, checks, calls = _pick(rng, [order, receive, use, find_order, find_use, two])()
+    return {"init_config": {"ingredients": ingredients, "purchase_orders": purchase_orders}, "task": text,
+            "checklist_with_func": checks, "reference_actions": calls}
+
+
+PANTRY = {
+    "env_id": "bed_inventory_pantry",
+    "env_class_name": "PantrySupply",
+    "role": "main",
+    "environment_introduction": "A restaurant pantry: ingredient stock and purchase orders to suppliers.",
+    "constraints_rules": ["Receiving an open purchase order adds its units to the pantry."],
+    "tools": [
+        _tool("find_ingredient", "Find ingredients by name.", name="string"),
+        _tool("use_stock", "Record units used by the kitchen.", code="string", qty="integer"),
+        _tool("order_stock", "Order units from the supplier.", code="string", qty="integer"),
+        _tool("receive_order", "Receive a purchase order.", po_id="string"),
+    ],
+    "env_class_code": PANTRY_CODE,
+    "make_task": _pantry_task,
+}
+
+
+# ----------------------------------------------------------------------------- equipment rental (transfer)
+
+RENTAL_CODE = '''\
+class EquipmentRental:
+    def __init__(self, init_config: dict):
+        """An equipment rental desk. State: equipment: item_id -> {item_id, name, status, renter}
+        (status available | rented | repair); customers: customer_id -> {customer_id, name}."""
+        self.equipment = {}
+        self.customers = {}
+
+    def find_equipment(self, name: str) -> dict:
+        """Equipment whose name contains ``name`` (case-insensitive)."""
+        q = str(name).lower()
+        return {"success": True, "data": [e for e in self.equipment.values() if q in e["name"].lower()]}
+
+    def rent_out(self, item_id: str, customer_id: str) -> dict:
+        """Rent an available item to a customer."""
+        item = self.equipment.get(item_id)
+        if item is None:
+            return {"success": False, "error": f"unknown item {item_id}"}
+        if customer_id not in self.customers:
+            return {"success": False, "error": f"unknown customer {customer_id}"}
+        if item["status"] != "available":
+            return {"success": False, "error": f"item {item_id} is {item['status']}"}
+        item["status"], item["renter"] = "rented", customer_id
+        return {"success": True, "data": item}
+
+    def check_in(self, item_id: str) -> dict:
+        """Take back a rented item; it becomes available."""
+        item = self.equipment.get(item_id)
+        if item is None:
+            return {"success": False, "error": f"unknown item {item_id}"}
+        if item["status"] != "rented":
+            return {"success": False, "error": f"item {item_id} is not rented"}
+        item["status"], item["renter"] = "available", None
+        return {"success": True, "data": item}
+
+    def send_to_repair(self, item_id: str) -> dict:
+        """Send an item that is not rented out to repair."""
+        item = self.equipment.get(item_id)
+        if item is None:
+            return {"success": False, "error": f"unknown item {item_id}"}
+        if item["status"] != "available":
+            return {"success": False, "error": f"item {item_id} is {item['status']}, not available"}
+        item["status"] = "repair"
+        return {"success": True, "data": item}
+'''
+
+EQUIPMENT = ["concrete mixer", "pressure washer", "chainsaw", "ladder", "generator", "floor sander", "tile cutter",
+             "hedge trimmer", "scaffold tower", "carpet cleaner", "jackhammer", "leaf blower"]
+
+
+def _rental_task(rng: random.Random) -> dict:
+    n = rng.randint(4, 6)
+    item_ids = _ids(rng, "E", n)
+    cust_ids = _ids(rng, "C", rng.randint(3, 4), digits=2)
+    customers = {c: {"customer_id": c, "name": nm} for c, nm in zip(cust_ids, _people(rng, len(cust_ids)))}
+    equipment = {}
+    for i, (e, nm) in enumerate(zip(item_ids, rng.sample(EQUIPMENT, n))):
+        status = ["available", "rented"][i % 2] if i < 4 else rng.choice(["available", "rented", "repair"])
+        equipment[e] = {"item_id": e, "name": nm, "status": status, "renter": rng.choice(cust_ids) if status == "rented" else None}
+    free = [e for e in item_ids if equipment[e]["status"] == "available"]
+    rented = [e for e in item_ids if equipment[e]["status"] == "rented"]
+    a, r, c = rng.choice(free), rng.choice(rented), rng.choice(cust_ids)
+
+    def rented_to(e: str, cust: str) -> dict:
+        return _check(f"Is {e} rented to {cust}?",
+                      f'final_state["equipment"]["{e}"]["status"] == "rented" and final_state["equipment"]["{e}"]["renter"] == "{cust}"')
+
+    def status_is(e: str, status: str) -> dict:
+        return _check(f"Is {e} {status}?", f'final_state["equipment"]["{e}"]["status"] == "{status}"')
+
+    def rent() -> tuple:
+        text = rng.choice(["Rent item {a} to customer {c}.", "Customer {c} takes item {a}; rent it out to them."]).format(a=a, c=c)
+        return text, [rented_to(a, c)], [_call("rent_out", item_id=a, customer_id=c)]
+
+    def back() -> tuple:
+        text = rng.choice(["Item {r} was brought back; check it in.", "Check in the returned item {r}."]).format(r=r)
+        return text, [status_is(r, "available")], [_call("check_in", item_id=r)]
+
+    def repair() -> tuple:
+        text = rng.choice(["Item {a} is broken; send it to repair.", "Send item {a} to the repair shop."]).format(a=a)
+        return text, [status_is(a, "repair")], [_call("send_to_repair", item_id=a)]
+
+    def find_rent() -> tuple:
+        name = equipment[a]["name"]
+        text = rng.choice(["Customer {c} wants the {name}. Find it and rent it to them.",
+                           "Look up the {name} and rent it out to customer {c}."]).format(c=c, name=name)
+        return text, [rented_to(a, c)], [_call("find_equipment", name=name), _call("rent_out", item_id=a, customer_id=c)]
+
+    def back_repair() -> tuple:
+        text = rng.choice(["Item {r} came back damaged: check it in and send it to repair.",
+                           "Check in item {r}, then send it to repair."]).format(r=r)
+        checks = [_check(f"Is {r} no longer rented?", f'final_state["equipment"]["{r}"]["renter"] is None'), status_is(r, "repair")]
+        return text, checks, [_call("check_in", item_id=r), _call("send_to_repair", item_id=r)]
+
+    def back_rent() -> tuple:
+        text = rng.choice(["Check in item {r} and rent item {a} to customer {c}.",
+                           "Rent {a} to customer {c}, and check in the returned item {r}."]).format(r=r, a=a, c=c)
+        calls = [_call("check_in", item_id=r), _call("rent_out", item_id=a, customer_id=c)]
+        return text, [status_is(r, "available"), rented_to(a, c)], calls if text.startswith("Check") else calls[::-1]
+
+    text, checks, calls = _pick(rng, [rent, back, repair, find_rent, back_repair, back_rent])()
+    return {"init_config": {"equipment": equipment, "customers": customers}, "task": text,
+            "checklist_with_func": checks, "reference_actions": calls}
+
+
+RENTAL = {
+    "env_id": "bed_inventory_rental",
+    "env_class_name": "EquipmentRental",
+    "role": "transfer",
+    "environment_introduction": "An equipment rental desk: tools and machines rented out to customers.",
+    "constraints_rules": ["Only available items can be rented out or sent to repair."],
+    "tools": [
+        _tool("find_equipment", "Find equipment by name.", name="string"),
+        _tool("rent_out", "Rent an item to a customer.", item_id="string", customer_id="string"),
+        _tool("check_in", "Take back a rented item.", item_id="string"),
+        _tool("send_to_repair", "Send an item to repair.", item_id="string"),
+    ],
+    "env_class_code": RENTAL_CODE,
+    "make_task": _rental_task,
+}
+
+ENVS = [WAREHOUSE, SHOP, PANTRY, RENTAL]
