@@ -25,6 +25,7 @@ Usage::
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -44,13 +45,14 @@ from stages.core.isolation import IsolationUnavailable, set_unsafe_exec  # noqa:
 
 Status = Literal["ok", "error", "timeout", "memory", "blocked"]
 
-_BLOCKED = "__lopd_sandbox_blocked__:"
-_FAILED = "__lopd_sandbox_failed__:"
+_BLOCKED = BLOCKED_MARK = "__lopd_sandbox_blocked__:"  # stderr line: the audit hook blocked an operation
+_FAILED = FAILED_MARK = "__lopd_sandbox_failed__:"  # stderr line: the program raised (exception type follows)
 _FILE_CAP = 16 * 2**20  # RLIMIT_FSIZE: largest file (incl. captured stdout/stderr) in bytes
 
 _PROGRAM = "/lopd/program.py"  # where the program file is bound (read-only) inside the sandbox
 
-# Runs in the child as `python -I -B -c _BOOT <workdir> <program file> hook|nohook`. It reads (and
+# Runs in the child as `python -I -B -X int_max_str_digits=0 -c _BOOT <workdir> <program file> hook|nohook`
+# (no int/str digit limit, as in a judge's interpreter). It reads (and
 # deletes, when it can) the program file, installs the audit hook, then executes the program as
 # __main__.
 _BOOT = r'''
@@ -186,9 +188,10 @@ def network_isolated() -> bool:
     return isolation.available() or bool(_netns_prefix())
 
 
-def _limits(cpu_s: int, memory_mb: int) -> None:
+def _limits(cpu_s: int, memory_mb: int, nproc: int) -> None:
     # Runs in the child between fork and exec; keep it to plain syscalls.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb * 2**20, memory_mb * 2**20))
     resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE_CAP, _FILE_CAP))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -214,7 +217,26 @@ def _split_markers(stderr: str) -> tuple[str, str | None, str | None]:
     return "\n".join(kept).strip("\n"), blocked, failure
 
 
-def _classify(rc: int, wall_killed: bool, stderr: str, timeout_s: float, cpu_s: int) -> tuple[Status, str, str]:
+def python_argv(workdir: str, program: str, audit_hook: bool = True) -> list[str]:
+    """The argv that runs the Python file ``program`` as ``__main__`` the way :func:`run_python` does
+    (isolated interpreter, no int/str digit limit, the audit-hook prelude when ``audit_hook``), with
+    ``workdir`` as the only place it may write; used to start further programs inside a sandbox."""
+    return [sys.executable, "-I", "-B", "-X", "int_max_str_digits=0", "-c", _BOOT, workdir, program,
+            "hook" if audit_hook else "nohook"]
+
+
+def classify(rc: int, wall_killed: bool, stderr: str, timeout_s: float, cpu_s: int) -> tuple[Status, str, str]:
+    """Status of a program started with :func:`python_argv` from its exit.
+
+    Args:
+        rc: exit status as ``Popen.wait`` gives it (negative: killed by that signal).
+        wall_killed: it was killed for running past its wall-clock limit.
+        stderr: what it wrote to stderr (holds the prelude's marker lines).
+        timeout_s, cpu_s: its wall-clock and CPU-time limits (named in the reason).
+
+    Returns:
+        (status, one-line reason, stderr without the marker lines).
+    """
     clean, blocked, failure = _split_markers(stderr)
     if blocked:
         return "blocked", blocked, clean
@@ -245,6 +267,7 @@ def run_python(
     stdin: str = "",
     max_output_chars: int = 64 * 1024,
     audit_hook: bool = True,
+    nproc: int = isolation.NPROC,
 ) -> SandboxResult:
     """Execute ``code`` as ``__main__`` in a sandboxed child interpreter and wait for it.
 
@@ -252,15 +275,22 @@ def run_python(
     network / IPC / mount namespaces, read-only filesystem except a private tmpfs cwd, own
     ``/proc``, empty environment, rlimits; the whole sandbox is killed on the wall-clock timeout.
 
+    Memory: where cgroup v2 offers a writable memory controller
+    (:func:`stages.core.isolation.cgroup_base`), ``memory_mb`` caps the whole process tree together
+    (:class:`stages.core.isolation.MemoryGroup`; an overflow kills the tree: status ``memory``).
+    Elsewhere it caps each process's address space, so the tree is bounded by ``nproc`` times
+    ``memory_mb`` (``nproc`` counts every process and thread of the sandbox uid, across sandboxes).
+
     Args:
         code: Python source text (untrusted).
         timeout_s: wall-clock limit in seconds; the child's whole sandbox is killed after it.
-        cpu_s: CPU-time limit in seconds (RLIMIT_CPU soft limit; SIGXCPU -> ``timeout``).
-        memory_mb: address-space limit in MiB (RLIMIT_AS).
+        cpu_s: CPU-time limit in seconds per process (RLIMIT_CPU soft limit; SIGXCPU -> ``timeout``).
+        memory_mb: memory cap in MiB: the whole tree's (cgroup v2) and each process's (RLIMIT_AS).
         stdin: text fed to the child's standard input ("" -> /dev/null).
         max_output_chars: stdout and stderr are each cut to this many characters.
         audit_hook: install the audit-hook layer (default). ``False`` leaves the OS layer alone
-            (tests use it to show that layer holds on its own).
+            (tests use it to show that layer holds on its own; programs that start programs).
+        nproc: RLIMIT_NPROC of the program (processes and threads of its uid).
 
     Returns:
         A :class:`SandboxResult`. Never raises for anything the program does.
@@ -270,25 +300,29 @@ def run_python(
         IsolationUnavailable: OS isolation does not work here and ``--unsafe-exec`` was not given.
         OSError: the child could not be started at all (e.g. no temp dir space).
     """
-    if timeout_s <= 0 or cpu_s <= 0 or memory_mb <= 0:
-        raise ValueError(f"sandbox limits must be positive (timeout_s={timeout_s}, cpu_s={cpu_s}, memory_mb={memory_mb})")
+    if timeout_s <= 0 or cpu_s <= 0 or memory_mb <= 0 or nproc <= 0:
+        raise ValueError(f"sandbox limits must be positive (timeout_s={timeout_s}, cpu_s={cpu_s}, "
+                         f"memory_mb={memory_mb}, nproc={nproc})")
     isolated = isolation.require()
-    hook = "hook" if audit_hook else "nohook"
     root = Path(tempfile.mkdtemp(prefix="lopd-sandbox-"))
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, root, ignore_errors=True)
+        group = stack.enter_context(isolation.MemoryGroup(memory_mb)) if isolation.cgroup_base()[0] else None
         program = root / "program.py"
         program.write_text(code, encoding="utf-8")
         if isolated:
-            limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=_FILE_CAP)
-            argv = isolation.wrap([sys.executable, "-I", "-B", "-c", _BOOT, isolation.WORKDIR, _PROGRAM, hook],
+            limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=_FILE_CAP, nproc=int(nproc))
+            argv = isolation.wrap(python_argv(isolation.WORKDIR, _PROGRAM, audit_hook),
                                   ro_binds={str(program): _PROGRAM}, limits=limits)
             env, cwd, preexec = isolation.base_env(), root, None
         else:  # --unsafe-exec on a machine without isolation: the old in-process guards only
             work = root / "work"
             work.mkdir()
-            argv = [*_netns_prefix(), sys.executable, "-I", "-B", "-c", _BOOT, str(work), str(program), hook]
+            argv = [*_netns_prefix(), *python_argv(str(work), str(program), audit_hook)]
             env = {**isolation.base_env(), "HOME": str(work), "TMPDIR": str(work)}
-            cwd, preexec = work, functools.partial(_limits, int(cpu_s), int(memory_mb))
+            cwd, preexec = work, functools.partial(_limits, int(cpu_s), int(memory_mb), int(nproc))
+        if group is not None:
+            argv = [*group.prefix, *argv]
         stdin_path = root / "stdin.txt"
         stdin_path.write_text(stdin, encoding="utf-8")
         out_path, err_path = root / "stdout.txt", root / "stderr.txt"
@@ -319,10 +353,10 @@ def run_python(
         if isolated and rc > 128:  # bwrap reports a child killed by signal N as exit status 128 + N
             rc = -(rc - 128)
         stdout, stderr = _read(out_path, max_output_chars), _read(err_path, _FILE_CAP)
-        status, reason, clean = _classify(rc, wall_killed, stderr, timeout_s, cpu_s)
+        status, reason, clean = classify(rc, wall_killed, stderr, timeout_s, cpu_s)
+        if group is not None and group.oom_killed() and not wall_killed:
+            status, reason = "memory", f"exceeded the memory cap of the whole process tree ({memory_mb} MiB)"
         return SandboxResult(status, rc, stdout, clean[:max_output_chars], reason, duration)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _kill_group(pgid: int) -> None:

@@ -21,14 +21,12 @@ releases as cumulative problem sets; the windows used here are the ones papers e
 "LiveCodeBench v5 / v6" report (assumption, stated in the report): v5 = 2024-08-01..2025-02-01,
 v6 = 2024-08-01..2025-05-01.
 
-Grading follows LiveCodeBench's ``testing_util``: all public and private tests run in one sandboxed
-process, stopping at the first failure. ``stdin`` tests compare stdout line by line after
-stripping (tokens that parse as decimals compare by value); ``functional`` tests call
-``Solution().<func_name>(*args)`` with one JSON value per input line and compare the JSON result.
-Reward is 1 when every test passes, else 0. The harness also grades TACO's call-based tests
-(:mod:`stages.core.envs.taco`): a plain function ``<func_name>`` when the code defines no
-``Solution`` class, and an expected value wrapped in a one-element list when the test says
-``unwrap`` (APPS's convention).
+Grading: with LiveCodeBench's own grader installed (``nvidia-livecodebench``), its ``run_test``
+judges the answer in the sandbox, unchanged (:func:`grade_official`). Without it, and for TACO's
+training reward, :func:`grade` uses lopd's judge (:mod:`stages.core.envs.judge`: a fresh program
+with real stdin/stdout per test, numeric tokens compared with a tolerance, the verdict computed
+outside the sandbox); the README's coding-rewards section tabulates where the two differ. Both
+stop at the first failure; reward is 1 when every public and private test passes, else 0.
 """
 from __future__ import annotations
 
@@ -180,73 +178,6 @@ def extract_code(text: str) -> str:
     return blocks[-1] if blocks else ""
 
 
-# Runs inside the sandbox after a header defining CODE, TESTS, FUNC, PER_TEST_S and MARK: executes the
-# candidate once per test, LiveCodeBench style, and prints MARK + the JSON list of verdicts.
-_HARNESS = r'''
-import io, json, signal, sys
-from decimal import Decimal, InvalidOperation
-
-def _alarm(signum, frame):
-    raise TimeoutError("test timed out")
-signal.signal(signal.SIGALRM, _alarm)
-
-def _tokens_equal(a, b):
-    if a == b:
-        return True
-    ta, tb = a.split(), b.split()
-    if len(ta) != len(tb):
-        return False
-    for x, y in zip(ta, tb):
-        if x == y:
-            continue
-        try:
-            if Decimal(x) != Decimal(y):
-                return False
-        except InvalidOperation:
-            return False
-    return True
-
-def _stdout_equal(got, want):
-    g = [l.strip() for l in got.strip().split("\n")]
-    w = [l.strip() for l in want.strip().split("\n")]
-    return len(g) == len(w) and all(_tokens_equal(x, y) for x, y in zip(g, w))
-
-verdicts = []
-for test in TESTS:
-    out, old_in, old_out = io.StringIO(), sys.stdin, sys.stdout
-    try:
-        signal.alarm(PER_TEST_S)
-        if test.get("testtype") == "functional":
-            scope = {"__name__": "__lopd_solution__"}
-            args = [json.loads(line) for line in test["input"].split("\n") if line.strip()]
-            sys.stdout = out
-            exec(compile("from typing import *\n" + CODE, "<solution>", "exec"), scope)
-            call = getattr(scope["Solution"](), FUNC) if "Solution" in scope else scope[FUNC]
-            result = call(*args)
-            sys.stdout = old_out
-            got, want = json.loads(json.dumps(result)), json.loads(test["output"])
-            # APPS/TACO call-based tests may wrap the return value in a one-element list
-            ok = got == want or (test.get("unwrap") and isinstance(want, list) and len(want) == 1 and got == want[0])
-        else:
-            sys.stdin, sys.stdout = io.StringIO(test["input"]), out
-            try:
-                exec(compile(CODE, "<solution>", "exec"), {"__name__": "__main__"})
-            except SystemExit:
-                pass
-            sys.stdin, sys.stdout = old_in, old_out
-            ok = _stdout_equal(out.getvalue(), test["output"])
-        verdicts.append("pass" if ok else "wrong answer")
-    except BaseException as err:
-        sys.stdin, sys.stdout = old_in, old_out
-        verdicts.append(type(err).__name__ + ": " + str(err)[:200])
-    finally:
-        signal.alarm(0)
-    if verdicts[-1] != "pass":
-        break
-print(MARK + json.dumps(verdicts))
-'''
-
-
 def _sandbox_verdicts(program: str, mark: str, tests: int, per_test_s: int, memory_mb: int) -> tuple[list | None, str]:
     """Run a grading program in the sandbox: (the JSON verdict list it printed after ``mark``, "")
     or (None, why it printed none)."""
@@ -261,17 +192,12 @@ def _sandbox_verdicts(program: str, mark: str, tests: int, per_test_s: int, memo
 
 
 def grade(code: str, tests: list[dict[str, str]], func_name: str | None, per_test_s: int = 6) -> dict[str, Any]:
-    """Run ``code`` on ``tests`` in the sandbox; returns ``{passed, total, first_failure}``."""
-    if not code.strip():
-        return {"passed": 0, "total": len(tests), "first_failure": "no code block in the answer"}
-    mark = f"__lopd_verdicts_{secrets.token_hex(8)}__"
-    header = f"CODE = {code!r}\nTESTS = {tests!r}\nFUNC = {func_name!r}\nPER_TEST_S = {per_test_s}\nMARK = {mark!r}\n"
-    verdicts, why = _sandbox_verdicts(header + _HARNESS, mark, len(tests), per_test_s, 2048)
-    if verdicts is None:
-        return {"passed": 0, "total": len(tests), "first_failure": why}
-    passed = sum(v == "pass" for v in verdicts)
-    failure = next((v for v in verdicts if v != "pass"), None)
-    return {"passed": passed, "total": len(tests), "first_failure": failure}
+    """The training reward's verdict on ``code``: :func:`stages.core.envs.judge.grade` (real
+    stdin/stdout per test, numeric tolerance, verdict computed outside the sandbox); returns
+    ``{passed, total, first_failure}``."""
+    from stages.core.envs.judge import grade as judge
+
+    return judge(code, tests, func_name, per_test_s)
 
 
 # verdict codes of LiveCodeBench's testing_util.run_test (nvidia-livecodebench 26.3): False and -2 are
