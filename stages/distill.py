@@ -92,6 +92,7 @@ class Distiller:
             (e.g. K against the composer), ``out`` holds another run (or a run with different
             settings under ``resume``), the ``log`` package is not installed (checked first:
             no model is loaded and no run folder is made), or the engine cannot run here
+            or cannot sample at ``temperature``
             (:func:`stages.engines.check_engine`, checked first too); data-parallel: a method
             that cannot run so, fewer tasks per step than processes, a resume with another
             number of processes than the checkpoint's.
@@ -104,7 +105,7 @@ class Distiller:
         self.console = (console or Console()) if self.world.is_main else Console(quiet=True)
         self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step
         check_logger(config.log)
-        check_engine(config.engine)
+        check_engine(config.engine, config.temperature)
         self.out = Path(config.out)
         method_cls = get_method(config.method)
         distributed.check_split(self.world, method_cls, config.tasks_per_step)

@@ -9,7 +9,8 @@
 * :func:`make_engine`: an engine by name (``hf``: :class:`stages.engines.hf.HFRolloutEngine`,
   transformers ``generate`` with prefix caching; ``vllm``: :class:`stages.engines.vllm.VLLMRolloutEngine`,
   vLLM's offline ``LLM`` on a GPU, the extra ``pip install '.[vllm]'``); :func:`check_engine`
-  refuses an unusable name before any model is loaded.
+  refuses an unusable name, or a temperature vLLM would not sample as asked, before any model is
+  loaded.
 * :func:`finish_generation`: the one rule that turns sampled ids into a :class:`Generation`
   (eos, stop strings, length), so every engine records the same thing for the same ids.
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from torch import nn
 
 ENGINES = ("hf", "vllm")
+VLLM_MIN_TEMPERATURE = 0.01  # vLLM samples any temperature in (0, 0.01) at 0.01
+VLLM_MAX_TEMPERATURE = 2.0  # vLLM refuses a temperature above 2
 
 
 class SamplingParams(BaseModel):
@@ -65,8 +68,9 @@ class Generation:
             sampled, and the ids that completed a stop string (nothing after them).
         logprobs: one per token id: its log-probability under the sampling distribution
             ``log_softmax(raw_logits / temperature)`` (temperature 0: ``log_softmax(raw_logits)``),
-            taken before top-p / top-k truncation (the ``vllm`` engine can only report them after
-            it: see :mod:`stages.engines.vllm`).
+            taken before top-p / top-k truncation (every engine that trains keeps this; the
+            ``vllm`` engine serving a model folder, as ``lopd evaluate`` uses it, reports vLLM's
+            values after truncation: see :mod:`stages.engines.vllm`).
         num_tokens: ``len(token_ids)``.
         finish_reason: ``"eos"`` (an eos id was sampled), ``"stop"`` (a stop string appeared) or
             ``"length"`` (``max_new_tokens`` reached).
@@ -150,17 +154,36 @@ def finish_generation(ids: list[int], logprobs: list[float], eos_ids: list[int],
                       finish_reason=reason)
 
 
-def check_engine(name: str) -> None:
-    """Refuse an engine that cannot run here, before anything is loaded.
+def check_engine(name: str, temperature: float | None = None) -> None:
+    """Refuse an engine that cannot run here, or cannot sample at ``temperature``, before anything
+    is loaded.
+
+    vLLM's ``SamplingParams`` raises for a temperature above 2 and samples a temperature in
+    (0, 0.01) at 0.01 (with a logged warning only), so the ``vllm`` engine takes 0 (greedy) or a
+    temperature in [:data:`VLLM_MIN_TEMPERATURE`, :data:`VLLM_MAX_TEMPERATURE`]; ``hf`` takes any
+    temperature >= 0.
 
     Raises:
-        ValueError: an unknown name (the message lists the known ones), or ``vllm`` without the
-            vllm package installed.
+        ValueError: an unknown name (the message lists the known ones), ``vllm`` without the
+            vllm package installed, or ``vllm`` with a temperature outside its range.
     """
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known engines: {', '.join(ENGINES)}")
+    if name == "vllm" and temperature is not None:
+        check_vllm_temperature(temperature)
     if name == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("engine 'vllm' needs the vllm package (a CUDA GPU): install with pip install '.[vllm]'")
+
+
+def check_vllm_temperature(temperature: float) -> None:
+    """Refuse a temperature the ``vllm`` engine would not sample as asked (see :func:`check_engine`).
+
+    Raises:
+        ValueError: ``temperature`` is neither 0 nor in [0.01, 2].
+    """
+    if temperature != 0 and not VLLM_MIN_TEMPERATURE <= temperature <= VLLM_MAX_TEMPERATURE:
+        raise ValueError(f"engine 'vllm' samples temperature 0 (greedy) or {VLLM_MIN_TEMPERATURE} to "
+                         f"{VLLM_MAX_TEMPERATURE}, got {temperature}: use --engine hf for it")
 
 
 def make_engine(name: str, model, tokenizer, *, adapter: str | None = None, batch_size: int = 8,

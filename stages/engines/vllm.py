@@ -10,16 +10,32 @@ kwargs={"weights_path": ...})`` (the worker's in-place reload from a folder) and
 
 * **generate**: all prompts in one ``LLM.generate`` call (vLLM schedules its own batches and
   caches prefixes itself); :func:`vllm_sampling_kwargs` maps :class:`stages.engines.SamplingParams`
-  one to one; the sampled ids become a :class:`Generation` by the rule the ``hf`` engine uses
-  (:func:`stages.engines.finish_generation`), so both engines record the same thing for the
-  same ids (vLLM's own stop-string cut is only used to stop early).
+  one to one. A completion becomes a :class:`Generation` by vLLM's own verdict
+  (:meth:`VLLMRolloutEngine._finish`): vLLM stops at the token that completes a stop string
+  (``stop_reason`` is that string, its text is cut before it), at an eos or stop token id
+  (``stop_reason`` None for the model's eos id, the id for one of ``stop_token_ids``; the id is
+  the last one kept and its text is left out), or at ``max_tokens`` (``"length"``).
+* **temperature**: vLLM's ``SamplingParams`` raises above 2 and samples any temperature in
+  (0, 0.01) at 0.01; such temperatures are refused (:func:`stages.engines.check_vllm_temperature`).
 * **log-probs**: ``logprobs=0`` returns the sampled token's log-prob, and the engine is built with
-  ``logprobs_mode="processed_logprobs"``: ``log_softmax`` of the logits after the temperature
-  AND after top-k / top-p truncation (renormalised over the kept tokens). Our documented value
-  is taken before truncation, so with top-p < 1 or top-k > 0 vLLM reports ``-log(kept mass)``
-  more per token: between 0 and ``-log(top_p)`` for top-p alone, unbounded with top-k. They
-  are equal for greedy decoding and for untruncated sampling. vLLM offers no mode with the
-  temperature but without the truncation (``raw_logprobs`` drops the temperature).
+  ``logprobs_mode="processed_logprobs"``: for a sampled request vLLM's sampler returns
+  ``log_softmax`` of the logits after the temperature AND after top-k / top-p truncation
+  (renormalised over the kept tokens); for a greedy request, of the logits without temperature.
+  So vLLM's value is the project's (``log_softmax(raw / T)``, :class:`Generation`) for greedy
+  decoding and for untruncated sampling (top_p 1, top_k 0), and ``-log(kept mass)`` higher per
+  token otherwise (between 0 and ``-log(top_p)`` for top-p alone, unbounded with top-k); vLLM has
+  no mode with the temperature but without the truncation (``raw_logprobs`` drops the
+  temperature too). So when the sampling truncates, an engine that holds a trained model
+  recomputes the sampled tokens' log-probs with that model's own forward (no grad, the synced
+  weights and adapter, ``log_softmax(raw / T)`` in float32 as the ``hf`` engine records them),
+  one forward over each prompt + completion with logits at the completion only. A model folder
+  served as it is (``lopd evaluate``, which reads no log-probs) keeps vLLM's values.
+* **reproducibility**: vLLM makes its scheduling deterministic only with its engine core in the
+  calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), which the engine sets unless the
+  environment already sets the variable. vLLM then seeds the calling process's global random
+  generators when it starts; the engine puts them back (the trainer's random streams stay its
+  own). Batch invariance (``VLLM_BATCH_INVARIANT=1``, left to the user) is what would make one
+  prompt's completion independent of the prompts batched beside it.
 * **sync_weights**: a LoRA student's adapter is saved to a fresh folder and used through a fresh
   ``LoRARequest`` (new name and int id per version: vLLM caches adapters by id); a fully
   fine-tuned student is saved whole (``save_pretrained``) and reloaded in place from that folder.
@@ -30,18 +46,20 @@ kwargs={"weights_path": ...})`` (the worker's in-place reload from a folder) and
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
 import importlib
+import os
+import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 
-from stages.engines import Generation, SamplingParams, check_engine, eos_token_ids, finish_generation
+from stages.engines import Generation, SamplingParams, check_engine, check_vllm_temperature, eos_token_ids
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 TRAINING_GPU_SHARE = 0.4  # GPU memory share of an engine that sits next to the trainer
@@ -56,11 +74,37 @@ def vllm_sampling_kwargs(params: SamplingParams, eos_ids: list[int], seed: int |
     (``stop_token_ids``); ``logprobs=0``: the sampled token's log-prob only. Everything vLLM
     would otherwise let reshape the distribution is pinned off (penalties, min-p, min tokens),
     as the ``hf`` engine pins the model's generation config.
+
+    Raises:
+        ValueError: a temperature vLLM would not sample as asked (:func:`check_vllm_temperature`).
     """
+    check_vllm_temperature(params.temperature)
     return dict(n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
                 max_tokens=params.max_new_tokens, stop=list(params.stop), stop_token_ids=list(eos_ids), seed=seed,
                 logprobs=0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0,
                 min_tokens=0, ignore_eos=False, skip_special_tokens=True, include_stop_str_in_output=False)
+
+
+def truncates(params: SamplingParams) -> bool:
+    """Whether ``params`` sample from a top-p / top-k truncated distribution (vLLM's log-probs then
+    differ from ``log_softmax(raw / T)``)."""
+    return params.temperature > 0 and (params.top_p < 1 or params.top_k > 0)
+
+
+@contextlib.contextmanager
+def kept_random_state() -> Iterator[None]:
+    """Restore Python's, NumPy's and torch's (CPU and every visible CUDA device's) global random
+    state on exit: an in-process vLLM engine seeds them while it starts."""
+    import numpy
+
+    py_state, np_state = random.getstate(), numpy.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py_state)
+        numpy.random.set_state(np_state)
 
 
 class VLLMRolloutEngine:
@@ -90,10 +134,10 @@ class VLLMRolloutEngine:
         self._vllm = importlib.import_module("vllm")
         self._lora_request_cls = importlib.import_module("vllm.lora.request").LoRARequest
         self.tokenizer, self.adapter, self.version = tokenizer, adapter, 0
-        self._decode = functools.partial(tokenizer.decode, skip_special_tokens=True)
         self._work = tempfile.TemporaryDirectory(prefix="lopd-vllm-")  # weight versions; removed with the engine
         self._folder: Path | None = None  # the newest saved version
         self._lora = None
+        self._model: nn.Module | None = None  # the trained model (recomputes truncated log-probs)
         self._asleep: set[str] = set()
         self.device = torch.device("cuda")
         kwargs: dict[str, Any] = {}
@@ -129,35 +173,45 @@ class VLLMRolloutEngine:
             else:
                 self.sleep_level = 2
             self._save(model)  # version 1: vLLM starts from the weights as they are now
+            self._model = model
             if adapter is None:
                 path = str(self._folder)
         self.eos_ids = eos_token_ids(generation_eos, tokenizer)
         share = gpu_memory_utilization or (SERVING_GPU_SHARE if self.sleep_level == 0 else TRAINING_GPU_SHARE)
-        self.llm = self._vllm.LLM(model=path, dtype=str(self.dtype).removeprefix("torch."),
-                                  gpu_memory_utilization=share, max_model_len=max_model_len,
-                                  enable_sleep_mode=self.sleep_level > 0, logprobs_mode="processed_logprobs", **kwargs)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # deterministic scheduling (module docstring)
+        with kept_random_state():
+            self.llm = self._vllm.LLM(model=path, dtype=str(self.dtype).removeprefix("torch."),
+                                      gpu_memory_utilization=share, max_model_len=max_model_len,
+                                      enable_sleep_mode=self.sleep_level > 0, logprobs_mode="processed_logprobs",
+                                      **kwargs)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Complete each prompt (token ids of the rendered prompt; nothing is added to them).
 
         With ``params.seed`` set, prompt i is sampled under seed ``seed + i`` (vLLM's
-        per-request generator): the same prompts give the same completions on the same GPU and
-        vLLM version.
+        per-request generator): the same call (the same prompts in the same order, the same
+        weights) gives the same completions on the same GPU and vLLM version, with the engine
+        core in this process (module docstring). With a top-p / top-k truncation and a trained
+        model, the log-probs are recomputed with the model (module docstring).
 
         Raises:
-            ValueError: an empty prompt.
-            RuntimeError: vLLM aborted a request or returned no log-probs.
+            ValueError: an empty prompt, or a temperature vLLM would not sample as asked.
+            RuntimeError: vLLM aborted a request, returned no log-probs, or stopped on an id
+                that is not an eos id.
         """
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("VLLMRolloutEngine.generate: empty prompt")
         if not prompt_ids:
             return []
-        self._wake()
         sampling = [self._vllm.SamplingParams(**vllm_sampling_kwargs(
             params, self.eos_ids, None if params.seed is None else params.seed + i)) for i in range(len(prompt_ids))]
         prompts = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
+        self._wake()
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora)
-        return [self._finish(out.outputs[0], params) for out in outputs]
+        gens = [self._finish(out.outputs[0]) for out in outputs]
+        if truncates(params) and self._model is not None:
+            gens = self._model_logprobs(prompt_ids, gens, params.temperature)
+        return gens
 
     def sync_weights(self, model: nn.Module, adapter: str | None = None) -> None:
         """Generate with the current weights of ``model`` (its adapter ``adapter``) from now on.
@@ -176,6 +230,7 @@ class VLLMRolloutEngine:
         if adapter != self.adapter:
             raise ValueError(f"VLLMRolloutEngine: built for adapter {self.adapter!r}, asked to sync {adapter!r}")
         self._save(model)
+        self._model = model
         if adapter is None and "weights" not in self._asleep:
             self._reload()
 
@@ -207,7 +262,7 @@ class VLLMRolloutEngine:
             self.tokenizer.save_pretrained(self._folder)
         else:
             model.save_pretrained(str(self._folder), selected_adapters=[self.adapter])
-            # peft writes a named adapter into <folder>/<adapter>/ (FIELD-NOTES pitfall 4)
+            # peft writes an adapter not named "default" into <folder>/<adapter>/
             path = self._folder if self.adapter == "default" else self._folder / self.adapter
             if not (path / "adapter_config.json").is_file():
                 raise RuntimeError(f"VLLMRolloutEngine: no adapter_config.json in {path} after saving {self.adapter!r}")
@@ -216,16 +271,43 @@ class VLLMRolloutEngine:
         if old is not None:  # vLLM holds that version in memory or will never need it again
             shutil.rmtree(old, ignore_errors=True)
 
-    def _finish(self, out: Any, params: SamplingParams) -> Generation:
-        """vLLM's ``CompletionOutput`` -> :class:`Generation` (the shared cut rule)."""
+    def _finish(self, out: Any) -> Generation:
+        """vLLM's ``CompletionOutput`` -> :class:`Generation`, by vLLM's verdict (module docstring):
+        its ids and log-probs as they are, its text (cut before a stop string, without the eos)."""
         if out.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"VLLMRolloutEngine: vLLM ended a completion with {out.finish_reason!r}")
         if out.logprobs is None:
             raise RuntimeError("VLLMRolloutEngine: vLLM returned no log-probs (logprobs=0 was asked for)")
         ids = list(out.token_ids)
         logprobs = [step[t].logprob for step, t in zip(out.logprobs, ids)]
-        gen = finish_generation(ids, logprobs, self.eos_ids, params.stop, self._decode)
-        if gen.finish_reason == "length" and out.finish_reason == "stop":
-            # vLLM saw a stop its incremental detokenizer found and a full decode does not: keep its verdict
-            gen = dataclasses.replace(gen, finish_reason="stop")
-        return gen
+        if out.finish_reason == "length":
+            reason = "length"
+        elif isinstance(out.stop_reason, str):  # a stop string
+            reason = "stop"
+        elif ids and ids[-1] in self.eos_ids:  # stop_reason None (the model's eos) or the stop token id
+            reason = "eos"
+        else:
+            raise RuntimeError(f"VLLMRolloutEngine: vLLM stopped on {out.stop_reason!r}, not an eos id {self.eos_ids}")
+        return Generation(text=out.text, token_ids=ids, logprobs=logprobs, num_tokens=len(ids), finish_reason=reason)
+
+    def _model_logprobs(self, prompt_ids: list[list[int]], gens: list[Generation], temperature: float
+                        ) -> list[Generation]:
+        """``gens`` with each sampled token's ``log_softmax(raw / temperature)`` under the trained
+        model (its adapter active): one no-grad forward per prompt + completion, logits at the
+        completion positions only, upcast to float32 (float64 stays) before the temperature."""
+        from stages.core.composer import adapter_scope
+        from stages.core.losses import sampled_token_logprobs, upcast_dtype
+
+        model, out = self._model, []
+        device = next(p.device for p in model.parameters())
+        with torch.no_grad(), adapter_scope(model, self.adapter):
+            for prompt, gen in zip(prompt_ids, gens):
+                if not gen.token_ids:  # nothing to score (logits_to_keep=0 would keep every position)
+                    out.append(gen)
+                    continue
+                ids_1T = torch.tensor([list(prompt) + gen.token_ids[:-1]], device=device)
+                logits_1NV = model(input_ids=ids_1T, logits_to_keep=gen.num_tokens).logits
+                logits_1NV = logits_1NV.to(upcast_dtype(logits_1NV.dtype)) / temperature
+                logp_1N = sampled_token_logprobs(logits_1NV, torch.tensor([gen.token_ids], device=device))
+                out.append(dataclasses.replace(gen, logprobs=logp_1N[0].tolist()))
+        return out
