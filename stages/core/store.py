@@ -7,10 +7,20 @@ transaction, i.e. one table version (see :meth:`ExperienceStore.versions`). Sibl
 
 The connection is opened with ``read_consistency_interval=0``: every read sees the latest
 committed version, also when another process or another table handle has written since.
+
+One writer per trajectory id: an append checks its ids and commits while it holds an exclusive
+``flock`` on the store's ``.append.lock`` file (local stores), so two processes appending the
+same ids cannot both commit them. The kernel releases the lock when its holder dies, also by
+SIGKILL, and a Lance commit is atomic: a killed writer leaves its batch committed whole or not
+at all. Object-storage stores (no file locks) append with LanceDB's merge-insert on
+``trajectory_id`` (insert only the ids not present at commit time).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -30,6 +40,8 @@ from schemas.trajectory import Trajectory
 warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
 
 TRAJECTORIES = "trajectories"
+# the lock file every append of a local store holds (flock), next to the tables
+APPEND_LOCK = ".append.lock"
 # Ids per `IN (...)` clause when looking rows up by id.
 _ID_CHUNK = 1000
 
@@ -242,13 +254,36 @@ class ExperienceStore:
         """The ``trajectories`` LanceDB table."""
         return self._table
 
+    @contextlib.contextmanager
+    def _append_lock(self):
+        """Hold the store's exclusive append lock (local stores; a no-op for object storage).
+
+        Blocks until no other process or store handle holds it. ``flock`` locks belong to the
+        open file, so the kernel releases this one when the holder exits or is killed.
+        """
+        if _is_remote(self._uri):
+            yield
+            return
+        fd = os.open(Path(self._uri) / APPEND_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     @_guarded
     def append(self, trajectories: Sequence[Trajectory | dict]) -> int:
         """Validate and append trajectories in one transaction; returns the number of rows.
 
+        Concurrent appends of the same ids (two processes, or two handles) commit each id once:
+        the check and the commit run under the store's append lock (local stores), or as a
+        merge-insert on ``trajectory_id`` (object storage).
+
         Raises:
             StoreError: a row is invalid (``row 3: field 'reward': ...``) or its
-                ``trajectory_id`` repeats one in the batch or in the store. Nothing is written.
+                ``trajectory_id`` repeats one in the batch or in the store. Nothing is written,
+                except on object storage when another writer committed some of the ids between
+                the check and the commit: the other rows are written and the message says so.
         """
         rows: list[Trajectory] = []
         for i, item in enumerate(trajectories):
@@ -267,11 +302,19 @@ class ExperienceStore:
                 raise StoreError(f"row {i}: duplicate trajectory_id {t.trajectory_id!r} in batch")
             seen.add(t.trajectory_id)
         ids = [t.trajectory_id for t in rows]
-        existing = self._lookup(ids, columns=["trajectory_id"])
-        if existing.num_rows:
-            dup = existing.column("trajectory_id")[0].as_py()
-            raise StoreError(f"row {ids.index(dup)}: trajectory_id {dup!r} already in store")
-        self._table.add(to_rows(rows, Trajectory))
+        with self._append_lock():
+            existing = self._lookup(ids, columns=["trajectory_id"])
+            if existing.num_rows:
+                dup = existing.column("trajectory_id")[0].as_py()
+                raise StoreError(f"row {ids.index(dup)}: trajectory_id {dup!r} already in store")
+            if not _is_remote(self._uri):
+                self._table.add(to_rows(rows, Trajectory))
+                return len(rows)
+            merge = self._table.merge_insert("trajectory_id").when_not_matched_insert_all()
+            inserted = merge.execute(to_rows(rows, Trajectory)).num_inserted_rows
+        if inserted != len(rows):
+            raise StoreError(f"store {self._uri}: {len(rows) - inserted} of {len(rows)} trajectory ids were "
+                             f"appended by another writer at the same time; the other {inserted} rows were written")
         return len(rows)
 
     @_guarded
