@@ -48,6 +48,11 @@ def _people(rng: random.Random, k: int) -> list[str]:
     return [f"{f} {rng.choice(LAST_NAMES)}" for f in rng.sample(FIRST_NAMES, k)]
 
 
+def _say(rng: random.Random, templates: list[str], **fields: object) -> str:
+    """One of ``templates`` (chosen by ``rng``), filled with ``fields``."""
+    return rng.choice(templates).format(**fields)
+
+
 def _pick(rng: random.Random, kinds: list) -> object:
     """Half the tasks single-call (the first three kinds), half multi-call (the rest)."""
     return rng.choice(kinds[:3]) if rng.random() < 0.5 else rng.choice(kinds[3:])
@@ -110,7 +115,8 @@ class BankAccounts:
 def _accounts_task(rng: random.Random) -> dict:
     n = rng.randint(4, 6)
     ids = _ids(rng, "A", n)
-    accounts = {a: {"account_id": a, "owner": o, "balance": rng.randint(50, 3000)} for a, o in zip(ids, _people(rng, n))}
+    accounts = {a: {"account_id": a, "owner": o, "balance": rng.randint(50, 3000)}
+                for a, o in zip(ids, _people(rng, n))}
     a, b = rng.sample(ids, 2)
 
     def balance_is(acc: str, value: int) -> dict:
@@ -119,53 +125,59 @@ def _accounts_task(rng: random.Random) -> dict:
     def moved(src: str, dst: str, k: int) -> dict:
         s, d = accounts[src]["balance"] - k, accounts[dst]["balance"] + k
         return _check(f"Did {k} move from {src} to {dst}?",
-                      f'final_state["accounts"]["{src}"]["balance"] == {s} and final_state["accounts"]["{dst}"]["balance"] == {d}')
+                      f'final_state["accounts"]["{src}"]["balance"] == {s} and '
+                      f'final_state["accounts"]["{dst}"]["balance"] == {d}')
 
     def some(acc: str) -> int:  # an amount the account can pay
         return rng.randint(1, min(accounts[acc]["balance"], 900) // 5) * 5
 
     def deposit() -> tuple:
         k = rng.randint(1, 200) * 5
-        text = rng.choice(["Deposit {k} euros into account {a}.", "Put {k} euros in cash into account {a}.",
-                           "Credit account {a} with a deposit of {k}."]).format(k=k, a=a)
+        text = _say(rng, ["Deposit {k} euros into account {a}.", "Put {k} euros in cash into account {a}.",
+                           "Credit account {a} with a deposit of {k}."], k=k, a=a)
         return text, [balance_is(a, accounts[a]["balance"] + k)], [_call("deposit", account_id=a, amount=k)]
 
     def withdraw() -> tuple:
         k = some(a)
-        text = rng.choice(["Withdraw {k} euros from account {a}.", "The owner of account {a} takes out {k} euros in cash; record the withdrawal.",
-                           "Pay out {k} euros from account {a}."]).format(k=k, a=a)
+        text = _say(rng, ["Withdraw {k} euros from account {a}.",
+                          "The owner of account {a} takes out {k} euros in cash; record the withdrawal.",
+                           "Pay out {k} euros from account {a}."], k=k, a=a)
         return text, [balance_is(a, accounts[a]["balance"] - k)], [_call("withdraw", account_id=a, amount=k)]
 
     def transfer() -> tuple:
         k = some(a)
-        text = rng.choice(["Transfer {k} euros from account {a} to account {b}.", "Move {k} euros from {a} to {b}.",
-                           "Send {k} euros from account {a} to account {b}."]).format(k=k, a=a, b=b)
+        text = _say(rng, ["Transfer {k} euros from account {a} to account {b}.", "Move {k} euros from {a} to {b}.",
+                           "Send {k} euros from account {a} to account {b}."], k=k, a=a, b=b)
         return text, [moved(a, b, k)], [_call("transfer", source=a, target=b, amount=k)]
 
     def find_deposit() -> tuple:
         k, owner = rng.randint(1, 200) * 5, accounts[a]["owner"]
-        text = rng.choice(["Find the account of {owner} and deposit {k} euros into it.",
-                           "{owner} brought {k} euros in cash; look up their account and deposit the money."]).format(k=k, owner=owner)
+        text = _say(rng, ["Find the account of {owner} and deposit {k} euros into it.",
+                          "{owner} brought {k} euros in cash; look up their account and deposit the money."],
+                    k=k, owner=owner)
         calls = [_call("find_accounts", owner=owner), _call("deposit", account_id=a, amount=k)]
         return text, [balance_is(a, accounts[a]["balance"] + k)], calls
 
     def find_transfer() -> tuple:
         k, owner = some(a), accounts[b]["owner"]
-        text = rng.choice(["Transfer {k} euros from account {a} to the account of {owner}.",
-                           "Look up the account of {owner} and send it {k} euros from account {a}."]).format(k=k, a=a, owner=owner)
+        text = _say(rng, ["Transfer {k} euros from account {a} to the account of {owner}.",
+                          "Look up the account of {owner} and send it {k} euros from account {a}."],
+                    k=k, a=a, owner=owner)
         calls = [_call("find_accounts", owner=owner), _call("transfer", source=a, target=b, amount=k)]
         return text, [moved(a, b, k)], calls
 
     def two() -> tuple:
         k, m = rng.randint(1, 200) * 5, some(b)
-        text = rng.choice(["Deposit {k} euros into {a} and withdraw {m} euros from {b}.",
-                           "Withdraw {m} euros from account {b}, then deposit {k} euros into account {a}."]).format(k=k, m=m, a=a, b=b)
+        text = _say(rng, ["Deposit {k} euros into {a} and withdraw {m} euros from {b}.",
+                          "Withdraw {m} euros from account {b}, then deposit {k} euros into account {a}."],
+                    k=k, m=m, a=a, b=b)
         calls = [_call("deposit", account_id=a, amount=k), _call("withdraw", account_id=b, amount=m)]
         checks = [balance_is(a, accounts[a]["balance"] + k), balance_is(b, accounts[b]["balance"] - m)]
         return text, checks, calls if text.startswith("Deposit") else calls[::-1]
 
     text, checks, calls = _pick(rng, [deposit, withdraw, transfer, find_deposit, find_transfer, two])()
-    return {"init_config": {"accounts": accounts}, "task": text, "checklist_with_func": checks, "reference_actions": calls}
+    return {"init_config": {"accounts": accounts}, "task": text, "checklist_with_func": checks,
+            "reference_actions": calls}
 
 
 ACCOUNTS = {
@@ -231,8 +243,10 @@ class CardService:
 def _cards_task(rng: random.Random) -> dict:
     n = rng.randint(4, 6)
     ids = _ids(rng, "C", n)
-    cards = {c: {"card_id": c, "holder": h, "status": ["active", "frozen"][i % 2] if i < 2 else rng.choice(["active", "active", "frozen"]),
-                 "limit": rng.randint(2, 40) * 50} for i, (c, h) in enumerate(zip(ids, _people(rng, n)))}
+    cards = {}
+    for i, (c, h) in enumerate(zip(ids, _people(rng, n))):  # the first two: one active, one frozen
+        status = ["active", "frozen"][i % 2] if i < 2 else rng.choice(["active", "active", "frozen"])
+        cards[c] = {"card_id": c, "holder": h, "status": status, "limit": rng.randint(2, 40) * 50}
     active = [c for c in ids if cards[c]["status"] == "active"]
     frozen = [c for c in ids if cards[c]["status"] == "frozen"]
     a, f = rng.choice(active), rng.choice(frozen)
@@ -247,42 +261,49 @@ def _cards_task(rng: random.Random) -> dict:
         return rng.choice([x * 50 for x in range(2, 61) if x * 50 != cards[card]["limit"]])
 
     def freeze() -> tuple:
-        text = rng.choice(["Freeze card {a}.", "Card {a} was stolen; freeze it right away.", "Block card {a} by freezing it."]).format(a=a)
+        text = _say(rng, ["Freeze card {a}.", "Card {a} was stolen; freeze it right away.",
+                          "Block card {a} by freezing it."], a=a)
         return text, [status_is(a, "frozen")], [_call("freeze_card", card_id=a)]
 
     def unfreeze() -> tuple:
-        text = rng.choice(["Unfreeze card {f}.", "Card {f} was found again; unfreeze it.", "Reactivate the frozen card {f}."]).format(f=f)
+        text = _say(rng, ["Unfreeze card {f}.", "Card {f} was found again; unfreeze it.",
+                          "Reactivate the frozen card {f}."], f=f)
         return text, [status_is(f, "active")], [_call("unfreeze_card", card_id=f)]
 
     def limit() -> tuple:
         c = rng.choice(ids)
         v = new_limit(c)
-        text = rng.choice(["Set the daily limit of card {c} to {v} euros.", "Change the spending limit of card {c} to {v}.",
-                           "Card {c} needs a daily limit of {v} euros."]).format(c=c, v=v)
+        text = _say(rng, ["Set the daily limit of card {c} to {v} euros.",
+                          "Change the spending limit of card {c} to {v}.",
+                           "Card {c} needs a daily limit of {v} euros."], c=c, v=v)
         return text, [limit_is(c, v)], [_call("set_limit", card_id=c, limit=v)]
 
     def find_freeze() -> tuple:
         holder = cards[a]["holder"]
-        text = rng.choice(["{holder} lost their card. Find it and freeze it.",
-                           "Look up the card of {holder} and freeze it; they think it was stolen."]).format(holder=holder)
+        text = _say(rng, ["{holder} lost their card. Find it and freeze it.",
+                           "Look up the card of {holder} and freeze it; they think it was stolen."], holder=holder)
         return text, [status_is(a, "frozen")], [_call("find_cards", holder=holder), _call("freeze_card", card_id=a)]
 
     def find_limit() -> tuple:
         c = rng.choice(ids)
         holder, v = cards[c]["holder"], new_limit(c)
-        text = rng.choice(["Find the card of {holder} and set its daily limit to {v} euros.",
-                           "{holder} wants a daily limit of {v} euros; look up their card and change it."]).format(holder=holder, v=v)
+        text = _say(rng, ["Find the card of {holder} and set its daily limit to {v} euros.",
+                          "{holder} wants a daily limit of {v} euros; look up their card and change it."],
+                    holder=holder, v=v)
         return text, [limit_is(c, v)], [_call("find_cards", holder=holder), _call("set_limit", card_id=c, limit=v)]
 
     def two() -> tuple:
         if rng.random() < 0.5:
             v = new_limit(f)
-            text = rng.choice(["Unfreeze card {f} and set its daily limit to {v} euros.",
-                               "Reactivate card {f} with a new daily limit of {v}."]).format(f=f, v=v)
-            return text, [status_is(f, "active"), limit_is(f, v)], [_call("unfreeze_card", card_id=f), _call("set_limit", card_id=f, limit=v)]
-        text = rng.choice(["Freeze card {a} and unfreeze card {f}.", "Unfreeze card {f}, then freeze card {a}."]).format(a=a, f=f)
+            text = _say(rng, ["Unfreeze card {f} and set its daily limit to {v} euros.",
+                               "Reactivate card {f} with a new daily limit of {v}."], f=f, v=v)
+            calls = [_call("unfreeze_card", card_id=f), _call("set_limit", card_id=f, limit=v)]
+            return text, [status_is(f, "active"), limit_is(f, v)], calls
+        text = _say(rng, ["Freeze card {a} and unfreeze card {f}.", "Unfreeze card {f}, then freeze card {a}."],
+                    a=a, f=f)
         calls = [_call("freeze_card", card_id=a), _call("unfreeze_card", card_id=f)]
-        return text, [status_is(a, "frozen"), status_is(f, "active")], calls if text.startswith("Freeze") else calls[::-1]
+        checks = [status_is(a, "frozen"), status_is(f, "active")]
+        return text, checks, calls if text.startswith("Freeze") else calls[::-1]
 
     text, checks, calls = _pick(rng, [freeze, unfreeze, limit, find_freeze, find_limit, two])()
     return {"init_config": {"cards": cards}, "task": text, "checklist_with_func": checks, "reference_actions": calls}
@@ -362,13 +383,15 @@ class BillPayments:
 '''
 
 PAYEES = ["Volta Power", "AquaCity Water", "Nimbus Telecom", "City Council", "Skyline Internet", "Harbor Gas",
-          "Metro Transit", "Oakwood Lettings", "Brightside Insurance", "Pulse Gym", "Northwind Mobile", "Civic Parking"]
+          "Metro Transit", "Oakwood Lettings", "Brightside Insurance", "Pulse Gym", "Northwind Mobile",
+          "Civic Parking"]
 
 
 def _bills_task(rng: random.Random) -> dict:
     n = rng.randint(4, 6)
     ids = _ids(rng, "P", n, digits=2)
-    payees = {p: {"payee_id": p, "name": nm, "due": rng.randint(20, 400)} for p, nm in zip(ids, rng.sample(PAYEES, n))}
+    payees = {p: {"payee_id": p, "name": nm, "due": rng.randint(20, 400)}
+              for p, nm in zip(ids, rng.sample(PAYEES, n))}
     so_ids = [f"SO-{x}" for x in rng.sample(range(101, 400), rng.randint(2, 3))]
     standing_orders = {o: {"order_id": o, "payee_id": rng.choice(ids), "amount": rng.randint(2, 60) * 5,
                            "day": rng.randint(1, 28), "active": True} for o in so_ids}
@@ -381,11 +404,13 @@ def _bills_task(rng: random.Random) -> dict:
 
     def scheduled(p: str, k: int, d: int) -> dict:
         return _check(f"Is there an active standing order of {k} to {p} on day {d}?",
-                      f'any(o["payee_id"] == "{p}" and o["amount"] == {k} and o["day"] == {d} and o["active"] is True '
+                      f'any(o["payee_id"] == "{p}" and o["amount"] == {k} and o["day"] == {d} '
+                      'and o["active"] is True '
                       'for o in final_state["standing_orders"].values())')
 
     def cancelled(o: str) -> dict:
-        return _check(f"Is standing order {o} cancelled?", f'final_state["standing_orders"]["{o}"]["active"] is False')
+        return _check(f"Is standing order {o} cancelled?",
+                      f'final_state["standing_orders"]["{o}"]["active"] is False')
 
     def part(p: str) -> int:  # an amount up to what is due
         return rng.randint(5, payees[p]["due"])
@@ -398,40 +423,43 @@ def _bills_task(rng: random.Random) -> dict:
 
     def pay() -> tuple:
         k = part(a)
-        text = rng.choice(["Pay {k} euros to payee {a}.", "Pay a bill of {k} euros to {a}.",
-                           "Send a payment of {k} euros to payee {a}."]).format(k=k, a=a)
+        text = _say(rng, ["Pay {k} euros to payee {a}.", "Pay a bill of {k} euros to {a}.",
+                           "Send a payment of {k} euros to payee {a}."], k=k, a=a)
         return text, [due_is(a, payees[a]["due"] - k)], [_call("pay_bill", payee=a, amount=k)]
 
     def schedule() -> tuple:
         k, d = new_order(a)
-        text = rng.choice(["Set up a standing order of {k} euros to payee {a} on day {d} of each month.",
-                           "Pay {a} {k} euros every month on day {d} with a standing order."]).format(k=k, a=a, d=d)
+        text = _say(rng, ["Set up a standing order of {k} euros to payee {a} on day {d} of each month.",
+                           "Pay {a} {k} euros every month on day {d} with a standing order."], k=k, a=a, d=d)
         return text, [scheduled(a, k, d)], [_call("add_standing_order", payee=a, amount=k, day=d)]
 
     def cancel() -> tuple:
-        text = rng.choice(["Cancel standing order {so}.", "Stop the monthly payment {so}.",
-                           "The customer no longer wants standing order {so}; cancel it."]).format(so=so)
+        text = _say(rng, ["Cancel standing order {so}.", "Stop the monthly payment {so}.",
+                           "The customer no longer wants standing order {so}; cancel it."], so=so)
         return text, [cancelled(so)], [_call("cancel_standing_order", order_id=so)]
 
     def find_pay() -> tuple:
         k, name = part(a), payees[a]["name"]
-        text = rng.choice(["Pay {k} euros to {name}; look up the payee first.",
-                           "Find the payee {name} and pay them {k} euros."]).format(k=k, name=name)
-        return text, [due_is(a, payees[a]["due"] - k)], [_call("find_payee", name=name), _call("pay_bill", payee=a, amount=k)]
+        text = _say(rng, ["Pay {k} euros to {name}; look up the payee first.",
+                           "Find the payee {name} and pay them {k} euros."], k=k, name=name)
+        calls = [_call("find_payee", name=name), _call("pay_bill", payee=a, amount=k)]
+        return text, [due_is(a, payees[a]["due"] - k)], calls
 
     def find_schedule() -> tuple:
         (k, d), name = new_order(a), payees[a]["name"]
-        text = rng.choice(["Find the payee {name} and set up a standing order of {k} euros to them on day {d}.",
-                           "Look up {name} and pay them {k} euros monthly on day {d} with a standing order."]).format(k=k, d=d, name=name)
+        text = _say(rng, ["Find the payee {name} and set up a standing order of {k} euros to them on day {d}.",
+                          "Look up {name} and pay them {k} euros monthly on day {d} with a standing order."],
+                    k=k, d=d, name=name)
         calls = [_call("find_payee", name=name), _call("add_standing_order", payee=a, amount=k, day=d)]
         return text, [scheduled(a, k, d)], calls
 
     def two() -> tuple:
         k = part(b)
-        text = rng.choice(["Cancel standing order {so} and pay {k} euros to payee {b}.",
-                           "Pay {k} euros to {b}, then cancel standing order {so}."]).format(so=so, k=k, b=b)
+        text = _say(rng, ["Cancel standing order {so} and pay {k} euros to payee {b}.",
+                           "Pay {k} euros to {b}, then cancel standing order {so}."], so=so, k=k, b=b)
         calls = [_call("cancel_standing_order", order_id=so), _call("pay_bill", payee=b, amount=k)]
-        return text, [cancelled(so), due_is(b, payees[b]["due"] - k)], calls if text.startswith("Cancel") else calls[::-1]
+        checks = [cancelled(so), due_is(b, payees[b]["due"] - k)]
+        return text, checks, calls if text.startswith("Cancel") else calls[::-1]
 
     text, checks, calls = _pick(rng, [pay, schedule, cancel, find_pay, find_schedule, two])()
     return {"init_config": {"payees": payees, "standing_orders": standing_orders}, "task": text,
@@ -442,7 +470,8 @@ BILLS = {
     "env_id": "bed_banking_bills",
     "env_class_name": "BillPayments",
     "role": "main",
-    "environment_introduction": "Online banking bill payments: payees with an amount due, and monthly standing orders.",
+    "environment_introduction": "Online banking bill payments: payees with an amount due, and monthly standing "
+                                "orders.",
     "constraints_rules": ["A payment cannot exceed the amount due.", "Standing orders run on day 1-28."],
     "tools": [
         _tool("find_payee", "Find payees by name.", name="string"),
@@ -518,45 +547,53 @@ def _loans_task(rng: random.Random) -> dict:
     bal = loans[loan]["balance"]
 
     def loan_is(balance: int) -> dict:
-        return _check(f"Does loan {loan} have {balance} left?", f'final_state["loans"]["{loan}"]["balance"] == {balance}')
+        return _check(f"Does loan {loan} have {balance} left?",
+                      f'final_state["loans"]["{loan}"]["balance"] == {balance}')
 
     def closed() -> dict:
         return _check(f"Is loan {loan} repaid and closed?",
-                      f'final_state["loans"]["{loan}"]["balance"] == 0 and final_state["loans"]["{loan}"]["status"] == "closed"')
+                      f'final_state["loans"]["{loan}"]["balance"] == 0 and '
+                      f'final_state["loans"]["{loan}"]["status"] == "closed"')
 
     def decided(app: str, status: str) -> dict:
-        return _check(f"Is application {app} {status}?", f'final_state["applications"]["{app}"]["status"] == "{status}"')
+        return _check(f"Is application {app} {status}?",
+                      f'final_state["applications"]["{app}"]["status"] == "{status}"')
 
     def repay() -> tuple:
         k = rng.randint(1, bal // 10 - 1) * 10
-        text = rng.choice(["Record a repayment of {k} euros on loan {loan}.", "Loan {loan}: the borrower paid back {k} euros; record it."]).format(k=k, loan=loan)
+        text = _say(rng, ["Record a repayment of {k} euros on loan {loan}.",
+                          "Loan {loan}: the borrower paid back {k} euros; record it."], k=k, loan=loan)
         return text, [loan_is(bal - k)], [_call("repay_loan", loan_id=loan, amount=k)]
 
     def approve() -> tuple:
-        text = rng.choice(["Approve loan application {x}.", "Application {x} passed the credit check; approve it."]).format(x=x)
+        text = _say(rng, ["Approve loan application {x}.", "Application {x} passed the credit check; approve it."],
+                    x=x)
         return text, [decided(x, "approved")], [_call("approve_application", app_id=x)]
 
     def reject() -> tuple:
-        text = rng.choice(["Reject loan application {x}.", "Application {x} failed the credit check; reject it."]).format(x=x)
+        text = _say(rng, ["Reject loan application {x}.", "Application {x} failed the credit check; reject it."], x=x)
         return text, [decided(x, "rejected")], [_call("reject_application", app_id=x)]
 
     def find_repay() -> tuple:
         k, who = rng.randint(1, bal // 10 - 1) * 10, loans[loan]["borrower"]
-        text = rng.choice(["{who} paid {k} euros towards their loan. Find the loan and record the repayment.",
-                           "Look up the loan of {who} and record a repayment of {k} euros."]).format(k=k, who=who)
-        return text, [loan_is(bal - k)], [_call("find_loans", borrower=who), _call("repay_loan", loan_id=loan, amount=k)]
+        text = _say(rng, ["{who} paid {k} euros towards their loan. Find the loan and record the repayment.",
+                           "Look up the loan of {who} and record a repayment of {k} euros."], k=k, who=who)
+        calls = [_call("find_loans", borrower=who), _call("repay_loan", loan_id=loan, amount=k)]
+        return text, [loan_is(bal - k)], calls
 
     def find_close() -> tuple:
         who = loans[loan]["borrower"]
-        text = rng.choice(["{who} repaid the remaining {bal} euros of their loan. Find the loan and record it.",
-                           "Look up the loan of {who} and record the final repayment of {bal} euros."]).format(bal=bal, who=who)
+        text = _say(rng, ["{who} repaid the remaining {bal} euros of their loan. Find the loan and record it.",
+                          "Look up the loan of {who} and record the final repayment of {bal} euros."],
+                    bal=bal, who=who)
         return text, [closed()], [_call("find_loans", borrower=who), _call("repay_loan", loan_id=loan, amount=bal)]
 
     def two() -> tuple:
-        text = rng.choice(["Approve application {x} and reject application {y}.",
-                           "Reject loan application {y}, then approve application {x}."]).format(x=x, y=y)
+        text = _say(rng, ["Approve application {x} and reject application {y}.",
+                           "Reject loan application {y}, then approve application {x}."], x=x, y=y)
         calls = [_call("approve_application", app_id=x), _call("reject_application", app_id=y)]
-        return text, [decided(x, "approved"), decided(y, "rejected")], calls if text.startswith("Approve") else calls[::-1]
+        checks = [decided(x, "approved"), decided(y, "rejected")]
+        return text, checks, calls if text.startswith("Approve") else calls[::-1]
 
     text, checks, calls = _pick(rng, [repay, approve, reject, find_repay, find_close, two])()
     return {"init_config": {"loans": loans, "applications": applications}, "task": text,
@@ -567,7 +604,7 @@ LOANS = {
     "env_id": "bed_banking_loans",
     "env_class_name": "LoanDesk",
     "role": "transfer",
-    "environment_introduction": "A bank's loan desk: active loans with a balance left to repay, and loan applications.",
+    "environment_introduction": "A bank's loan desk: loans with a balance left to repay, and loan applications.",
     "constraints_rules": ["A repayment cannot exceed the loan balance.", "Only pending applications can be decided."],
     "tools": [
         _tool("find_loans", "Find loans by borrower name.", borrower="string"),

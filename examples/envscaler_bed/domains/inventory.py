@@ -48,6 +48,11 @@ def _people(rng: random.Random, k: int) -> list[str]:
     return [f"{f} {rng.choice(LAST_NAMES)}" for f in rng.sample(FIRST_NAMES, k)]
 
 
+def _say(rng: random.Random, templates: list[str], **fields: object) -> str:
+    """One of ``templates`` (chosen by ``rng``), filled with ``fields``."""
+    return rng.choice(templates).format(**fields)
+
+
 def _pick(rng: random.Random, kinds: list) -> object:
     """Half the tasks single-call (the first three kinds), half multi-call (the rest)."""
     return rng.choice(kinds[:3]) if rng.random() < 0.5 else rng.choice(kinds[3:])
@@ -129,46 +134,49 @@ def _warehouse_task(rng: random.Random) -> dict:
 
     def add() -> tuple:
         k = rng.randint(2, 60)
-        text = rng.choice(["Receive {k} units of {a} into stock.", "A delivery of {k} units of item {a} arrived; add them to stock.",
-                           "Add {k} units to the stock of {a}."]).format(k=k, a=a)
+        text = _say(rng, ["Receive {k} units of {a} into stock.",
+                          "A delivery of {k} units of item {a} arrived; add them to stock.",
+                           "Add {k} units to the stock of {a}."], k=k, a=a)
         return text, [qty_is(a, items[a]["qty"] + k)], [_call("add_stock", sku=a, qty=k)]
 
     def remove() -> tuple:
         k = rng.randint(1, items[a]["qty"])
-        text = rng.choice(["Remove {k} units of {a} from stock; they are damaged.", "Take {k} units of {a} out of stock for an order.",
-                           "Write off {k} units of item {a}."]).format(k=k, a=a)
+        text = _say(rng, ["Remove {k} units of {a} from stock; they are damaged.",
+                          "Take {k} units of {a} out of stock for an order.",
+                           "Write off {k} units of item {a}."], k=k, a=a)
         return text, [qty_is(a, items[a]["qty"] - k)], [_call("remove_stock", sku=a, qty=k)]
 
     def move() -> tuple:
         nb = new_bin(a)
-        text = rng.choice(["Move item {a} to bin {nb}.", "Relocate {a} to bin {nb}.", "Store {a} in bin {nb} from now on."])
-        return text.format(a=a, nb=nb), [bin_is(a, nb)], [_call("move_item", sku=a, bin=nb)]
+        text = _say(rng, ["Move item {a} to bin {nb}.", "Relocate {a} to bin {nb}.", "Keep {a} in bin {nb} from now on."],
+                    a=a, nb=nb)
+        return text, [bin_is(a, nb)], [_call("move_item", sku=a, bin=nb)]
 
     def find_add() -> tuple:
         k, name = rng.randint(2, 60), items[a]["name"]
-        text = rng.choice(["Find the item named {name} and add {k} units to its stock.",
-                           "We received {k} units of {name}; look up its SKU and add them to stock."]).format(k=k, name=name)
+        text = _say(rng, ["Find the item named {name} and add {k} units to its stock.",
+                           "We received {k} units of {name}; look up its SKU and add them to stock."], k=k, name=name)
         calls = [_call("find_item", name=name), _call("add_stock", sku=a, qty=k)]
         return text, [qty_is(a, items[a]["qty"] + k)], calls
 
     def find_move() -> tuple:
         nb, name = new_bin(a), items[a]["name"]
-        text = rng.choice(["Look up the SKU of the {name} and move it to bin {nb}.",
-                           "The {name} should be kept in bin {nb}; find the item and move it."]).format(name=name, nb=nb)
+        text = _say(rng, ["Look up the SKU of the {name} and move it to bin {nb}.",
+                           "The {name} should be kept in bin {nb}; find the item and move it."], name=name, nb=nb)
         return text, [bin_is(a, nb)], [_call("find_item", name=name), _call("move_item", sku=a, bin=nb)]
 
     def two() -> tuple:
         k, m, nb = rng.randint(2, 60), rng.randint(1, items[b]["qty"]), new_bin(b)
         if rng.random() < 0.5:
-            text = rng.choice(["Add {k} units of {a} and move {b} to bin {nb}.",
-                               "Move {b} to bin {nb}, then receive {k} units of {a}."]).format(k=k, a=a, b=b, nb=nb)
+            text = _say(rng, ["Add {k} units of {a} and move {b} to bin {nb}.",
+                               "Move {b} to bin {nb}, then receive {k} units of {a}."], k=k, a=a, b=b, nb=nb)
             checks = [qty_is(a, items[a]["qty"] + k), bin_is(b, nb)]
             calls = [_call("add_stock", sku=a, qty=k), _call("move_item", sku=b, bin=nb)]
             if text.startswith("Move"):
                 calls.reverse()
             return text, checks, calls
-        text = rng.choice(["Add {k} units of {a} and remove {m} units of {b}.",
-                           "Restock {a} with {k} units, and take {m} units of {b} out of stock."]).format(k=k, m=m, a=a, b=b)
+        text = _say(rng, ["Add {k} units of {a} and remove {m} units of {b}.",
+                           "Restock {a} with {k} units, and take {m} units of {b} out of stock."], k=k, m=m, a=a, b=b)
         checks = [qty_is(a, items[a]["qty"] + k), qty_is(b, items[b]["qty"] - m)]
         return text, checks, [_call("add_stock", sku=a, qty=k), _call("remove_stock", sku=b, qty=m)]
 
@@ -252,12 +260,14 @@ PRODUCTS = ["desk lamp", "wool scarf", "tea kettle", "yoga mat", "phone case", "
 
 def _shop_task(rng: random.Random) -> dict:
     skus = _ids(rng, "BCFGHLPS", rng.randint(3, 4))
-    products = {s: {"sku": s, "name": nm, "stock": rng.randint(0, 40)} for s, nm in zip(skus, rng.sample(PRODUCTS, len(skus)))}
+    products = {s: {"sku": s, "name": nm, "stock": rng.randint(0, 40)}
+                for s, nm in zip(skus, rng.sample(PRODUCTS, len(skus)))}
     n = rng.randint(4, 6)
     oids = _ids(rng, "O", n)
     customers = _people(rng, n)
     orders = {o: {"order_id": o, "customer": c, "sku": rng.choice(skus), "qty": rng.randint(1, 5),
-                  "status": rng.choice(["pending", "pending", "shipped", "cancelled"])} for o, c in zip(oids, customers)}
+                  "status": rng.choice(["pending", "pending", "shipped", "cancelled"])}
+              for o, c in zip(oids, customers)}
     pending = [o for o in oids if orders[o]["status"] == "pending"]
     while len(pending) < 2:  # at least two pending orders, each shippable from stock
         o = rng.choice([x for x in oids if x not in pending])
@@ -271,7 +281,8 @@ def _shop_task(rng: random.Random) -> dict:
     def shipped(o: str, stock: int) -> dict:
         s = orders[o]["sku"]
         return _check(f"Is order {o} shipped, leaving {stock} units of {s}?",
-                      f'final_state["orders"]["{o}"]["status"] == "shipped" and final_state["products"]["{s}"]["stock"] == {stock}')
+                      f'final_state["orders"]["{o}"]["status"] == "shipped" and '
+                      f'final_state["products"]["{s}"]["stock"] == {stock}')
 
     def cancelled(o: str) -> dict:
         return _check(f"Is order {o} cancelled?", f'final_state["orders"]["{o}"]["status"] == "cancelled"')
@@ -283,38 +294,41 @@ def _shop_task(rng: random.Random) -> dict:
         return products[orders[o]["sku"]]["stock"] - orders[o]["qty"]
 
     def ship() -> tuple:
-        text = rng.choice(["Ship order {a}.", "Order {a} is packed; mark it as shipped.", "Please send out order {a} today."])
-        return text.format(a=a), [shipped(a, after_ship(a))], [_call("ship_order", order_id=a)]
+        text = _say(rng, ["Ship order {a}.", "Order {a} is packed; mark it as shipped.",
+                          "Please send out order {a} today."], a=a)
+        return text, [shipped(a, after_ship(a))], [_call("ship_order", order_id=a)]
 
     def cancel() -> tuple:
-        text = rng.choice(["Cancel order {a}.", "The customer withdrew order {a}; cancel it.", "Order {a} was placed by mistake. Cancel it."])
-        return text.format(a=a), [cancelled(a)], [_call("cancel_order", order_id=a)]
+        text = _say(rng, ["Cancel order {a}.", "The customer withdrew order {a}; cancel it.",
+                          "Order {a} was placed by mistake. Cancel it."], a=a)
+        return text, [cancelled(a)], [_call("cancel_order", order_id=a)]
 
     def restock() -> tuple:
         k = rng.randint(5, 50)
-        text = rng.choice(["Restock {s} with {k} units.", "Add {k} units of product {s} to stock.",
-                           "A supplier delivered {k} units of {s}; restock it."]).format(s=sku, k=k)
+        text = _say(rng, ["Restock {s} with {k} units.", "Add {k} units of product {s} to stock.",
+                           "A supplier delivered {k} units of {s}; restock it."], s=sku, k=k)
         return text, [stock_is(sku, products[sku]["stock"] + k)], [_call("restock", sku=sku, qty=k)]
 
     def find_one() -> tuple:
         who = orders[a]["customer"]
         if rng.random() < 0.5:
-            text = rng.choice(["{who} wants to cancel their pending order. Find it and cancel it.",
-                               "Find the pending order of {who} and cancel it."]).format(who=who)
+            text = _say(rng, ["{who} wants to cancel their pending order. Find it and cancel it.",
+                               "Find the pending order of {who} and cancel it."], who=who)
             return text, [cancelled(a)], [_call("find_orders", customer=who), _call("cancel_order", order_id=a)]
-        text = rng.choice(["Find the pending order of {who} and ship it.",
-                           "{who} is waiting for their pending order; look it up and ship it."]).format(who=who)
-        return text, [shipped(a, after_ship(a))], [_call("find_orders", customer=who), _call("ship_order", order_id=a)]
+        text = _say(rng, ["Find the pending order of {who} and ship it.",
+                           "{who} is waiting for their pending order; look it up and ship it."], who=who)
+        calls = [_call("find_orders", customer=who), _call("ship_order", order_id=a)]
+        return text, [shipped(a, after_ship(a))], calls
 
     def two_orders() -> tuple:
-        text = rng.choice(["Ship order {a} and cancel order {b}.", "Cancel order {b}, then ship order {a}."]).format(a=a, b=b)
+        text = _say(rng, ["Ship order {a} and cancel order {b}.", "Cancel order {b}, then ship order {a}."], a=a, b=b)
         calls = [_call("ship_order", order_id=a), _call("cancel_order", order_id=b)]
         return text, [shipped(a, after_ship(a)), cancelled(b)], calls if text.startswith("Ship") else calls[::-1]
 
     def restock_cancel() -> tuple:
         k = rng.randint(5, 50)
-        text = rng.choice(["Restock {s} with {k} units and cancel order {b}.",
-                           "Cancel order {b}, and add {k} units of {s} to stock."]).format(s=sku, k=k, b=b)
+        text = _say(rng, ["Restock {s} with {k} units and cancel order {b}.",
+                           "Cancel order {b}, and add {k} units of {s} to stock."], s=sku, k=k, b=b)
         calls = [_call("restock", sku=sku, qty=k), _call("cancel_order", order_id=b)]
         checks = [stock_is(sku, products[sku]["stock"] + k), cancelled(b)]
         return text, checks, calls if text.startswith("Restock") else calls[::-1]
@@ -329,7 +343,8 @@ SHOP = {
     "env_class_name": "ShopOrders",
     "role": "main",
     "environment_introduction": "A web shop's order desk: customer orders for products, and product stock.",
-    "constraints_rules": ["Only pending orders can be shipped or cancelled.", "Shipping takes the order's quantity from stock."],
+    "constraints_rules": ["Only pending orders can be shipped or cancelled.",
+                          "Shipping takes the order's quantity from stock."],
     "tools": [
         _tool("find_orders", "Find orders by customer name.", customer="string"),
         _tool("ship_order", "Ship a pending order.", order_id="string"),
@@ -407,7 +422,8 @@ def _pantry_task(rng: random.Random) -> dict:
     ingredients = {c: {"code": c, "name": nm, "qty": rng.randint(0, 30), "supplier": rng.choice(SUPPLIERS)}
                    for c, nm in zip(codes, rng.sample(INGREDIENTS, n))}
     po_ids = [f"PO-{x}" for x in rng.sample(range(101, 400), rng.randint(2, 3))]
-    purchase_orders = {p: {"po_id": p, "code": rng.choice(codes), "qty": rng.randint(5, 40), "status": "open"} for p in po_ids}
+    purchase_orders = {p: {"po_id": p, "code": rng.choice(codes), "qty": rng.randint(5, 40), "status": "open"}
+                       for p in po_ids}
     purchase_orders[po_ids[-1]]["status"] = rng.choice(["open", "received"])
     a, b = rng.sample(codes, 2)
     po = po_ids[0]
@@ -423,7 +439,8 @@ def _pantry_task(rng: random.Random) -> dict:
                       'for p in final_state["purchase_orders"].values())')
 
     def received(p: str) -> dict:
-        code, qty = purchase_orders[p]["code"], ingredients[purchase_orders[p]["code"]]["qty"] + purchase_orders[p]["qty"]
+        code = purchase_orders[p]["code"]
+        qty = ingredients[code]["qty"] + purchase_orders[p]["qty"]
         return _check(f"Is {p} received, bringing {code} to {qty} units?",
                       f'final_state["purchase_orders"]["{p}"]["status"] == "received" and '
                       f'final_state["ingredients"]["{code}"]["qty"] == {qty}')
@@ -434,42 +451,47 @@ def _pantry_task(rng: random.Random) -> dict:
 
     def order() -> tuple:
         k = new_qty(a)
-        text = rng.choice(["Order {k} units of {a} from its supplier.", "Place a purchase order for {k} units of ingredient {a}.",
-                           "We are running low on {a}; order {k} more units."]).format(k=k, a=a)
+        text = _say(rng, ["Order {k} units of {a} from its supplier.",
+                          "Place a purchase order for {k} units of ingredient {a}.",
+                           "We are running low on {a}; order {k} more units."], k=k, a=a)
         return text, [ordered(a, k)], [_call("order_stock", code=a, qty=k)]
 
     def receive() -> tuple:
-        text = rng.choice(["Purchase order {po} has arrived; receive it.", "Book the delivery of {po} into the pantry.",
-                           "Receive purchase order {po}."]).format(po=po)
+        text = _say(rng, ["Purchase order {po} has arrived; receive it.",
+                          "Book the delivery of {po} into the pantry.",
+                           "Receive purchase order {po}."], po=po)
         return text, [received(po)], [_call("receive_order", po_id=po)]
 
     def use() -> tuple:
         k = rng.randint(1, ingredients[a]["qty"])
-        text = rng.choice(["The kitchen used {k} units of {a}; record it.", "Take {k} units of {a} out of the pantry for tonight's service.",
-                           "Record that {k} units of {a} were used."]).format(k=k, a=a)
+        text = _say(rng, ["The kitchen used {k} units of {a}; record it.",
+                          "Take {k} units of {a} out of the pantry for tonight's service.",
+                           "Record that {k} units of {a} were used."], k=k, a=a)
         return text, [qty_is(a, ingredients[a]["qty"] - k)], [_call("use_stock", code=a, qty=k)]
 
     def find_order() -> tuple:
         k, name = new_qty(a), ingredients[a]["name"]
-        text = rng.choice(["Find the ingredient {name} and order {k} units of it.",
-                           "We are low on {name}: look up its code and order {k} units."]).format(k=k, name=name)
+        text = _say(rng, ["Find the ingredient {name} and order {k} units of it.",
+                           "We are low on {name}: look up its code and order {k} units."], k=k, name=name)
         return text, [ordered(a, k)], [_call("find_ingredient", name=name), _call("order_stock", code=a, qty=k)]
 
     def find_use() -> tuple:
         name = ingredients[a]["name"]
         k = rng.randint(1, ingredients[a]["qty"])
-        text = rng.choice(["The kitchen used {k} units of {name}. Look up its code and record the use.",
-                           "Find the ingredient {name} and take {k} units of it out of the pantry."]).format(k=k, name=name)
-        return text, [qty_is(a, ingredients[a]["qty"] - k)], [_call("find_ingredient", name=name), _call("use_stock", code=a, qty=k)]
+        text = _say(rng, ["The kitchen used {k} units of {name}. Look up its code and record the use.",
+                           "Find the ingredient {name} and take {k} units of it out of the pantry."], k=k, name=name)
+        calls = [_call("find_ingredient", name=name), _call("use_stock", code=a, qty=k)]
+        return text, [qty_is(a, ingredients[a]["qty"] - k)], calls
 
     def two() -> tuple:
         k = rng.randint(1, ingredients[b]["qty"])
         rb = ingredients[b]["qty"] - k + (purchase_orders[po]["qty"] if purchase_orders[po]["code"] == b else 0)
-        text = rng.choice(["Receive purchase order {po} and record that the kitchen used {k} units of {b}.",
-                           "Take {k} units of {b} out of the pantry, then receive {po}."]).format(po=po, k=k, b=b)
+        text = _say(rng, ["Receive purchase order {po} and record that the kitchen used {k} units of {b}.",
+                           "Take {k} units of {b} out of the pantry, then receive {po}."], po=po, k=k, b=b)
         checks = [received(po), qty_is(b, rb)]
         if purchase_orders[po]["code"] == b:  # both change b's quantity: the receipt check is the status alone
-            checks[0] = _check(f"Is {po} received?", f'final_state["purchase_orders"]["{po}"]["status"] == "received"')
+            checks[0] = _check(f"Is {po} received?",
+                               f'final_state["purchase_orders"]["{po}"]["status"] == "received"')
         calls = [_call("receive_order", po_id=po), _call("use_stock", code=b, qty=k)]
         return text, checks, calls if text.startswith("Receive") else calls[::-1]
 
@@ -555,45 +577,50 @@ def _rental_task(rng: random.Random) -> dict:
     equipment = {}
     for i, (e, nm) in enumerate(zip(item_ids, rng.sample(EQUIPMENT, n))):
         status = ["available", "rented"][i % 2] if i < 4 else rng.choice(["available", "rented", "repair"])
-        equipment[e] = {"item_id": e, "name": nm, "status": status, "renter": rng.choice(cust_ids) if status == "rented" else None}
+        renter = rng.choice(cust_ids) if status == "rented" else None
+        equipment[e] = {"item_id": e, "name": nm, "status": status, "renter": renter}
     free = [e for e in item_ids if equipment[e]["status"] == "available"]
     rented = [e for e in item_ids if equipment[e]["status"] == "rented"]
     a, r, c = rng.choice(free), rng.choice(rented), rng.choice(cust_ids)
 
     def rented_to(e: str, cust: str) -> dict:
         return _check(f"Is {e} rented to {cust}?",
-                      f'final_state["equipment"]["{e}"]["status"] == "rented" and final_state["equipment"]["{e}"]["renter"] == "{cust}"')
+                      f'final_state["equipment"]["{e}"]["status"] == "rented" and '
+                      f'final_state["equipment"]["{e}"]["renter"] == "{cust}"')
 
     def status_is(e: str, status: str) -> dict:
         return _check(f"Is {e} {status}?", f'final_state["equipment"]["{e}"]["status"] == "{status}"')
 
     def rent() -> tuple:
-        text = rng.choice(["Rent item {a} to customer {c}.", "Customer {c} takes item {a}; rent it out to them."]).format(a=a, c=c)
+        text = _say(rng, ["Rent item {a} to customer {c}.", "Customer {c} takes item {a}; rent it out to them."],
+                    a=a, c=c)
         return text, [rented_to(a, c)], [_call("rent_out", item_id=a, customer_id=c)]
 
     def back() -> tuple:
-        text = rng.choice(["Item {r} was brought back; check it in.", "Check in the returned item {r}."]).format(r=r)
+        text = _say(rng, ["Item {r} was brought back; check it in.", "Check in the returned item {r}."], r=r)
         return text, [status_is(r, "available")], [_call("check_in", item_id=r)]
 
     def repair() -> tuple:
-        text = rng.choice(["Item {a} is broken; send it to repair.", "Send item {a} to the repair shop."]).format(a=a)
+        text = _say(rng, ["Item {a} is broken; send it to repair.", "Send item {a} to the repair shop."], a=a)
         return text, [status_is(a, "repair")], [_call("send_to_repair", item_id=a)]
 
     def find_rent() -> tuple:
         name = equipment[a]["name"]
-        text = rng.choice(["Customer {c} wants the {name}. Find it and rent it to them.",
-                           "Look up the {name} and rent it out to customer {c}."]).format(c=c, name=name)
-        return text, [rented_to(a, c)], [_call("find_equipment", name=name), _call("rent_out", item_id=a, customer_id=c)]
+        text = _say(rng, ["Customer {c} wants the {name}. Find it and rent it to them.",
+                           "Look up the {name} and rent it out to customer {c}."], c=c, name=name)
+        calls = [_call("find_equipment", name=name), _call("rent_out", item_id=a, customer_id=c)]
+        return text, [rented_to(a, c)], calls
 
     def back_repair() -> tuple:
-        text = rng.choice(["Item {r} came back damaged: check it in and send it to repair.",
-                           "Check in item {r}, then send it to repair."]).format(r=r)
-        checks = [_check(f"Is {r} no longer rented?", f'final_state["equipment"]["{r}"]["renter"] is None'), status_is(r, "repair")]
+        text = _say(rng, ["Item {r} came back damaged: check it in and send it to repair.",
+                           "Check in item {r}, then send it to repair."], r=r)
+        checks = [_check(f"Is {r} no longer rented?", f'final_state["equipment"]["{r}"]["renter"] is None'),
+                  status_is(r, "repair")]
         return text, checks, [_call("check_in", item_id=r), _call("send_to_repair", item_id=r)]
 
     def back_rent() -> tuple:
-        text = rng.choice(["Check in item {r} and rent item {a} to customer {c}.",
-                           "Rent {a} to customer {c}, and check in the returned item {r}."]).format(r=r, a=a, c=c)
+        text = _say(rng, ["Check in item {r} and rent item {a} to customer {c}.",
+                           "Rent {a} to customer {c}, and check in the returned item {r}."], r=r, a=a, c=c)
         calls = [_call("check_in", item_id=r), _call("rent_out", item_id=a, customer_id=c)]
         return text, [status_is(r, "available"), rented_to(a, c)], calls if text.startswith("Check") else calls[::-1]
 
