@@ -56,6 +56,40 @@ class _SampledLogprobs(LogitsProcessor):
         return torch.stack(self.steps[:n], dim=1).cpu()
 
 
+# Every GenerationConfig field that adds a logits processor / warper, at the value that adds none.
+# ``generate`` fills each field left None from the model's generation_config (the checkpoint's
+# generation_config.json), so the engine also hides that config for the call (_clean_defaults).
+_NEUTRAL = dict(
+    num_beams=1, num_return_sequences=1, min_length=0, min_new_tokens=None, max_length=None,
+    repetition_penalty=1.0, encoder_repetition_penalty=1.0, no_repeat_ngram_size=0,
+    encoder_no_repeat_ngram_size=0, bad_words_ids=None, sequence_bias=None, suppress_tokens=None,
+    begin_suppress_tokens=None, forced_bos_token_id=None, forced_eos_token_id=None,
+    exponential_decay_length_penalty=None, guidance_scale=None, min_p=None, typical_p=1.0, top_h=None,
+    epsilon_cutoff=0.0, eta_cutoff=0.0, remove_invalid_values=False, renormalize_logits=False,
+    watermarking_config=None, penalty_alpha=None,
+)
+
+
+@contextlib.contextmanager
+def _clean_defaults(model: nn.Module):
+    """Within the block, ``model``'s Hugging Face generation_config is an empty one (restored after).
+
+    ``generate`` takes every field its ``generation_config`` argument leaves None from the
+    model's own config; some fields (``min_p``, ``suppress_tokens`` ...) add a processor for any
+    value but None, so no explicit value can switch them off: hiding the model's config is the
+    only way to sample from exactly the distribution asked for.
+    """
+    from stages.core.composer import base_model
+
+    hf = base_model(model)
+    saved = hf.generation_config
+    hf.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        hf.generation_config = saved
+
+
 class HFRolloutEngine:
     """Rollouts with transformers ``generate``: mini-batches, left padding, KV cache.
 
@@ -140,26 +174,20 @@ class HFRolloutEngine:
 
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, index: int) -> list[Generation]:
         sample = params.temperature > 0
-        config = GenerationConfig(
-            max_new_tokens=params.max_new_tokens,
-            do_sample=sample,
-            temperature=params.temperature if sample else None,
-            top_p=params.top_p if sample else None,
-            top_k=params.top_k if sample else None,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.eos_ids,
-            stop_strings=params.stop or None,
-            # unset fields are filled from the model's generation_config.json: pin the ones that
-            # would reshape the logits before the log-probs are read (and that SamplingParams
-            # does not offer), so the engine samples from the distribution it reports
-            repetition_penalty=1.0, no_repeat_ngram_size=0, min_new_tokens=0,
-        )
+        # a clean config with every field set: the processors are exactly the recorder and the
+        # temperature / top-k / top-p warpers asked for (nothing from the checkpoint)
+        config = GenerationConfig()
+        config.update(**_NEUTRAL, max_new_tokens=params.max_new_tokens, do_sample=sample,
+                      temperature=params.temperature if sample else 1.0, top_p=params.top_p if sample else 1.0,
+                      top_k=params.top_k if sample else 0, pad_token_id=self.tokenizer.pad_token_id,
+                      eos_token_id=self.eos_ids, stop_strings=params.stop or None)
         recorder = _SampledLogprobs(params.temperature)
         kwargs = {"logits_processor": LogitsProcessorList([recorder])}
         if params.stop:
             kwargs["tokenizer"] = self.tokenizer
         device = self.device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode():
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode(), \
+                _clean_defaults(self.model):
             if params.seed is not None:
                 torch.manual_seed(params.seed + index)
             new = self._new_tokens(prompts, config, kwargs)
