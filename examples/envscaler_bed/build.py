@@ -1,0 +1,208 @@
+"""Regenerate the lopd study bed: ``environments.jsonl``, ``tasks.jsonl`` and the counts in ``bed.json``.
+
+    python examples/envscaler_bed/build.py [--skip-broken]
+
+Every module in ``domains/`` (sorted by name) defines ``ENVS``; each environment's tasks come from
+its ``make_task(random.Random(f"{env_id}:{seed}"))`` for seed = 0, 1, 2, ... (a task whose text
+repeats an earlier one of the same environment is re-rolled with the next seed), so the output
+is the same on every run. Tasks per role: main 40 "train" + 15 "test"; transfer 25 "transfer";
+warmup 40 "warmup". A module that fails to import or breaks the contract is reported with its
+file and field; nothing is written unless ``--skip-broken`` is given (then the report lists the
+modules left out). Stdlib only.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+BED_DIR = Path(__file__).resolve().parent
+DOMAINS_DIR = BED_DIR / "domains"
+SPLITS_BY_ROLE = {"main": (("train", 40), ("test", 15)), "transfer": (("transfer", 25),), "warmup": (("warmup", 40),)}
+ENV_FIELDS = ("env_id", "env_class_name", "role", "environment_introduction", "constraints_rules", "tools",
+              "env_class_code", "make_task")
+TASK_FIELDS = ("init_config", "task", "checklist_with_func", "reference_actions")
+MAX_TRIES_PER_TASK = 20  # seeds tried per wanted task before a generator is called too repetitive
+BED_META = {"name": "lopd-bed", "version": 1,
+            "label": "lopd study bed (lopd's own environments in the EnvScaler format; not the EnvScaler release)"}
+
+
+class BedError(Exception):
+    """A domain module that breaks the contract; the message names the file and field."""
+
+
+def load_domain(path: Path) -> list[dict[str, Any]]:
+    """The ``ENVS`` list of one domain module, checked against the contract (no task generated yet).
+
+    Raises:
+        BedError: the module fails to import, has no ``ENVS`` list, or an environment lacks a field,
+            has a wrong role, or its ``env_class_code`` does not define ``env_class_name``.
+    """
+    where = f"{path.relative_to(BED_DIR)}"
+    try:
+        spec = importlib.util.spec_from_file_location(f"lopd_bed_domain_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses and pickling look their module up there
+        spec.loader.exec_module(module)
+    except Exception as err:  # any import-time failure of a domain module is reported the same way
+        raise BedError(f"{where}: import failed ({type(err).__name__}: {err})") from None
+    envs = getattr(module, "ENVS", None)
+    if not isinstance(envs, list) or not envs:
+        raise BedError(f"{where}: field 'ENVS' must be a non-empty list")
+    for env in envs:
+        env_where = f"{where}: env {env.get('env_id')!r}" if isinstance(env, dict) else where
+        if not isinstance(env, dict):
+            raise BedError(f"{where}: field 'ENVS' holds a {type(env).__name__}, not a dict")
+        missing = [f for f in ENV_FIELDS if f not in env]
+        if missing:
+            raise BedError(f"{env_where}: missing field {missing[0]!r}")
+        if env["role"] not in SPLITS_BY_ROLE:
+            raise BedError(f"{env_where}: field 'role' = {env['role']!r}; use one of {', '.join(SPLITS_BY_ROLE)}")
+        namespace: dict[str, Any] = {}
+        try:
+            exec(compile(env["env_class_code"], f"<{env['env_id']}>", "exec"), namespace)
+        except Exception as err:  # the class source is data; any failure is a contract break
+            raise BedError(f"{env_where}: field 'env_class_code' does not run ({type(err).__name__}: {err})") from None
+        if not isinstance(namespace.get(env["env_class_name"]), type):
+            raise BedError(f"{env_where}: field 'env_class_code' defines no class {env['env_class_name']!r}")
+    return envs
+
+
+def check_task(env: dict[str, Any], task: Any, where: str) -> None:
+    """Structural checks of one ``make_task`` result (behaviour is check.py's job).
+
+    Raises:
+        BedError: a missing field, an empty checklist, or a reference action naming an unknown tool
+            or arguments that the tool's schema does not allow or require.
+    """
+    if not isinstance(task, dict):
+        raise BedError(f"{where}: make_task returned a {type(task).__name__}, not a dict")
+    for field in TASK_FIELDS:
+        if field not in task:
+            raise BedError(f"{where}: missing field {field!r}")
+    if not isinstance(task["task"], str) or not task["task"].strip():
+        raise BedError(f"{where}: field 'task' must be a non-empty string")
+    checks = task["checklist_with_func"]
+    if not isinstance(checks, list) or not checks or not all(
+            isinstance(c, dict) and isinstance(c.get("check_func"), str) for c in checks):
+        raise BedError(f"{where}: field 'checklist_with_func' must be a non-empty list of {{check_item, check_func}}")
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in env["tools"]}
+    actions = task["reference_actions"]
+    if not isinstance(actions, list) or not actions:
+        raise BedError(f"{where}: field 'reference_actions' must be a non-empty list")
+    for action in actions:
+        name = action.get("name") if isinstance(action, dict) else None
+        if name not in schemas or not isinstance(action.get("arguments"), dict):
+            raise BedError(f"{where}: field 'reference_actions' holds {action!r}: no tool of that name with arguments")
+        allowed = set(schemas[name].get("properties") or {})
+        required = set(schemas[name].get("required") or [])
+        given = set(action["arguments"])
+        if not required <= given <= allowed:
+            raise BedError(f"{where}: field 'reference_actions': {name} called with {sorted(given)}, "
+                           f"schema allows {sorted(allowed)} and requires {sorted(required)}")
+
+
+def env_tasks(env: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The task rows of one environment (see the module docstring for seeds, splits and ids).
+
+    Raises:
+        BedError: ``make_task`` raised, returned a malformed task (:func:`check_task`), or repeated
+            itself so much that the wanted number of distinct task texts was not reached.
+    """
+    plan = [split for split, n in SPLITS_BY_ROLE[env["role"]] for _ in range(n)]
+    rows, texts, seed = [], set(), 0
+    while len(rows) < len(plan):
+        if seed >= MAX_TRIES_PER_TASK * len(plan):
+            raise BedError(f"{where}: only {len(rows)} distinct task texts after {seed} seeds (need {len(plan)})")
+        task_where = f"{where}, seed {seed}"
+        try:
+            task = env["make_task"](random.Random(f"{env['env_id']}:{seed}"))
+        except Exception as err:  # a generator bug is reported with its env and seed
+            raise BedError(f"{task_where}: make_task raised {type(err).__name__}: {err}") from None
+        seed += 1
+        check_task(env, task, task_where)
+        if task["task"] in texts:
+            continue
+        texts.add(task["task"])
+        i = len(rows)
+        rows.append({"task_id": f"{env['env_id']}-{i:03d}", "env_id": env["env_id"],
+                     "env_class_name": env["env_class_name"], "split": plan[i],
+                     **{field: task[field] for field in TASK_FIELDS}})
+    return rows
+
+
+def split_digest(task_ids: list[str]) -> str:
+    """sha256 (first 16 hex digits) of the sorted task ids of one split, one per line."""
+    return hashlib.sha256("\n".join(sorted(task_ids)).encode()).hexdigest()[:16]
+
+
+def build(domains_dir: Path = DOMAINS_DIR, skip_broken: bool = False) -> tuple[list, list, dict, list[str]]:
+    """Environment rows, task rows, bed.json content and the problems found (one line each).
+
+    With ``skip_broken`` a broken module is left out and reported; otherwise any problem leaves the
+    rows empty. Environment ids must be unique across modules.
+    """
+    env_rows, task_rows, problems, seen = [], [], [], {}
+    for path in sorted(p for p in domains_dir.glob("*.py") if p.name != "__init__.py"):
+        try:
+            envs = load_domain(path)
+            rows = []
+            for env in envs:
+                where = f"{path.relative_to(BED_DIR)}: env {env['env_id']!r}"
+                if env["env_id"] in seen:
+                    raise BedError(f"{where}: field 'env_id' is also defined in {seen[env['env_id']]}")
+                rows.append(({k: env[k] for k in ENV_FIELDS if k != "make_task"}, env_tasks(env, where)))
+        except BedError as err:
+            problems.append(str(err))
+            continue
+        for env_row, tasks in rows:
+            seen[env_row["env_id"]] = path.name
+            env_rows.append(env_row)
+            task_rows.extend(tasks)
+    if problems and not skip_broken:
+        return [], [], {}, problems
+    by_split: dict[str, list[str]] = {}
+    for row in task_rows:
+        by_split.setdefault(row["split"], []).append(row["task_id"])
+    roles: dict[str, int] = {}
+    for row in env_rows:
+        roles[row["role"]] = roles.get(row["role"], 0) + 1
+    meta = dict(BED_META, counts={"environments": dict(sorted(roles.items())),
+                                  "tasks": {s: len(ids) for s, ids in sorted(by_split.items())}},
+                split_digests={s: split_digest(ids) for s, ids in sorted(by_split.items())})
+    return env_rows, task_rows, meta, problems
+
+
+def jsonl(rows: list[dict[str, Any]]) -> str:
+    """One JSON object per line, top-level keys sorted; nested objects keep the order make_task gave them
+    (reference arguments stay in the tools' parameter order, as a model should write them)."""
+    return "".join(json.dumps(dict(sorted(r.items())), ensure_ascii=False) + "\n" for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build and write the bed; returns the exit status (1 when a module is broken and not skipped)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--skip-broken", action="store_true", help="write the bed without the broken modules")
+    args = parser.parse_args(argv)
+    env_rows, task_rows, meta, problems = build(skip_broken=args.skip_broken)
+    for line in problems:
+        print(f"BROKEN {line}", file=sys.stderr)
+    if problems and not args.skip_broken:
+        print(f"{len(problems)} broken domain module(s); nothing written (--skip-broken writes the rest)", file=sys.stderr)
+        return 1
+    (BED_DIR / "environments.jsonl").write_text(jsonl(env_rows), encoding="utf-8")
+    (BED_DIR / "tasks.jsonl").write_text(jsonl(task_rows), encoding="utf-8")
+    (BED_DIR / "bed.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {len(env_rows)} environments, {len(task_rows)} tasks: "
+          + ", ".join(f"{s} {n}" for s, n in meta["counts"]["tasks"].items())
+          + (f"; LEFT OUT {len(problems)} broken module(s) (listed above)" if problems else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
