@@ -1,20 +1,30 @@
 """Test harness executed inside the sandbox by :mod:`stages.core.envs.code` (never imported).
 
-The caller prepends ``SPEC_JSON = "<json>"`` and runs the result with
-:func:`stages.core.sandbox.run_python`. Modes (``SPEC["mode"]``):
+It runs as the grader, with the audit hook off; its spec arrives as JSON on stdin (never in a file
+the candidate could read). Modes (``SPEC["mode"]``):
 
 * ``expected``: time the reference solution on the inputs; report ``{keep, times}``: indices of the
   inputs it handles (those where it raises are dropped) and its seconds on each.
-* ``asserts``: load the candidate, run the test-module setup and each statement of ``check``;
+* ``asserts``: run the task prompt (its helpers) and the test-module setup here, with the entry
+  point and ``candidate`` bound to the candidate process; run each statement of ``check``;
   statements flagged as tests count towards ``passed``.
-* ``inputs``: load the candidate, run the reference then the candidate on each kept input, the
+* ``inputs``: run the reference here and the candidate in its process on each kept input, the
   candidate under a per-input timer (evalplus' rule: max(1 s, 4x the reference time)), and compare
   as evalplus does; stop at the first input that exceeds its limit.
 
-Every report is one JSON line prefixed with ``SPEC["nonce"]`` on stdout.
+The candidate runs in a separate process (a fresh interpreter with the audit hook) that holds only
+two pipes: calls go to it pickled, and its results come back through an unpickler that builds
+plain data only (no class or function can be named). This grader makes itself non-dumpable, so the
+candidate cannot read or write its memory or file descriptors (``/proc/<pid>/mem``, ``/fd``, ptrace),
+and ignores the signals it can ignore; the comparisons and the report (one JSON line prefixed with
+``SPEC["nonce"]`` on the grader's stdout, which the candidate does not hold) stay out of its reach.
 """
-import copy, io, json, signal, sys, time
-SPEC = json.loads(SPEC_JSON)  # noqa: F821  (SPEC_JSON is prepended by the caller)
+import copy, ctypes, io, json, os, pickle, signal, struct, subprocess, sys, time
+SPEC = json.load(sys.stdin)
+ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE,
+             signal.SIGQUIT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGXFSZ):
+    signal.signal(_sig, signal.SIG_IGN)
 EP, _out = SPEC["entry_point"], sys.stdout
 class _Null(io.TextIOBase):
     def write(self, s):
@@ -25,7 +35,8 @@ def _emit(text):
 def _report(passed, total, error="", failures=(), timed_out=False):
     _emit(json.dumps({"passed": passed, "total": total, "error": error, "failures": list(failures),
                       "timed_out": timed_out}))
-    raise SystemExit(0)
+    _out.flush()
+    os._exit(0)
 def _quiet(f, *a):
     sys.stdout = _Null()
     try:
@@ -34,7 +45,11 @@ def _quiet(f, *a):
         sys.stdout = _out
 def _exec(src, ns, name):
     exec(compile(src, name, "exec"), ns)
+class _Raised(Exception):
+    """The candidate raised (its message is the candidate's exception type and text)."""
 def _why(e):
+    if isinstance(e, _Raised):
+        return str(e)[:160]
     return (type(e).__name__ + (": " + str(e) if str(e) else ""))[:160]
 def _load(src, name):
     ns = {"__name__": name}
@@ -42,6 +57,97 @@ def _load(src, name):
     if not callable(ns.get(EP)):
         raise NameError("no function %r defined" % EP)
     return ns
+_SAFE = {("builtins", n) for n in ("complex", "set", "frozenset", "bytearray", "int", "float", "str", "list",
+                                   "tuple", "dict", "bool", "bytes", "slice", "range")}
+_SAFE |= {("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "Counter"),
+          ("collections", "deque"), ("decimal", "Decimal"), ("fractions", "Fraction")}
+class _DataOnly(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in _SAFE:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError("result holds %s.%s, not plain data" % (module, name))
+class _Gone(Exception):
+    pass
+# The candidate process: loads the candidate module (stdout discarded), then answers calls.
+_SERVER = """import os, pickle, struct, sys
+_w = os.dup(1)
+_n = os.open(os.devnull, os.O_WRONLY)
+os.dup2(_n, 1)
+sys.stdout = open(os.devnull, "w")
+def _send(obj):
+    try:
+        data = pickle.dumps(obj, protocol=4)
+    except BaseException as e:
+        data = pickle.dumps(("err", "result cannot be sent back: " + type(e).__name__), protocol=4)
+    data = struct.pack("<Q", len(data)) + data
+    while data:
+        data = data[os.write(_w, data):]
+def _read(n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(0, n - len(buf))
+        if not chunk:
+            os._exit(0)
+        buf += chunk
+    return buf
+def _why(e):
+    return (type(e).__name__ + (": " + str(e) if str(e) else ""))[:160]
+_ns = {"__name__": "candidate"}
+try:
+    exec(compile(%r, "<candidate>", "exec"), _ns)
+    _fn = _ns[%r]
+    assert callable(_fn), "not a function"
+except BaseException as e:
+    _send(("load", _why(e)))
+    os._exit(0)
+_send(("ready", None))
+while True:
+    _args = pickle.loads(_read(struct.unpack("<Q", _read(8))[0]))
+    try:
+        _send(("ok", _fn(*_args)))
+    except BaseException as e:
+        _send(("err", _why(e)))
+"""
+class _Candidate:
+    """The candidate's entry point, called in its own process."""
+    def __init__(self):
+        path = os.path.join(os.getcwd(), "candidate_%d.py" % os.getpid())
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(_SERVER % (SPEC["candidate"], EP))
+        argv = [path if a == "@PROG@" else os.getcwd() if a == "@WORK@" else a for a in SPEC["argv"]]
+        req_r, self._req = os.pipe()
+        self._rep, rep_w = os.pipe()
+        self._proc = subprocess.Popen(argv, stdin=req_r, stdout=rep_w, close_fds=True)
+        os.close(req_r)
+        os.close(rep_w)
+        kind, value = self._recv()
+        if kind != "ready":
+            raise NameError(value if kind == "load" else "candidate did not load")
+    def _recv(self):
+        head = self._read(8)
+        return _DataOnly(io.BytesIO(self._read(struct.unpack("<Q", head)[0]))).load()
+    def _read(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = os.read(self._rep, min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise _Gone("the candidate process ended")
+            buf += chunk
+        return buf
+    def __call__(self, *args):
+        data = pickle.dumps(args, protocol=4)
+        data = struct.pack("<Q", len(data)) + data
+        try:
+            while data:
+                data = data[os.write(self._req, data):]
+        except OSError:
+            raise _Gone("the candidate process ended") from None
+        reply = self._recv()
+        if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in ("ok", "err")):
+            raise _Gone("the candidate process sent no result")
+        if reply[0] == "err":
+            raise _Raised(str(reply[1]))
+        return reply[1]
 oracle = {}
 if SPEC["mode"] != "asserts":
     exec(SPEC["oracle"], oracle)
@@ -63,14 +169,20 @@ if SPEC["mode"] == "expected":
         times.append(time.perf_counter() - t0)
         keep.append(i)
     _emit(json.dumps({"keep": keep, "times": times}))
-    raise SystemExit(0)
+    _out.flush()
+    os._exit(0)
 try:
-    cand = _load(SPEC["candidate"], "candidate")
+    fn = _Candidate()
 except BaseException as e:
     _report(0, SPEC["total"], "candidate does not load: " + _why(e))
-fn, passed, fails = cand[EP], 0, []
+passed, fails = 0, []
 if SPEC["mode"] == "asserts":
-    ns = dict(cand, candidate=fn)
+    ns = {"__name__": "test"}
+    try:
+        _quiet(_exec, SPEC["prompt"], ns, "<prompt>")
+    except BaseException:
+        pass
+    ns.update({EP: fn, "candidate": fn})
     for src in SPEC["setup"]:
         try:
             _quiet(_exec, src, ns, "<test>")

