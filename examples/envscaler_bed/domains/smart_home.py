@@ -83,7 +83,8 @@ def _light_off(lid):
 def _light_on(lid, level):
     """Light ``lid`` is on at brightness ``level`` (for a plain switch-on: its unchanged brightness)."""
     return _check(f"Is light {lid} on at brightness {level}?",
-                  f"final_state['lights'][{lid!r}]['on'] is True and final_state['lights'][{lid!r}]['brightness'] == {level}")
+                  f"final_state['lights'][{lid!r}]['on'] is True"
+                  f" and final_state['lights'][{lid!r}]['brightness'] == {level}")
 
 
 def _new_level(rng, light):
@@ -236,7 +237,8 @@ def thermostat_task(rng):
     kind = _pick(rng, {"temp": 2.5, "mode": 2.5, "name_temp": 1.5, "relative": 1, "relative_id": 0.7,
                        "temp_mode": 1, "two_temps": 1})
     if kind == "temp":
-        text = rng.choice(["Set the thermostat in room {r} to {t} degrees.", "Change the target temperature of {r} to {t}.",
+        text = rng.choice(["Set the thermostat in room {r} to {t} degrees.",
+                           "Change the target temperature of {r} to {t}.",
                            "Room {r} should be kept at {t} degrees."]).format(r=rid, t=new_t)
         checks, actions = [_target_is(rid, new_t)], [_call("set_temperature", room_id=rid, celsius=new_t)]
     elif kind == "mode":
@@ -362,7 +364,8 @@ def _alarm_text(rng, mode, user, code):
 
 
 def security_task(rng):
-    """A security task: lock/unlock doors by id or name (list_doors first), add user codes, set the alarm with a code."""
+    """A security task: lock/unlock doors by id or name (list_doors first), add user codes, set the alarm
+    with a code."""
     n = rng.randint(4, 6)
     dids = _ids(rng, "D", 1, 99, n)
     doors = {did: {"door_id": did, "name": name, "locked": rng.random() < 0.5}
@@ -386,7 +389,8 @@ def security_task(rng):
                      else ["Unlock the {n}.", "Unlock the {n} for the delivery.", "Please open the lock of the {n}."])
         else:
             texts = (["Lock door {d}.", "Please lock the door {d}.", "Door {d} is unlocked. Lock it."] if lock
-                     else ["Unlock door {d}.", "Please unlock {d} for the plumber.", "Unlock the door {d}; a guest is arriving."])
+                     else ["Unlock door {d}.", "Please unlock {d} for the plumber.",
+                           "Unlock the door {d}; a guest is arriving."])
         text = rng.choice(texts).format(d=did, n=door["name"])
         checks = [_locked_is(did, lock)]
         actions = [_call("lock_door" if lock else "unlock_door", door_id=did)]
@@ -404,7 +408,8 @@ def security_task(rng):
     elif kind == "code_alarm":
         mode = rng.choice([m for m in ("home", "away") if m != alarm])
         text = rng.choice(["Add code {c} for {u}, then use it to set the alarm to {m} mode.",
-                           "Give {u} the code {c} and arm the alarm in {m} mode with it."]).format(u=new_user, c=new_code, m=mode)
+                           "Give {u} the code {c} and arm the alarm in {m} mode with it."]
+                          ).format(u=new_user, c=new_code, m=mode)
         checks = [_code_is(new_user, new_code), _alarm_is(mode)]
         actions = [_call("add_code", user=new_user, code=new_code), _call("set_alarm", mode=mode, code=new_code)]
     else:  # lock a door (by id, or by name after list_doors) and arm the alarm
@@ -412,7 +417,8 @@ def security_task(rng):
         mode = rng.choice([m for m in ("home", "away") if m != alarm])
         if kind == "door_alarm":
             text = rng.choice(["Lock door {d} and set the alarm to {m} mode with code {c}.",
-                               "Lock {d}, then put the alarm in {m} mode (code {c})."]).format(d=did, m=mode, c=codes[user])
+                               "Lock {d}, then put the alarm in {m} mode (code {c})."]
+                              ).format(d=did, m=mode, c=codes[user])
             actions = [_call("lock_door", door_id=did)]
         else:
             text = rng.choice(["Lock the {n} and set the alarm to {m} mode; the code is {c}.",
@@ -500,7 +506,8 @@ def irrigation_task(rng):
     m = rng.choice([v for v in range(3, 41) if v != zone["minutes"]])
     kind = _pick(rng, {"duration": 2, "disable": 1.5, "run": 2, "name_run": 1.5, "name_duration": 1.5, "two": 1.5})
     if kind == "duration":
-        text = rng.choice(["Set zone {z} to water for {m} minutes a day.", "Change the watering time of {z} to {m} minutes.",
+        text = rng.choice(["Set zone {z} to water for {m} minutes a day.",
+                           "Change the watering time of {z} to {m} minutes.",
                            "Zone {z} should get {m} minutes of water each day."]).format(z=zid, m=m)
         checks, actions = [_duration_is(zid, m)], [_call("set_duration", zone_id=zid, minutes=m)]
     elif kind == "disable":
@@ -520,7 +527,8 @@ def irrigation_task(rng):
             actions = [_call("list_zones"), _call("run_zone", zone_id=zid, minutes=m)]
         checks = [_ran(zid, m)]
     elif kind == "name_duration":
-        text = rng.choice(["The {n} needs {m} minutes of water a day.", "Set the daily watering of the {n} to {m} minutes."]
+        text = rng.choice(["The {n} needs {m} minutes of water a day.",
+                           "Set the daily watering of the {n} to {m} minutes."]
                           ).format(n=zone["name"], m=m)
         checks = [_duration_is(zid, m)]
         actions = [_call("list_zones"), _call("set_duration", zone_id=zid, minutes=m)]
