@@ -29,6 +29,7 @@ def _check(item: str, expr: str) -> dict:
 
 
 def _call(fn: str, /, **arguments: object) -> dict:
+    """One reference action."""
     return {"name": fn, "arguments": arguments}
 
 
@@ -37,16 +38,19 @@ def _ids(rng: random.Random, prefix: str, n: int, low: int = 100, high: int = 10
 
 
 def _names(rng: random.Random, n: int) -> list[str]:
-    firsts = rng.sample(FIRST, n)
-    return [f"{f} {rng.choice(LAST)}" for f in firsts]
+    return [f"{f} {rng.choice(LAST)}" for f in rng.sample(FIRST, n)]
 
 
 def _other(rng: random.Random, pool: list, *avoid: object) -> object:
     return rng.choice([x for x in pool if x not in avoid])
 
 
-def _hh(hour: int) -> str:
+def _hh(hour: int) -> str:  # 13 -> "13:00"
     return f"{hour:02d}:00"
+
+
+def _when(rng: random.Random, day: str, hour: int) -> str:
+    return rng.choice([f"{day} at {_hh(hour)}", f"{day} {_hh(hour)}", f"{_hh(hour)} on {day}"])
 
 
 # ----------------------------------------------------------------------------- meetings
@@ -73,10 +77,8 @@ class MeetingCalendar:
         m, err = self._get(meeting_id)
         if err:
             return err
-        if day not in ("Mon", "Tue", "Wed", "Thu", "Fri"):
-            return {"success": False, "error": "day must be one of Mon, Tue, Wed, Thu, Fri"}
-        if not isinstance(hour, int) or isinstance(hour, bool) or not 8 <= hour <= 17:
-            return {"success": False, "error": "hour must be an integer from 8 to 17"}
+        if day not in ("Mon", "Tue", "Wed", "Thu", "Fri") or type(hour) is not int or not 8 <= hour <= 17:
+            return {"success": False, "error": "day must be Mon-Fri and hour an integer from 8 to 17"}
         m["day"], m["hour"] = day, hour
         return {"success": True, "data": dict(m, meeting_id=meeting_id)}
 
@@ -110,7 +112,7 @@ def _meetings_task(rng: random.Random) -> dict:
                     "attendees": rng.sample(people[:5], rng.randint(1, 3))} for i, t in zip(ids, titles)}
     a, b = ids[0], ids[1]
     day, hour = _other(rng, DAYS, meetings[a]["day"]), _other(rng, HOURS, meetings[a]["hour"])
-    when = rng.choice([f"{day} at {_hh(hour)}", f"{day} {_hh(hour)}", f"{_hh(hour)} on {day}"])
+    when = _when(rng, day, hour)
     title_a, title_b = meetings[a]["title"], meetings[b]["title"]
     moved = _check(f"Is {a} on {day} at {_hh(hour)}?",
                    f"final_state['meetings'][{a!r}] == dict({meetings[a]!r}, day={day!r}, hour={hour!r})")
@@ -155,9 +157,7 @@ def _meetings_task(rng: random.Random) -> dict:
     else:
         text = rng.choice([f"Move meeting {a} to {when} and cancel meeting {b}.",
                            f"Cancel {b}, then reschedule {a} to {when}."])
-        checks, ref = [moved, off_b], [move, cancel_b]
-        if text.startswith("Cancel"):
-            ref.reverse()
+        checks, ref = [moved, off_b], [cancel_b, move] if text.startswith("Cancel") else [move, cancel_b]
     return {"init_config": {"meetings": meetings}, "task": text, "checklist_with_func": checks,
             "reference_actions": ref}
 
@@ -176,10 +176,8 @@ class RoomBooking:
     def book_room(self, room_id: str, day: str, hour: int) -> dict:
         if room_id not in self.rooms:
             return {"success": False, "error": f"no room {room_id}"}
-        if day not in ("Mon", "Tue", "Wed", "Thu", "Fri"):
-            return {"success": False, "error": "day must be one of Mon, Tue, Wed, Thu, Fri"}
-        if not isinstance(hour, int) or isinstance(hour, bool) or not 8 <= hour <= 17:
-            return {"success": False, "error": "hour must be an integer from 8 to 17"}
+        if day not in ("Mon", "Tue", "Wed", "Thu", "Fri") or type(hour) is not int or not 8 <= hour <= 17:
+            return {"success": False, "error": "day must be Mon-Fri and hour an integer from 8 to 17"}
         if any((b["room_id"], b["day"], b["hour"]) == (room_id, day, hour) for b in self.bookings.values()):
             return {"success": False, "error": "room already booked then"}
         booking_id = "B-" + str(1 + max([int(k[2:]) for k in self.bookings] + [100]))
@@ -225,7 +223,7 @@ def _rooms_task(rng: random.Random) -> dict:
     bid = rng.choice(sorted(bookings))
     free = [r for r in room_ids if dict(bookings[bid], room_id=r) not in bookings.values()]
     new_room = rng.choice(free) if free else None
-    when = rng.choice([f"{day} at {_hh(hour)}", f"{day} {_hh(hour)}", f"{_hh(hour)} on {day}"])
+    when = _when(rng, day, hour)
 
     def booked(r: str) -> dict:
         return _check(f"Is {r} booked on {day} at {_hh(hour)}?",
@@ -256,9 +254,7 @@ def _rooms_task(rng: random.Random) -> dict:
     elif kind == 4:
         text = rng.choice([f"Cancel booking {bid} and book room {room} for {when}.",
                            f"Book {room} for {when}, then cancel booking {bid}."])
-        checks, ref = [gone, booked(room)], [cancel, book]
-        if text.startswith("Book"):
-            ref.reverse()
+        checks, ref = [gone, booked(room)], [book, cancel] if text.startswith("Book") else [cancel, book]
     elif kind == 6:
         text = rng.choice([f"Move booking {bid} to room {new_room}.", f"Change the room of booking {bid} to {new_room}."])
         checks, ref = [changed], [change]
@@ -273,6 +269,178 @@ def _rooms_task(rng: random.Random) -> dict:
         checks, ref = [gone, gone_other], [cancel, _call("cancel_booking", booking_id=other)]
     return {"init_config": {"rooms": rooms, "bookings": bookings}, "task": text, "checklist_with_func": checks,
             "reference_actions": ref}
+
+
+# ----------------------------------------------------------------------------- clinic
+
+CLINIC_CODE = """
+class ClinicAppointments:
+    def __init__(self, init_config: dict):
+        self.patients = {}
+        self.slots = {}
+
+    def find_patient(self, name: str) -> dict:
+        q = str(name).lower()
+        return {"success": True, "data": [dict(p, patient_id=k) for k, p in sorted(self.patients.items())
+                                          if q in p["name"].lower()]}
+
+    def list_slots(self, doctor: str) -> dict:
+        q = str(doctor).lower()
+        return {"success": True, "data": [dict(v, slot_id=k) for k, v in sorted(self.slots.items())
+                                          if q in v["doctor"].lower()]}
+
+    def book_slot(self, slot_id: str, patient_id: str) -> dict:
+        slot = self.slots.get(slot_id)
+        if slot is None or patient_id not in self.patients:
+            return {"success": False, "error": "unknown slot or patient"}
+        if slot["patient"] is not None:
+            return {"success": False, "error": f"slot {slot_id} is taken"}
+        slot["patient"] = patient_id
+        return {"success": True, "data": dict(slot, slot_id=slot_id)}
+
+    def cancel_slot(self, slot_id: str) -> dict:
+        slot = self.slots.get(slot_id)
+        if slot is None or slot["patient"] is None:
+            return {"success": False, "error": f"slot {slot_id} has no appointment"}
+        slot["patient"] = None
+        return {"success": True, "data": dict(slot, slot_id=slot_id)}
+"""
+
+DOCTORS = ["Dr Lee", "Dr Osei", "Dr Patel", "Dr Kim", "Dr Rossi", "Dr Nowak", "Dr Diaz", "Dr Chen"]
+
+
+def _clinic_task(rng: random.Random) -> dict:
+    pids, names = _ids(rng, "P", rng.randint(3, 5)), _names(rng, 5)
+    patients = {p: {"name": n} for p, n in zip(pids, names)}
+    doctors, sids = rng.sample(DOCTORS, 3), _ids(rng, "S", rng.randint(5, 8), 10, 100)
+    slots, seen = {}, set()
+    for sid in sids:
+        slot = (rng.choice(doctors), rng.choice(DAYS), rng.choice(HOURS))
+        while slot in seen:
+            slot = (slot[0], rng.choice(DAYS), rng.choice(HOURS))
+        seen.add(slot)
+        slots[sid] = {"doctor": slot[0], "day": slot[1], "hour": slot[2], "patient": None}
+    free, taken = sids[:-2], sids[-2:]
+    for sid in taken:
+        slots[sid]["patient"] = rng.choice(pids)
+    p, s, t = rng.choice(pids), rng.choice(free), taken[0]
+    slot = slots[s]
+    when = f"{slot['doctor']}'s {slot['day']} {_hh(slot['hour'])} slot"
+    booked = _check(f"Is {s} booked for {p}?", f"final_state['slots'][{s!r}] == dict({slot!r}, patient={p!r})")
+    freed = _check(f"Is {t} free?", f"final_state['slots'][{t!r}] == dict({slots[t]!r}, patient=None)")
+    book = _call("book_slot", slot_id=s, patient_id=p)
+    find, listing = _call("find_patient", name=patients[p]["name"]), _call("list_slots", doctor=slot["doctor"])
+    name = patients[p]["name"]
+    kind = rng.choice([0, 0, 1, 1, 2, 3, 4, 5])
+    if kind == 0:
+        text = rng.choice([f"Book slot {s} for patient {p}.", f"Give patient {p} the appointment in slot {s}."])
+        checks, ref = [booked], [book]
+    elif kind == 1:
+        text = rng.choice([f"Cancel the appointment in slot {t}.", f"Slot {t}: the patient cannot come. Free it."])
+        checks, ref = [freed], [_call("cancel_slot", slot_id=t)]
+    elif kind == 2:
+        text = rng.choice([f"Find patient {name} and book slot {s} for them.", f"Book slot {s} for {name}."])
+        checks, ref = [booked], [find, book]
+    elif kind == 3:
+        text = rng.choice([f"Book {when} for patient {p}.", f"Patient {p} wants {when}. Book it."])
+        checks, ref = [booked], [listing, book]
+    elif kind == 4:
+        text = rng.choice([f"Cancel the appointment in slot {t} and book slot {s} for patient {p}.",
+                           f"Book slot {s} for patient {p}, then free slot {t}."])
+        free_t = _call("cancel_slot", slot_id=t)
+        checks, ref = [freed, booked], [book, free_t] if text.startswith("Book") else [free_t, book]
+    else:
+        text = rng.choice([f"{name} wants {when}. Book it.", f"Book {when} for the patient {name}."])
+        checks, ref = [booked], [find, listing, book]
+    return {"init_config": {"patients": patients, "slots": slots}, "task": text, "checklist_with_func": checks,
+            "reference_actions": ref}
+
+
+# ----------------------------------------------------------------------------- gym classes (transfer)
+
+CLASSES_CODE = """
+class GymClasses:
+    def __init__(self, init_config: dict):
+        self.classes = {}
+
+    def find_classes(self, name: str) -> dict:
+        q = str(name).lower()
+        return {"success": True, "data": [dict(c, class_id=k) for k, c in sorted(self.classes.items())
+                                          if q in c["name"].lower()]}
+
+    def enroll(self, class_id: str, member_id: str) -> dict:
+        c = self.classes.get(class_id)
+        if c is None or not isinstance(member_id, str) or not member_id.startswith("M-"):
+            return {"success": False, "error": "unknown class or member id"}
+        if member_id in c["members"]:
+            return {"success": False, "error": f"{member_id} is already enrolled"}
+        if len(c["members"]) >= c["capacity"]:
+            return {"success": False, "error": f"class {class_id} is full"}
+        c["members"].append(member_id)
+        return {"success": True, "data": dict(c, class_id=class_id)}
+
+    def unenroll(self, class_id: str, member_id: str) -> dict:
+        c = self.classes.get(class_id)
+        if c is None or member_id not in c["members"]:
+            return {"success": False, "error": f"{member_id} is not in class {class_id}"}
+        c["members"].remove(member_id)
+        return {"success": True, "data": dict(c, class_id=class_id)}
+
+    def set_capacity(self, class_id: str, capacity: int) -> dict:
+        c = self.classes.get(class_id)
+        if c is None or not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < len(c["members"]):
+            return {"success": False, "error": "unknown class, or capacity below the enrolment"}
+        c["capacity"] = capacity
+        return {"success": True, "data": dict(c, class_id=class_id)}
+"""
+
+CLASS_NAMES = ["Yoga", "Spin", "Pilates", "Boxing", "Zumba", "HIIT", "Rowing", "Stretch"]
+
+
+def _classes_task(rng: random.Random) -> dict:
+    member_ids = _ids(rng, "M", 6)
+    cids, names = _ids(rng, "C", rng.randint(4, 6), 10, 100), rng.sample(CLASS_NAMES, 3)
+    classes = {}
+    for cid in cids:
+        cap = rng.choice([4, 5, 6, 8])
+        classes[cid] = {"name": rng.choice(names), "day": rng.choice(DAYS), "hour": rng.choice(HOURS),
+                        "capacity": cap, "members": rng.sample(member_ids[1:], rng.randint(1, min(cap, 4)))}
+    a, b = cids[0], cids[1]
+    classes[a]["members"] = classes[a]["members"][:classes[a]["capacity"] - 1]  # room for one more
+    m = _other(rng, member_ids, *classes[a]["members"])
+    inside = rng.choice(classes[b]["members"])
+    ca, cb = classes[a], classes[b]
+    cap = ca["capacity"] + rng.randint(2, 6)
+    enrolled = _check(f"Is {m} in {a}?", f"final_state['classes'][{a!r}]['members'] == {ca['members'] + [m]!r}")
+    dropped = _check(f"Is {inside} out of {b}?", f"final_state['classes'][{b!r}]['members'] == "
+                                                 f"{[x for x in cb['members'] if x != inside]!r}")
+    raised = _check(f"Is {a}'s capacity {cap}?", f"final_state['classes'][{a!r}]['capacity'] == {cap!r}")
+    enroll = _call("enroll", class_id=a, member_id=m)
+    same_name = [c for c in cids if classes[c]["name"] == ca["name"]]
+    kind = rng.randrange(6)
+    if kind == 0:
+        text = rng.choice([f"Enroll member {m} in class {a}.", f"Sign {m} up for class {a}."])
+        checks, ref = [enrolled], [enroll]
+    elif kind == 1:
+        text = rng.choice([f"Remove member {inside} from class {b}.", f"{inside} quits class {b}; unenroll them."])
+        checks, ref = [dropped], [_call("unenroll", class_id=b, member_id=inside)]
+    elif kind == 2:
+        text = rng.choice([f"Set the capacity of class {a} to {cap}.", f"Class {a} moves to a bigger hall: capacity {cap}."])
+        checks, ref = [raised], [_call("set_capacity", class_id=a, capacity=cap)]
+    elif kind == 3 and all((classes[c]["day"], classes[c]["hour"]) != (ca["day"], ca["hour"]) for c in same_name[1:]):
+        text = rng.choice([f"Enroll {m} in the {ca['name']} class on {ca['day']} at {_hh(ca['hour'])}.",
+                           f"Member {m} wants the {ca['day']} {_hh(ca['hour'])} {ca['name']} class. Sign them up."])
+        checks, ref = [enrolled], [_call("find_classes", name=ca["name"]), enroll]
+    elif kind == 4 and inside not in ca["members"]:
+        text = rng.choice([f"Move member {inside} from class {b} to class {a}.",
+                           f"{inside} switches from class {b} to {a}."])
+        moved_in = _check(f"Is {inside} in {a}?", f"final_state['classes'][{a!r}]['members'] == {ca['members'] + [inside]!r}")
+        checks, ref = [dropped, moved_in], [_call("unenroll", class_id=b, member_id=inside),
+                                            _call("enroll", class_id=a, member_id=inside)]
+    else:
+        text = f"Raise the capacity of class {a} to {cap} and enroll member {m} in it."
+        checks, ref = [raised, enrolled], [_call("set_capacity", class_id=a, capacity=cap), enroll]
+    return {"init_config": {"classes": classes}, "task": text, "checklist_with_func": checks, "reference_actions": ref}
 
 
 ENVS = [
@@ -303,5 +471,31 @@ ENVS = [
                   _tool("change_room", "Move a booking to another room.", booking_id="string", room_id="string")],
         "env_class_code": ROOMS_CODE,
         "make_task": _rooms_task,
+    },
+    {
+        "env_id": "bed_calendar_clinic",
+        "env_class_name": "ClinicAppointments",
+        "role": "main",
+        "environment_introduction": "A clinic's appointment book: patients, and doctors' one-hour slots by day (Mon-Fri) and hour.",
+        "constraints_rules": ["A slot holds at most one patient."],
+        "tools": [_tool("find_patient", "Patients whose name contains the text.", name="string"),
+                  _tool("list_slots", "Slots of a doctor, free or booked.", doctor="string"),
+                  _tool("book_slot", "Book a free slot for a patient.", slot_id="string", patient_id="string"),
+                  _tool("cancel_slot", "Cancel the appointment in a slot.", slot_id="string")],
+        "env_class_code": CLINIC_CODE,
+        "make_task": _clinic_task,
+    },
+    {
+        "env_id": "bed_calendar_classes",
+        "env_class_name": "GymClasses",
+        "role": "transfer",
+        "environment_introduction": "A gym's class timetable: classes with a name, day, hour, capacity and enrolled member ids.",
+        "constraints_rules": ["A class cannot hold more members than its capacity."],
+        "tools": [_tool("find_classes", "Classes whose name contains the text.", name="string"),
+                  _tool("enroll", "Enroll a member in a class.", class_id="string", member_id="string"),
+                  _tool("unenroll", "Remove a member from a class.", class_id="string", member_id="string"),
+                  _tool("set_capacity", "Change a class's capacity.", class_id="string", capacity="integer")],
+        "env_class_code": CLASSES_CODE,
+        "make_task": _classes_task,
     },
 ]
