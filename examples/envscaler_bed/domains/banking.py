@@ -475,8 +475,9 @@ BILLS = {
     "constraints_rules": ["A payment cannot exceed the amount due.", "Standing orders run on day 1-28."],
     "tools": [
         _tool("find_payee", "Find payees by name.", name="string"),
-        _tool("pay_bill", "Pay money to a payee.", payee="string", amount="integer"),
-        _tool("add_standing_order", "Start a monthly payment.", payee="string", amount="integer", day="integer"),
+        _tool("pay_bill", "Pay money to a payee (by payee id).", payee="string", amount="integer"),
+        _tool("add_standing_order", "Start a monthly payment to a payee id.", payee="string", amount="integer",
+              day="integer"),
         _tool("cancel_standing_order", "Stop a standing order.", order_id="string"),
     ],
     "env_class_code": BILLS_CODE,
