@@ -1,0 +1,75 @@
+"""The lopd study bed (examples/envscaler_bed): generated files up to date, splits stable, and a seeded
+sample of tasks played through the lopd-bed environment by examples/envscaler_bed/check.py."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+BED = Path(__file__).resolve().parents[1] / "examples" / "envscaler_bed"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"lopd_bed_{name}", BED / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _module("check")
+build = _module("build")
+
+
+def test_generated_files_match_a_fresh_build():
+    env_rows, task_rows, meta, problems = build.build()
+    assert problems == []
+    assert (BED / "environments.jsonl").read_text(encoding="utf-8") == build.jsonl(env_rows)
+    assert (BED / "tasks.jsonl").read_text(encoding="utf-8") == build.jsonl(task_rows)
+    assert json.loads((BED / "bed.json").read_text(encoding="utf-8")) == meta
+    roles = {r["env_id"]: r["role"] for r in env_rows}
+    per_split = {}
+    for row in task_rows:
+        per_split.setdefault((row["env_id"], row["split"]), 0)
+        per_split[(row["env_id"], row["split"])] += 1
+    want = {"main": {"train": 40, "test": 15}, "transfer": {"transfer": 25}, "warmup": {"warmup": 40}}
+    for env_id, role in roles.items():
+        assert {s: n for (e, s), n in per_split.items() if e == env_id} == want[role], env_id
+
+
+def test_sample_of_tasks_passes_every_check():
+    results, bed_problems = check.run(sample=104, seed=7, jobs=4, cross=False)  # episodes mostly wait on sandbox start-up
+    assert bed_problems == []
+    assert len(results) == 104 and {r.split for r in results} == set(check.SPLITS)
+    assert [f"{r.task_id}: {r.problems}" for r in results if r.problems] == []
+    assert 0 < max(r.prompt_tokens for r in results) <= check.PROMPT_TOKEN_LIMIT
+    assert 0 < max(r.action_tokens for r in results) <= check.ACTION_TOKEN_LIMIT
+
+
+@pytest.fixture
+def bed_copy(tmp_path):
+    """A bed of the first two calendar tasks, with broken reference actions and a leaked test text."""
+    rows = [json.loads(line) for line in (BED / "tasks.jsonl").read_text(encoding="utf-8").splitlines()]
+    a, b = [r for r in rows if r["env_id"] == "bed_calendar_rooms"][:2]
+    a["split"], b["split"] = "train", "test"
+    a["reference_actions"] = a["reference_actions"][:-1] or [{"name": "list_rooms", "arguments": {}}]
+    b["task"] = a["task"]
+    shutil.copy(BED / "environments.jsonl", tmp_path / "environments.jsonl")
+    (tmp_path / "tasks.jsonl").write_text(build.jsonl([a, b]), encoding="utf-8")
+    meta = dict(build.BED_META, counts={"tasks": {"test": 1, "train": 1}}, split_digests={})
+    (tmp_path / "bed.json").write_text(json.dumps(meta), encoding="utf-8")
+    return tmp_path, a["task_id"]
+
+
+def test_checker_reports_a_broken_task_and_a_leaked_text(bed_copy):
+    folder, broken = bed_copy
+    results, bed_problems = check.run(data_dir=folder, cross=False)
+    problems = {r.task_id: r.problems for r in results}
+    assert any(p.startswith("reference actions: reward 0") for p in problems[broken]), problems[broken]
+    assert [p for tid, ps in problems.items() if tid != broken for p in ps] == []
+    assert any("test task text(s) also in train" in p for p in bed_problems)
+    assert any("split_digests" in p for p in bed_problems)
