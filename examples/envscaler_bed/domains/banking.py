@@ -68,7 +68,7 @@ class BankAccounts:
         self.accounts = {}
 
     def _check(self, account_id, amount):
-        if account_id not in self.accounts:
+        if str(account_id) not in self.accounts:
             return f"unknown account {account_id}"
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
             return "amount must be a positive whole number"
@@ -212,7 +212,7 @@ class CardService:
         return {"success": True, "data": [c for c in self.cards.values() if q in c["holder"].lower()]}
 
     def _set_status(self, card_id, old, new):
-        card = self.cards.get(card_id)
+        card = self.cards.get(str(card_id))
         if card is None:
             return {"success": False, "error": f"unknown card {card_id}"}
         if card["status"] != old:
@@ -230,7 +230,7 @@ class CardService:
 
     def set_limit(self, card_id: str, limit: int) -> dict:
         """Set the card's daily limit (whole euros, 50 to 5000)."""
-        card = self.cards.get(card_id)
+        card = self.cards.get(str(card_id))
         if card is None:
             return {"success": False, "error": f"unknown card {card_id}"}
         if not isinstance(limit, int) or isinstance(limit, bool) or not 50 <= limit <= 5000:
@@ -337,7 +337,7 @@ class BillPayments:
         self.standing_orders = {}
 
     def _check(self, payee_id, amount):
-        if payee_id not in self.payees:
+        if str(payee_id) not in self.payees:
             return f"unknown payee {payee_id}"
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
             return "amount must be a positive whole number"
@@ -373,7 +373,7 @@ class BillPayments:
 
     def cancel_standing_order(self, order_id: str) -> dict:
         """Stop an active standing order."""
-        order = self.standing_orders.get(order_id)
+        order = self.standing_orders.get(str(order_id))
         if order is None:
             return {"success": False, "error": f"unknown standing order {order_id}"}
         if not order["active"]:
@@ -502,7 +502,7 @@ class LoanDesk:
 
     def repay_loan(self, loan_id: str, amount: int) -> dict:
         """Record a repayment; a loan repaid in full is closed."""
-        loan = self.loans.get(loan_id)
+        loan = self.loans.get(str(loan_id))
         if loan is None:
             return {"success": False, "error": f"unknown loan {loan_id}"}
         if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
@@ -515,7 +515,7 @@ class LoanDesk:
         return {"success": True, "data": loan}
 
     def _decide(self, app_id, status):
-        app = self.applications.get(app_id)
+        app = self.applications.get(str(app_id))
         if app is None:
             return {"success": False, "error": f"unknown application {app_id}"}
         if app["status"] != "pending":

@@ -67,7 +67,7 @@ class WarehouseStock:
         self.items = {}
 
     def _qty(self, sku, qty):
-        if sku not in self.items:
+        if str(sku) not in self.items:
             return f"unknown sku {sku}"
         if not isinstance(qty, int) or isinstance(qty, bool) or qty <= 0:
             return "qty must be a positive integer"
@@ -98,7 +98,7 @@ class WarehouseStock:
 
     def move_item(self, sku: str, bin: str) -> dict:
         """Store the item in another bin."""
-        if sku not in self.items:
+        if str(sku) not in self.items:
             return {"success": False, "error": f"unknown sku {sku}"}
         if not isinstance(bin, str) or not bin.strip():
             return {"success": False, "error": "bin must be a non-empty string"}
@@ -217,7 +217,7 @@ class ShopOrders:
         return {"success": True, "data": [o for o in self.orders.values() if q in o["customer"].lower()]}
 
     def _pending(self, order_id):
-        order = self.orders.get(order_id)
+        order = self.orders.get(str(order_id))
         if order is None:
             return None, f"unknown order {order_id}"
         if order["status"] != "pending":
@@ -246,7 +246,7 @@ class ShopOrders:
 
     def restock(self, sku: str, qty: int) -> dict:
         """Add ``qty`` units to a product's stock."""
-        if sku not in self.products:
+        if str(sku) not in self.products:
             return {"success": False, "error": f"unknown sku {sku}"}
         if not isinstance(qty, int) or isinstance(qty, bool) or qty <= 0:
             return {"success": False, "error": "qty must be a positive integer"}
@@ -367,7 +367,7 @@ class PantrySupply:
         self.purchase_orders = {}
 
     def _check(self, code, qty):
-        if code not in self.ingredients:
+        if str(code) not in self.ingredients:
             return f"unknown ingredient code {code}"
         if not isinstance(qty, int) or isinstance(qty, bool) or qty <= 0:
             return "qty must be a positive integer"
@@ -401,7 +401,7 @@ class PantrySupply:
 
     def receive_order(self, po_id: str) -> dict:
         """Book an open purchase order's delivery into the pantry."""
-        po = self.purchase_orders.get(po_id)
+        po = self.purchase_orders.get(str(po_id))
         if po is None:
             return {"success": False, "error": f"unknown purchase order {po_id}"}
         if po["status"] != "open":
@@ -534,10 +534,10 @@ class EquipmentRental:
 
     def rent_out(self, item_id: str, customer_id: str) -> dict:
         """Rent an available item to a customer."""
-        item = self.equipment.get(item_id)
+        item = self.equipment.get(str(item_id))
         if item is None:
             return {"success": False, "error": f"unknown item {item_id}"}
-        if customer_id not in self.customers:
+        if str(customer_id) not in self.customers:
             return {"success": False, "error": f"unknown customer {customer_id}"}
         if item["status"] != "available":
             return {"success": False, "error": f"item {item_id} is {item['status']}"}
@@ -546,7 +546,7 @@ class EquipmentRental:
 
     def check_in(self, item_id: str) -> dict:
         """Take back a rented item; it becomes available."""
-        item = self.equipment.get(item_id)
+        item = self.equipment.get(str(item_id))
         if item is None:
             return {"success": False, "error": f"unknown item {item_id}"}
         if item["status"] != "rented":
@@ -556,7 +556,7 @@ class EquipmentRental:
 
     def send_to_repair(self, item_id: str) -> dict:
         """Send an item that is not rented out to repair."""
-        item = self.equipment.get(item_id)
+        item = self.equipment.get(str(item_id))
         if item is None:
             return {"success": False, "error": f"unknown item {item_id}"}
         if item["status"] != "available":
