@@ -106,7 +106,7 @@ def _positions_logits(model, prompt: list[int], ids: list[int], adapter: str | N
     device = next(model.parameters()).device
     with torch.no_grad(), adapter_scope(model, adapter):
         x = torch.tensor([list(prompt) + list(ids[:-1])], device=device)
-        return model(input_ids=x, logits_to_keep=len(ids)).logits[0].float()
+        return model(input_ids=x, logits_to_keep=len(ids), use_cache=False).logits[0].float()
 
 
 def greedy_gaps(ref, prompts, gens, adapter: str | None = None) -> list[float]:
@@ -224,8 +224,8 @@ def check_logprobs(s: Setup) -> tuple[bool, str]:
         d, shift = torch.cat(diffs).abs(), torch.cat(shifts)
         good = float(d.mean()) <= s.args.lp_mean and float(d.max()) <= s.args.lp_max
         ok &= good
-        parts.append(f"{label}: |vLLM - want| mean {float(d.mean()):.4f} max {float(d.max()):.4f}"
-                     + (f" (want = float32 + -log kept mass, mean {float(shift.mean()):.4f})" if params.top_p < 1 else ""))
+        note = f" (want = float32 + -log kept mass, mean {float(shift.mean()):.4f})" if params.top_p < 1 else ""
+        parts.append(f"{label}: |vLLM - want| mean {float(d.mean()):.4f} max {float(d.max()):.4f}{note}")
     recorded = []
     for prompt, gen in zip(s.prompts, engine.generate(s.prompts, settings[2][1])):
         logp = torch.log_softmax(_positions_logits(ref, prompt, gen.token_ids).double() / 0.7, dim=-1)
@@ -280,6 +280,10 @@ def check_lora_cycles(s: Setup) -> tuple[bool, str]:
     return ok, text
 
 
+def _grad_norm(params) -> float:
+    return math.sqrt(sum(float(p.grad.float().pow(2).sum()) for p in params if p.grad is not None))
+
+
 def _parity_rows(tokenizer, J: int):
     """Fixed LOPD rows (one action each) and J successful experiences per row."""
     from schemas import Message, Trajectory, Turn
@@ -331,8 +335,7 @@ def check_bf16_parity(s: Setup) -> tuple[bool, str]:
         method.train_mode()
         loss, _ = method.loss(rows, extras, 1.0)
         loss.backward()
-        norm = lambda ps: math.sqrt(sum(float(p.grad.float().pow(2).sum()) for p in ps if p.grad is not None))  # noqa: E731
-        out[dtype] = (float(loss.detach()), norm(method.student.params), norm(method.composer_params))
+        out[dtype] = (float(loss.detach()), _grad_norm(method.student.params), _grad_norm(method.composer_params))
     (l32, s32, c32), (l16, s16, c16) = out["float32"], out["bfloat16"]
     rel = lambda a, b: abs(a - b) / max(abs(b), 1e-12)  # noqa: E731
     tol = s.args.parity_rtol

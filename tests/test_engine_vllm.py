@@ -207,8 +207,9 @@ def test_outputs_map_like_the_hf_engine(fake_vllm, tok, ids):
 def completion(ids, text, finish_reason, stop_reason, lps=None):
     """A vLLM ``CompletionOutput`` as the test writes it."""
     lps = lps or [-1.0] * len(ids)
-    return SimpleNamespace(token_ids=ids, logprobs=[{t: SimpleNamespace(logprob=lp, rank=1)} for t, lp in zip(ids, lps)],
-                           text=text, finish_reason=finish_reason, stop_reason=stop_reason)
+    steps = [{t: SimpleNamespace(logprob=lp, rank=1)} for t, lp in zip(ids, lps)]
+    return SimpleNamespace(token_ids=ids, logprobs=steps, text=text, finish_reason=finish_reason,
+                           stop_reason=stop_reason)
 
 
 def test_vllm_verdict_text_and_stop_reason_are_kept(fake_vllm, tok, ids):
@@ -221,7 +222,8 @@ def test_vllm_verdict_text_and_stop_reason_are_kept(fake_vllm, tok, ids):
         (completion([5, 6], "ab", "stop", "never there"), Generation("ab", [5, 6], [-1.0, -1.0], 2, "stop")),
         (completion([5, eos], "a", "stop", None), Generation("a", [5, eos], [-1.0, -1.0], 2, "eos")),
         (completion([5, 6, eos], "ab", "stop", eos), Generation("ab", [5, 6, eos], [-1.0] * 3, 3, "eos")),
-        (completion([5, 6], "a b", "length", None, [-0.5, -0.25]), Generation("a b", [5, 6], [-0.5, -0.25], 2, "length")),
+        (completion([5, 6], "a b", "length", None, [-0.5, -0.25]),
+         Generation("a b", [5, 6], [-0.5, -0.25], 2, "length")),
     ]
     for out, want in cases:
         FakeLLM.last.respond = lambda p, k, out=out: out

@@ -306,7 +306,7 @@ class VLLMRolloutEngine:
                     out.append(gen)
                     continue
                 ids_1T = torch.tensor([list(prompt) + gen.token_ids[:-1]], device=device)
-                logits_1NV = model(input_ids=ids_1T, logits_to_keep=gen.num_tokens).logits
+                logits_1NV = model(input_ids=ids_1T, logits_to_keep=gen.num_tokens, use_cache=False).logits
                 logits_1NV = logits_1NV.to(upcast_dtype(logits_1NV.dtype)) / temperature
                 logp_1N = sampled_token_logprobs(logits_1NV, torch.tensor([gen.token_ids], device=device))
                 out.append(dataclasses.replace(gen, logprobs=logp_1N[0].tolist()))
