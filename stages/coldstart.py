@@ -415,7 +415,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
         ValueError: ``out`` already holds a run and ``resume`` is False, or a resumed run
             changes a setting that may not change (file and field named).
     """
-    from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_device_dtype, resolve_model
+    from stages.core.policy import DEFAULT_MODEL, disable_dropout, load_policy, resolve_device_dtype, resolve_model
     from stages.core.resources import check_experience_count, check_step_memory, shape_of
     from stages.core.retrieval import Retriever
 
@@ -477,6 +477,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     else:
         composer = load_composer(model, ckpt, trainable=True, backbone_id=backbone_id)
         untrained_phi = _initial_phi(composer, config)
+    disable_dropout(composer.backbone)  # a restored adapter's lora_dropout too: train() mode never drops
     params = composer.trainable_parameters()
     digest_before = _backbone_digest(composer)
     if config.activation_checkpointing:

