@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from stages.core.store import APPEND_LOCK, ExperienceStore, StoreError
@@ -136,21 +137,21 @@ def test_two_handles_in_one_process_and_threads(tmp_path):
     assert sorted(_ids(uri)) == sorted(t.trajectory_id for t in rows)
 
 
-def test_object_storage_merge_insert_skips_ids_already_there(tmp_path):
+def test_object_storage_merge_insert_skips_ids_already_there():
+    """No file lock on object storage: the merge-insert on trajectory_id writes each id once."""
     store = ExperienceStore.open("memory://writers")
     store.append([make_traj("a"), make_traj("b")])
     with pytest.raises(StoreError, match="trajectory_id 'b' already in store"):
         store.append([make_traj("c"), make_traj("b")])
     assert sorted(store.trajectory_ids()) == ["a", "b"]
-    # another writer commits "d" between this append's check and its commit
-    real_lookup = store._lookup
+    # another writer (its own table handle) commits "d" between this append's check and its commit
+    real_lookup, other = store._lookup, store.db.open_table("trajectories")
 
     def racing_lookup(ids, columns=None):
         found = real_lookup(ids, columns)
         if "d" in ids:
-            ExperienceStore(store.uri, store.db, store.db.open_table("trajectories")).table.add(
-                store.table.search().where("trajectory_id = 'a'").limit(1).to_arrow()
-                .set_column(0, "trajectory_id", __import__("pyarrow").array(["d"])))
+            row = store.table.search().where("trajectory_id = 'a'").limit(1).to_arrow()
+            other.add(row.set_column(row.schema.get_field_index("trajectory_id"), "trajectory_id", pa.array(["d"])))
         return found
 
     store._lookup = racing_lookup
