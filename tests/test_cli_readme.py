@@ -54,11 +54,11 @@ def test_help_shows_boolean_flags_without_a_value(name):
 def test_every_config_field_of_every_stage_is_a_flag():
     """One set of options: each stage config field (and each lopd option of distill) is a flag
     spelled like the field (``max_new_tokens`` -> ``--max-new-tokens``; lopd's ``lam`` is ``--lambda``)."""
-    from stages import coldstart, collect, distill, evaluate, index
+    from stages import coldstart, collect, distill, evaluate, index, sft
     from stages.methods import get_method
 
     stages = {"collect": collect.CollectConfig, "index": index.IndexConfig, "coldstart": coldstart.ColdstartConfig,
-              "distill": distill.DistillConfig, "evaluate": evaluate.EvaluateConfig}
+              "distill": distill.DistillConfig, "evaluate": evaluate.EvaluateConfig, "sft": sft.SftConfig}
     for name, config in stages.items():
         flags = {o for p in COMMANDS[name].params for o in (*p.opts, *p.secondary_opts)}
         fields = [f for f in config.model_fields if f != "options"]
