@@ -472,7 +472,7 @@ def _pantry_task(rng: random.Random) -> dict:
     def find_order() -> tuple:
         k, name = new_qty(a), ingredients[a]["name"]
         text = _say(rng, ["Find the ingredient {name} and order {k} units of it.",
-                           "We are low on {name}: look up its code and order {k} units."], k=k, name=name)
+                           "We are low on {name}: look up the ingredient code and order {k} units."], k=k, name=name)
         return text, [ordered(a, k)], [_call("find_ingredient", name=name), _call("order_stock", code=a, qty=k)]
 
     def find_use() -> tuple:
