@@ -50,6 +50,20 @@ def test_sample_of_tasks_passes_every_check():
     assert 0 < max(r.action_tokens for r in results) <= check.ACTION_TOKEN_LIMIT
 
 
+def test_build_names_a_broken_module_and_skips_it_only_when_asked(tmp_path):
+    domains = tmp_path / "domains"
+    domains.mkdir()
+    shutil.copy(BED / "domains" / "personal.py", domains / "personal.py")
+    (domains / "broken.py").write_text('ENVS = [{"env_id": "bed_x", "env_class_name": "X", "role": "main"}]\n')
+    env_rows, task_rows, _, problems = build.build(domains)
+    assert problems == ["domains/broken.py: env 'bed_x': missing field 'environment_introduction'"]
+    assert env_rows == task_rows == []
+    env_rows, task_rows, meta, problems = build.build(domains, skip_broken=True)
+    assert len(problems) == 1 and [r["env_id"] for r in env_rows] == [
+        "bed_personal_notes", "bed_personal_todo", "bed_personal_contacts"]
+    assert meta["counts"]["tasks"] == {"warmup": 120} and len(task_rows) == 120
+
+
 @pytest.fixture
 def bed_copy(tmp_path):
     """A bed of the first two calendar tasks, with broken reference actions and a leaked test text."""

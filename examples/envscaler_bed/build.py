@@ -1,6 +1,6 @@
 """Regenerate the lopd study bed: ``environments.jsonl``, ``tasks.jsonl`` and the counts in ``bed.json``.
 
-    python examples/envscaler_bed/build.py [--skip-broken]
+    python examples/envscaler_bed/build.py [--skip-broken] [--domains DIR]
 
 Every module in ``domains/`` (sorted by name) defines ``ENVS``; each environment's tasks come from
 its ``make_task(random.Random(f"{env_id}:{seed}"))`` for seed = 0, 1, 2, ... (a task whose text
@@ -36,14 +36,14 @@ class BedError(Exception):
     """A domain module that breaks the contract; the message names the file and field."""
 
 
-def load_domain(path: Path) -> list[dict[str, Any]]:
-    """The ``ENVS`` list of one domain module, checked against the contract (no task generated yet).
+def load_domain(path: Path, where: str) -> list[dict[str, Any]]:
+    """The ``ENVS`` list of one domain module, checked against the contract (no task generated yet);
+    ``where`` names the module in messages.
 
     Raises:
         BedError: the module fails to import, has no ``ENVS`` list, or an environment lacks a field,
             has a wrong role, or its ``env_class_code`` does not define ``env_class_name``.
     """
-    where = f"{path.relative_to(BED_DIR)}"
     try:
         spec = importlib.util.spec_from_file_location(f"lopd_bed_domain_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
@@ -150,10 +150,10 @@ def build(domains_dir: Path = DOMAINS_DIR, skip_broken: bool = False) -> tuple[l
     env_rows, task_rows, problems, seen = [], [], [], {}
     for path in sorted(p for p in domains_dir.glob("*.py") if p.name != "__init__.py"):
         try:
-            envs = load_domain(path)
+            envs = load_domain(path, f"{domains_dir.name}/{path.name}")
             rows = []
             for env in envs:
-                where = f"{path.relative_to(BED_DIR)}: env {env['env_id']!r}"
+                where = f"{domains_dir.name}/{path.name}: env {env['env_id']!r}"
                 if env["env_id"] in seen:
                     raise BedError(f"{where}: field 'env_id' is also defined in {seen[env['env_id']]}")
                 rows.append(({k: env[k] for k in ENV_FIELDS if k != "make_task"}, env_tasks(env, where)))
@@ -188,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     """Build and write the bed; returns the exit status (1 when a module is broken and not skipped)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip-broken", action="store_true", help="write the bed without the broken modules")
+    parser.add_argument("--domains", type=Path, default=DOMAINS_DIR,
+                        help="folder of the domain modules (default: domains/ next to this file)")
     args = parser.parse_args(argv)
-    env_rows, task_rows, meta, problems = build(skip_broken=args.skip_broken)
+    env_rows, task_rows, meta, problems = build(args.domains, skip_broken=args.skip_broken)
     for line in problems:
         print(f"BROKEN {line}", file=sys.stderr)
     if problems and not args.skip_broken:
