@@ -118,3 +118,30 @@ HOSTILE = {
 def test_a_solution_cannot_forge_its_verdict(name):
     verdict = _verdict(HOSTILE[name])
     assert verdict["passed"] == 0 and verdict["first_failure"], verdict
+
+
+# The README's table "training reward vs LiveCodeBench's grader": one program per row, with the
+# verdict each grader gives (True: all tests pass).
+DIFFERENCES = [
+    ("sys.stdin.buffer", "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))", SUM, True, False),
+    ("sys.stdout.buffer.write", "a, b = map(int, input().split())\nimport sys\nsys.stdout.buffer.write(b'%d\\n' % (a + b))",
+     SUM, True, False),
+    ("open(0).read()", "print(sum(map(int, open(0).read().split())))", SUM, True, False),
+    ("float within 1e-5", "print(1 / 3)", [{"input": "", "output": "0.333333333333\n", "testtype": "stdin"}], True, False),
+    ("more than 4,300 digits", "print(10 ** 5000)",
+     [{"input": "", "output": "1" + "0" * 5000 + "\n", "testtype": "stdin"}], True, False),
+    ("sys.exit after the answer", "print(sum(map(int, input().split())))\nraise SystemExit(1)", SUM, True, True),
+]
+
+
+@pytest.mark.parametrize("row", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
+def test_where_the_training_reward_and_livecodebench_differ(row):
+    from stages.core.envs import livecodebench as lcb
+
+    source = lcb.official_testing_util()
+    if source is None:
+        pytest.skip("nvidia-livecodebench is not installed")
+    _, code, tests, ours, official = row
+    mine, theirs = grade(code, tests, None, per_test_s=3), lcb.grade_official(code, tests, None, per_test_s=3, source=source)
+    assert (mine["passed"] == mine["total"]) == ours, mine
+    assert (theirs["passed"] == theirs["total"]) == official, theirs

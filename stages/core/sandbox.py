@@ -51,8 +51,8 @@ _FILE_CAP = 16 * 2**20  # RLIMIT_FSIZE: largest file (incl. captured stdout/stde
 
 _PROGRAM = "/lopd/program.py"  # where the program file is bound (read-only) inside the sandbox
 
-# Runs in the child as `python -I -B -X int_max_str_digits=0 -c _BOOT <workdir> <program file> hook|nohook`
-# (no int/str digit limit, as in a judge's interpreter). It reads (and
+# Runs in the child as `python -I -B [-X int_max_str_digits=0] -c _BOOT <workdir> <program file> hook|nohook`
+# (by default no int/str digit limit, as in a judge's interpreter). It reads (and
 # deletes, when it can) the program file, installs the audit hook, then executes the program as
 # __main__.
 _BOOT = r'''
@@ -217,12 +217,13 @@ def _split_markers(stderr: str) -> tuple[str, str | None, str | None]:
     return "\n".join(kept).strip("\n"), blocked, failure
 
 
-def python_argv(workdir: str, program: str, audit_hook: bool = True) -> list[str]:
+def python_argv(workdir: str, program: str, audit_hook: bool = True, digit_limit: bool = False) -> list[str]:
     """The argv that runs the Python file ``program`` as ``__main__`` the way :func:`run_python` does
-    (isolated interpreter, no int/str digit limit, the audit-hook prelude when ``audit_hook``), with
-    ``workdir`` as the only place it may write; used to start further programs inside a sandbox."""
-    return [sys.executable, "-I", "-B", "-X", "int_max_str_digits=0", "-c", _BOOT, workdir, program,
-            "hook" if audit_hook else "nohook"]
+    (isolated interpreter, the audit-hook prelude when ``audit_hook``; no int/str digit limit unless
+    ``digit_limit``), with ``workdir`` as the only place it may write; used to start further programs
+    inside a sandbox."""
+    limit = [] if digit_limit else ["-X", "int_max_str_digits=0"]
+    return [sys.executable, "-I", "-B", *limit, "-c", _BOOT, workdir, program, "hook" if audit_hook else "nohook"]
 
 
 def classify(rc: int, wall_killed: bool, stderr: str, timeout_s: float, cpu_s: int) -> tuple[Status, str, str]:
@@ -268,6 +269,7 @@ def run_python(
     max_output_chars: int = 64 * 1024,
     audit_hook: bool = True,
     nproc: int = isolation.NPROC,
+    digit_limit: bool = False,
 ) -> SandboxResult:
     """Execute ``code`` as ``__main__`` in a sandboxed child interpreter and wait for it.
 
@@ -291,6 +293,8 @@ def run_python(
         audit_hook: install the audit-hook layer (default). ``False`` leaves the OS layer alone
             (tests use it to show that layer holds on its own; programs that start programs).
         nproc: RLIMIT_NPROC of the program (processes and threads of its uid).
+        digit_limit: keep Python's int/str conversion limit (4,300 digits); off by default, as in
+            a judge's interpreter.
 
     Returns:
         A :class:`SandboxResult`. Never raises for anything the program does.
@@ -312,13 +316,13 @@ def run_python(
         program.write_text(code, encoding="utf-8")
         if isolated:
             limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=_FILE_CAP, nproc=int(nproc))
-            argv = isolation.wrap(python_argv(isolation.WORKDIR, _PROGRAM, audit_hook),
+            argv = isolation.wrap(python_argv(isolation.WORKDIR, _PROGRAM, audit_hook, digit_limit),
                                   ro_binds={str(program): _PROGRAM}, limits=limits)
             env, cwd, preexec = isolation.base_env(), root, None
         else:  # --unsafe-exec on a machine without isolation: the old in-process guards only
             work = root / "work"
             work.mkdir()
-            argv = [*_netns_prefix(), *python_argv(str(work), str(program), audit_hook)]
+            argv = [*_netns_prefix(), *python_argv(str(work), str(program), audit_hook, digit_limit)]
             env = {**isolation.base_env(), "HOME": str(work), "TMPDIR": str(work)}
             cwd, preexec = work, functools.partial(_limits, int(cpu_s), int(memory_mb), int(nproc))
         if group is not None:

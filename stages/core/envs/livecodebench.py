@@ -179,12 +179,13 @@ def extract_code(text: str) -> str:
 
 
 def _sandbox_verdicts(program: str, mark: str, tests: int, per_test_s: int, memory_mb: int) -> tuple[list | None, str]:
-    """Run a grading program in the sandbox: (the JSON verdict list it printed after ``mark``, "")
-    or (None, why it printed none)."""
+    """Run LiveCodeBench's grading program in the sandbox, with Python's default int/str digit limit
+    as the official grader has it: (the JSON verdict list it printed after ``mark``, "") or (None,
+    why it printed none)."""
     from stages.core.sandbox import run_python
 
     budget = per_test_s * tests + 5
-    res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=memory_mb)
+    res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=memory_mb, digit_limit=True)
     marker = next((ln for ln in reversed(res.stdout.splitlines()) if ln.startswith(mark)), None)
     if marker is None:
         return None, f"sandbox {res.status}: {res.reason}"
