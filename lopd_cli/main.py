@@ -256,7 +256,8 @@ def distill(
     method: Optional[str] = typer.Option(None, "--method", help="Training method: lopd, grpo, sdft, opsd, sdpo, skill-sd (stages/methods). (default lopd)"),
     option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler, taco."),
-    store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training). (default runs/store)"),
+    store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training); refused when missing, unless --new-store. (default runs/store)"),
+    new_store: Optional[bool] = typer.Option(None, "--new-store", help="Start an empty experience store at --store when none is there. (default: refuse a missing store)"),
     composer: Optional[str] = typer.Option(None, "--composer", help="lopd: cold-start composer folder (lopd coldstart's final/)."),
     out: Optional[str] = typer.Option(None, "--out", help="Run folder. (default runs/lopd)"),
     model: Optional[str] = typer.Option(None, "--model", help="Student/teacher backbone. (default smollm2-135m)"),
@@ -264,8 +265,8 @@ def distill(
     dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Environment task files."),
     margin: Optional[float] = typer.Option(None, "--margin", help="Privileged margin m (0 = the no-margin ablation). (default 0.05)"),
-    J: Optional[int] = typer.Option(None, "--J", help="Retrieved experiences per task. (default 3)"),
-    K: Optional[int] = typer.Option(None, "--K", help="Latent tokens per experience (must match the composer). (default 32)"),
+    J: Optional[int] = typer.Option(None, "--J", help="Retrieved experiences per task. (default: the composer's, else 3)"),
+    K: Optional[int] = typer.Option(None, "--K", help="Latent tokens per experience (must match the composer). (default: the composer's)"),
     M: Optional[int] = typer.Option(None, "--M", help="Teacher top-M tokens in the KL (plus a tail bucket). (default 20)"),
     lam: Optional[float] = typer.Option(None, "--lambda", help="Anchor weight lambda. (default 0.2)"),
     eta_beta: Optional[float] = typer.Option(None, "--eta-beta", help="Dual step size of beta. (default 0.5)"),
@@ -305,10 +306,6 @@ def distill(
 
     With --resume the run's saved OUT/config.json supplies every option not given again.
     """
-    if nproc > 1:
-        from stages.core import distributed
-
-        raise typer.Exit(distributed.launch(nproc, _given_options(ctx, skip=("nproc",))))
     from stages import distill as stage
     from stages.distill_settings import parse_options, settings
 
@@ -324,10 +321,17 @@ def distill(
         "temperature": temperature, "top_p": top_p, "top_k": top_k, "engine": engine, "rollout_batch": rollout_batch,
         "activation_checkpointing": activation_checkpointing, "grad_clip": grad_clip, "embedder": embedder,
         "run_id": run_id, "beta0": beta0, "composer_lr": composer_lr, "max_exp_tokens": max_exp_tokens,
-        "exclude_same_task": exclude_same_task, "allow_overlap": allow_overlap,
+        "exclude_same_task": exclude_same_task, "allow_overlap": allow_overlap, "new_store": new_store,
     }
     flags.update(parse_options(option))
-    stage.run(settings(flags, config, resume))
+    run_config = settings(flags, config, resume)
+    if nproc > 1:  # every check that needs no model, here, before torchrun starts N processes
+        from stages.core import distributed
+        from stages.distill_checks import preflight
+
+        preflight(run_config, world_size=nproc)
+        raise typer.Exit(distributed.launch(nproc, _given_options(ctx, skip=("nproc",))))
+    stage.run(run_config)
 
 
 @app.command()

@@ -17,7 +17,6 @@ Data-parallel training over N processes (``torchrun`` / ``lopd distill --nproc N
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,22 +31,18 @@ from stages.core import distributed, memory, resources, runs
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
-from stages.core.leakage import check_train_tasks
 from stages.core.models import save_final, save_student
 from stages.core.policy import disable_dropout, resolve_device_dtype
 from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
-from stages.core.tracking import RunLogger, check_logger
-from stages.engines import SamplingParams, check_engine, make_engine
+from stages.core.tracking import RunLogger
+from stages.engines import SamplingParams, make_engine
+from stages.distill_checks import preflight
 from stages.distill_settings import DistillConfig
 from stages.methods import Method, StepBatch, StepContext, get_method
 
-# Fields that may differ between a run and its --resume: they do not change the meaning of the
-# finished steps (everything else must match). Paths are compared after resolving.
-_RESUMABLE = runs.RESUMABLE | {"log", "allow_overlap"}
-_PATHS = {"store", "out", "composer", "data_dir"}
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
     "skipped_rows", "generations", "tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb", "rss_mb",
@@ -59,7 +54,6 @@ TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", 
 RANK_SEED_STRIDE = 100_003  # rank r of a data-parallel run samples with seeds offset by r x this
 
 
-class DistillReport(BaseModel):
 def _training_modules(method: Method) -> list[torch.nn.Module]:
     """The student's module and every module ``method`` holds, as an attribute or one attribute
     down (a composer's backbone, a teacher object's model), each once."""
@@ -71,6 +65,7 @@ def _training_modules(method: Method) -> list[torch.nn.Module]:
     return list(found.values())
 
 
+class DistillReport(BaseModel):
     """Summary of a distill run (this invocation's steps; means over them)."""
 
     run_id: str
@@ -107,7 +102,9 @@ class Distiller:
             (:func:`stages.engines.check_engine`, checked first too); data-parallel: a method
             that cannot run so, fewer tasks per step than processes, a resume with another
             number of processes than the checkpoint's.
-        StoreError, EnvError: unusable store or environment.
+        StoreError, EnvError: unusable store or environment; a store that does not exist
+            (unless ``new_store``). All of these come from :func:`stages.distill_checks.preflight`,
+            before any model loads or any file is written.
     """
 
     def __init__(self, config: DistillConfig, console: Console | None = None) -> None:
@@ -115,15 +112,14 @@ class Distiller:
         self.world = distributed.world(torch.device(device).type)
         self.console = (console or Console()) if self.world.is_main else Console(quiet=True)
         self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step
-        check_logger(config.log)
-        check_engine(config.engine, config.temperature)
-        self.out = Path(config.out)
         method_cls = get_method(config.method)
-        distributed.check_split(self.world, method_cls, config.tasks_per_step)
-        options = method_cls.resolve_options(method_cls.Options.model_validate(config.options))
+        checked = preflight(config, self.world.size, self.world.is_main)  # no model loaded, nothing written
+        self.out, options, self.tasks = Path(config.out), checked.options, checked.tasks
         resolved = None
         if self.world.is_main:  # rank 0 checks the run folder; the others take its run id
-            resolved = (self._resolve(config.model_copy(update={"options": options.model_dump()})), self.resuming)
+            if checked.folder.changes:
+                self.console.print(f"[bold]distill[/] {runs.describe_changes(checked.folder.changes)}")
+            resolved = (checked.config, checked.folder.resuming)
             ckpt.clean_partial(self.out)
         self.config, self.resuming = distributed.broadcast(resolved, self.world)
         config = self.config
@@ -134,7 +130,7 @@ class Distiller:
         self.cursor = state.get("data_position", 0)
         self.rows_added, self.commit = 0, git_commit()
         if self.world.is_main:
-            self.store = ExperienceStore.open(config.store)
+            self.store = ExperienceStore.open(config.store, create=config.new_store)
             if self.resuming:  # back to the store and metrics exactly as at the checkpoint
                 dropped = memory.drop_rows_after(self.store, config.run_id, self.step)
                 runs.truncate_metrics(self.out / runs.METRICS_FILE, self.step)
@@ -145,13 +141,13 @@ class Distiller:
                                  "choose another run id")
         distributed.barrier(self.world)
         if not self.world.is_main:  # the store as rank 0 left it
-            self.store = ExperienceStore.open(config.store)
+            self.store = ExperienceStore.open(config.store, create=False)
         torch.manual_seed(config.seed)
         self.method: Method = method_cls(options, config, resume_from, state)
         self.student = self.method.student
-        self.method.check_resources(self.store)
         for module in _training_modules(self.method):  # adapters restored from checkpoints included
             disable_dropout(module)  # train() mode engages activation checkpointing, never dropout
+        self.method.check_resources(self.store)
         if config.activation_checkpointing:
             if self.student.adapter is None:
                 base_model(self.student.model).gradient_checkpointing_enable()
@@ -173,12 +169,6 @@ class Distiller:
         self.index_field = info.field if info else "task"
         if self.world.is_main:
             index_new(self.store, self.embedder, field=self.index_field)  # rows a crash left unembedded
-        probe = make_env(config.env, data_dir=self._data_dir(), max_steps=config.max_turns)
-        self.tasks: list[Task] = probe.tasks("train")
-        probe.close()
-        if not self.tasks:
-            raise ValueError(f"env {config.env}: no train tasks")
-        check_train_tasks(config.env, self.tasks, self._data_dir(), allow_overlap=config.allow_overlap)
         self.logger: RunLogger | None = None
         if self.world.is_main:
             runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
@@ -187,18 +177,6 @@ class Distiller:
             ckpt.restore_rng(resume_from, rank=self.world.rank if self.world.size > 1 else None)
 
     # ----------------------------------------------------------------------------- setup --
-
-    def _resolve(self, config: DistillConfig) -> DistillConfig:
-        """Fill run_id and check ``out`` against the run it may hold (:func:`runs.open_run`)."""
-        saved = runs.saved_config(self.out)
-        run_id = config.run_id or (saved or {}).get("run_id") or f"distill-{uuid.uuid4().hex[:12]}"
-        config = config.model_copy(update={"run_id": run_id})
-        folder = runs.open_run(self.out, "distill", config, resume=config.resume, may_change=_RESUMABLE,
-                               path_fields=_PATHS)
-        self.resuming = folder.resuming
-        if folder.changes:
-            self.console.print(f"[bold]distill[/] {runs.describe_changes(folder.changes)}")
-        return config
 
     def _data_dir(self) -> Path | None:
         return Path(self.config.data_dir) if self.config.data_dir else None

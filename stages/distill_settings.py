@@ -22,7 +22,8 @@ class DistillConfig(BaseModel):
     lambda, ...) are given flat as well (``DistillConfig(method="lopd", margin=0.05, ...)``, or
     keys of a config file) and validated into ``options`` by the method's ``Options`` model; a
     key that is neither is an error naming the method's options. ``student_lora_rank=0`` =
-    full fine-tuning; ``max_len`` None = whole sequences (longer ones are cut; a row whose
+    full fine-tuning; ``new_store`` lets a run start an empty store where ``store`` has none
+    (a missing store is refused otherwise); ``max_len`` None = whole sequences (longer ones are cut; a row whose
     prompt alone fills it is skipped and counted); ``micro_batch`` = training rows per
     forward/backward; ``embedder`` None = the store's; ``max_turns`` (``max_steps`` in older
     config files) caps an episode's actions; ``device`` / ``dtype`` None = CUDA in bfloat16 when
@@ -66,6 +67,7 @@ class DistillConfig(BaseModel):
     run_id: str | None = None
     resume: bool = False
     allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.core.leakage)
+    new_store: bool = False  # start an empty store at ``store`` when none is there (else refused)
 
     @model_validator(mode="before")
     @classmethod
@@ -141,11 +143,23 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def composer_shape(composer: str | Path) -> dict[str, int]:
+    """``{"J": ..., "K": ...}`` of the composer checkpoint folder ``composer`` (what it was
+    trained with); {} when it has no readable ``composer_config.json`` (the run's checks name
+    the missing file later)."""
+    try:
+        saved = json.loads((Path(composer) / "composer_config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: saved[k] for k in ("J", "K") if isinstance(saved, dict) and isinstance(saved.get(k), int)}
+
+
 def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool = False) -> DistillConfig:
     """The run's settings from CLI flags, an optional config file and the run's saved settings.
 
     Precedence: flags given (not None) > ``config_file`` > with ``resume`` the saved
-    ``OUT/config.json`` > defaults (store ``runs/store``, out ``runs/lopd``).
+    ``OUT/config.json`` > for a composer method (lopd) the composer's J and K
+    (:func:`composer_shape`) > defaults (store ``runs/store``, out ``runs/lopd``).
 
     Raises:
         ValueError: unreadable config file, a missing required setting (``env``; the method's
@@ -165,5 +179,7 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
     for name, field in method.Options.model_fields.items():
         if field.is_required() and name not in values:
             raise ValueError(f"--{name} is required by method {method.name!r} (as a flag or in the --config file)")
+    if method.needs_composer:
+        values.update({k: v for k, v in composer_shape(values["composer"]).items() if k not in values})
     values["resume"] = resume
     return DistillConfig(**values)

@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 Logger = Literal["none", "tensorboard", "wandb"]
 LOGGERS: tuple[str, ...] = ("none", "tensorboard", "wandb")
-_PACKAGE = {"tensorboard": ("tensorboard", "torch.utils.tensorboard"), "wandb": ("wandb", "wandb")}
+# per logger: (the pip extra, the modules that must import); torch ships torch.utils.tensorboard,
+# whose SummaryWriter imports the separate `tensorboard` package
+_PACKAGE = {"tensorboard": ("tensorboard", ("tensorboard", "torch.utils.tensorboard")), "wandb": ("wandb", ("wandb",))}
 
 
 def check_logger(kind: str) -> None:
@@ -29,14 +31,18 @@ def check_logger(kind: str) -> None:
         raise ValueError(f"log {kind!r}: choose one of {', '.join(LOGGERS)}")
     if kind == "none":
         return
-    extra, module = _PACKAGE[kind]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a module set to None
-        found = False
-    if not found:
+    extra, modules = _PACKAGE[kind]
+    if not all(_importable(m) for m in modules):
         raise ValueError(f"--log {kind} needs the `{extra}` package: pip install -e '.[{extra}]' "
                          "(or --log none; metrics.jsonl is written either way)")
+
+
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be found without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module set to None
+        return False
 
 
 class RunLogger:

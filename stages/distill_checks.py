@@ -1,0 +1,115 @@
+"""The checks of `lopd distill` that need no model: they all run before any model loads and
+before anything is written (run folder, store, logger files), so a run that cannot start
+fails in a second with one line and leaves nothing that blocks the next try.
+
+:func:`preflight` is called by :class:`stages.distill.Distiller` (rank 0 of a data-parallel
+run checks the run folder and the store) and by ``lopd distill --nproc N`` before it starts
+torchrun.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from schemas import Task
+from stages.core import distributed, runs
+from stages.core.envs import make_env
+from stages.core.leakage import check_train_tasks
+from stages.core.store import ExperienceStore, StoreError
+from stages.core.tracking import check_logger
+from stages.distill_settings import DistillConfig
+from stages.engines import check_engine
+from stages.methods import get_method
+
+# Fields that may differ between a run and its --resume: they do not change the meaning of the
+# finished steps (everything else must match). Paths are compared after resolving.
+RESUMABLE = runs.RESUMABLE | {"log", "allow_overlap", "new_store"}
+PATH_FIELDS = {"store", "out", "composer", "data_dir"}
+
+
+@dataclass
+class Checked:
+    """What :func:`preflight` found.
+
+    Attributes:
+        config: the settings with the method's options resolved against their files (e.g.
+            ``max_exp_tokens`` from the composer) and, on the main process, ``run_id`` filled
+            (the saved one, else a fresh ``distill-<12 hex>``).
+        options: the method's validated options (``config.options`` as the Options model).
+        tasks: the environment's train tasks (non-empty).
+        folder: the run folder check (:func:`stages.core.runs.open_run`); None off the main process.
+    """
+
+    config: DistillConfig
+    options: BaseModel
+    tasks: list[Task]
+    folder: runs.RunFolder | None
+
+
+def check_store(uri: str, new_store: bool) -> None:
+    """Refuse a store that does not exist unless ``new_store`` (the run then makes it); an
+    existing store is opened once (read only), so a damaged one fails here too.
+
+    Raises:
+        StoreError: one line naming the path and the flag that starts an empty store.
+    """
+    if new_store:
+        return
+    try:
+        ExperienceStore.open(uri, create=False)
+    except StoreError as err:
+        if not str(err).startswith("no experience store"):
+            raise
+        raise StoreError(f"no experience store at {uri} (build one with lopd collect and lopd index, "
+                         "or pass --new-store to start an empty one)") from None
+
+
+def train_tasks(config: DistillConfig) -> list[Task]:
+    """The environment's train tasks, checked against the evaluation benchmarks.
+
+    Raises:
+        EnvError: unknown environment or unreadable task files.
+        ValueError: no train tasks; tasks an evaluation benchmark scores (without ``allow_overlap``).
+    """
+    data_dir = Path(config.data_dir) if config.data_dir else None
+    probe = make_env(config.env, data_dir=data_dir, max_steps=config.max_turns)
+    try:
+        tasks = probe.tasks("train")
+    finally:
+        probe.close()
+    if not tasks:
+        raise ValueError(f"env {config.env}: no train tasks")
+    check_train_tasks(config.env, tasks, data_dir, allow_overlap=config.allow_overlap)
+    return tasks
+
+
+def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) -> Checked:
+    """Every check of a distill run that needs no model, in the order a user fixes them: the
+    logger package, the rollout engine, the method's data-parallel split over ``world_size``
+    processes, the method's options against their files (LOPD: K against the composer), the
+    environment's train tasks, and on the main process the run folder (``out`` holds another
+    run, or a resumed run changes a fixed setting) and the store. Nothing is written.
+
+    Raises:
+        ValueError, StoreError, EnvError: one line naming the flag, file or field to change.
+    """
+    check_logger(config.log)
+    check_engine(config.engine, config.temperature)
+    method_cls = get_method(config.method)
+    distributed.check_split(distributed.World(size=world_size), method_cls, config.tasks_per_step)
+    options = method_cls.resolve_options(method_cls.Options.model_validate(config.options))
+    config = config.model_copy(update={"options": options.model_dump()})
+    tasks = train_tasks(config)
+    folder = None
+    if is_main:
+        out = Path(config.out)
+        saved = runs.saved_config(out)
+        run_id = config.run_id or (saved or {}).get("run_id") or f"distill-{uuid.uuid4().hex[:12]}"
+        config = config.model_copy(update={"run_id": run_id})
+        folder = runs.open_run(out, "distill", config, resume=config.resume, may_change=RESUMABLE,
+                               path_fields=PATH_FIELDS)
+        check_store(config.store, config.new_store)
+    return Checked(config, options, tasks, folder)

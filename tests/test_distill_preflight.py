@@ -1,0 +1,125 @@
+"""`lopd distill` fails before any model loads and before anything is written (issue 31 items
+2, 3, 5, 12): the logger package, a missing store (`--new-store` starts one), the data-parallel
+split of `--nproc` (checked before torchrun starts), J and K read from the composer.
+
+Tiny in-process model, toy environment and seed store of tests/test_distill.py.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+import stages.core.distributed as distributed
+import stages.methods.lopd as lopd_method
+from lopd_cli.main import app
+from stages.core.store import ExperienceStore
+from stages.core.tracking import check_logger
+from stages.distill_settings import settings
+from tests.test_distill import ENV, _hash_embedder, assets  # noqa: F401 (fixtures)
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading a model fails the test: every check under test runs before it."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the failing check")
+    monkeypatch.setattr(lopd_method, "load_models", refuse)
+
+
+def _args(assets, tmp_path, *extra: str, store: str | None = None) -> list[str]:
+    model_dir, composer_dir, store_template = assets
+    if store is None:
+        store = str(tmp_path / "store")
+        if not (tmp_path / "store").exists():
+            shutil.copytree(store_template, store)
+    return ["distill", "--env", ENV, "--store", store, "--composer", str(composer_dir),
+            "--out", str(tmp_path / "run"), "--model", str(model_dir), "--steps", "1", "--max-new-tokens", "4",
+            "--M", "5", "--run-id", "preflight", *extra]
+
+
+def _one_error_line(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_tensorboard_check_looks_for_the_tensorboard_package(monkeypatch):
+    """torch ships torch.utils.tensorboard; its SummaryWriter needs the `tensorboard` package."""
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # absent, whatever is installed
+    with pytest.raises(ValueError, match=r"--log tensorboard needs the `tensorboard` package"):
+        check_logger("tensorboard")
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(ValueError, match=r"--log wandb needs the `wandb` package"):
+        check_logger("wandb")
+    check_logger("none")
+
+
+def test_log_tensorboard_without_the_package_fails_before_loading(assets, tmp_path, monkeypatch, no_model):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, "--log", "tensorboard")))
+    assert "pip install -e '.[tensorboard]'" in line
+    assert not (tmp_path / "run").exists()  # no config.json left to block the next run
+
+
+@pytest.mark.parametrize("case", ["missing-store", "k-conflict", "env-data", "out-holds-a-run"])
+def test_every_failing_check_runs_before_any_model_loads(assets, tmp_path, no_model, case):
+    extra, store = [], None
+    if case == "missing-store":
+        store = str(tmp_path / "stroe")  # a typo
+    elif case == "k-conflict":
+        extra = ["--K", "8"]
+    elif case == "env-data":
+        extra = ["--env", "envscaler", "--data-dir", str(tmp_path / "no-data")]
+    else:
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "config.json").write_text(json.dumps({"run_id": "other"}))
+    line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, *extra, store=store)))
+    expected = {"missing-store": f"no experience store at {tmp_path / 'stroe'}", "k-conflict": "field 'K' is 4",
+                "env-data": str(tmp_path / "no-data"), "out-holds-a-run": "already holds a distill run"}[case]
+    assert expected in line
+    assert not (tmp_path / "stroe").exists()
+    assert case == "out-holds-a-run" or not (tmp_path / "run").exists()
+
+
+def test_missing_store_is_refused_and_new_store_starts_one(assets, tmp_path):
+    fresh = tmp_path / "fresh-store"
+    line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, store=str(fresh))))
+    assert f"no experience store at {fresh}" in line and "--new-store" in line
+    assert not fresh.exists() and not (tmp_path / "run").exists()
+    result = runner.invoke(app, _args(assets, tmp_path, "--new-store", store=str(fresh)))
+    assert result.exit_code == 0, result.output
+    assert ExperienceStore.open(fresh, create=False).count(run_id="preflight") == 2 * 2  # B x G rollouts
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["new_store"] is True
+
+
+def test_nproc_checks_everything_before_starting_torchrun(assets, tmp_path, monkeypatch, no_model):
+    launched = []
+    monkeypatch.setattr(distributed, "launch", lambda n, argv: launched.append((n, argv)) or 0)
+    line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, "--nproc", "2", "--tasks-per-step", "1")))
+    assert "tasks_per_step 1 < 2 processes" in line and launched == []
+    line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, "--nproc", "2", store=str(tmp_path / "nope"))))
+    assert "no experience store" in line and launched == []
+    result = runner.invoke(app, _args(assets, tmp_path, "--nproc", "2"))
+    assert result.exit_code == 0, result.output
+    (n, argv), = launched
+    assert n == 2 and "--nproc" not in argv and argv[:3] == ["distill", "--env", ENV]
+    assert not (tmp_path / "run").exists()  # the parent process writes nothing
+
+
+def test_j_and_k_come_from_the_composer_unless_given(assets, tmp_path):
+    _, composer_dir, _ = assets  # trained with J=2, K=4
+    base = {"env": ENV, "composer": str(composer_dir), "out": str(tmp_path / "o")}
+    config = settings(base)
+    assert (config.options["J"], config.options["K"]) == (2, 4)
+    config = settings({**base, "J": 5})
+    assert (config.options["J"], config.options["K"]) == (5, 4)  # J may differ from the composer's
+    toml = tmp_path / "run.toml"
+    toml.write_text("K = 8\n")
+    assert settings(base, str(toml)).options["K"] == 8  # given in a file: kept, refused by the run's check
