@@ -212,6 +212,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         "per_task": [_task_row(t, extras.get(t.task_id, {})) for t in trajs],
         "notes": prepared.notes,
         "fixtures": prepared.fixtures,
+        "rules": prepared.rules,
         "config": config.model_dump(),
         "model": config.model,
         "git_commit": git_commit(),
@@ -361,7 +362,8 @@ def _task_row(t: Trajectory, extra: dict[str, Any]) -> dict[str, Any]:
 
 def report_table(report: dict[str, Any]) -> Table:
     """Scores and behaviour statistics of one report as a two-column rich table."""
-    table = Table(title=f"{report['bench']} - {report['model']}", caption=f"{len(report['per_task'])} tasks")
+    rules = f"; {report['rules']}" if report.get("rules") else ""
+    table = Table(title=f"{report['bench']} - {report['model']}", caption=f"{len(report['per_task'])} tasks{rules}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in report["scores"].items():

@@ -21,10 +21,11 @@ def call(name: str, **args) -> str:
     return f'<tool_call>{{"name": "{name}", "arguments": {json.dumps(args)}}}</tool_call>'
 
 
-# Oracle action sequences for every bundled fixture task; each ends with a plain final answer.
+# Oracle action sequences for every bundled fixture task, one tool call per action; a plain final
+# answer follows.
 ORACLE = {
     "lib-001": [call("search_books", query="Dune"), call("checkout_book", member_id="M-100", book_id="B-2")],
-    "lib-002": [call("return_book", member_id="M-200", book_id="B-3") + call("checkout_book", member_id="M-200", book_id="B-4")],
+    "lib-002": [call("return_book", member_id="M-200", book_id="B-3"), call("checkout_book", member_id="M-200", book_id="B-4")],
     "lib-003": [call("get_member", member_id="M-300"), call("return_book", member_id="M-300", book_id="B-1"),
                 call("checkout_book", member_id="M-300", book_id="B-5")],
     "cal-001": [call("list_rooms"), call("book_meeting", title="Design review", room_id="R-B", day="2025-03-04",
@@ -62,18 +63,23 @@ def env():
 
 @pytest.fixture
 def bad_env():
-    e = make_env("envscaler", data_dir=BAD_DIR, call_timeout_s=3.0, check_timeout_s=0.5, memory_mb=128)
+    e = make_env("envscaler", data_dir=BAD_DIR, call_timeout_s=3.0, check_timeout_s=0.5, memory_mb=128,
+                 episode_rules="lenient")
     yield e
     e.close()
 
 
-def test_oracle_reaches_full_reward_on_every_fixture_task(env):
+@pytest.mark.parametrize("rules", ["official", "lenient"])
+def test_oracle_reaches_full_reward_on_every_fixture_task(rules):
+    env = make_env("envscaler", episode_rules=rules)
     tasks = all_tasks(env)
     assert set(tasks) == set(ORACLE)
     for task_id, actions in ORACLE.items():
         result = play(env, tasks[task_id], actions)
         assert result.done and result.reward == 1.0, (task_id, result.info)
         assert result.info["success"] is True and result.info["end"] == "final_answer"
+        assert result.info["episode_rules"] == rules and tasks[task_id].meta["episode_rules"] == rules
+    env.close()
 
 
 def test_reset_messages_and_task_fields(env):
@@ -89,19 +95,22 @@ def test_reset_messages_and_task_fields(env):
     assert user.role == "user" and user.content == task.prompt
 
 
-def test_noop_gets_hand_computed_partial_reward(env):
+@pytest.mark.parametrize("rules, third", [("official", 0.3333), ("lenient", 1 / 3)])  # official: 4 decimals
+def test_noop_gets_hand_computed_partial_reward(rules, third):
+    env = make_env("envscaler", episode_rules=rules)
     tasks = all_tasks(env)
     # lib-001: only "Emma is still available" holds on the initial state -> 1/3.
     result = play(env, tasks["lib-001"], [], final="I could not help.")
-    assert result.done and result.reward == pytest.approx(1 / 3)
+    assert result.done and result.reward == third
     assert [c["passed"] for c in result.info["checks"]] == [False, False, True]
     assert result.info["success"] is False
     # shop-002: only "O-1002 is still shipped" holds -> 1/3; bank-003: nothing -> 0.
-    assert play(env, tasks["shop-002"], []).reward == pytest.approx(1 / 3)
+    assert play(env, tasks["shop-002"], []).reward == third
     assert play(env, tasks["bank-003"], []).reward == 0.0
 
 
-def test_tool_error_unknown_tool_and_parse_error_are_observations(env):
+def test_tool_error_unknown_tool_and_parse_error_are_observations():
+    env = make_env("envscaler", episode_rules="lenient")
     task = all_tasks(env)["bank-001"]
     env.reset(task)
     r = env.step(call("transfer", from_account="A-1", to_account="A-2", amount=99999))
@@ -114,8 +123,8 @@ def test_tool_error_unknown_tool_and_parse_error_are_observations(env):
     assert env.step("Giving up.").reward == 0.0
 
 
-def test_step_cap_ends_and_scores_episode():
-    e = make_env("envscaler", max_steps=2)
+def test_step_cap_ends_and_scores_episode_under_lenient_rules():
+    e = make_env("envscaler", max_steps=2, episode_rules="lenient")
     try:
         task = all_tasks(e)["bank-001"]
         e.reset(task)

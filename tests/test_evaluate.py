@@ -163,6 +163,7 @@ def test_envscaler_oracle_actions_score_full(tmp_path):
     report = _run(tmp_path, [ORACLE[t.task_id] for t in tasks], bench="envscaler")
     assert report["scores"] == {"mean_reward": 1.0, "mean_reward_se": 0.0, "success_rate": 1.0, "success_rate_se": 0.0}
     assert report["behaviour"]["tool_calls_per_step"] > 0
+    assert report["rules"] == "envscaler episode rules: official"  # the benchmark's own rules, named
     empty = _run(tmp_path, [["Done."]] * len(tasks), bench="envscaler")
     assert empty["scores"]["success_rate"] == 0.0
     # the bundled fixtures are labelled as such, in the report and in a comparison

@@ -65,6 +65,7 @@ class BenchRun:
     tasks: list[Task]
     notes: list[str]
     fixtures: bool = False  # scored on bundled test fixtures, not the benchmark's data
+    rules: str = ""  # the episode / scoring rules the scores follow, named in the report
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,9 @@ def _simple(env: str, split: str = "test", **kwargs: Any) -> Callable[[Any], Ben
         finally:
             probe.close()
         source = getattr(probe, "data_source", None)
-        return BenchRun(factory, tasks, [f"data: {source}"] if source else [], getattr(probe, "fixtures", False))
+        rules = getattr(probe, "episode_rules", None)
+        return BenchRun(factory, tasks, [f"data: {source}"] if source else [], getattr(probe, "fixtures", False),
+                        f"{env} episode rules: {rules}" if rules else "")
 
     return prepare
 

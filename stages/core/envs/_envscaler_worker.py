@@ -13,8 +13,10 @@ replies from its stdout; the child points fds 0/1 at /dev/null for the environme
 stray ``print`` or ``input`` in that code cannot corrupt the channel. Requests and replies:
 
 - ``{"op": "init", "code", "class_name", "init_config"}`` -> ``{"status": "ok"}``
-- ``{"op": "call", "name", "args"}`` -> ``{"status": "ok", "result": text}`` or
-  ``{"status": "error", "error": text}`` (the tool raised; the episode goes on)
+- ``{"op": "call", "name", "args", "official"?}`` -> ``{"status": "ok", "result": text}`` or
+  ``{"status": "error", "error": text}`` (the tool raised). With ``"official": true`` (EnvScaler's
+  own rules) a name the instance lacks gets ``{"status": "invalid"}`` and the result text is
+  ``str(result)``; otherwise the result is JSON text (strings as they are)
 - ``{"op": "score", "checks": [source, ...], "timeout_s"}`` ->
   ``{"status": "ok", "results": [{"passed": bool, "error": text | null}, ...]}``
 
@@ -119,13 +121,15 @@ class _Session:
             self.initial_state = _snapshot(self.instance)
             return {"status": "ok"}
         if op == "call":
+            if req.get("official") and not hasattr(self.instance, req["name"]):
+                return {"status": "invalid"}
             try:
                 result = getattr(self.instance, req["name"])(**req["args"])
             except MemoryError:
                 raise
             except Exception as err:  # a tool that raises is an observation, not a crash
                 return {"status": "error", "error": f"{type(err).__name__}: {err}"}
-            return {"status": "ok", "result": _render(result)}
+            return {"status": "ok", "result": str(result) if req.get("official") else _render(result)}
         if op == "score":
             final_state = _snapshot(self.instance)
             return {"status": "ok", "results": [self._check(src, final_state, req["timeout_s"]) for src in req["checks"]]}

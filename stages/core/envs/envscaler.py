@@ -25,10 +25,14 @@ calls ``[{"name", "arguments"}]`` in order), which :meth:`EnvScalerEnv.reference
 A data folder holding a ``bed.json`` with a ``label`` is named by that label in every report.
 
 Episode: ``reset`` starts a fresh worker process (:mod:`._envscaler_worker`) that builds the
-instance from source + ``init_config`` under memory/CPU limits. Each tool call in an action runs
-as ``getattr(instance, name)(**args)`` in the worker; an action without tool calls is the final
+instance from source + ``init_config`` under memory/CPU limits. Tool calls run as
+``getattr(instance, name)(**args)`` in the worker; an action without tool calls is the final
 answer. At the end every check function runs on the final state (``vars(instance)`` deep-copied,
 as EnvScaler does; ``initial_state`` is a global of the check); reward = fraction passed.
+``episode_rules`` (:mod:`.envscaler_rules`) decides the rest: ``official`` (the default, EnvScaler's
+evaluation: first tool call of a reply only, a raising tool or the step cap or an empty reply scores
+0) or ``lenient`` (every call runs, errors are observations, the step cap scores the state). The
+rules are recorded in every task's metadata and every episode's info.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ from schemas import Message, Task, ToolCall
 from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
+from stages.core.envs.envscaler_rules import INVALID_ACTION, EpisodeRules, check_rules, official_action, official_reward
 from stages.core.inputs import hub_dataset_id, read_utf8
 
 log = logging.getLogger(__name__)
@@ -374,7 +379,10 @@ class EnvScalerEnv:
     Args:
         data_dir, envs_file, tasks_file, hf_dataset, hf_envs, hf_split, test_size, seed: data
             source and split, see :func:`load_data`.
-        max_steps: agent actions per episode; reaching it ends and scores the episode.
+        max_steps: agent actions per episode; reaching it ends the episode (scored 0 under the
+            official rules, on the final state under the lenient ones).
+        episode_rules: ``"official"`` (EnvScaler's evaluation) or ``"lenient"``; see
+            :mod:`stages.core.envs.envscaler_rules`.
         call_timeout_s: wall-clock limit per worker request (building the instance, one tool
             call); exceeding it kills the worker and fails the episode.
         check_timeout_s: limit per check function (a timed-out check counts as failed).
@@ -382,10 +390,11 @@ class EnvScalerEnv:
         cpu_s: CPU-seconds limit of the worker over the whole episode.
 
     Raises:
-        EnvError: unusable data (from :func:`load_data`).
+        EnvError: unusable data (from :func:`load_data`), an unknown ``episode_rules``.
     """
 
     name = "envscaler"
+    default_rules: EpisodeRules = "official"
 
     def __init__(
         self,
@@ -403,11 +412,16 @@ class EnvScalerEnv:
         check_timeout_s: float = 5.0,
         memory_mb: int = 1024,
         cpu_s: int = 300,
+        episode_rules: EpisodeRules | None = None,
     ) -> None:
+        try:
+            self.episode_rules = check_rules(episode_rules or self.default_rules, self.name)
+        except ValueError as err:
+            raise EnvError(str(err)) from None
         self.data = load_data(data_dir, envs_file, tasks_file, hf_dataset, hf_envs, hf_split, test_size, seed)
         self.fixtures = str(FIXTURES_DIR) in self.data.source  # the bundled test fixtures, not EnvScaler's data
         self.data_source = self.data.source + (" (bundled test fixtures, not the EnvScaler benchmark)"
-                                               if self.fixtures else "")
+                                               if self.fixtures else "") + f"; episode rules: {self.episode_rules}"
         self.max_steps = max_steps
         self.call_timeout_s = call_timeout_s
         self.check_timeout_s = check_timeout_s
@@ -435,7 +449,8 @@ class EnvScalerEnv:
             spec = self.data.tasks[tid]
             env = self.data.envs[spec.env_id]
             meta = {"env_id": spec.env_id, "env_class_name": spec.class_name, "num_checks": len(spec.checks),
-                    "split_seed": self.data.seed, "split_test_size": n_test, "source": self.data.source}
+                    "split_seed": self.data.seed, "split_test_size": n_test, "source": self.data.source,
+                    "episode_rules": self.episode_rules}
             out.append(Task(task_id=tid, env=self.name, split=split, prompt=spec.text,
                             tools=json.dumps(list(env.tools)), metadata=json.dumps(meta)))
         return out
@@ -489,6 +504,8 @@ class EnvScalerEnv:
         self._steps += 1
         if self._failure:
             return self._fail()
+        if self.episode_rules == "official":
+            return self._official_step(action)
         try:
             calls = parse_tool_calls(action)
         except ToolCallParseError as err:
@@ -506,6 +523,32 @@ class EnvScalerEnv:
             observation.append(Message(role="tool", name=call.name, content=text))
         return self._after(observation, calls)
 
+    def _official_step(self, action: str) -> StepResult:
+        """One step by EnvScaler's rules (:func:`.envscaler_rules.official_action`; a raising tool
+        ends the episode with reward 0, as ``step`` in ``envscaler_env/base_env.py`` does)."""
+        act = official_action(action)
+        if act.kind == "empty":
+            return self._zero("empty_reply", [])
+        if act.kind == "error":
+            return self._after([Message(role="user", content=act.error)], [], official=True)
+        if act.kind == "chat":
+            return self._finish("final_answer", [])
+        call = ToolCall(name=act.name, arguments=json.dumps(act.arguments, ensure_ascii=False))
+        try:
+            reply = self._worker.request({"op": "call", "name": act.name, "args": act.arguments, "official": True},
+                                         self.call_timeout_s)
+        except WorkerFailure as err:
+            self._failure = f"environment failed in tool {act.name!r}: {err}"
+            return self._fail([call])
+        if reply["status"] == "invalid":
+            return self._after([Message(role="user", content=INVALID_ACTION)], [], official=True)
+        if reply["status"] != "ok":
+            return self._zero("tool_error", [call], f"{act.name}: {reply['error']}")
+        text = reply["result"]
+        if len(text) > OBSERVATION_MAX_CHARS:
+            text = text[:OBSERVATION_MAX_CHARS] + " ...[truncated]"
+        return self._after([Message(role="tool", name=act.name, content=text)], [call], official=True)
+
     def _call(self, call: ToolCall) -> str:
         if call.name not in self._env.tool_names:
             return f"Error: unknown tool {call.name!r}; available tools: {', '.join(self._env.tool_names)}"
@@ -518,9 +561,9 @@ class EnvScalerEnv:
             text = text[:OBSERVATION_MAX_CHARS] + " ...[truncated]"
         return text
 
-    def _after(self, observation: list[Message], calls: list[ToolCall]) -> StepResult:
+    def _after(self, observation: list[Message], calls: list[ToolCall], official: bool = False) -> StepResult:
         if self._steps >= self.max_steps:
-            return self._finish("step_cap", calls)
+            return self._zero("step_cap", calls) if official else self._finish("step_cap", calls)
         return StepResult(observation=observation, tool_calls=calls)
 
     def _finish(self, end: str, calls: list[ToolCall]) -> StepResult:
@@ -535,13 +578,21 @@ class EnvScalerEnv:
         results = [{"check_item": item, **r} for (item, _), r in zip(checks, reply["results"])]
         passed = sum(r["passed"] for r in results)
         info = {"end": end, "steps": self._steps, "checks": results, "passed": passed,
-                "total": len(results), "success": passed == len(results)}
+                "total": len(results), "success": passed == len(results), "episode_rules": self.episode_rules}
         self._end()
-        return StepResult(observation=[], reward=passed / len(results), done=True, tool_calls=calls, info=info)
+        reward = official_reward(passed, len(results)) if self.episode_rules == "official" else passed / len(results)
+        return StepResult(observation=[], reward=reward, done=True, tool_calls=calls, info=info)
+
+    def _zero(self, end: str, calls: list[ToolCall], error: str | None = None) -> StepResult:
+        """End the episode unscored with reward 0 (official rules: empty reply, raising tool, step cap)."""
+        info = {"end": end, "steps": self._steps, "passed": 0, "total": len(self._task.checks), "success": False,
+                "episode_rules": self.episode_rules, **({"error": error} if error else {})}
+        self._end()
+        return StepResult(observation=[], reward=0.0, done=True, tool_calls=calls, info=info)
 
     def _fail(self, calls: list[ToolCall] | None = None) -> StepResult:
         info = {"end": "env_failure", "steps": self._steps, "error": self._failure, "passed": 0,
-                "total": len(self._task.checks), "success": False}
+                "total": len(self._task.checks), "success": False, "episode_rules": self.episode_rules}
         self._end()
         return StepResult(observation=[], reward=0.0, done=True, tool_calls=calls or [], info=info)
 
@@ -588,10 +639,12 @@ class LopdBedEnv(EnvScalerEnv):
     Its own prompt, so that a whole prompt fits a small model's budget (at most 450 SmolLM2 tokens
     on the bundled bed): the system message holds the introduction, the rules, one signature line
     per tool (:func:`tool_signature`) and a three-line call note; tasks carry no tool schemas, so
-    the chat template adds no JSON tool block. Episode rules are :class:`EnvScalerEnv`'s.
+    the chat template adds no JSON tool block. Episode rules default to ``lenient`` (lopd's own
+    bed, not the EnvScaler benchmark); ``episode_rules="official"`` plays EnvScaler's.
     """
 
     name = "lopd-bed"
+    default_rules: EpisodeRules = "lenient"
 
     def __init__(self, data_dir: Path | str | None = None, max_steps: int = 6, **kwargs: Any) -> None:
         super().__init__(data_dir if data_dir is not None else BED_DIR, max_steps, **kwargs)
