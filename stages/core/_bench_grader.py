@@ -305,7 +305,8 @@ _PLAIN = {("builtins", n) for n in ("complex", "set", "frozenset", "bytearray", 
                                     "tuple", "dict", "bool", "bytes", "slice", "range")}
 _PLAIN |= {("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "Counter"),
            ("collections", "deque"), ("decimal", "Decimal"), ("fractions", "Fraction"), ("numpy", "dtype"),
-           ("numpy", "ndarray"), ("numpy.core.multiarray", "scalar"), ("numpy.core.multiarray", "_reconstruct")}
+           ("numpy", "ndarray"), ("numpy.core.multiarray", "scalar"), ("numpy.core.multiarray", "_reconstruct"),
+           ("numpy._core.multiarray", "scalar"), ("numpy._core.multiarray", "_reconstruct")}
 
 
 class _PlainData(pickle.Unpickler):

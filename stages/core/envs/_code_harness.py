@@ -60,7 +60,9 @@ def _load(src, name):
 _SAFE = {("builtins", n) for n in ("complex", "set", "frozenset", "bytearray", "int", "float", "str", "list",
                                    "tuple", "dict", "bool", "bytes", "slice", "range")}
 _SAFE |= {("collections", "OrderedDict"), ("collections", "defaultdict"), ("collections", "Counter"),
-          ("collections", "deque"), ("decimal", "Decimal"), ("fractions", "Fraction")}
+          ("collections", "deque"), ("decimal", "Decimal"), ("fractions", "Fraction"), ("numpy", "dtype"),
+          ("numpy", "ndarray"), ("numpy.core.multiarray", "scalar"), ("numpy.core.multiarray", "_reconstruct"),
+          ("numpy._core.multiarray", "scalar"), ("numpy._core.multiarray", "_reconstruct")}
 class _DataOnly(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in _SAFE:
