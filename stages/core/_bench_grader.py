@@ -30,6 +30,7 @@ helpers (HumanEval's check uses some) come from the prompt, not from the solutio
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -150,7 +151,8 @@ def run_with_candidates(args: Sequence[str], candidates: Mapping[str, tuple[str,
     from stages.core import isolation
 
     isolated = isolation.require()
-    with tempfile.TemporaryDirectory(prefix="lopd-candidates-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lopd-candidates-") as tmp, contextlib.ExitStack() as stack:
+        group = stack.enter_context(isolation.MemoryGroup(MEMORY_MB)) if isolation.cgroup_base()[0] else None
         chan, given, work = Path(tmp) / "chan", Path(tmp) / "solutions.json", Path(tmp) / "work"
         chan.mkdir()
         work.mkdir()
@@ -170,6 +172,8 @@ def run_with_candidates(args: Sequence[str], candidates: Mapping[str, tuple[str,
         else:
             argv = [sys.executable, "-I", "-B", os.path.abspath(__file__), "candidates", str(given), str(fd)]
             popen_env, cwd = {**isolation.base_env(), "HOME": str(work), "TMPDIR": str(work)}, work
+        if group is not None:  # one memory cap for all the solutions' processes together
+            argv = [*group.prefix, *argv]
         served = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   env=popen_env, cwd=cwd, pass_fds=[fd], start_new_session=True)
         server.close()
