@@ -17,8 +17,9 @@ AUTHORS = ["Herbert", "Austen", "Scott", "Morrison", "Butler", "Lem", "Du Maurie
            "Stoker", "Eliot", "Shelley", "Gibson", "Asimov", "Dahl", "Simmons", "Gaiman", "Hesse"]
 
 
-def _ids(rng: random.Random, prefix: str, n: int, digits: int = 3) -> list:
-    """``n`` distinct ids like "B-204" (``digits`` digits, no leading zero)."""
+def _ids(rng: random.Random, prefix: str, n: int, digits: int = 4) -> list:
+    """``n`` distinct ids like "B-2041" (``digits`` digits, no leading zero; many digits make two
+    tasks of an environment rarely share an id)."""
     return [f"{prefix}-{k}" for k in rng.sample(range(10 ** (digits - 1), 10 ** digits), n)]
 
 
@@ -190,7 +191,7 @@ class HoldQueue:
 def holds_task(rng: random.Random) -> dict:
     """A hold-queue state (4-6 books, 4-5 members) and one place/cancel/move task."""
     n_books, n_members = rng.randint(4, 6), rng.randint(4, 5)
-    bids, mids = _ids(rng, "B", n_books), _ids(rng, "M", n_members)
+    bids, mids = _ids(rng, "B", n_books), _ids(rng, "M", n_members, 3)
     members = {m: {"name": n} for m, n in zip(mids, _names(rng, n_members))}
     books = {b: {"title": t, "queue": rng.sample(mids, rng.randint(0, 3))}
              for b, t in zip(bids, rng.sample(TITLES, n_books))}
@@ -376,7 +377,7 @@ class StudyRooms:
 def rooms_task(rng: random.Random) -> dict:
     """A study-room state (4-6 rooms, a few bookings each) and one book/cancel/move task."""
     n = rng.randint(4, 6)
-    rids, pool = _ids(rng, "R", n, 2), _ids(rng, "M", 6, 2)
+    rids, pool = _ids(rng, "R", n, 3), _ids(rng, "M", 6, 2)
     m = pool[0]  # the task's member: not booked anywhere initially
     rooms = {r: {"seats": rng.choice([2, 4, 6, 8, 10]),
                  "booked": {str(h): rng.choice(pool[1:]) for h in sorted(rng.sample(range(9, 19), rng.randint(1, 4)))}}
