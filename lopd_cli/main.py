@@ -63,7 +63,12 @@ def friendly(fn: Callable) -> Callable:
         except _expected_errors() as err:
             if isinstance(err, ValidationError):
                 first = err.errors()[0]
-                msg = f"invalid option {'.'.join(map(str, first['loc']))}: {first['msg']}"
+                where = ".".join(map(str, first["loc"]))
+                if first["type"] == "value_error":  # our own one-line message, without pydantic's prefix
+                    msg = str(first.get("ctx", {}).get("error", first["msg"]))
+                    msg = f"invalid option {where}: {msg}" if where else msg
+                else:
+                    msg = f"invalid option {where}: {first['msg']}"
             else:
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
             # soft_wrap: the error stays one line (rich would break it at the terminal width)

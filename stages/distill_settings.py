@@ -2,6 +2,7 @@
 how flags, a config file and a resumed run's saved settings combine (:func:`settings`)."""
 from __future__ import annotations
 
+import difflib
 import json
 import warnings
 from pathlib import Path
@@ -13,7 +14,7 @@ from stages.core import runs
 from stages.core.inputs import read_config_file
 from stages.core.policy import DType
 from stages.core.tracking import Logger
-from stages.methods import get_method
+from stages.methods import get_method, known_methods
 
 class DistillConfig(BaseModel):
     """Settings of one `lopd distill` run (the CLI flags, validated).
@@ -88,8 +89,7 @@ class DistillConfig(BaseModel):
         known = _accepted_names(method.Options)
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r} for method {method.name!r} (its options: "
-                             f"{', '.join(sorted(method.Options.model_fields)) or 'none'})")
+            raise ValueError(unknown_option_message(unknown[0], method, common))
         data["options"] = method.Options.model_validate(options).model_dump()
         return data
 
@@ -97,6 +97,28 @@ class DistillConfig(BaseModel):
         """Common settings and method options in one mapping (how they are given)."""
         values = self.model_dump(exclude={"options"})
         return {**values, **self.options}
+
+
+def option_defaults(method: type) -> str:
+    """``"eps_lo=0.2, ppo_epochs=1, composer (required)"``: a method's options with their defaults
+    (``method`` a :class:`stages.methods.Method` subclass), or ``"none"``."""
+    shown = [f"{name} (required)" if field.is_required() else f"{name}={field.default!r}"
+             for name, field in method.Options.model_fields.items()]
+    return ", ".join(shown) or "none"
+
+
+def unknown_option_message(key: str, method: type, common: set[str]) -> str:
+    """One line for an option ``key`` that neither ``method`` nor the common settings have: the
+    closest names (a misspelling, or another method's option) and the method's options with
+    their defaults."""
+    known = sorted(_accepted_names(method.Options))
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    elsewhere = [name for name in known_methods() if name != method.name
+                 and key in _accepted_names(get_method(name).Options)]
+    hint = (f"did you mean {close[0]!r}? " if close
+            else f"{key!r} is an option of --method {', '.join(elsewhere)}; " if elsewhere else "")
+    return (f"unknown option {key!r} for method {method.name!r}: {hint}"
+            f"options of {method.name}: {option_defaults(method)}")
 
 
 def _accepted_names(model_cls: type[BaseModel]) -> set[str]:

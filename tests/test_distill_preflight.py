@@ -123,3 +123,22 @@ def test_j_and_k_come_from_the_composer_unless_given(assets, tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text("K = 8\n")
     assert settings(base, str(toml)).options["K"] == 8  # given in a file: kept, refused by the run's check
+
+
+@pytest.mark.parametrize("given, hint", [
+    ("ppo_epoch=2", "did you mean 'ppo_epochs'? "),
+    ("margin=0.1", "'margin' is an option of --method lopd; "),
+    ("zzz=1", ""),
+])
+def test_unknown_method_option_is_one_line_with_a_suggestion_and_the_defaults(given, hint, tmp_path):
+    result = runner.invoke(app, ["distill", "--env", ENV, "--method", "grpo", "-o", given, "--out", str(tmp_path / "o")])
+    line = _one_error_line(result)
+    key = given.split("=")[0]
+    assert line.startswith(f"error: unknown option {key!r} for method 'grpo': {hint}options of grpo: ")
+    assert "eps_lo=0.2" in line and "ppo_epochs=1" in line and "aggregation='token-mean'" in line
+    assert "Value error" not in line
+
+
+def test_a_bad_option_value_names_the_option(tmp_path):
+    line = _one_error_line(runner.invoke(app, ["distill", "--env", ENV, "--method", "grpo", "-o", "ppo_epochs=x"]))
+    assert line.startswith("error: invalid option ppo_epochs: Input should be a valid integer")
