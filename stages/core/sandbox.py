@@ -143,6 +143,7 @@ except BaseException as _e:
     sys.stderr.flush()
     os._exit(1)
 '''.replace("@BLOCKED@", _BLOCKED).replace("@FAILED@", _FAILED)
+PRELUDE = _BOOT  # its source, for programs that start further programs in a process they forked
 
 
 @dataclass(frozen=True)

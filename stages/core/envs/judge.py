@@ -2,10 +2,10 @@
 official grader is not installed): each test runs the solution as a fresh program, the verdict is
 computed here, outside the sandbox.
 
-* **Real standard streams.** Every test starts a new interpreter (``-X int_max_str_digits=0``: no
-  int/str digit limit) whose stdin is a file holding the test input and whose stdout is a file, so
-  ``sys.stdin.buffer``, ``open(0).read()``, ``sys.stdout.buffer.write`` and ``os.write(1, ...)``
-  behave as on a judge. Call-based tests load the code (``from typing import *`` first, module name
+* **Real standard streams.** Every test runs in a fresh process (a fork of a runner that has run
+  no solution; no int/str digit limit) whose stdin is a file holding the test input and whose
+  stdout is a file, so ``sys.stdin.buffer``, ``open(0).read()``, ``sys.stdout.buffer.write`` and
+  ``os.write(1, ...)`` behave as on a judge. Call-based tests load the code (``from typing import *`` first, module name
   ``__lopd_solution__``), call ``Solution().<fn>(*args)`` (or the plain function ``<fn>``) and write
   the JSON of the return value; what the code prints is discarded.
 * **Verdict out of the solution's reach.** A runner program inside one sandbox
@@ -39,13 +39,14 @@ _NUM = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 RTOL, ATOL = 1e-5, 1e-8
 
 # Runs in the sandbox (audit hook off: it starts one program per test). Reads the spec as JSON on
-# stdin and prints one JSON record per test: {i, rc, timed_out, out, err}.
-_RUNNER = r'''
-import json, os, signal, subprocess, sys
+# stdin and prints one JSON record per test: {i, rc, timed_out, out, err}. Each test program is a
+# fork of this runner that points fds 0-2 at its files, builds fresh sys.stdin/stdout/stderr on them
+# and runs the sandbox prelude (audit hook, the program as __main__): no interpreter start per test.
+_RUNNER = r"""
+import json, os, select, signal, sys, traceback
 spec = json.load(sys.stdin)
-work, func, limit = os.getcwd(), spec["func"], spec["per_test_s"]
-argv = [work if a == "@WORK@" else a for a in spec["argv"]]
-CALL = """import json as _j, os as _o, sys as _s
+work, func, limit, prelude = os.getcwd(), spec["func"], spec["per_test_s"], spec["prelude"]
+CALL = '''import json as _j, os as _o, sys as _s
 _fd = _o.dup(1)
 _s.stdout = open(_o.devnull, "w")
 _ns = {"__name__": "__lopd_solution__"}
@@ -54,7 +55,38 @@ _f = getattr(_ns["Solution"](), %r) if "Solution" in _ns else _ns[%r]
 _r = _j.dumps(_f(*[_j.loads(a) for a in %r])).encode()
 while _r:
     _r = _r[_o.write(_fd, _r):]
-"""
+'''
+
+def child(prog, inp, out, err):
+    code = 1
+    try:
+        os.setsid()
+        for fd, path, flags in ((0, inp, os.O_RDONLY), (1, out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                (2, err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+            new = os.open(path, flags, 0o600)
+            os.dup2(new, fd)
+            os.close(new)
+        sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
+        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
+        sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+        sys.argv = ["-c", work, prog, "hook"]
+        exec(compile(prelude, "<prelude>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code & 0xFF)
+
 for i, test in enumerate(spec["tests"]):
     prog, inp = os.path.join(work, "p%d.py" % i), os.path.join(work, "in%d" % i)
     out, err = os.path.join(work, "out%d" % i), os.path.join(work, "err%d" % i)
@@ -67,18 +99,18 @@ for i, test in enumerate(spec["tests"]):
         text, inp = CALL % (spec["code"], func, func, args), os.devnull
     with open(prog, "w", encoding="utf-8") as fh:
         fh.write(text)
-    timed_out = False
-    with open(inp, "rb") as fi, open(out, "wb") as fo, open(err, "wb") as fe:
-        p = subprocess.Popen([prog if a == "@PROG@" else a for a in argv], stdin=fi, stdout=fo, stderr=fe, start_new_session=True)
-        try:
-            rc = p.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        rc = p.wait()
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        child(prog, inp, out, err)
+    watch = os.pidfd_open(pid)
+    done = select.select([watch], [], [], limit)[0]
+    os.close(watch)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    rc, timed_out = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), not done
     with open(out, "rb") as fh:
         got = fh.read(spec["cap"]).decode("utf-8", "replace")
     with open(err, "rb") as fh:
@@ -91,7 +123,7 @@ for i, test in enumerate(spec["tests"]):
     sys.stdout.flush()
     if timed_out or rc < 0 or spec["blocked"] in tail or spec["failed"] in tail:
         break
-'''
+"""
 
 
 def _token_equal(got: str, want: str) -> bool:
@@ -182,7 +214,7 @@ def grade(code: str, tests: list[dict[str, Any]], func_name: str | None, per_tes
         return {"passed": 0, "total": total, "first_failure": "call-based tests without a function name"}
     passed, failure = 0, None
     for group in _groups(functional):  # one sandbox per run of same-kind tests (normally all of them)
-        spec = {"argv": sandbox.python_argv("@WORK@", "@PROG@"), "code": code,
+        spec = {"prelude": sandbox.PRELUDE, "code": code,
                 "func": func_name if functional[group[0]] else None, "per_test_s": per_test_s, "cap": _OUT_CAP,
                 "blocked": sandbox.BLOCKED_MARK, "failed": sandbox.FAILED_MARK,
                 "tests": [tests[i]["input"] for i in group]}
