@@ -12,16 +12,47 @@ the candidate could read). Modes (``SPEC["mode"]``):
   candidate under a per-input timer (evalplus' rule: max(1 s, 4x the reference time)), and compare
   as evalplus does; stop at the first input that exceeds its limit.
 
-The candidate runs in a separate process (a fresh interpreter with the audit hook) that holds only
-two pipes: calls go to it pickled, and its results come back through an unpickler that builds
+The candidate runs in a separate process (forked before the spec is read, then running the
+sandbox prelude with the audit hook) that holds only two pipes: calls go to it pickled, and its results come back through an unpickler that builds
 plain data only (no class or function can be named). This grader makes itself non-dumpable, so the
 candidate cannot read or write its memory or file descriptors (``/proc/<pid>/mem``, ``/fd``, ptrace),
 and ignores the signals it can ignore; the comparisons and the report (one JSON line prefixed with
 ``SPEC["nonce"]`` on the grader's stdout, which the candidate does not hold) stay out of its reach.
 """
-import copy, ctypes, io, json, os, pickle, signal, struct, subprocess, sys, time
+import copy, ctypes, io, json, os, pickle, signal, struct, sys, time
+ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0 (inherited by the fork below)
+# The candidate's process: forked before the spec is read (so its memory never holds the spec), with
+# the call pipes as fds 0 and 1; it gets the sandbox prelude and the server program through fd 0 and
+# runs them (audit hook on, no new interpreter to start).
+_CALL_R, _TO_CAND = os.pipe()
+_FROM_CAND, _REPLY_W = os.pipe()
+_CAND_PID = os.fork()
+if _CAND_PID == 0:
+    os.dup2(_CALL_R, 0)
+    os.dup2(_REPLY_W, 1)
+    os.closerange(3, 65536)
+    def _take(n):
+        buf = b""
+        while len(buf) < n:
+            chunk = os.read(0, n - len(buf))
+            if not chunk:
+                os._exit(0)
+            buf += chunk
+        return buf
+    _prelude, _server = json.loads(_take(struct.unpack("<Q", _take(8))[0]))
+    _prog = os.path.join(os.getcwd(), "candidate.py")
+    with open(_prog, "w", encoding="utf-8") as _fh:
+        _fh.write(_server)
+    sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
+    sys.argv = ["-c", os.getcwd(), _prog, "hook"]
+    try:
+        exec(compile(_prelude, "<prelude>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    finally:
+        os._exit(0)
+os.close(_CALL_R)
+os.close(_REPLY_W)
 SPEC = json.load(sys.stdin)
-ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
 for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE,
              signal.SIGQUIT, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGXFSZ):
     signal.signal(_sig, signal.SIG_IGN)
@@ -111,20 +142,20 @@ while True:
         _send(("err", _why(e)))
 """
 class _Candidate:
-    """The candidate's entry point, called in its own process."""
+    """The candidate's entry point, called in its own process (forked at the start)."""
     def __init__(self):
-        path = os.path.join(os.getcwd(), "candidate_%d.py" % os.getpid())
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(_SERVER % (SPEC["candidate"], EP))
-        argv = [path if a == "@PROG@" else os.getcwd() if a == "@WORK@" else a for a in SPEC["argv"]]
-        req_r, self._req = os.pipe()
-        self._rep, rep_w = os.pipe()
-        self._proc = subprocess.Popen(argv, stdin=req_r, stdout=rep_w, close_fds=True)
-        os.close(req_r)
-        os.close(rep_w)
+        self._req, self._rep = _TO_CAND, _FROM_CAND
+        self._send(json.dumps([SPEC["prelude"], _SERVER % (SPEC["candidate"], EP)]).encode())
         kind, value = self._recv()
         if kind != "ready":
             raise NameError(value if kind == "load" else "candidate did not load")
+    def _send(self, data):
+        data = struct.pack("<Q", len(data)) + data
+        try:
+            while data:
+                data = data[os.write(self._req, data):]
+        except OSError:
+            raise _Gone("the candidate process ended") from None
     def _recv(self):
         head = self._read(8)
         return _DataOnly(io.BytesIO(self._read(struct.unpack("<Q", head)[0]))).load()
@@ -137,13 +168,7 @@ class _Candidate:
             buf += chunk
         return buf
     def __call__(self, *args):
-        data = pickle.dumps(args, protocol=4)
-        data = struct.pack("<Q", len(data)) + data
-        try:
-            while data:
-                data = data[os.write(self._req, data):]
-        except OSError:
-            raise _Gone("the candidate process ended") from None
+        self._send(pickle.dumps(args, protocol=4))
         reply = self._recv()
         if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in ("ok", "err")):
             raise _Gone("the candidate process sent no result")

@@ -36,7 +36,7 @@ from typing import Any
 
 from schemas import Message, Task
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.sandbox import SandboxResult, python_argv, run_python
+from stages.core.sandbox import PRELUDE, SandboxResult, run_python
 
 DATASETS = ("humaneval", "humaneval-plus", "mbpp-plus")
 _FILE_GLOBS = {"humaneval-plus": "HumanEvalPlus*.jsonl*", "mbpp-plus": "MbppPlus*.jsonl*"}
@@ -244,8 +244,8 @@ def _run_harness(spec: dict[str, Any], wall_s: float, memory_mb: int) -> tuple[S
     """Run the test harness on ``spec`` in the sandbox; returns (SandboxResult, its JSON report or
     None when the run failed or printed no report)."""
     nonce = "__lopd_result_" + secrets.token_hex(8) + "__:"
-    spec = {**spec, "nonce": nonce, "argv": python_argv("@WORK@", "@PROG@")}
-    # the grader starts the candidate's process (so no audit hook on it; the candidate gets one); the
+    spec = {**spec, "nonce": nonce, "prelude": PRELUDE}
+    # the grader forks the candidate's process (so no audit hook on it; the candidate gets one); the
     # spec goes through stdin, out of the candidate's sight
     res = run_python(_harness_source(), timeout_s=wall_s, cpu_s=max(1, math.ceil(wall_s)), memory_mb=memory_mb,
                      stdin=json.dumps(spec), max_output_chars=2**20, audit_hook=False)
