@@ -106,14 +106,18 @@ def test_compare_refuses_other_benches_and_data_and_labels_a_repeated_model(tmp_
     assert "m (he/r.json)" in text and "m (again/r.json)" in text
 
 
-@pytest.mark.parametrize("bench,flag", [("acebench", "--data-dir ../shared/data/acebench"),
-                                        ("humaneval-plus", "HumanEvalPlus-v0.1.10.jsonl.gz"),
-                                        ("mbpp-plus", "MbppPlus-v0.2.0.jsonl.gz"),
+@pytest.mark.parametrize("bench,flag", [("acebench", "--data-dir <ACEBench>/data_all/data_en (git clone "
+                                                     "github.com/ACEBench/ACEBench)"),
+                                        ("humaneval-plus", "--data-dir <HumanEvalPlus-v0.1.10.jsonl.gz or its folder> "
+                                         "(download it from the releases of github.com/evalplus/humanevalplus_release)"),
+                                        ("mbpp-plus", "--data-dir <MbppPlus-v0.2.0.jsonl.gz or its folder> "
+                                         "(download it from the releases of github.com/evalplus/mbppplus_release)"),
                                         ("livecodebench", "livecodebench/code_generation_lite")])
 def test_missing_data_error_says_what_to_pass(tmp_path, bench, flag):
     with pytest.raises(EnvError, match="pass --data-dir") as err:
         run(EvaluateConfig(bench=bench, data_dir=None, out=str(tmp_path / "r.json")), Console(file=open("/dev/null", "w")))
     assert flag in str(err.value) and "\n" not in str(err.value)
+    assert "shared/" not in str(err.value)  # no path of the developers' machines
 
 
 def test_livecodebench_reference_passes_empty_fails(tmp_path):
@@ -141,18 +145,25 @@ def test_livecodebench_report_says_the_harness_graded_when_the_official_grader_i
 
 @needs(SHARED / "acebench")
 def test_acebench_possible_answers_score_full_process_accuracy(tmp_path):
-    from tests.test_env_acebench import INCONSISTENT, _action, _path
+    from tests.test_env_acebench import _path
 
     tasks = make_env("acebench", data_dir=SHARED / "acebench").tasks("test")
-    # the 20 multi-step tasks come first (the multi-turn ones need a simulated user: test_env_acebench)
-    report = _run(tmp_path, [[_action(s) for s in _path(t)] for t in tasks], bench="acebench",
+    # the 20 multi-step tasks come first (the multi-turn ones need a simulated user: test_env_acebench);
+    # each plays its milestone strings as written, then ends the dialogue as ACEBench's agent does
+    report = _run(tmp_path, [_path(t) + ["finish conversation"] for t in tasks], bench="acebench",
                   data_dir=str(SHARED / "acebench"), limit=20)
-    assert report["scores"]["process_accuracy"] == report["scores"]["multi_step_process_accuracy"] == 1.0
-    assert report["scores"]["end_to_end"] == pytest.approx((20 - len(INCONSISTENT)) / 20)
+    scores = report["scores"]
+    assert scores["process_accuracy"] == scores["multi_step_process_accuracy"] == 1.0
+    passed = [r["info"]["end_to_end"] for r in report["per_task"]]
+    assert scores["end_to_end"] == scores["multi_step_end_to_end"] == round(sum(passed) / 20, 3)
+    assert scores["pooled_end_to_end"] == pytest.approx(sum(passed) / 20)
     assert any("simulated user" in n and "Travel user rules" in n for n in report["notes"])
-    empty = _run(tmp_path, [["Sorry."]] * 3, bench="acebench", data_dir=str(SHARED / "acebench"), limit=3)
+    assert report["rules"].startswith("acebench episode rules: official")
+    assert "simulated user: smollm2-135m (the evaluated model: no --user-model given" in report["rules"]
+    empty = _run(tmp_path, [["Sorry."]] * 3, bench="acebench", data_dir=str(SHARED / "acebench"), limit=3, max_turns=2)
     assert empty["scores"] == {"end_to_end": 0.0, "process_accuracy": 0.0, "multi_step_end_to_end": 0.0,
-                               "multi_step_process_accuracy": 0.0}
+                               "multi_step_process_accuracy": 0.0, "pooled_end_to_end": 0.0,
+                               "pooled_process_accuracy": 0.0}
     assert f"data: {SHARED / 'acebench'} (3 multi-step, 0 multi-turn tasks, 0 of them on Travel)" in empty["notes"]
 
 

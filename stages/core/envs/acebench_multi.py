@@ -9,7 +9,8 @@ system prompt states ACEBench's user rules in our words: those for the phone-pla
 tasks on the Travel class, those for the airline customer (``APIModel_user`` picks them by the
 task's involved classes the same way). The user model is any causal LM ``lopd`` can load (the
 embedded one, an HF id or a folder), greedy (ACEBench samples at temperature 0.001), loaded once
-per process.
+per process. ACEBench's user writes up to 1,000 tokens and its whole reply is kept
+(``max_new_tokens=1000, whole_reply=True``); the lenient setting keeps the first line of 64 tokens.
 """
 from __future__ import annotations
 
@@ -69,9 +70,10 @@ class SimulatedUser:
         FileNotFoundError: the model cannot be found (see :func:`stages.core.policy.load_policy`).
     """
 
-    def __init__(self, model: str, instruction: str, involved_classes: Sequence[str] = (), max_new_tokens: int = 64):
+    def __init__(self, model: str, instruction: str, involved_classes: Sequence[str] = (), max_new_tokens: int = 64,
+                 whole_reply: bool = False):
         self.model, self.tokenizer = _load(model)
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens, self.whole_reply = max_new_tokens, whole_reply
         # the user model's own view: the agent speaks as "user", the simulated user as "assistant"
         self.messages = [{"role": "system", "content": user_prompt(instruction, involved_classes)},
                          {"role": "user", "content": OPENING}]
@@ -99,8 +101,8 @@ class SimulatedUser:
             out = self.model.generate(input_ids=ids.to(self.model.device), attention_mask=torch.ones_like(ids),
                                       max_new_tokens=self.max_new_tokens, do_sample=False,
                                       pad_token_id=self.tokenizer.pad_token_id)
-        lines = [ln.strip() for ln in self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).splitlines()]
-        said = next((ln for ln in lines if ln), "")
+        text = self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+        said = text if self.whole_reply else next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         said = said[len("user:"):].strip() if said.lower().startswith("user:") else said
         self.messages.append({"role": "assistant", "content": said})
         return said
