@@ -24,7 +24,8 @@ from stages.core.envs.acebench_score import official_end_to_end, official_result
 from stages.core.toolcalls import parse_tool_calls
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "acebench"
-needs_data = pytest.mark.skipif(not (DATA / "data_agent_multi_turn.json").is_file(), reason=f"no ACEBench data at {DATA}")
+needs_data = pytest.mark.skipif(not (DATA / "data_agent_multi_turn.json").is_file(),
+                                reason=f"no ACEBench data at {DATA}")
 SAVED_CLASS = {"BaseApi": ["wifi", "logged_in"], "MessageApi": ["inbox"], "ReminderApi": ["reminder_list"],
                "FoodPlatform": ["users", "logged_in_users", "orders"], "Travel": ["users", "reservations"]}
 
@@ -270,7 +271,8 @@ def test_platform_edge_cases_error_like_upstream():
     p.call("login_food_platform", {"username": "Eve", "password": "password123"})
     logged = p.state()
     for items in ("Cheese Milk Tea", {"product": "Cheese Milk Tea"}, 3, None):
-        assert p.call("add_food_delivery_order", {"username": "Eve", "merchant_name": "Heytea", "items": items})["status"] is False
+        order = {"username": "Eve", "merchant_name": "Heytea", "items": items}
+        assert p.call("add_food_delivery_order", order)["status"] is False
     assert p.state() == logged and before != logged
     assert p.call("add_food_delivery_order", {"username": "Eve", "merchant_name": "Heytea", "items": {}})["status"]
     assert p.orders[-1]["items"] == [] and p.orders[-1]["total_price"] == 0.0  # upstream iterates an empty dict

@@ -110,7 +110,8 @@ SAVED_ATTRIBUTES = {"BaseApi": ("wifi", "logged_in"), "MessageApi": ("inbox",), 
                     "FoodPlatform": ("users", "logged_in_users", "orders"), "Travel": ("users", "reservations")}
 
 
-def official_result(state: dict[str, dict[str, Any]], involved_classes: list[str], called: bool) -> list[dict[str, Any]]:
+def official_result(state: dict[str, dict[str, Any]], involved_classes: list[str],
+                    called: bool) -> list[dict[str, Any]]:
     """The model result ACEBench saves for an episode (``multi_step_inference`` / ``multi_turn_inference``).
 
     Args:
