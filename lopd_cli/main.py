@@ -34,8 +34,22 @@ ALLOW_OVERLAP_HELP = ("Train on tasks that an evaluation benchmark scores (refus
                       "problems as training data contaminate a HumanEval+ result).")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"lopd {version('lopd')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("lopd (not installed: pip install -e .)")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                      help="Print lopd's version and exit."),
+) -> None:
     """Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD)."""
     import os
     import warnings
@@ -348,7 +362,7 @@ def evaluate(
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
     device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
     dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
-    limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks (bfcl-v3: per category)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks; bfcl-v3: N per category, of its 4 (base, miss_func, miss_param, long_context), so --limit 1 runs 4 tasks."),
     out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench)."),
     release: str = typer.Option("v6", "--release", help="LiveCodeBench release window: v5 or v6."),

@@ -142,3 +142,12 @@ def test_unknown_method_option_is_one_line_with_a_suggestion_and_the_defaults(gi
 def test_a_bad_option_value_names_the_option(tmp_path):
     line = _one_error_line(runner.invoke(app, ["distill", "--env", ENV, "--method", "grpo", "-o", "ppo_epochs=x"]))
     assert line.startswith("error: invalid option ppo_epochs: Input should be a valid integer")
+
+
+def test_version_and_the_bfcl_limit_help():
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"lopd {version('lopd')}"
+    text = " ".join(runner.invoke(app, ["evaluate", "--help"]).output.split())  # help lines wrap
+    assert "bfcl-v3: N per category, of its 4 (base, miss_func, miss_param, long_context), so --limit 1 runs 4 tasks" in text
