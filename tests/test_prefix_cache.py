@@ -1,12 +1,14 @@
 """Prefix caching in the HF rollout engine: same completions as without it, less encoding."""
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 
 from stages.engines import Generation, SamplingParams
 from stages.engines.hf import HFRolloutEngine
-from stages.engines.prefix_cache import PrefixCache
+from stages.engines.prefix_cache import PrefixCache, _common_prefix, _encode_prefix, share_prefixes
 from tests.tiny import tiny_model, tiny_tokenizer
 
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant. Answer the question and call tools when needed.<|im_end|>\n"
@@ -144,3 +146,90 @@ def test_rows_sharing_a_long_prefix_encode_it_once(tok, model):
     # the system prompt was encoded once, not once per row
     assert cached.prefix_cache.miss_tokens < sum(lengths) - shared
     assert cached.prefix_cache.hit_tokens >= 3 * (shared - 1)
+
+
+# --- the G rollouts of one task: one prompt, encoded once -----------------------------------------
+
+
+def _group_prompts(tok, questions: list[str], group: int) -> list[list[int]]:
+    """``group`` copies of each question's prompt, in the order play() sends them (task by task)."""
+    system = "<|im_start|>system\n" + "You are a helpful assistant. " * 8 + "<|im_end|>\n"
+    return [p for q in questions for p in _tokens(tok, [system + f"<|im_start|>user\n{q}<|im_end|>\n"
+                                                        "<|im_start|>assistant\n"]) * group]
+
+
+def _teacher_forced(model, prompt: list[int], gen: Generation, temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) of one fresh forward over prompt + completion, at the sampled ids."""
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1: -1].float()
+    return torch.log_softmax(logits / (temperature or 1.0), -1).gather(1, torch.tensor(gen.token_ids)[:, None])[:, 0]
+
+
+def test_identical_prompts_are_encoded_once_with_the_same_greedy_ids_and_logprobs(tok, model):
+    prompts = _group_prompts(tok, QUESTIONS[:1], 4)
+    length = len(prompts[0])
+    assert 3 * (length - 1) >= 256 > length  # shared only because four rows share it
+    cached = HFRolloutEngine(model, tok, batch_size=4, prefix_cache_tokens=10_000)
+    gens = cached.generate(prompts, GREEDY)
+    assert _same(gens, HFRolloutEngine(model, tok, batch_size=4).generate(prompts, GREEDY))
+    # the prompt less its last token once, then each row's last prompt token
+    assert cached.prefix_cache.miss_tokens == length - 1 + 4
+    assert cached.prefix_cache.hit_tokens == 4 * (length - 1)
+    for prompt, g in zip(prompts, gens):
+        torch.testing.assert_close(torch.tensor(g.logprobs), _teacher_forced(model, prompt, g, 0.0), atol=1e-4, rtol=0)
+
+
+def test_sampled_rollouts_of_one_prompt_differ_and_keep_their_sampling_logprobs(tok, model):
+    prompts = _group_prompts(tok, QUESTIONS[:2], 4)
+    sampled = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=12, seed=5)
+    cached = HFRolloutEngine(model, tok, batch_size=8, prefix_cache_tokens=10_000)
+    gens = cached.generate(prompts, sampled)
+    assert _same(gens, HFRolloutEngine(model, tok, batch_size=8).generate(prompts, sampled))
+    for task in (gens[:4], gens[4:]):  # rows of one prompt are independent samples
+        assert len({tuple(g.token_ids) for g in task}) > 1
+    for prompt, g in zip(prompts, gens):
+        torch.testing.assert_close(torch.tensor(g.logprobs), _teacher_forced(model, prompt, g, 1.0), atol=1e-4, rtol=0)
+    # the part all eight rows share was encoded once; what follows it in each prompt is too short
+    # (3 x ~15 tokens) to be worth a forward of its own, so each row encoded its own
+    shared = _common_prefix(torch.tensor(prompts[0]), torch.tensor(prompts[4]))
+    assert cached.prefix_cache.miss_tokens == shared + sum(len(p) - shared for p in prompts)
+
+
+def test_share_prefixes_encodes_the_prefix_that_saves_most_first_and_stops_below_the_threshold(tok, model):
+    prompts = [torch.tensor(p) for p in _group_prompts(tok, QUESTIONS, 2)]  # rows 2k and 2k+1 alike
+    system = min(_common_prefix(prompts[0], prompts[2]), _common_prefix(prompts[0], prompts[4]))
+    encoded = []
+    cache = PrefixCache(10_000)
+    with torch.inference_mode(), mock.patch("stages.engines.prefix_cache._encode_prefix",
+                                            side_effect=lambda m, ids, c: (encoded.append(len(ids)),
+                                                                           _encode_prefix(m, ids, c))):
+        share_prefixes(model, prompts, cache, min_tokens=1)
+    # first the system part (all six rows: saves 5 x its length), then each question's rest
+    assert encoded[0] == system and sorted(encoded[1:]) == sorted(len(p) - 1 for p in prompts[::2])
+    assert [cache.match(p[:-1])[0] for p in prompts] == [len(p) - 1 for p in prompts]
+    encoded.clear()
+    with torch.inference_mode(), mock.patch("stages.engines.prefix_cache._encode_prefix",
+                                            side_effect=lambda m, ids, c: encoded.append(len(ids))):
+        share_prefixes(model, prompts, PrefixCache(10_000), min_tokens=6 * system)
+    assert encoded == []  # no prefix saves that many positions
+
+
+def test_lora_student_shares_its_prompt_and_the_cache_empties_before_the_update(tok):
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    student = get_peft_model(tiny_model(tok), config, adapter_name="student").eval()
+    prompts = _group_prompts(tok, QUESTIONS[:1], 4)
+    cached = HFRolloutEngine(student, tok, adapter="student", batch_size=4, prefix_cache_tokens=10_000)
+    plain = HFRolloutEngine(student, tok, adapter="student", batch_size=4)
+    assert _same(cached.generate(prompts, GREEDY), plain.generate(prompts, GREEDY))
+    assert cached.prefix_cache.hit_tokens == 4 * (len(prompts[0]) - 1)
+    cached.sleep()  # what the distill loop calls before every update
+    assert cached.prefix_cache.entries == []
+    with torch.no_grad():
+        for name, p in student.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)
+    cached.sync_weights(student, "student")
+    assert _same(cached.generate(prompts, GREEDY), plain.generate(prompts, GREEDY))

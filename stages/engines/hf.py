@@ -1,7 +1,8 @@
 """The ``hf`` rollout engine: transformers ``generate``, batched, left padding, KV cache.
 
-Optional prefix caching across calls (:mod:`stages.engines.prefix_cache`) encodes only the part
-of each prompt that no earlier call already encoded.
+Optional prefix caching (:mod:`stages.engines.prefix_cache`) encodes only the part of each prompt
+that no earlier call already encoded, and a prefix that rows of one call share (the G rollouts of
+one task: their whole prompt) once.
 
 Log-probs of the sampled tokens come from the raw logits ``generate`` computes at each step:
 :class:`_SampledLogprobs` is a logits processor that runs before the temperature / top-k / top-p
@@ -139,6 +140,13 @@ class HFRolloutEngine:
         place): cached keys and values were computed with the old weights.
         """
         self._use(model, adapter)
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def sleep(self) -> None:
+        """Drop the prefix cache so that its memory serves the update (the distill loop calls
+        this before every update; the cached keys are stale once the weights change). The next
+        ``generate`` fills it again."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
 

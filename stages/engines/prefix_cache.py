@@ -119,22 +119,36 @@ def _encode_prefix(model, ids: torch.Tensor, cache: PrefixCache) -> None:
 def share_prefixes(model, ids: list[torch.Tensor], cache: PrefixCache, min_tokens: int = 256) -> None:
     """Encode once the prefixes that rows of one batch share beyond what ``cache`` holds.
 
-    Episodes of one bench start with the same system prompt and tool docs; without this step
-    every row of the first batch would encode it separately. Repeatedly takes the pair of rows
-    with the longest common prefix that is at least ``min_tokens`` longer than the cached match
-    of either row, encodes that prefix, and stores it (at most ``len(ids) - 1`` forwards).
+    The G rollouts of one task share their whole prompt, and episodes of one bench their system
+    prompt and tool docs; without this step every row would encode them separately. A candidate
+    is the common prefix P of two or more rows (never a row's last token: ``generate`` needs one
+    to feed). Rows that start with P hold the same part of it in ``cache`` (c tokens), so
+    encoding P once instead of in each of its r rows saves (r - 1) x (|P| - c) positions.
+    Repeatedly encodes and stores the candidate that saves most while that is at least
+    ``min_tokens`` (one extra forward each, at most ``len(ids) - 1``).
+
+    Args:
+        model: the causal LM whose keys/values ``cache`` stores.
+        ids: the batch's prompts, 1-D int64 CPU tensors of at least one token each.
+        cache: read and extended in place.
+        min_tokens: the fewest encoded positions one extra forward must save.
     """
-    for _ in range(len(ids) - 1):
-        cached = [cache.match(p[:-1])[0] for p in ids]
-        best, best_len = None, 0
-        for i in range(len(ids)):
-            for j in range(i + 1, len(ids)):
-                shared = min(_common_prefix(ids[i], ids[j]), len(ids[i]) - 1, len(ids[j]) - 1)
-                if shared - min(cached[i], cached[j]) >= min_tokens and shared > best_len:
-                    best, best_len = i, shared
-        if best is None:
+    n = len(ids)
+    common = [[0] * n for _ in range(n)]  # prefix shared by rows i and j, their last tokens excluded
+    for i in range(n):
+        for j in range(i + 1, n):
+            common[i][j] = common[j][i] = min(_common_prefix(ids[i], ids[j]), len(ids[i]) - 1, len(ids[j]) - 1)
+    candidates = {(size, tuple(k for k in range(n) if k == i or common[i][k] >= size))
+                  for i in range(n) for j in range(i + 1, n) if (size := common[i][j]) > 0}
+    cached = [cache.match(p[:-1])[0] for p in ids]
+    for _ in range(n - 1):
+        gain, size, rows = max(((len(rows) - 1) * (size - min(size, cached[rows[0]])), size, rows)
+                               for size, rows in candidates) if candidates else (0, 0, ())
+        if gain < min_tokens:
             return
-        _encode_prefix(model, ids[best][:best_len], cache)
+        _encode_prefix(model, ids[rows[0]][:size], cache)
+        for k in rows:
+            cached[k] = max(cached[k], size)
 
 
 def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCache, pad_id: int,
