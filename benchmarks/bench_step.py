@@ -4,7 +4,7 @@ Builds a randomly initialised model of the shape of Qwen3-4B, Qwen3-8B or SmolLM
 config numbers and a word-level tokenizer over its vocabulary (each id is a word ``w<hex id>``:
 random words are random token ids), then runs warm-up + timed steps of one method through the
 project's own code: rollouts with ``stages.core.rollout.play`` on the ``hf`` engine (one-turn
-episodes, reward = parity of the answer's word count), ``training_rows``, the method's
+episodes, reward = parity of the answer's word count; the engine's prefix cache as distill sets it), ``training_rows``, the method's
 ``prepare`` / ``loss`` / ``after_step`` (composer, teacher, losses), AdamW and the engine's
 weight sync. The update loop mirrors ``Distiller._update`` (``stages.distill`` is not imported: it
 opens a lancedb store); LOPD's experiences and OPSD/SDFT's verified references come from an
@@ -16,10 +16,16 @@ tokens, response 1k, batch 32, top-k 20); shrink them for a smoke run, e.g. on a
     PYTHONPATH=. python benchmarks/bench_step.py --shape smollm2-135m --method lopd \\
         --prompt-len 256 --response-len 64 --batch 2 --warmup 1 --steps 2
 
+A prompt is a system message of ``--prompt-len - --task-len`` words shared by every task (an
+environment's tool docs) and a user message of ``--task-len`` words (the task text, also the
+start of each composer input); ``--group-size`` rollouts of each task share the whole prompt.
+
 Printed: seconds per step and per phase, tokens/s per phase, peak memory (RSS on the CPU,
 ``torch.cuda.max_memory_allocated`` on CUDA) and the FLOP-bound time: the FLOPs of the counted
 forward positions (2 x parameters each, x3 when the forward is backpropagated) divided by the
-rate of a square matmul in the same dtype, measured first.
+rate of a square matmul in the same dtype, measured first. Every time is also taken as the
+process's CPU time (``time.process_time``): with one thread (``OMP_NUM_THREADS=1``) on a shared
+machine, CPU seconds and the CPU-time matmul rate do not grow with the other processes' load.
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ from stages.core.envs.base import StepResult
 from stages.core.policy import resolve_device_dtype
 from stages.core.rollout import RolloutStats, play
 from stages.engines import SamplingParams, make_engine
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.methods import StepBatch, StepContext, get_method
 
 # config.json numbers of the public checkpoints (hidden size, layers, heads, kv heads, MLP width, vocab)
@@ -128,12 +135,17 @@ def words(rng: random.Random, n: int, vocab_size: int) -> str:
 
 
 class OneTurnEnv:
-    """One action per episode; reward 1 when the answer has an even number of words."""
+    """One action per episode; reward 1 when the answer has an even number of words. The
+    opening is ``system`` (when not empty) and the task text as the user message."""
 
     max_steps = 1
 
+    def __init__(self, system: str = ""):
+        self.system = system
+
     def reset(self, task: Task) -> list[Message]:
-        return [Message(role="user", content=task.prompt)]
+        return [Message(role="system", content=self.system)] * bool(self.system) + [
+            Message(role="user", content=task.prompt)]
 
     def step(self, action: str) -> StepResult:
         reward = float(len(action.split()) % 2 == 0)
@@ -183,20 +195,33 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_rate(device: str, dtype: str, n: int, seconds: float = 1.0) -> float:
-    """FLOP/s of an (n x n) @ (n x n) matmul in ``dtype`` on ``device`` (2 n^3 per product)."""
+def _now() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process), for differences."""
+    return time.perf_counter(), time.process_time()
+
+
+def _since(t0: tuple[float, float]) -> tuple[float, float]:
+    """Wall and CPU seconds since ``t0`` (from :func:`_now`)."""
+    wall, cpu = _now()
+    return wall - t0[0], cpu - t0[1]
+
+
+def matmul_rate(device: str, dtype: str, n: int, seconds: float = 1.0) -> tuple[float, float]:
+    """FLOP per wall second and per CPU second of an (n x n) @ (n x n) matmul in ``dtype`` on
+    ``device`` (2 n^3 per product)."""
     a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
     b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
     a @ b
     _sync(device)
-    done, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds or done < 3:
+    done, t0 = 0, _now()
+    while _since(t0)[0] < seconds or done < 3:
         a @ b
         done += 1
         if done % 8 == 0:
             _sync(device)
     _sync(device)
-    return 2 * n ** 3 * done / (time.perf_counter() - t0)
+    wall, cpu = _since(t0)
+    return 2 * n ** 3 * done / wall, 2 * n ** 3 * done / max(cpu, 1e-9)
 
 
 class Meter:
@@ -212,6 +237,7 @@ class Meter:
         self.device = device
         self.tokens = {("body", True): 0, ("body", False): 0, ("head", True): 0, ("head", False): 0}
         self.seconds: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}  # CPU seconds of the same calls
         self.params = {"body": 0, "head": 0}
         self._seen: set[int] = set()
 
@@ -235,14 +261,17 @@ class Meter:
         self.tokens[(part, trained)] += x.shape[:2].numel()  # (B, S) ids, or (B, S, d) embeddings / hidden states
 
     def timed(self, name: str, fn):
-        """``fn`` with its wall time (device-synchronised) added to ``seconds[name]``."""
+        """``fn`` with its wall time (device-synchronised) added to ``seconds[name]``, its CPU
+        time to ``cpu[name]``."""
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             _sync(self.device)
-            t0 = time.perf_counter()
+            t0 = _now()
             out = fn(*args, **kwargs)
             _sync(self.device)
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+            wall, cpu = _since(t0)
+            self.seconds[name] = self.seconds.get(name, 0.0) + wall
+            self.cpu[name] = self.cpu.get(name, 0.0) + cpu
             return out
         return wrapper
 
@@ -252,7 +281,7 @@ class Meter:
 
     def reset(self) -> None:
         self.tokens = dict.fromkeys(self.tokens, 0)
-        self.seconds = {}
+        self.seconds, self.cpu = {}, {}
 
 
 # ------------------------------------------------------------------------------- set-up --
@@ -269,6 +298,7 @@ class Bench:
     optimizer: torch.optim.Optimizer
     groups: list[nn.Parameter]
     engine: object
+    system: str
     tasks: list[Task]
     memory: InMemoryMemory
     meter: Meter
@@ -304,7 +334,8 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
         options = {"composer": str(scratch / "composer0"), "J": args.J, "K": args.K, "M": args.M}
     options = method_cls.resolve_options(method_cls.Options(**options))
     with mock.patch.object(stages.core.models, "load_policy", load), \
-            mock.patch.object(stages.core.policy, "load_policy", load):
+            mock.patch.object(stages.core.policy, "load_policy", load), \
+            mock.patch.object(stages.core.models, "resolve_model", lambda name: name):  # no such model on disk
         method = method_cls(options, config, None, {})
     student = method.student
     if config.activation_checkpointing:  # as Distiller does; a composer method did it on its backbone
@@ -316,11 +347,13 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
     groups = list(student.params) + [p for params, _ in extra.values() for p in params]
     optimizer = torch.optim.AdamW([{"params": student.params, "lr": config.lr},
                                    *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
-    engine = make_engine("hf", student.model, tokenizer, adapter=student.adapter, batch_size=args.batch)
+    engine = make_engine("hf", student.model, tokenizer, adapter=student.adapter, batch_size=args.batch,
+                         prefix_cache_tokens=args.prefix_cache_tokens)
 
     rng = random.Random(0)
-    group = min(args.group_size, args.batch)
-    tasks = [Task(task_id=f"task-{i}", env="bench", split="train", prompt=words(rng, args.prompt_len, vocab))
+    group, task_len = min(args.group_size, args.batch), min(args.task_len or args.prompt_len, args.prompt_len)
+    system = words(rng, args.prompt_len - task_len, vocab)
+    tasks = [Task(task_id=f"task-{i}", env="bench", split="train", prompt=words(rng, task_len, vocab))
              for i in range(max(1, args.batch // group))]
     pool = [_solved(rng, t.task_id, t.prompt, 1, args.response_len, vocab) for t in tasks]  # OPSD/SDFT's references
     pool += [_solved(rng, f"other-{j}", words(rng, 64, vocab), 3, 300, vocab) for j in range(args.J)]  # LOPD's m_j
@@ -340,34 +373,39 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
     for composer in (getattr(method, "composer", None), getattr(method, "anchor", None)):
         if composer is not None:
             composer.forward = meter.timed("composer", composer.forward)
-    return Bench(args, config, tokenizer, method, optimizer, groups, engine, tasks, InMemoryMemory(pool), meter,
-                 patches)
+    return Bench(args, config, tokenizer, method, optimizer, groups, engine, system, tasks, InMemoryMemory(pool),
+                 meter, patches)
 
 
 # --------------------------------------------------------------------------------- step --
 
 
 def step(bench: Bench, index: int) -> dict:
-    """One distill step; returns its seconds per phase and token counts."""
+    """One distill step; returns its seconds per phase (wall; CPU under ``"cpu"``) and token counts."""
     b, c, meter = bench, bench.config, bench.meter
     method, student = b.method, b.method.student
     meter.reset()
     _sync(c.device)
-    t_start = time.perf_counter()
+    t_start = _now()
     stats = RolloutStats()
     params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                             max_new_tokens=c.max_new_tokens, seed=index)
     student.model.eval()
-    trajectories = list(play(b.engine, b.tokenizer, OneTurnEnv, b.tasks, params=params, stats=stats,
+    cache = getattr(b.engine, "prefix_cache", None)
+    hits, misses = (cache.hit_tokens, cache.miss_tokens) if cache else (0, 0)
+    env = functools.partial(OneTurnEnv, b.system)
+    trajectories = list(play(b.engine, b.tokenizer, env, b.tasks, params=params, stats=stats,
                              samples_per_task=min(b.args.group_size, b.args.batch), policy_id=c.model,
                              run_id="bench", max_concurrent=b.args.batch))
     _sync(c.device)
-    rollout_s = time.perf_counter() - t_start
-    t0 = time.perf_counter()
+    rollout_s, rollout_cpu = _since(t_start)
+    t0 = _now()
     rows, _ = training_rows(b.tokenizer, [t for t in trajectories if t.turns], max_len=c.max_len)
     batch = StepBatch(rows, trajectories)
     batch.extras = method.prepare(batch, StepContext(b.memory, b.memory, b.engine, index))
-    prepare_s = time.perf_counter() - t0
+    if hasattr(b.engine, "sleep"):  # as Distiller.train_step: the engine's caches go before the update
+        b.engine.sleep()
+    prepare_s, prepare_cpu = _since(t0)
     student.model.train()
     method.train_mode()
     loss_fn, backward = meter.timed("forward", method.loss), meter.timed("backward", torch.Tensor.backward)
@@ -386,15 +424,19 @@ def step(bench: Bench, index: int) -> dict:
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / method.update_epochs
         meter.timed("optimizer", _clip_and_step)(b.groups, b.optimizer, c.grad_clip)  # as Distiller._update
-    t0 = time.perf_counter()
+    t0 = _now()
     method.after_step(sums)
     b.engine.sync_weights(student.model, student.adapter)
     _sync(c.device)
-    sync_s, prompt = time.perf_counter() - t0, sum(len(t.turns[0].context_ids) for t in trajectories if t.turns)
-    return {"seconds": time.perf_counter() - t_start, "rollout_s": rollout_s, "prepare_s": prepare_s,
-            "sync_s": sync_s, **{f"{k}_s": v for k, v in meter.seconds.items()}, "generated": stats.generated_tokens,
-            "prompt": prompt, "trained": sum(len(r.ids_T) for r in rows), "rows": len(rows), "flops": meter.flops(),
-            "tokens": dict(meter.tokens)}
+    (sync_s, sync_cpu), (seconds, cpu) = _since(t0), _since(t_start)
+    prompt = sum(len(t.turns[0].context_ids) for t in trajectories if t.turns)
+    return {"seconds": seconds, "rollout_s": rollout_s, "prepare_s": prepare_s, "sync_s": sync_s,
+            **{f"{k}_s": v for k, v in meter.seconds.items()}, "generated": stats.generated_tokens,
+            "prompt": prompt, "encoded": (cache.miss_tokens - misses) if cache else prompt,
+            "cached": (cache.hit_tokens - hits) if cache else 0, "generations": len(trajectories),
+            "trained": sum(len(r.ids_T) for r in rows), "rows": len(rows), "flops": meter.flops(),
+            "tokens": dict(meter.tokens), "cpu": {"seconds": cpu, "rollout_s": rollout_cpu, "prepare_s": prepare_cpu,
+                                                  "sync_s": sync_cpu, **{f"{k}_s": v for k, v in meter.cpu.items()}}}
 
 
 def _clip_and_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> None:
@@ -405,19 +447,25 @@ def _clip_and_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer,
 # --------------------------------------------------------------------------------- main --
 
 
-def report(bench: Bench, timed: list[dict], rate: float) -> None:
-    """The mean of the timed steps: seconds, tokens/s per phase, FLOP-bound time, peak memory."""
+def report(bench: Bench, timed: list[dict], rate: tuple[float, float]) -> None:
+    """The mean of the timed steps: seconds (wall and CPU), tokens/s per phase, FLOP-bound time,
+    peak memory. ``rate``: the matmul FLOP per wall and per CPU second (:func:`matmul_rate`)."""
     def _rate(tokens: float, seconds: float) -> str:
         return f"{tokens / seconds:,.0f}" if seconds > 0 else "-"
-    mean = {k: sum(r[k] for r in timed) / len(timed) for k in timed[0] if k != "tokens"}
+    mean = {k: sum(r[k] for r in timed) / len(timed) for k in timed[0] if k not in ("tokens", "cpu")}
+    cpu = {k: sum(r["cpu"].get(k, 0.0) for r in timed) / len(timed) for k in timed[0]["cpu"]}
     tokens = {k: sum(r["tokens"][k] for r in timed) / len(timed) for k in timed[0]["tokens"]}
     phases = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s")
-    print(f"mean of {len(timed)} timed step(s): {mean['seconds']:.2f} s/step = "
-          + " + ".join(f"{k[:-2]} {mean.get(k, 0.0):.2f}" for k in phases)
-          + " (forward: " + ", ".join(f"{k[:-2]} {mean[k]:.2f}" for k in ("student_s", "teacher_s", "composer_s")
-                                     if k in mean) + ")")
-    print(f"tokens per step: {mean['rows']:.0f} rows, {mean['prompt']:,.0f} prompt + {mean['generated']:,.0f} "
-          f"generated in the rollout, {mean['trained']:,.0f} in the training rows")
+    for clock, values in (("wall", mean), ("CPU", cpu)):
+        print(f"mean of {len(timed)} timed step(s), {clock}: {values['seconds']:.2f} s/step = "
+              + " + ".join(f"{k[:-2]} {values.get(k, 0.0):.2f}" for k in phases)
+              + " (forward: " + ", ".join(f"{k[:-2]} {values[k]:.2f}" for k in ("student_s", "teacher_s", "composer_s")
+                                         if k in values) + ")")
+    print(f"tokens per step: {mean['rows']:.0f} rows, {mean['prompt']:,.0f} prompt ({mean['encoded']:,.0f} encoded, "
+          f"{mean['cached']:,.0f} from the prefix cache) + {mean['generated']:,.0f} generated in the rollout, "
+          f"{mean['trained']:,.0f} in the training rows")
+    print(f"rollout: {mean['rollout_s'] / mean['generations']:.2f} s ({cpu['rollout_s'] / mean['generations']:.2f} "
+          f"CPU s) per generation, {mean['generations']:.0f} generations of <= {bench.config.max_new_tokens} tokens")
     print(f"tokens/s: rollout {_rate(mean['generated'], mean['rollout_s'])} generated "
           f"({_rate(mean['generated'] + mean['prompt'], mean['rollout_s'])} with the prompt), "
           f"forward {_rate(mean['trained'], mean.get('forward_s', 0.0))}, "
@@ -430,9 +478,10 @@ def report(bench: Bench, timed: list[dict], rate: float) -> None:
     print(f"FLOPs per step: {mean['flops'] / 1e12:.3f} TFLOP = sum over forwards of 2 x (P_layers "
           f"{p['body'] / 1e6:.1f}M x positions + P_head {p['head'] / 1e6:.1f}M x LM-head positions), x3 for a "
           "backpropagated forward (attention's S^2 term, the QFormer and the optimizer not counted)")
-    bound = mean["flops"] / rate
+    bound, bound_cpu = mean["flops"] / rate[0], mean["flops"] / rate[1]
     print(f"FLOP-bound time: {bound:.2f} s/step at the measured matmul rate; measured / bound = "
-          f"{mean['seconds'] / bound:.1f}x")
+          f"{mean['seconds'] / bound:.1f}x (CPU time: bound {bound_cpu:.2f} s, measured / bound "
+          f"{cpu['seconds'] / bound_cpu:.1f}x)")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if torch.device(bench.config.device).type == "cuda":
         print(f"peak memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB allocated on the GPU "
@@ -448,6 +497,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available, else cpu)")
     parser.add_argument("--dtype", choices=stages.core.policy.DTYPES, help="(default: bfloat16 on cuda, else float32)")
     parser.add_argument("--prompt-len", type=int, default=2048, help="prompt words (= tokens) per task")
+    parser.add_argument("--task-len", type=int, help="words of the task text (default: the whole prompt); the "
+                        "rest of the prompt is a system message shared by all tasks")
+    parser.add_argument("--prefix-cache-tokens", type=int, default=PREFIX_CACHE_TOKENS,
+                        help="the rollout engine's prefix-cache budget (default: distill's); 0 = off")
     parser.add_argument("--response-len", type=int, default=1024, help="max new tokens per rollout")
     parser.add_argument("--batch", type=int, default=32, help="rollouts per step (the paper's batch)")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (B.1's G)")
@@ -471,14 +524,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"bench_step: {args.shape} shape (layers {args.layers or numbers['num_hidden_layers']}, hidden "
           f"{numbers['hidden_size']}, vocab {numbers['vocab_size']}), random weights, method {args.method}, "
           f"{device} {dtype}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
-    print(f"matmul {n}x{n} {dtype}: {rate / 1e12:.3f} TFLOP/s")
+    print(f"matmul {n}x{n} {dtype}: {rate[0] / 1e12:.3f} TFLOP/s ({rate[1] / 1e12:.3f} per CPU second)")
     with tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
         t0 = time.perf_counter()
         bench = build(args, Path(scratch))
         with bench.patches:
             lopd = f", J={args.J} K={args.K} M={args.M} depth {args.depth}, composer inputs <= {args.exp_tokens} tokens"
             print(f"settings: {args.batch} rollouts ({len(bench.tasks)} tasks x G {min(args.group_size, args.batch)}), "
-                  f"prompt {args.prompt_len}, response <= {args.response_len}, micro-batch {args.micro_batch}, LoRA "
+                  f"prompt {args.prompt_len} (task {args.task_len or args.prompt_len}), prefix cache "
+                  f"{args.prefix_cache_tokens} tokens, response <= {args.response_len}, micro-batch {args.micro_batch}, LoRA "
                   f"rank {args.lora_rank}, activation checkpointing {'on' if args.activation_checkpointing else 'off'}"
                   f"{lopd if args.method == 'lopd' else ''}; set-up {time.perf_counter() - t0:.1f} s")
             rows = []
