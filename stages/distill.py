@@ -39,7 +39,6 @@ from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
 from stages.core.tracking import RunLogger
 from stages.engines import SamplingParams, make_engine
-from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.distill_checks import preflight
 from stages.distill_settings import DistillConfig
 from stages.methods import Method, StepBatch, StepContext, get_method
@@ -53,6 +52,7 @@ COMMON_FIELDS = (
 PHASE_FIELDS = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s")
 TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", *PHASE_FIELDS)
 RANK_SEED_STRIDE = 100_003  # rank r of a data-parallel run samples with seeds offset by r x this
+ZERO_GRAD_WARN_AFTER = 2  # zero-gradient steps before the run warns that nothing is learned
 
 
 def _training_modules(method: Method) -> list[torch.nn.Module]:
@@ -80,6 +80,7 @@ class DistillReport(BaseModel):
     final_dir: str
     last_checkpoint: str
     seconds: float
+    zero_grad_steps: list[int] = []  # steps whose every gradient norm was 0: nothing was learned
 
 
 class Distiller:
@@ -130,6 +131,7 @@ class Distiller:
         self.step = state.get("step", 0)
         self.cursor = state.get("data_position", 0)
         self.rows_added, self.commit = 0, git_commit()
+        self.zero_grad_steps: list[int] = []  # steps whose every gradient norm was 0 (nothing learned)
         if self.world.is_main:
             self.store = ExperienceStore.open(config.store, create=config.new_store)
             if self.resuming:  # back to the store and metrics exactly as at the checkpoint
@@ -163,11 +165,8 @@ class Distiller:
         if resume_from:
             saved = torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device)
             self.optimizer.load_state_dict(saved)
-        # the prefix cache encodes the prompt the G rollouts of a task share once; cleared before
-        # every update (engine.sleep) and at every weight sync
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,
-                                  adapter=self.student.adapter, batch_size=config.rollout_batch,
-                                  prefix_cache_tokens=PREFIX_CACHE_TOKENS)
+                                  adapter=self.student.adapter, batch_size=config.rollout_batch)
         info = distributed.broadcast(embeddings_info(self.store) if self.world.is_main else None, self.world)
         self.embedder = load_embedder(config.embedder or (info.embedder if info else None))
         self.index_field = info.field if info else "task"
@@ -382,6 +381,7 @@ class Distiller:
                 runs.append_metrics(metrics_file, row)
             rows.append(row)
             self._log(row)
+            self._check_zero_gradient(row)
             if on_step is not None:
                 on_step(self, row)
             if step % c.checkpoint_every == 0 or step == c.steps:
@@ -399,7 +399,20 @@ class Distiller:
             reward_mean=float(np.mean([r["reward_mean"] for r in rows])) if rows else 0.0,
             success_rate=float(np.mean([r["success_rate"] for r in rows])) if rows else 0.0,
             method_state=self.method.state(), rows_added=self.rows_added,
-            final_dir=str(final), last_checkpoint=str(last), seconds=time.perf_counter() - t0)
+            final_dir=str(final), last_checkpoint=str(last), seconds=time.perf_counter() - t0,
+            zero_grad_steps=self.zero_grad_steps)
+
+    def _check_zero_gradient(self, row: dict) -> None:
+        """Record a step whose every ``grad_norm_*`` is 0 (e.g. GRPO where no group's rewards
+        vary); warn once, at the second such step (the run summary lists them all)."""
+        norms = [v for k, v in row.items() if k.startswith("grad_norm_")]
+        if norms and all(v == 0.0 for v in norms):
+            self.zero_grad_steps.append(row["step"])
+            if len(self.zero_grad_steps) == ZERO_GRAD_WARN_AFTER:
+                self.console.print(f"[yellow]warning:[/] steps {', '.join(map(str, self.zero_grad_steps))} had a "
+                                   "zero gradient: the student did not change (e.g. GRPO with no reward "
+                                   "variance in any group: more --group-size, another --temperature or task mix)",
+                                   soft_wrap=True)
 
     def _log(self, row: dict) -> None:
         shown = " ".join(f"{k} {row[k]:.4g}" for k in self.method.metrics if k in row)
@@ -440,4 +453,8 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
     console.print(f"  student: {report.final_dir}/student (a plain Hugging Face model: lopd evaluate --model ...)\n"
                   f"  metrics: {out / runs.METRICS_FILE} (plots: lopd report {out})\n"
                   f"  last checkpoint: {report.last_checkpoint}", soft_wrap=True)
+    if report.zero_grad_steps:
+        console.print(f"[yellow]warning:[/] {len(report.zero_grad_steps)} of {steps} steps had a zero gradient "
+                      f"(steps {', '.join(map(str, report.zero_grad_steps))}): the student was not trained "
+                      "on them", soft_wrap=True)
     return report

@@ -1,0 +1,45 @@
+"""A run whose steps have a zero gradient says so (issue 31 item 13): GRPO on an environment
+whose reward never varies learns nothing; the run warns at the second such step and its
+summary lists them. Tiny model and seed store of tests/test_distill.py."""
+from __future__ import annotations
+
+import dataclasses
+import io
+
+from rich.console import Console
+
+import stages.distill as distill
+from stages.core.envs import StepResult, register
+from tests.test_distill import ToyEnv, _hash_embedder, assets  # noqa: F401 (fixtures)
+from tests.test_method_grpo import grpo_config
+
+FLAT = "toy-flat-reward"
+
+
+@register(FLAT)
+class FlatEnv(ToyEnv):
+    """The toy two-turn environment, every episode rewarded 1: no group has reward variance."""
+
+    name = FLAT
+
+    def step(self, action: str) -> StepResult:
+        result = super().step(action)
+        return dataclasses.replace(result, reward=1.0) if result.done else result
+
+
+def _run(config) -> tuple[distill.DistillReport, str]:
+    out = io.StringIO()
+    report = distill.run(config, Console(file=out, width=300))
+    return report, " ".join(out.getvalue().split())
+
+
+def test_zero_gradient_steps_warn_after_two_and_in_the_summary(assets, tmp_path):
+    report, text = _run(grpo_config(assets, tmp_path, "flat", env=FLAT, steps=3))
+    assert report.zero_grad_steps == [1, 2, 3]
+    assert text.count("warning: steps 1, 2 had a zero gradient") == 1  # once, at the second step
+    assert "warning: 3 of 3 steps had a zero gradient (steps 1, 2, 3)" in text
+
+
+def test_a_learning_run_has_no_zero_gradient_warning(assets, tmp_path):
+    report, text = _run(grpo_config(assets, tmp_path, "varied", temperature=1.0, group_size=4, steps=2))
+    assert report.zero_grad_steps == [] and "zero gradient" not in text
