@@ -39,6 +39,7 @@ from stages.core.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
 from stages.core.tracking import RunLogger
 from stages.engines import SamplingParams, make_engine
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.distill_checks import preflight
 from stages.distill_settings import DistillConfig
 from stages.methods import Method, StepBatch, StepContext, get_method
@@ -165,8 +166,11 @@ class Distiller:
         if resume_from:
             saved = torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device)
             self.optimizer.load_state_dict(saved)
+        # the prefix cache encodes the prompt the G rollouts of a task share once; cleared before
+        # every update (engine.sleep) and at every weight sync
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,
-                                  adapter=self.student.adapter, batch_size=config.rollout_batch)
+                                  adapter=self.student.adapter, batch_size=config.rollout_batch,
+                                  prefix_cache_tokens=PREFIX_CACHE_TOKENS)
         info = distributed.broadcast(embeddings_info(self.store) if self.world.is_main else None, self.world)
         self.embedder = load_embedder(config.embedder or (info.embedder if info else None))
         self.index_field = info.field if info else "task"
