@@ -429,6 +429,21 @@ def report(
     stage.run(stage.ReportConfig(runs=runs, out=out))
 
 
+@app.command()
+@friendly
+def show(
+    report: str = typer.Argument(..., help="Evaluation report JSON (lopd evaluate --out).", show_default=False),
+    task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id contains this text."),
+    failed: bool = typer.Option(False, "--failed", help="Only tasks the checker failed."),
+    limit: Optional[int] = typer.Option(5, "--limit", help="At most N tasks."),
+) -> None:
+    """Print what the model said in an evaluation: each task's transcript (messages, tool calls),
+    reward and checker verdict."""
+    from stages import show as stage
+
+    stage.run(report, task=task, failed=failed, limit=limit)
+
+
 store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",
                         no_args_is_help=True)
 app.add_typer(store_app, name="store")

@@ -357,7 +357,8 @@ def _task_row(t: Trajectory, extra: dict[str, Any]) -> dict[str, Any]:
     info.pop("tests", None)
     return {"task_id": t.task_id, "reward": t.reward, "success": t.success, "steps": t.num_steps,
             "tool_calls": t.num_tool_calls, "first_step_tokens": t.turns[0].action_tokens if t.turns else 0,
-            **extra, "info": info}
+            **extra, "info": info,
+            "messages": [m.model_dump(mode="json", exclude_none=True) for m in t.messages]}  # the transcript
 
 
 def report_table(report: dict[str, Any]) -> Table:

@@ -1,0 +1,52 @@
+"""Evaluation reports keep each task's transcript and `lopd show` prints it (issue 31 item 1):
+a scripted model on the LiveCodeBench fixture tasks, one answered right and two wrong."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from lopd_cli.main import app
+from tests.test_evaluate import FIXTURES, LCB_SOLUTIONS, _run
+
+runner = CliRunner()
+IDS = ["lcbfx_stdin", "lcbfx_functional", "lcbfx_compressed"]
+
+
+def _report(tmp_path):
+    scripts = [[f"```python\n{LCB_SOLUTIONS['lcbfx_stdin']}```"], ["I do not know."], ["print(1)"]]
+    _run(tmp_path, scripts, bench="livecodebench", data_dir=str(FIXTURES / "livecodebench"), release="v6", model="tiny")
+    return tmp_path / "report.json"
+
+
+def test_report_keeps_each_tasks_transcript_and_show_filters_it(tmp_path):
+    path = _report(tmp_path)
+    rows = {r["task_id"]: r for r in json.loads(path.read_text())["per_task"]}
+    assert set(rows) == set(IDS)
+    for row in rows.values():  # the prompt the model saw and what it answered
+        roles = [m["role"] for m in row["messages"]]
+        assert roles[-1] == "assistant" and "user" in roles
+    assert sorted(r["messages"][-1]["content"] for r in rows.values()) == sorted(
+        [f"```python\n{LCB_SOLUTIONS['lcbfx_stdin']}```", "I do not know.", "print(1)"])
+    answered = {r["messages"][-1]["content"]: r for r in rows.values()}
+    assert answered["I do not know."]["success"] is False
+
+    shown = runner.invoke(app, ["show", str(path), "--limit", "10"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "3 of 3 tasks shown" in shown.output and "I do not know." in shown.output
+    failed = runner.invoke(app, ["show", str(path), "--failed"], env={"COLUMNS": "200"})
+    n_failed = sum(not r["success"] for r in rows.values())
+    assert f"{n_failed} of 3 tasks shown" in failed.output and "I do not know." in failed.output
+    assert all(task_id in failed.output for task_id, r in rows.items() if not r["success"])
+    one = runner.invoke(app, ["show", str(path), "--task", "functional"], env={"COLUMNS": "200"})
+    assert "1 of 3 tasks shown" in one.output and "lcbfx_functional" in one.output and "lcbfx_stdin" not in one.output
+    assert "reward" in one.output
+
+
+def test_show_refuses_what_is_not_a_report(tmp_path):
+    bad = tmp_path / "metrics.json"
+    bad.write_text('{"scores": {}}')
+    result = runner.invoke(app, ["show", str(bad)])
+    assert result.exit_code == 2 and "field 'per_task' is missing" in result.output
+    result = runner.invoke(app, ["show", str(tmp_path / "nope.json")])
+    assert result.exit_code == 2 and "no such report" in result.output
