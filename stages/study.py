@@ -19,6 +19,11 @@ Layout of ``out``::
     results.json, results.csv, table.md, heldout.png, heldout_nll.png, train_reward.png, lopd_dual.png
     report/                  `lopd report` of the trained runs: loss, gradient-norm, time and memory curves
 
+With ``results`` set (a folder kept in the repository, e.g. ``docs/results/bed-cpu``), the results
+are copied there after every finished run; a later study (another machine, ``out`` gone) reuses
+the finished runs its ``results.json`` lists (``finished``, with their evaluations, training rows
+and the base model's report) instead of training them again.
+
 A killed study resumes: finished runs and written evaluations are reused, an unfinished run
 resumes from its newest checkpoint (an evaluation runs before its step's checkpoint, so a kill
 inside it redoes the step and the evaluation).
@@ -67,7 +72,8 @@ class StudyConfig(BaseModel):
     (``lopd evaluate`` settings); ``eval_every`` the generations between evaluations (0: at the
     start and the end only; else a multiple of the rollouts per step); ``score`` the report
     score the table and plots use (default: ``accuracy``, ``mean`` or ``pass@1``, the first the
-    bench has).
+    bench has); ``results`` a folder the results are copied into after every finished run, whose
+    finished runs a later study reuses (see the module docstring).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -76,6 +82,7 @@ class StudyConfig(BaseModel):
     env: str = "bfcl"
     store: str
     composer: str | None = None
+    results: str | None = None
     bench: str = "bfcl-single"
     eval_limit: int | None = Field(100, ge=1)
     eval_every: int = Field(0, ge=0)
@@ -232,13 +239,57 @@ def _evaluate_inside(config: StudyConfig, folder: Path, label: str, console: Con
     return hook
 
 
+def _changed(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The settings that differ, but for the folders (``out``, ``results``): a study may move."""
+    return sorted(k for k in set(saved) | set(current)
+                  if k not in ("out", "results") and saved.get(k) != current.get(k))
+
+
+def committed(config: StudyConfig) -> dict[str, Any] | None:
+    """The ``results.json`` of the ``results`` folder (None: no such folder or file yet).
+
+    Raises:
+        ValueError: unreadable, or written by a study with other settings (names the fields).
+    """
+    path = Path(config.results) / "results.json" if config.results else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        saved = json.loads(read_utf8(path))
+        settings, finished = saved["settings"], saved.get("finished", {})
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a study's results.json ({err})") from None
+    changed = _changed(settings, json.loads(config.model_dump_json()))
+    if changed:
+        raise ValueError(f"{path}: written by a study with other settings ({', '.join(changed)} differ); "
+                         "use another results folder, or restore the study file")
+    return saved if finished or "base_report" in saved else None
+
+
+def reused_runs(config: StudyConfig, saved: dict[str, Any] | None) -> set[tuple[str, int]]:
+    """The (run name, seed) pairs finished in the ``results`` folder but not in ``out``."""
+    if not saved:
+        return set()
+    names = {r.name: r for r in config.runs}
+    return {(f["run"], f["seed"]) for f in saved.get("finished", {}).values()
+            if f["run"] in names and not done_file(config, names[f["run"]], f["seed"]).is_file()}
+
+
+def _restore_base(config: StudyConfig, saved: dict[str, Any] | None, console: Console) -> None:
+    """Write the base model's report from the ``results`` folder when ``out`` has none."""
+    base = base_report(config)
+    if not base.is_file() and saved and "base_report" in saved:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        base.write_text(json.dumps(saved["base_report"], indent=2))
+        console.print(f"study: the base model's evaluation reused from {config.results}")
+
+
 def _freeze(config: StudyConfig) -> None:
-    """Write ``study.json``, or check a rerun against it (any change but ``out`` is an error)."""
+    """Write ``study.json``, or check a rerun against it (any change but the folders is an error)."""
     path = Path(config.out) / "study.json"
     current = json.loads(config.model_dump_json())
     if path.is_file():
-        saved = json.loads(read_utf8(path))
-        changed = sorted(k for k in set(saved) | set(current) if k != "out" and saved.get(k) != current.get(k))
+        changed = _changed(json.loads(read_utf8(path)), current)
         if changed:
             raise ValueError(f"{path}: this study was started with other settings ({', '.join(changed)} "
                              "differ); use another --out, or restore the study file")
@@ -277,6 +328,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     if unknown:
         raise ValueError(f"--only {unknown[0]}: no such run in the study (runs: {', '.join(r.name for r in config.runs)})")
     if report_only:
+        _restore_base(config, committed(config), console)
         if not base_report(config).is_file():
             raise ValueError(f"{out}: no study results yet (the base model's evaluation is missing)")
         _freeze(config)
@@ -288,7 +340,9 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
         for seed in config.seeds_of(run):
             if run.method != VANILLA:
                 distill_config(config, run, seed)
+    saved = committed(config)
     _freeze(config)
+    _restore_base(config, saved, console)
     base = base_report(config)
     model = config.distill.get("model", distill.DistillConfig.model_fields["model"].default)
     if not base.is_file():
@@ -302,6 +356,9 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
             if done_file(config, run, seed).is_file():
                 console.print(f"study: {run.name} seed {seed} finished earlier, reused")
                 continue
+            if (run.name, seed) in reused_runs(config, saved):
+                console.print(f"study: {run.name} seed {seed} finished earlier, reused from {config.results}")
+                continue
             console.rule(f"study: {run.name} ({run.method}) seed {seed}: {steps} steps x {per_step} rollouts")
             _copy_store(Path(config.store), folder / "store")
             distiller = distill.Distiller(distill_config(config, run, seed), console)
@@ -309,15 +366,30 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
             done_file(config, run, seed).write_text(report.model_dump_json(indent=2))
             del distiller
             gc.collect()
+            if config.results:  # the finished run's rows reach the repository's folder at once
+                _publish(config, console)
     return _report(config, console)
+
+
+def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
+    """Write the results into ``out`` and copy them (json, csv, table, plots) into ``results``."""
+    from stages.study_report import write_results  # it reads the study's layout from this module
+
+    results = write_results(config, commit=git_commit())
+    if config.results:
+        dest = Path(config.results)
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("results.json", "results.csv", "table.md", *results["plots"]):
+            shutil.copyfile(Path(config.out) / name, dest / name)
+        console.print(f"study: results copied into {dest}")
+    return results
 
 
 def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
     from stages import report
-    from stages.study_report import write_results  # it reads the study's layout from this module
 
     out = Path(config.out)
-    results = write_results(config, commit=git_commit())
+    results = _publish(config, console)
     console.print(results["table_markdown"])
     console.print(f"study written to {out}: results.json, results.csv, table.md, "
                   + ", ".join(results["plots"]))

@@ -4,7 +4,9 @@ Everything is read back from the study folder (evaluate reports and the runs' ``
 so the results can be rewritten at any time from what is on disk:
 
 - ``results.json``: settings, held-out split, every evaluation (run, method, seed, generations,
-  scores, behaviour), every training row (reward, LOPD's Delta and beta), the table rows;
+  scores, behaviour), every training row (reward, LOPD's Delta and beta), the table rows, the
+  base model's evaluate report and the finished runs (``finished``: run, seed, seconds, the final
+  evaluation's per-task rows); a study with ``results`` reuses the last four from its copy there;
 - ``results.csv``: the evaluations, one per line;
 - ``table.md``: methods x final held-out scores, mean +- sample standard deviation over seeds
   (min..max), with the behaviour statistics and the binomial noise of one evaluation;
@@ -25,7 +27,7 @@ import numpy as np
 from stages.core.envs.bfcl import HELDOUT_RULE
 from stages.core.inputs import read_utf8
 from stages.core.runs import METRICS_FILE, read_metrics
-from stages.study import VANILLA, base_report, check_budget, done_file, run_dir
+from stages.study import VANILLA, base_report, check_budget, committed, done_file, reused_runs, run_dir
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")
 _BEHAVIOUR = ("first_step_tokens", "tool_calls_per_step", "mean_steps", "repeated_calls_per_task")
@@ -48,14 +50,19 @@ def score_key(config: Any, report: dict[str, Any]) -> str:
     return key
 
 
-def collect_evaluations(config: Any) -> list[dict[str, Any]]:
-    """One record per evaluation: the base model's (as ``vanilla``) and each trained run's."""
+def collect_evaluations(config: Any, saved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One record per evaluation: the base model's (as ``vanilla``) and each trained run's; a run
+    finished only in the ``results`` folder (``saved``, its results.json) has its records from there."""
     base = _read(base_report(config))
     records = [_record(VANILLA, VANILLA, 0, 0, base)]
+    reused = reused_runs(config, saved)
     for run in config.runs:
         if run.method == VANILLA:
             continue
         for seed in config.seeds_of(run):
+            if (run.name, seed) in reused:
+                records += [e for e in saved["evaluations"] if e["run"] == run.name and e["seed"] == seed]
+                continue
             if not run_dir(config, run, seed).is_dir():  # not started yet
                 continue
             records.append(_record(run.name, run.method, seed, 0, base))
@@ -70,13 +77,18 @@ def _record(name: str, method: str, seed: int, generations: int, report: dict[st
             **{k: report["behaviour"].get(k) for k in _BEHAVIOUR}}
 
 
-def collect_training(config: Any) -> list[dict[str, Any]]:
-    """One record per training step of each trained run: reward, success and LOPD's Delta, beta."""
+def collect_training(config: Any, saved: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One record per training step of each trained run: reward, success and LOPD's Delta, beta
+    (of a run finished only in the ``results`` folder: its rows in ``saved``)."""
     rows = []
+    reused = reused_runs(config, saved)
     for run in config.runs:
         if run.method == VANILLA:
             continue
         for seed in config.seeds_of(run):
+            if (run.name, seed) in reused:
+                rows += [t for t in saved["training"] if t["run"] == run.name and t["seed"] == seed]
+                continue
             for m in read_metrics(run_dir(config, run, seed) / "train" / METRICS_FILE):
                 rows.append({"run": run.name, "method": run.method, "seed": seed, "step": m["step"],
                              "generations": m["generations"], "reward_mean": m["reward_mean"],
@@ -85,13 +97,15 @@ def collect_training(config: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str, Any]], key: str) -> list[dict]:
-    """Per run: the final evaluation of each FINISHED seed (``done.json``), summarised over
-    seeds; the seeds still to train or evaluate are listed as ``pending``."""
+def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str, Any]], key: str,
+               reused: set[tuple[str, int]] = frozenset()) -> list[dict]:
+    """Per run: the final evaluation of each FINISHED seed (``done.json``, or in ``reused``: finished
+    in the ``results`` folder), summarised over seeds; the seeds still to train or evaluate are
+    listed as ``pending``."""
     rows = []
     for run in config.runs:
         done = [s for s in config.seeds_of(run)
-                if run.method == VANILLA or done_file(config, run, s).is_file()]
+                if run.method == VANILLA or done_file(config, run, s).is_file() or (run.name, s) in reused]
         pending = [s for s in config.seeds_of(run) if s not in done]
         mine = [e for e in evals if e["run"] == run.name and e["seed"] in done]
         if not mine:
@@ -113,13 +127,14 @@ def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str
     return rows
 
 
-def paired_nll(config: Any, rows: list[dict], base: dict[str, Any]) -> None:
+def paired_nll(config: Any, rows: list[dict], base: dict[str, Any], finished: dict[str, dict]) -> None:
     """Add to each finished row the paired change of held-out reference NLL against the base model:
     per task, the run's NLL (mean over its seeds) minus the base model's; ``reference_nll_delta``
     = the mean over tasks, ``reference_nll_delta_se`` its standard error over tasks,
     ``reference_nll_lower`` the share of tasks whose NLL went down. Pairing by task removes the
     task-to-task spread (NLL ranges ~0.3-2.1 over BFCL tasks), so a change far smaller than
-    the spread of the unpaired means is measurable."""
+    the spread of the unpaired means is measurable. ``finished``: :func:`finished_runs`'s map,
+    which holds each finished seed's final per-task rows."""
     base_nll = {t["task_id"]: t["reference_nll"] for t in base.get("per_task", []) if "reference_nll" in t}
     runs = {r.name: r for r in config.runs}
     for row in rows:
@@ -127,7 +142,7 @@ def paired_nll(config: Any, rows: list[dict], base: dict[str, Any]) -> None:
             continue
         run = runs[row["run"]]
         per_seed = [base["per_task"]] if run.method == VANILLA else [
-            _read(run_dir(config, run, s) / "evals" / f"gen-{row['generations']}.json")["per_task"] for s in row["seeds"]]
+            finished[f"{run.name}-seed{s}"]["final_per_task"] for s in row["seeds"]]
         by_task: dict[str, list[float]] = {}
         for tasks in per_seed:
             for t in tasks:
@@ -138,6 +153,32 @@ def paired_nll(config: Any, rows: list[dict], base: dict[str, Any]) -> None:
             row["reference_nll_delta"] = float(np.mean(diffs))
             row["reference_nll_delta_se"] = float(np.std(diffs, ddof=1) / math.sqrt(len(diffs)))
             row["reference_nll_lower"] = float(np.mean([d < 0 for d in diffs]))
+
+
+def finished_runs(config: Any, saved: dict[str, Any] | None) -> dict[str, dict]:
+    """``{"NAME-seedS": {run, seed, seconds, generations, final_per_task}}`` of every finished
+    trained (run, seed): read from ``out`` (``done.json`` and the last evaluation), or kept from
+    the ``results`` folder's ``saved`` results for those finished only there. ``final_per_task``
+    holds each task's id, reward, success and reference NLL (where the bench has one)."""
+    reused = reused_runs(config, saved)
+    finished = {}
+    for run in config.runs:
+        for seed in config.seeds_of(run):
+            name = f"{run.name}-seed{seed}"
+            if run.method == VANILLA:
+                continue
+            if (run.name, seed) in reused:
+                finished[name] = saved["finished"][name]
+            elif done_file(config, run, seed).is_file():
+                evals = sorted((run_dir(config, run, seed) / "evals").glob("gen-*.json"),
+                               key=lambda p: int(p.stem.removeprefix("gen-")))
+                last = _read(evals[-1])["per_task"] if evals else []
+                finished[name] = {
+                    "run": run.name, "seed": seed, "seconds": _read(done_file(config, run, seed))["seconds"],
+                    "generations": int(evals[-1].stem.removeprefix("gen-")) if evals else 0,
+                    "final_per_task": [{k: t[k] for k in ("task_id", "reward", "success", "reference_nll") if k in t}
+                                       for t in last]}
+    return finished
 
 
 def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: float, budget: str) -> str:
@@ -208,12 +249,12 @@ def write_results(config: Any, commit: str | None) -> dict[str, Any]:
     out = Path(config.out)
     base = _read(base_report(config))
     key = score_key(config, base)
-    evals, training = collect_evaluations(config), collect_training(config)
-    rows = table_rows(config, evals, training, key)
-    paired_nll(config, rows, base)
-    seconds = base.get("seconds", 0.0) + sum(
-        json.loads(read_utf8(p))["seconds"] for run in config.runs if run.method != VANILLA
-        for p in (done_file(config, run, s) for s in config.seeds_of(run)) if p.is_file())
+    saved = committed(config)
+    evals, training = collect_evaluations(config, saved), collect_training(config, saved)
+    rows = table_rows(config, evals, training, key, reused_runs(config, saved))
+    finished = finished_runs(config, saved)
+    paired_nll(config, rows, base, finished)
+    seconds = base.get("seconds", 0.0) + sum(f["seconds"] for f in finished.values())
     steps, per_step = check_budget(config)
     budget = f"{steps} steps x {per_step} rollouts = {steps * per_step} generations"
     table = markdown(config, rows, key, len(base.get("per_task", [])), base["scores"][key], budget)
@@ -236,7 +277,8 @@ def write_results(config: Any, commit: str | None) -> dict[str, Any]:
         _plot_dual(out / "lopd_dual.png", lopd)
     results = {"settings": json.loads(config.model_dump_json()), "score": key, "split": split,
                "budget": budget, "evaluations": evals, "training": training, "table": rows,
-               "table_markdown": table, "plots": plots, "git_commit": commit, "seconds": seconds}
+               "table_markdown": table, "plots": plots, "git_commit": commit, "seconds": seconds,
+               "finished": finished, "base_report": base}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     columns = list(dict.fromkeys(k for e in evals for k in e))
     with open(out / "results.csv", "w", newline="") as f:

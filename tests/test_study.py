@@ -35,11 +35,11 @@ study.run_study(study.load_study(sys.argv[1]))
 """
 
 
-def write_study(assets, folder: Path, **extra_grpo) -> Path:
+def write_study(assets, folder: Path, results: Path | None = None, **extra_grpo) -> Path:
     model_dir, composer_dir, store = assets
-    grpo = "".join(f"\n{k} = {json.dumps(v)}" for k, v in extra_grpo.items())
     text = f"""
 out = "{folder / 'study'}"
+{f'results = "{results}"' if results else ""}
 env = "{ENV}"
 store = "{store}"
 composer = "{composer_dir}"
@@ -193,6 +193,48 @@ def test_killed_study_resumes_to_the_same_results(straight, assets, tmp_path):
     mine, theirs = _results(out), _results(straight)
     assert mine["evaluations"] == theirs["evaluations"]
     assert mine["training"] == theirs["training"] and mine["table"] == theirs["table"]
+
+
+def test_results_folder_continues_a_study_without_its_out_folder(straight, assets, tmp_path):
+    """The finished runs copied into ``results`` (a folder kept in the repository) are reused by a
+    study whose ``out`` is gone: nothing retrains, the results are the same; a run missing there
+    is trained again and ends as the straight run did."""
+    shutil.copytree(straight, tmp_path / "study")
+    committed = tmp_path / "committed"
+    config = write_study(assets, tmp_path, results=committed)
+    result = runner.invoke(app, ["study", "--config", str(config)])  # all finished: only copies
+    assert result.exit_code == 0, result.output
+    saved = _results(committed)
+    assert sorted(saved["finished"]) == ["grpo-seed0", "grpo-seed1", "lopd-seed0"]
+    assert saved["base_report"]["per_task"] and (committed / "table.md").read_text() == (straight / "table.md").read_text()
+
+    fresh = tmp_path / "machine2"
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(fresh)])
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())  # rich wraps long lines
+    assert f"base model's evaluation reused from {committed}" in flat
+    assert flat.count(f"finished earlier, reused from {committed}") == 3
+    assert not (fresh / "runs").exists()  # nothing trained or evaluated
+    mine, theirs = _results(fresh), _results(straight)
+    assert mine["evaluations"] == theirs["evaluations"] and mine["training"] == theirs["training"]
+    assert mine["table"] == theirs["table"]  # the paired NLL too, from the kept per-task rows
+
+    partial = _results(committed)
+    del partial["finished"]["grpo-seed1"]
+    (committed / "results.json").write_text(json.dumps(partial))
+    again = tmp_path / "machine3"
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(again)])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in (again / "runs").iterdir()] == ["grpo-seed1"]  # only the missing run trained
+    mine = _results(again)
+    assert mine["evaluations"] == theirs["evaluations"] and mine["table"] == theirs["table"]
+    assert sorted(_results(committed)["finished"]) == ["grpo-seed0", "grpo-seed1", "lopd-seed0"]
+
+    other = _results(committed)
+    other["settings"]["eval_limit"] = 5
+    (committed / "results.json").write_text(json.dumps(other))
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(tmp_path / "machine4")])
+    assert result.exit_code == 2 and "written by a study with other settings (eval_limit differ)" in result.output
 
 
 def test_unequal_budgets_and_unknown_options_are_one_line_errors(assets, tmp_path):
