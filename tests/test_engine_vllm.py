@@ -477,7 +477,7 @@ def test_distill_rolls_out_through_vllm_and_sleeps_for_each_update(fake_vllm, mo
     config = distill.DistillConfig(env=ENV, store=str(tmp_path / "store"), out=str(tmp_path / "run"),
                                    model=str(base_folder), method="grpo", engine="vllm", steps=2, tasks_per_step=1,
                                    group_size=2, max_new_tokens=8, student_lora_rank=4, micro_batch=2, lr=1e-2,
-                                   top_p=1.0, run_id="vllm-test")  # untruncated: vLLM's log-probs are kept
+                                   top_p=1.0, run_id="vllm-test", new_store=True)  # untruncated: vLLM's log-probs are kept
     trainer = distill.Distiller(config)
     llm = FakeLLM.last
     assert llm.kwargs["enable_lora"] and llm.kwargs["model"] == str(base_folder)
