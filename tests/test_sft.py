@@ -12,17 +12,12 @@ from stages.core.contexts import pad_rows, training_rows
 from stages.core.policy import load_policy
 from stages.core.store import ExperienceStore, StoreError
 from stages.sft import SftConfig
-from tests.test_coldstart import PAIRS, make_traj, one_thread  # noqa: F401 (fixture)
-from tests.tiny import save_tiny, tiny_tokenizer
+from tests.test_coldstart import PAIRS, make_traj, one_thread, tiny_dir  # noqa: F401 (fixtures)
+from tests.tiny import tiny_tokenizer
 
 
 def _row(tid: str, a: int, b: int, *, policy: str, split: str = "warmup", success: bool = True):
     return make_traj(tid, a, b, success=success).model_copy(update={"policy": policy, "split": split})
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return str(save_tiny(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture(scope="module")
