@@ -185,7 +185,7 @@ def coldstart(
     activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: older spelling)."),
     grad_clip: float = typer.Option(1.0, "--grad-clip", "--max-grad-norm", help="Gradient clipping of phi (--max-grad-norm: older spelling)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."),
 ) -> None:
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
     from stages import coldstart as stage
@@ -216,7 +216,7 @@ def sft(
     seed: int = typer.Option(0, "--seed", help="Seed of the data order."),
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."),
 ) -> None:
     """Supervised fine-tuning on verified trajectories: the warm start of a study, or the SFT and
     rejection-sampling baselines. Only the action tokens are supervised."""
