@@ -13,7 +13,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from lopd_cli.options import (
+    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, PREFIX_CACHE, SAMPLING_SEED, UNSAFE_EXEC,
+    MethodOptionsCommand, given_flags,
+)
 
 app = typer.Typer(
     name="lopd",
@@ -25,14 +28,6 @@ app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: flags shown as flags (rich's shows `--resume <bool>`)
 )
 err_console = Console(stderr=True)
-UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no bubblewrap): "
-                    "only for code you trust on a machine you can lose.")
-DEVICE_HELP = "Torch device of the models: cpu, cuda or cuda:N. (default: cuda when available, else cpu)"
-DTYPE_HELP = ("Parameter dtype: float32, bfloat16, float16 (float64 for tests). "
-              "(default: bfloat16 on cuda, float32 on cpu)")
-ALLOW_OVERLAP_HELP = ("Train on tasks that an evaluation benchmark scores (refused by default: e.g. HumanEval "
-                      "problems as training data contaminate a HumanEval+ result).")
-
 
 def _version(value: bool) -> None:
     if value:
@@ -92,62 +87,43 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
-CONFIG_HELP = "TOML/YAML/JSON file of option names (as in the flags, with _) and values; flags given override it."
+def _settings(ctx: typer.Context, config_file: Optional[str], config_cls: type, exclude: tuple[str, ...] = (),
+              resume: bool = False) -> dict:
+    """The command's settings by field name (:func:`stages.settings.resolve`): the flags given,
+    the ``--config`` file, with ``resume`` the run folder's saved settings, the flags' defaults."""
+    from stages.settings import resolve
 
-
-def _settings(ctx: typer.Context, config_file: Optional[str], config_cls: type, exclude: tuple[str, ...] = ()) -> dict:
-    """The command's options by field name: a flag given on the command line, else the
-    ``--config`` file's key, else the default. An older spelling in the file (a field's alias,
-    e.g. ``max_steps``) is accepted with a note; an unknown key is a one-line error."""
-    from pydantic import AliasChoices
-
-    from stages.core.inputs import read_config_file
-
-    values = {k: v for k, v in ctx.params.items() if k not in ("config", *exclude)}
-    if not config_file:
-        return values
-    older = {alias: name for name, field in config_cls.model_fields.items()
-             if isinstance(field.validation_alias, AliasChoices)
-             for alias in field.validation_alias.choices if alias != name}
-    for key, value in read_config_file(config_file).items():
-        name = older.get(key, key)
-        if name not in values:
-            raise ValueError(f"{config_file}: unknown option {key!r} for lopd {ctx.info_name} "
-                             f"(options: {', '.join(sorted(values))})")
-        if name != key:
-            err_console.print(f"note: {config_file}: {key!r} is the older name of {name!r}", soft_wrap=True)
-        source = ctx.get_parameter_source(name)  # compared by name: typer may carry its own click
-        if source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
-            values[name] = value
-    return values
+    given, defaults = given_flags(ctx, exclude)
+    return resolve(config_cls, ctx.info_name, given, config_file, defaults=defaults, resume=resume,
+                   note=lambda message: err_console.print(f"note: {message}", soft_wrap=True))
 
 
 @app.command()
 @friendly
 def collect(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    config: Optional[str] = CONFIG,
     env: Optional[str] = typer.Option(None, "--env", help="Environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, livecodebench, taco (required, as a flag or in --config)."),
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
     split: str = typer.Option("train", "--split", help="Task split: train or test (lopd-bed also has warmup and transfer)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks."),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Policy: smollm2-135m (embedded), an HF id or a local path."),
-    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Read the environment's task files from here."),
+    device: Optional[str] = DEVICE,
+    dtype: Optional[str] = DTYPE,
+    data_dir: Optional[str] = DATA_DIR,
     max_turns: int = typer.Option(30, "--max-turns", "--max-steps", help="Action cap per episode (--max-steps: older spelling)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Generated tokens per action."),
     temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling mass."),
     top_k: int = typer.Option(0, "--top-k", help="Sample from the k most likely tokens only; 0 = off (the paper samples with 20, B.2)."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
-    batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
-    prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
+    seed: int = SAMPLING_SEED,
+    batch_size: int = EPISODE_BATCH,
+    prefix_cache_tokens: int = PREFIX_CACHE,
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name (default: derived from the settings)."),
     resume: bool = typer.Option(False, "--resume", help="Skip tasks this run already stored."),
     reference: bool = typer.Option(False, "--reference", help="Play each task's reference solution (BFCL possible answer, HumanEval canonical solution) through the real environment and checker instead of a model: seeds the store with verified demonstrations."),
-    unsafe_exec: bool = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP),
+    unsafe_exec: bool = UNSAFE_EXEC,
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help=ALLOW_OVERLAP_HELP),
 ) -> None:
     """Roll out a policy on an environment's tasks and store scored trajectories."""
@@ -163,7 +139,7 @@ def collect(
 @friendly
 def index(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    config: Optional[str] = CONFIG,
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
     embedder: Optional[str] = typer.Option(None, "--embedder", help="minilm (packaged all-MiniLM-L6-v2, default) or a sentence-transformers id/path."),
     field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text, default), trajectory (the transcript), or trace (task + observation-lite trace, searched with an instruction-prefixed task query: asymmetric, A.3)."),
@@ -184,12 +160,12 @@ def index(
 @friendly
 def coldstart(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    config: Optional[str] = CONFIG,
     experiences: str = typer.Option("runs/store", "--experiences", help="Indexed experience store (`lopd index`) whose successful trajectories train the composer."),
     out: str = typer.Option("runs/composer0", "--out", help="Output folder (checkpoints, metrics.jsonl, final/)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Frozen backbone: smollm2-135m, an HF id or a local path."),
-    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    device: Optional[str] = DEVICE,
+    dtype: Optional[str] = DTYPE,
     steps: int = typer.Option(200, "--steps", help="Optimizer steps."),
     lr: float = typer.Option(1e-4, "--lr", help="AdamW learning rate of the composer."),
     batch_size: int = typer.Option(2, "--batch-size", help="Target trajectories per step."),
@@ -209,19 +185,19 @@ def coldstart(
     activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: older spelling)."),
     grad_clip: float = typer.Option(1.0, "--grad-clip", "--max-grad-norm", help="Gradient clipping of phi (--max-grad-norm: older spelling)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."),
 ) -> None:
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
     from stages import coldstart as stage
 
-    stage.run(stage.ColdstartConfig(**_settings(ctx, config, stage.ColdstartConfig)))
+    stage.run(stage.ColdstartConfig(**_settings(ctx, config, stage.ColdstartConfig, resume=resume)))
 
 
 @app.command()
 @friendly
 def sft(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    config: Optional[str] = CONFIG,
     store: str = typer.Option("runs/store", "--store", help="Experience store whose verified trajectories train the student."),
     out: str = typer.Option("runs/sft", "--out", help="Output folder (checkpoints, metrics.jsonl, final/student: use it as --model)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Student to fine-tune: smollm2-135m, an HF id or a local path."),
@@ -238,15 +214,15 @@ def sft(
     checkpoint_every: int = typer.Option(20, "--checkpoint-every", help="Steps between checkpoints."),
     keep_checkpoints: int = typer.Option(1, "--keep-checkpoints", help="Checkpoints kept (the newest)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data order."),
-    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    device: Optional[str] = DEVICE,
+    dtype: Optional[str] = DTYPE,
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."),
 ) -> None:
     """Supervised fine-tuning on verified trajectories: the warm start of a study, or the SFT and
     rejection-sampling baselines. Only the action tokens are supervised."""
     from stages import sft as stage
 
-    stage.run(stage.SftConfig(**_settings(ctx, config, stage.SftConfig)))
+    stage.run(stage.SftConfig(**_settings(ctx, config, stage.SftConfig, resume=resume)))
 
 
 def _given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
@@ -267,7 +243,7 @@ def _given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
     return argv
 
 
-@app.command()
+@app.command(cls=MethodOptionsCommand)
 @friendly
 def distill(
     ctx: typer.Context,
@@ -277,18 +253,11 @@ def distill(
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler, taco."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training); refused when missing, unless --new-store. (default runs/store)"),
     new_store: Optional[bool] = typer.Option(None, "--new-store", help="Start an empty experience store at --store when none is there. (default: refuse a missing store)"),
-    composer: Optional[str] = typer.Option(None, "--composer", help="lopd: cold-start composer folder (lopd coldstart's final/)."),
     out: Optional[str] = typer.Option(None, "--out", help="Run folder. (default runs/lopd)"),
     model: Optional[str] = typer.Option(None, "--model", help="Student/teacher backbone. (default smollm2-135m)"),
-    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    device: Optional[str] = DEVICE,
+    dtype: Optional[str] = DTYPE,
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Environment task files."),
-    margin: Optional[float] = typer.Option(None, "--margin", help="Privileged margin m (0 = the no-margin ablation). (default 0.05)"),
-    J: Optional[int] = typer.Option(None, "--J", help="Retrieved experiences per task. (default: the composer's, else 3)"),
-    K: Optional[int] = typer.Option(None, "--K", help="Latent tokens per experience (must match the composer). (default: the composer's)"),
-    M: Optional[int] = typer.Option(None, "--M", help="Teacher top-M tokens in the KL (plus a tail bucket). (default 20)"),
-    lam: Optional[float] = typer.Option(None, "--lambda", help="Anchor weight lambda. (default 0.2)"),
-    eta_beta: Optional[float] = typer.Option(None, "--eta-beta", help="Dual step size of beta. (default 0.5)"),
     lr: Optional[float] = typer.Option(None, "--lr", help="Learning rate. (default 1e-5)"),
     steps: Optional[int] = typer.Option(None, "--steps", help="Training steps. (default 10)"),
     tasks_per_step: Optional[int] = typer.Option(None, "--tasks-per-step", help="Tasks per step (B). (default 2)"),
@@ -298,7 +267,6 @@ def distill(
     max_len: Optional[int] = typer.Option(None, "--max-len", help="Token cap of a training sequence; a sequence whose prompt alone fills it is skipped and counted. (default: none)"),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Training sequences per forward/backward (gradients accumulate exactly). (default 4)"),
     student_lora_rank: Optional[int] = typer.Option(None, "--student-lora-rank", help="Student LoRA rank; 0 = full fine-tuning. (default 8)"),
-    freeze_composer: Optional[bool] = typer.Option(None, "--freeze-composer/--train-composer", help="Freeze the composer (the paper's ablation). (default train)"),
     checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
     keep_checkpoints: Optional[int] = typer.Option(None, "--keep-checkpoints", help="Checkpoints kept (the newest). (default 2)"),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Rollout sampling temperature. (default 0.7)"),
@@ -310,10 +278,6 @@ def distill(
     grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Gradient-norm clipping, 0 = off. (default 1.0)"),
     embedder: Optional[str] = typer.Option(None, "--embedder", help="Embedder of new rollouts. (default: the store's)"),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name in the store. (default: the saved one, else random)"),
-    beta0: Optional[float] = typer.Option(None, "--beta0", help="lopd: initial dual variable beta. (default 0)"),
-    composer_lr: Optional[float] = typer.Option(None, "--composer-lr", help="lopd: learning rate of the composer. (default: --lr)"),
-    max_exp_tokens: Optional[int] = typer.Option(None, "--max-exp-tokens", help="lopd: token budget per (task, experience) pair. (default: the composer's)"),
-    exclude_same_task: Optional[bool] = typer.Option(None, "--exclude-same-task/--allow-same-task", help="lopd: never retrieve an experience of the trajectory's own task (coldstart's default). (default allow)"),
     log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
@@ -324,25 +288,13 @@ def distill(
     reverse KL + margin + anchor).
 
     With --resume the run's saved OUT/config.json supplies every option not given again.
+    The lopd options (--composer, --margin, --J, ...) are made from its Options model.
     """
     from stages import distill as stage
     from stages.distill_settings import parse_options, settings
 
-    flags = {
-        "method": method, "env": env, "store": store, "composer": composer, "out": out, "model": model,
-        "device": device, "dtype": dtype,
-        "data_dir": data_dir, "margin": margin, "J": J, "K": K, "M": M, "lam": lam,
-        "eta_beta": eta_beta, "lr": lr, "steps": steps, "tasks_per_step": tasks_per_step,
-        "group_size": group_size, "max_turns": max_turns, "max_new_tokens": max_new_tokens,
-        "max_len": max_len, "micro_batch": micro_batch,
-        "student_lora_rank": student_lora_rank, "freeze_composer": freeze_composer,
-        "checkpoint_every": checkpoint_every, "log": log, "seed": seed, "keep_checkpoints": keep_checkpoints,
-        "temperature": temperature, "top_p": top_p, "top_k": top_k, "engine": engine, "rollout_batch": rollout_batch,
-        "activation_checkpointing": activation_checkpointing, "grad_clip": grad_clip, "embedder": embedder,
-        "run_id": run_id, "beta0": beta0, "composer_lr": composer_lr, "max_exp_tokens": max_exp_tokens,
-        "exclude_same_task": exclude_same_task, "allow_overlap": allow_overlap, "new_store": new_store,
-    }
-    flags.update(parse_options(option))
+    given, _ = given_flags(ctx, exclude=("option", "resume", "nproc"))
+    flags = {**given, **parse_options(option)}
     run_config = settings(flags, config, resume)
     if nproc > 1:  # every check that needs no model, here, before torchrun starts N processes
         from stages.core import distributed
@@ -357,11 +309,11 @@ def distill(
 @friendly
 def evaluate(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help=CONFIG_HELP),
+    config: Optional[str] = CONFIG,
     bench: Optional[str] = typer.Option(None, "--bench", help="bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, lopd-bed (lopd's study bed, held-out tasks), lopd-bed-transfer (its transfer environments), livecodebench."),
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
-    device: Optional[str] = typer.Option(None, "--device", help=DEVICE_HELP),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    device: Optional[str] = DEVICE,
+    dtype: Optional[str] = DTYPE,
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks; bfcl-v3: N per category, of its 4 (base, miss_func, miss_param, long_context), so --limit 1 runs 4 tasks."),
     out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench)."),
@@ -372,17 +324,17 @@ def evaluate(
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Override the protocol's top-k (0 = off)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Override the bench's tokens per action."),
     max_turns: Optional[int] = typer.Option(None, "--max-turns", "--max-steps", help="Override the bench's action cap per episode (--max-steps: older spelling)."),
-    batch_size: int = typer.Option(8, "--batch-size", help="Episodes generated together."),
+    batch_size: int = EPISODE_BATCH,
     workers: int = typer.Option(2, "--workers", help="evalplus evaluator processes."),
-    prefix_cache_tokens: int = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help="Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only encodes what is new (0 = off)."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    prefix_cache_tokens: int = PREFIX_CACHE,
+    seed: int = SAMPLING_SEED,
     engine: str = typer.Option("hf", "--engine", help="Rollout engine: hf (transformers) or vllm (vLLM on a CUDA GPU, pip install '.[vllm]'; no reference_nll, not with --composer)."),
     user_model: Optional[str] = typer.Option(None, "--user-model", help="acebench: the model that plays the user of the multi-turn tasks (default: --model)."),
     composer: Optional[str] = typer.Option(None, "--composer", help="Composer folder (coldstart/distill output): condition the frozen --model on latents of experiences retrieved from --store, placed as the composer was trained (the paper's base + composer row)."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store the --composer's experiences come from (successful train-split rows of other tasks)."),
     compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),
     reports: Optional[list[str]] = typer.Argument(None, help="Report files for --compare.", show_default=False),
-    unsafe_exec: bool = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP),
+    unsafe_exec: bool = UNSAFE_EXEC,
 ) -> None:
     """Score a model on a benchmark with its official checker, or compare reports side by side."""
     from pathlib import Path

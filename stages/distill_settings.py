@@ -10,11 +10,14 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from stages.core import runs
-from stages.core.inputs import read_config_file
 from stages.core.policy import DType
 from stages.core.tracking import Logger
 from stages.methods import get_method, known_methods
+from stages.settings import accepted_names, read_settings, resolve
+
+# Settings a distill run has outside :class:`DistillConfig`'s own defaults (required fields there).
+DEFAULTS = {"store": "runs/store", "out": "runs/lopd"}
+
 
 class DistillConfig(BaseModel):
     """Settings of one `lopd distill` run (the CLI flags, validated).
@@ -83,10 +86,10 @@ class DistillConfig(BaseModel):
                 warnings.warn('the setting "tensorboard = true" is deprecated: use log = "tensorboard"',
                               FutureWarning, stacklevel=2)
         method = get_method(data.get("method", "lopd"))
-        common = _accepted_names(cls)
+        common = accepted_names(cls)
         options = dict(data.pop("options", None) or {})
         options.update({k: data.pop(k) for k in list(data) if k not in common})
-        known = _accepted_names(method.Options)
+        known = accepted_names(method.Options)
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(unknown_option_message(unknown[0], method, common))
@@ -111,33 +114,25 @@ def unknown_option_message(key: str, method: type, common: set[str]) -> str:
     """One line for an option ``key`` that neither ``method`` nor the common settings have: the
     closest names (a misspelling, or another method's option) and the method's options with
     their defaults."""
-    known = sorted(_accepted_names(method.Options))
+    known = sorted(accepted_names(method.Options))
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     elsewhere = [name for name in known_methods() if name != method.name
-                 and key in _accepted_names(get_method(name).Options)]
+                 and key in accepted_names(get_method(name).Options)]
     hint = (f"did you mean {close[0]!r}? " if close
             else f"{key!r} is an option of --method {', '.join(elsewhere)}; " if elsewhere else "")
     return (f"unknown option {key!r} for method {method.name!r}: {hint}"
             f"options of {method.name}: {option_defaults(method)}")
 
 
-def _accepted_names(model_cls: type[BaseModel]) -> set[str]:
-    """The field names of ``model_cls`` and the older spellings its ``AliasChoices`` accept."""
-    names = set(model_cls.model_fields)
-    for field in model_cls.model_fields.values():
-        if isinstance(field.validation_alias, AliasChoices):
-            names.update(c for c in field.validation_alias.choices if isinstance(c, str))
-    return names
-
-
 def load_config(path: str | Path) -> dict:
-    """A distill config file (:func:`stages.core.inputs.read_config_file`), with the paper's name
-    ``lambda`` for the anchor weight renamed to the field name ``lam``.
+    """A distill config file by setting name (:func:`stages.settings.read_settings`; any key, as
+    the method's options are judged by :class:`DistillConfig`), with the paper's name ``lambda``
+    for the anchor weight renamed to the field name ``lam``.
 
     Raises:
-        ValueError: see :func:`read_config_file`; or both ``lambda`` and ``lam`` given.
+        ValueError: see :func:`read_settings`; or both ``lambda`` and ``lam`` given.
     """
-    data = read_config_file(path)
+    data = read_settings(path, DistillConfig, "distill")
     if "lambda" in data:
         if "lam" in data:
             raise ValueError(f"{path}: give the anchor weight once, as `lambda` or as `lam`")
@@ -179,22 +174,18 @@ def composer_shape(composer: str | Path) -> dict[str, int]:
 def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool = False) -> DistillConfig:
     """The run's settings from CLI flags, an optional config file and the run's saved settings.
 
-    Precedence: flags given (not None) > ``config_file`` > with ``resume`` the saved
-    ``OUT/config.json`` > for a composer method (lopd) the composer's J and K
-    (:func:`composer_shape`) > defaults (store ``runs/store``, out ``runs/lopd``).
+    Precedence (:func:`stages.settings.resolve`): flags given (not None) > ``config_file`` >
+    with ``resume`` the saved ``OUT/config.json`` (method options flattened) > for a composer
+    method (lopd) the composer's J and K (:func:`composer_shape`) > defaults (store
+    ``runs/store``, out ``runs/lopd``, then :class:`DistillConfig`'s and the method's).
 
     Raises:
         ValueError: unreadable config file, a missing required setting (``env``; the method's
             own, e.g. ``composer`` for lopd), an unknown option.
     """
-    values = load_config(config_file) if config_file else {}
-    run_dir = Path(flags.get("out") or values.get("out", "runs/lopd"))
-    if resume and (run_dir / runs.CONFIG_FILE).is_file():  # the run's own settings are the base
-        saved = runs.saved_config(run_dir)
-        values = {**{k: v for k, v in saved.items() if k != "options"}, **saved.get("options", {}), **values}
-    values.update({k: v for k, v in flags.items() if v is not None})
-    values.setdefault("store", "runs/store")
-    values.setdefault("out", "runs/lopd")
+    given = {k: v for k, v in flags.items() if v is not None}
+    values = resolve(DistillConfig, "distill", given, config_file, defaults=DEFAULTS, resume=resume,
+                     read=load_config)
     if "env" not in values:
         raise ValueError("--env is required (as a flag or in the --config file)")
     method = get_method(values.get("method", "lopd"))

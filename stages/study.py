@@ -46,6 +46,7 @@ from stages import distill, evaluate
 from stages.core.inputs import read_utf8
 from stages.core.provenance import git_commit
 from stages.methods import get_method
+from stages.settings import merge
 
 VANILLA = "vanilla"
 
@@ -108,7 +109,8 @@ class StudyConfig(BaseModel):
 
 
 def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
-    """Read and validate a study file (TOML); ``out`` overrides its ``out``.
+    """Read and validate a study file (TOML); ``out`` (the ``--out`` flag) overrides its ``out``
+    (a flag given > the file: :func:`stages.settings.merge`).
 
     Raises:
         ValueError: unreadable file or invalid settings (one line naming the file and field).
@@ -120,10 +122,8 @@ def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
         data = tomllib.loads(read_utf8(path))
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML: {err}") from None
-    if out is not None:
-        data["out"] = out
     try:
-        return StudyConfig.model_validate(data)
+        return StudyConfig.model_validate(merge(data, {"out": out} if out is not None else {}))
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
@@ -146,14 +146,15 @@ def base_report(config: StudyConfig) -> Path:
 
 
 def distill_config(config: StudyConfig, run: StudyRun, seed: int) -> distill.DistillConfig:
-    """The distill settings of one (run, seed): study ``[distill]`` < the run's ``settings``,
-    with the run's own store copy, output folder, seed and a run id fixed by name and seed.
+    """The distill settings of one (run, seed): study ``[distill]`` < the run's ``settings``
+    (:func:`stages.settings.merge`), with the run's own store copy, output folder, seed and a
+    run id fixed by name and seed.
 
     Raises:
         ValueError: an unknown setting or option for the run's method (names the run).
     """
     folder = run_dir(config, run, seed)
-    values: dict[str, Any] = {**config.distill, **run.settings}
+    values: dict[str, Any] = merge(config.distill, run.settings)
     method = get_method(run.method)
     if config.composer and "composer" in method.Options.model_fields:
         values.setdefault("composer", config.composer)

@@ -50,18 +50,24 @@ class LOPDOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    composer: str
-    margin: float = Field(0.05, ge=0.0)
-    J: int = Field(3, ge=1)
-    K: int = Field(32, ge=1)
-    M: int = Field(20, ge=1)
-    lam: float = Field(0.2, ge=0.0, validation_alias=AliasChoices("lam", "lambda"))
-    eta_beta: float = Field(0.5, ge=0.0)
-    beta0: float = Field(0.0, ge=0.0)
-    composer_lr: float | None = Field(None, gt=0.0)
-    freeze_composer: bool = False
-    max_exp_tokens: int | None = Field(None, ge=1)
-    exclude_same_task: bool = False
+    # descriptions: the help of the `lopd distill` flags (lopd_cli.options.option_flags)
+    composer: str = Field(description="lopd: cold-start composer folder (lopd coldstart's final/).")
+    margin: float = Field(0.05, ge=0.0, description="Privileged margin m (0 = the no-margin ablation). (default 0.05)")
+    J: int = Field(3, ge=1, description="Retrieved experiences per task. (default: the composer's, else 3)")
+    K: int = Field(32, ge=1, description="Latent tokens per experience (must match the composer). (default: the composer's)")
+    M: int = Field(20, ge=1, description="Teacher top-M tokens in the KL (plus a tail bucket). (default 20)")
+    lam: float = Field(0.2, ge=0.0, validation_alias=AliasChoices("lam", "lambda"), json_schema_extra={"flag": "--lambda"},
+                       description="Anchor weight lambda. (default 0.2)")
+    eta_beta: float = Field(0.5, ge=0.0, description="Dual step size of beta. (default 0.5)")
+    beta0: float = Field(0.0, ge=0.0, description="lopd: initial dual variable beta. (default 0)")
+    composer_lr: float | None = Field(None, gt=0.0, description="lopd: learning rate of the composer. (default: --lr)")
+    freeze_composer: bool = Field(False, json_schema_extra={"flag": "--freeze-composer/--train-composer"},
+                                  description="Freeze the composer (the paper's ablation). (default train)")
+    max_exp_tokens: int | None = Field(None, ge=1, description=(
+        "lopd: token budget per (task, experience) pair. (default: the composer's)"))
+    exclude_same_task: bool = Field(False, json_schema_extra={"flag": "--exclude-same-task/--allow-same-task"},
+                                    description=("lopd: never retrieve an experience of the trajectory's own task "
+                                                 "(coldstart's default). (default allow)"))
 
 
 @register("lopd")

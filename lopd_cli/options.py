@@ -1,0 +1,129 @@
+"""Flags shared by several `lopd` commands, and how a command's flags become settings.
+
+- Shared typer options (``--config``, ``--device``, ``--dtype``, the rollout flags of collect and
+  evaluate): declared once here, used as parameter defaults in :mod:`lopd_cli.main`.
+- :func:`given_flags`: the flags a command line gave, by setting name, apart from the command's
+  defaults (the precedence itself is :func:`stages.settings.resolve`).
+- :class:`MethodOptionsCommand`: a command that also takes the default distill method's own
+  options (LOPD's ``Options`` model, :mod:`stages.methods.lopd`) as flags, made from that model
+  when the command is first parsed or shown, so an option is declared once, in the model.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Optional, Union, get_args, get_origin
+
+import typer
+from typer.core import TyperCommand
+
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+
+CONFIG_HELP = "TOML/YAML/JSON file of option names (as in the flags, with _) and values; flags given override it."
+UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no bubblewrap): "
+                    "only for code you trust on a machine you can lose.")
+DEVICE_HELP = "Torch device of the models: cpu, cuda or cuda:N. (default: cuda when available, else cpu)"
+DTYPE_HELP = ("Parameter dtype: float32, bfloat16, float16 (float64 for tests). "
+              "(default: bfloat16 on cuda, float32 on cpu)")
+ALLOW_OVERLAP_HELP = ("Train on tasks that an evaluation benchmark scores (refused by default: e.g. HumanEval "
+                      "problems as training data contaminate a HumanEval+ result).")
+
+# typer copies an option's declaration for each command that uses it as a default
+CONFIG = typer.Option(None, "--config", help=CONFIG_HELP)
+DEVICE = typer.Option(None, "--device", help=DEVICE_HELP)
+DTYPE = typer.Option(None, "--dtype", help=DTYPE_HELP)
+UNSAFE_EXEC = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP)
+# rollout flags of `lopd collect` and `lopd evaluate`
+EPISODE_BATCH = typer.Option(8, "--batch-size", help="Episodes generated together.")
+PREFIX_CACHE = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help=(
+    "Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt "
+    "only encodes what is new (0 = off)."))
+SAMPLING_SEED = typer.Option(0, "--seed", help="Sampling seed.")
+DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task files from here.")
+
+
+def given_flags(ctx: typer.Context, exclude: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(given, defaults)``: the command's option values by name, split into those given on the
+    command line (or by environment) and those left at the command's default; ``--config`` and
+    the names in ``exclude`` are in neither."""
+    given: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    for name, value in ctx.params.items():
+        if name in ("config", *exclude):
+            continue
+        source = ctx.get_parameter_source(name)  # compared by name: typer may carry its own click
+        default = source is None or source.name in ("DEFAULT", "DEFAULT_MAP")
+        (defaults if default else given)[name] = value
+    return given, defaults
+
+
+def _flag_type(annotation: Any) -> Any:
+    """The typer type of an option field: ``X | None`` -> ``Optional[X]``; a type typer cannot
+    parse (a ``Literal``, a list) is read as a string, which the model then validates."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    return Optional[annotation if annotation in (bool, int, float, str) else str]
+
+
+def option_flags(options_model: type, method: str) -> list:
+    """Typer options for the fields of a method's ``Options`` model, each with default None
+    (not given): the flag ``--<name with ->`` (a bool: ``--<name>/--no-<name>``), or the field's
+    ``json_schema_extra["flag"]`` spelling; the help is the field's description (``"<method>:
+    <name>."`` without one) with its default appended unless the description names it or the
+    field is required.
+
+    Returns: the click parameters of the options, named like the fields.
+    """
+    parameters = []
+    for name, field in options_model.model_fields.items():
+        kind = _flag_type(field.annotation)
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        dashed = "--" + name.replace("_", "-")
+        flag = extra.get("flag") or (f"{dashed}/--no-{dashed[2:]}" if kind == Optional[bool] else dashed)
+        text = field.description or f"{method}: {name}."
+        if "(default" not in text and not field.is_required():
+            text = f"{text} (default {field.default})"
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                            default=typer.Option(None, flag, help=text)))
+
+    def command(**values: Any) -> None:
+        """Carries the options' declarations; typer reads its signature."""
+
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    holder = typer.Typer(rich_markup_mode=None, add_completion=False)
+    holder.command()(command)
+    return list(typer.main.get_command(holder).params)
+
+
+class MethodOptionsCommand(TyperCommand):
+    """A command that also takes the options of the default distill method as flags (see
+    :func:`option_flags`). They are made on first use of ``params`` (importing a method loads
+    torch, which every other command does without), come in ``ctx.params`` by field name, and
+    are not passed to the callback, which reads them from ``ctx.params``."""
+
+    @property
+    def params(self) -> list:
+        if self._all_params is None:  # one list: click appends to it and pops from it in place
+            from stages.distill_settings import DistillConfig
+            from stages.methods import get_method
+
+            method = get_method(DistillConfig.model_fields["method"].default)
+            flags = option_flags(method.Options, method.name)
+            twice = {p.name for p in flags} & {p.name for p in self._own_params}
+            if twice:
+                raise ValueError(f"options of method {method.name!r} named like settings of the command: {sorted(twice)}")
+            self._method_names = {p.name for p in flags}
+            self._all_params = [*self._own_params, *flags]
+        return self._all_params
+
+    @params.setter
+    def params(self, value: list) -> None:
+        self._own_params = list(value)
+        self._all_params = None
+        self._method_names: set[str] = set()
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the callback with the command's own options only."""
+        if self.callback is None:
+            return None
+        return ctx.invoke(self.callback, **{k: v for k, v in ctx.params.items() if k not in self._method_names})

@@ -1,0 +1,129 @@
+"""One settings path for every stage: a stage's config values from the flags given, a config
+file and a resumed run's saved settings (:func:`resolve`).
+
+Precedence, highest first:
+
+1. the flags given on the command line (``flags``);
+2. the ``--config`` file (TOML, YAML or JSON: :func:`stages.core.inputs.read_config_file`);
+3. with ``resume``, the run folder's saved settings ``OUT/config.json`` (:mod:`stages.core.runs`);
+4. the command's defaults (``defaults``), then the config model's own field defaults.
+
+Keys are field names of the stage's config model. An older spelling of a field in a file (a
+name its ``AliasChoices`` accepts, e.g. ``max_steps`` for ``max_turns``) is renamed with a
+note; a key the stage does not know is a one-line error naming the file and the stage's
+options. The CLI (:mod:`lopd_cli`) only maps its flags to these keys.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel
+
+from stages.core import runs
+from stages.core.inputs import read_config_file
+
+
+def _print_note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+def older_names(model_cls: type[BaseModel]) -> dict[str, str]:
+    """``{older spelling: field name}`` of the fields of ``model_cls`` that accept one
+    (``AliasChoices`` besides the field's own name), e.g. ``{"max_steps": "max_turns"}``."""
+    return {alias: name for name, field in model_cls.model_fields.items()
+            if isinstance(field.validation_alias, AliasChoices)
+            for alias in field.validation_alias.choices if isinstance(alias, str) and alias != name}
+
+
+def accepted_names(model_cls: type[BaseModel]) -> set[str]:
+    """The field names of ``model_cls`` and the older spellings its ``AliasChoices`` accept."""
+    return set(model_cls.model_fields) | set(older_names(model_cls))
+
+
+def read_settings(path: str | Path, model_cls: type[BaseModel], stage: str,
+                  known: Iterable[str] | None = None, note: Callable[[str], None] = _print_note) -> dict[str, Any]:
+    """The values of config file ``path`` by field name of ``model_cls`` (older spellings renamed,
+    each with one ``note``).
+
+    Args:
+        stage: the command's name, for messages (``collect``).
+        known: the keys the stage accepts (None: any key; the config model then judges them).
+
+    Raises:
+        ValueError: unreadable file (:func:`read_config_file`), a key not in ``known`` (the
+            message names the file, the key and the options), or a field given twice (under its
+            name and an older spelling).
+    """
+    older = older_names(model_cls)
+    known = None if known is None else set(known)
+    values: dict[str, Any] = {}
+    for key, value in read_config_file(path).items():
+        name = older.get(key, key)
+        if known is not None and name not in known:
+            raise ValueError(f"{path}: unknown option {key!r} for lopd {stage} (options: {', '.join(sorted(known))})")
+        if name in values:
+            raise ValueError(f"{path}: {name!r} is given twice (as {name!r} and as an older name)")
+        if name != key:
+            note(f"{path}: {key!r} is the older name of {name!r}")
+        values[name] = value
+    return values
+
+
+def saved_settings(out: str | Path) -> dict[str, Any]:
+    """The settings a run in folder ``out`` was started with (its ``config.json``), {} when there
+    is none. A saved ``options`` mapping (distill's method options) is flattened: options are
+    given as settings of their own.
+
+    Raises:
+        ValueError: an unreadable ``config.json`` (:func:`stages.core.runs.saved_config`).
+    """
+    saved = dict(runs.saved_config(Path(out)) or {})
+    options = saved.pop("options", None) or {}
+    return {**saved, **options}
+
+
+def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """The layers' values in one mapping: a later layer wins over an earlier one."""
+    values: dict[str, Any] = {}
+    for layer in layers:
+        values.update(layer)
+    return values
+
+
+def resolve(model_cls: type[BaseModel], stage: str, flags: Mapping[str, Any], config_file: str | None = None, *,
+            defaults: Mapping[str, Any] | None = None, resume: bool = False, out_key: str = "out",
+            known: Iterable[str] | None = None, note: Callable[[str], None] = _print_note,
+            read: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A stage's settings by field name: ``flags`` > ``config_file`` > with ``resume`` the
+    saved ``OUT/config.json`` > ``defaults`` (module docstring). Validation is the caller's
+    (``model_cls(**values)``), so a stage can fill derived settings first.
+
+    Args:
+        model_cls: the stage's config model (its older field spellings are accepted in files).
+        stage: the command's name, for messages.
+        flags: the flags given (never their defaults), by field name.
+        defaults: the command's defaults for fields not given anywhere else.
+        resume: take the run folder's saved settings as the base (folder: ``out_key``'s value).
+        known: keys the file may hold (default: the flags' and defaults' names; pass the
+            model's fields and more where a stage takes other keys).
+        read: reads the config file (default :func:`read_settings` with ``known``; a stage
+            whose files hold more, e.g. distill's method options, passes its own).
+
+    Raises:
+        ValueError: see :func:`read_settings` and :func:`saved_settings`.
+    """
+    defaults = dict(defaults or {})
+    if known is None:
+        known = set(flags) | set(defaults)
+    if read is None:
+        def read(path: str) -> dict[str, Any]:
+            return read_settings(path, model_cls, stage, known, note)
+    from_file = read(config_file) if config_file else {}
+    saved: dict[str, Any] = {}
+    if resume:
+        out = merge(defaults, from_file, flags).get(out_key)
+        saved = saved_settings(out) if out is not None else {}
+    return merge(defaults, saved, from_file, flags)
