@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from lopd_cli.options import (
-    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, PREFIX_CACHE, SAMPLING_SEED, UNSAFE_EXEC,
+    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, PREFIX_CACHE, SAMPLING_SEED,
+    UNSAFE_EXEC,
     MethodOptionsCommand, given_flags,
 )
 
@@ -113,6 +114,7 @@ def collect(
     dtype: Optional[str] = DTYPE,
     data_dir: Optional[str] = DATA_DIR,
     max_turns: int = typer.Option(30, "--max-turns", "--max-steps", help="Action cap per episode (--max-steps: older spelling)."),
+    episode_rules: Optional[str] = EPISODE_RULES,
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Generated tokens per action."),
     temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature (0 = greedy)."),
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling mass."),
@@ -263,6 +265,7 @@ def distill(
     tasks_per_step: Optional[int] = typer.Option(None, "--tasks-per-step", help="Tasks per step (B). (default 2)"),
     group_size: Optional[int] = typer.Option(None, "--group-size", help="Rollouts per task (G). (default 2)"),
     max_turns: Optional[int] = typer.Option(None, "--max-turns", help="Environment step cap per episode. (default 30)"),
+    episode_rules: Optional[str] = EPISODE_RULES,
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens per action. (default 256)"),
     max_len: Optional[int] = typer.Option(None, "--max-len", help="Token cap of a training sequence; a sequence whose prompt alone fills it is skipped and counted. (default: none)"),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Training sequences per forward/backward (gradients accumulate exactly). (default 4)"),
@@ -324,6 +327,7 @@ def evaluate(
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Override the protocol's top-k (0 = off)."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Override the bench's tokens per action."),
     max_turns: Optional[int] = typer.Option(None, "--max-turns", "--max-steps", help="Override the bench's action cap per episode (--max-steps: older spelling)."),
+    episode_rules: Optional[str] = EPISODE_RULES,
     batch_size: int = EPISODE_BATCH,
     workers: int = typer.Option(2, "--workers", help="evalplus evaluator processes."),
     prefix_cache_tokens: int = PREFIX_CACHE,

@@ -40,6 +40,11 @@ PREFIX_CACHE = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help=(
     "only encodes what is new (0 = off)."))
 SAMPLING_SEED = typer.Option(0, "--seed", help="Sampling seed.")
 DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task files from here.")
+# collect, distill and evaluate: environments with two sets of rules (envscaler, lopd-bed, acebench)
+EPISODE_RULES = typer.Option(None, "--episode-rules", help=(
+    "official | lenient: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's own "
+    "scoring; lenient: tool errors and extra calls do not end or void an episode). Recorded in the run's "
+    "config, manifest and report. (default: the environment's, official; lenient for lopd-bed)"))
 
 
 def given_flags(ctx: typer.Context, exclude: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -17,6 +17,7 @@ from rich.table import Table
 from schemas import Trajectory
 from stages.core import isolation
 from stages.core.envs import make_env
+from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.policy import DType
 from stages.core.provenance import config_run_id, git_commit, write_manifest
 from stages.core.rollout import RolloutStats, play
@@ -44,6 +45,7 @@ class CollectConfig(BaseModel):
     dtype: DType | None = None
     data_dir: str | None = None
     max_turns: int = Field(default=30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
+    episode_rules: EpisodeRules | None = Field(None, description="Episode rules of an environment that has two sets (envscaler, lopd-bed, acebench): 'official' or 'lenient'; None: the environment's default (official; lenient for lopd-bed).")
     max_new_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.7, ge=0.0)
     top_p: float = Field(default=0.95, gt=0.0, le=1.0)
@@ -90,9 +92,11 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
 
     isolation.prepare(config.env, config.unsafe_exec)
     console = console or Console()
-    run_id = config.run_id or config_run_id("collect", config, _RUN_KEYS)
+    run_keys = _RUN_KEYS + (["episode_rules"] if config.episode_rules else [])  # ids of earlier runs unchanged
+    run_id = config.run_id or config_run_id("collect", config, run_keys)
     data_dir = Path(config.data_dir) if config.data_dir else None
-    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_turns)  # noqa: E731
+    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_turns,
+                                   episode_rules=config.episode_rules)  # noqa: E731
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)
     probe.close()

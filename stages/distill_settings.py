@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.policy import DType
 from stages.core.tracking import Logger
 from stages.methods import get_method, known_methods
@@ -52,6 +53,7 @@ class DistillConfig(BaseModel):
     tasks_per_step: int = Field(2, ge=1)
     group_size: int = Field(2, ge=1)
     max_turns: int = Field(30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
+    episode_rules: EpisodeRules | None = Field(None, description="Episode rules of an environment that has two sets (envscaler, lopd-bed, acebench): 'official' or 'lenient'; None: the environment's default (official; lenient for lopd-bed).")
     max_new_tokens: int = Field(256, ge=1)
     temperature: float = Field(0.7, ge=0.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)

@@ -30,7 +30,8 @@ from rich.table import Table
 from schemas import Trajectory
 from stages.core import isolation
 from stages.core.benches import BENCHES
-from stages.core.envs import EnvError
+from stages.core.envs import EnvError, check_episode_rules
+from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.policy import DType
 from stages.core.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
@@ -73,6 +74,7 @@ class EvaluateConfig(BaseModel):
     top_k: int | None = Field(default=None, ge=0)
     max_new_tokens: int | None = Field(default=None, ge=1)
     max_turns: int | None = Field(default=None, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
+    episode_rules: EpisodeRules | None = Field(None, description="Episode rules of an environment that has two sets (envscaler, lopd-bed, acebench): 'official' or 'lenient'; None: the environment's default (official; lenient for lopd-bed).")
     batch_size: int = Field(default=8, ge=1)
     workers: int = Field(default=2, ge=1)
     prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
@@ -151,6 +153,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     console = console or Console()
     config = apply_protocol(config)
     bench = BENCHES[config.bench]
+    check_episode_rules(bench.env, config.episode_rules)
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     prepared = bench.prepare(config)
     out = Path(config.out or f"runs/eval/{config.bench}-{model_slug(config.model)}.json")

@@ -231,3 +231,37 @@ def test_rules_default_by_environment_and_bad_names_are_refused():
     assert "episode rules: official" in make_env("envscaler").data_source
     with pytest.raises(EnvError, match="episode_rules must be one of official, lenient"):
         make_env("envscaler", episode_rules="strict")
+
+
+def test_episode_rules_flag_is_refused_where_an_environment_has_one_set(tmp_path):
+    from typer.testing import CliRunner
+
+    from lopd_cli.main import app
+    from stages.collect import CollectConfig
+
+    with pytest.raises(EnvError, match="env 'bfcl' has one set of episode rules; only acebench, envscaler, lopd-bed"):
+        make_env("bfcl", episode_rules="lenient")
+    for args in (["collect", "--env", "bfcl", "--store", str(tmp_path / "s")],
+                 ["evaluate", "--bench", "bfcl-v3", "--out", str(tmp_path / "e.json")]):
+        result = CliRunner().invoke(app, [*args, "--episode-rules", "lenient"])
+        assert result.exit_code != 0
+        assert "--episode-rules: env 'bfcl' has one set of episode rules" in result.output
+        assert "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["collect", "--env", "lopd-bed", "--episode-rules", "strict",
+                                      "--store", str(tmp_path / "s")])
+    assert result.exit_code != 0 and "episode_rules" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "s").exists()
+    ruled = CollectConfig(env="lopd-bed", store=str(tmp_path / "s"), episode_rules="official")
+    assert ruled.model_dump()["episode_rules"] == "official"
+
+
+def test_evaluate_plays_the_rules_it_is_given():
+    from stages.core.benches import BENCHES
+    from stages.evaluate import EvaluateConfig
+
+    for rules in (None, "official"):
+        config = EvaluateConfig(bench="lopd-bed", model="unused", limit=1, episode_rules=rules)
+        run = BENCHES["lopd-bed"].prepare(config)
+        env = run.env_factory()
+        assert env.episode_rules == (rules or "lenient")
+        assert run.rules == f"lopd-bed episode rules: {rules or 'lenient'}"

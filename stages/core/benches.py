@@ -118,7 +118,8 @@ def _simple(env: str, split: str = "test", **kwargs: Any) -> Callable[[Any], Ben
     def prepare(config: Any) -> BenchRun:
         data = _data_dir(config)
         steps = config.max_turns or BENCHES[config.bench].max_steps
-        factory = lambda: make_env(env, data_dir=data, max_steps=steps, **kwargs)  # noqa: E731
+        asked = getattr(config, "episode_rules", None)
+        factory = lambda: make_env(env, data_dir=data, max_steps=steps, episode_rules=asked, **kwargs)  # noqa: E731
         probe = factory()
         try:
             tasks = probe.tasks(split, config.limit)

@@ -5,10 +5,10 @@ Environment modules keep heavy imports (benchmark packages) inside functions so 
 import importlib
 import pkgutil
 
-from stages.core.envs.base import EnvError, Environment, StepResult, env_names, make_env, register
+from stages.core.envs.base import EnvError, Environment, StepResult, check_episode_rules, env_names, make_env, register
 
 for _mod in pkgutil.iter_modules(__path__):
     if _mod.name != "base" and not _mod.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_mod.name}")
 
-__all__ = ["EnvError", "Environment", "StepResult", "env_names", "make_env", "register"]
+__all__ = ["EnvError", "Environment", "StepResult", "check_episode_rules", "env_names", "make_env", "register"]

@@ -382,6 +382,7 @@ class AceBenchEnv:
     """
 
     name = "acebench"
+    default_rules = "official"
 
     def __init__(self, data_dir: Path | None = None, max_steps: int = 20, user_model: str | None = None,
                  episode_rules: str = "official"):

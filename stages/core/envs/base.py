@@ -86,17 +86,40 @@ def register(name: str) -> Callable[[EnvFactory], EnvFactory]:
     return deco
 
 
-def make_env(name: str, data_dir: Path | None = None, max_steps: int = 30, **kwargs: Any) -> Environment:
+def make_env(name: str, data_dir: Path | None = None, max_steps: int = 30, episode_rules: str | None = None,
+             **kwargs: Any) -> Environment:
     """Build the environment registered as ``name``.
 
+    ``episode_rules`` (``"official"`` or ``"lenient"``) picks the episode rules of an environment
+    that has two sets (its class has ``default_rules``); None keeps the environment's default.
+
     Raises:
-        EnvError: unknown name (the message lists the known ones).
+        EnvError: unknown name (the message lists the known ones); ``episode_rules`` for an
+            environment with one set of rules (the message lists those with two).
     """
     from stages.core import envs  # noqa: F401  (imports every environment module, filling the registry)
 
     if name not in _REGISTRY:
         raise EnvError(f"unknown --env {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
+    if episode_rules is not None:
+        check_episode_rules(name, episode_rules)
+        kwargs["episode_rules"] = episode_rules
     return _REGISTRY[name](data_dir=data_dir, max_steps=max_steps, **kwargs)
+
+
+def check_episode_rules(name: str, episode_rules: str | None) -> None:
+    """Refuse ``episode_rules`` (set, not None) for environment ``name`` unless its class has two
+    sets of rules (a ``default_rules`` attribute).
+
+    Raises:
+        EnvError: one line naming the environments that have official and lenient rules.
+    """
+    from stages.core import envs  # noqa: F401
+
+    if episode_rules is not None and not hasattr(_REGISTRY.get(name), "default_rules"):
+        ruled = sorted(n for n, factory in _REGISTRY.items() if hasattr(factory, "default_rules"))
+        raise EnvError(f"--episode-rules: env {name!r} has one set of episode rules; "
+                       f"only {', '.join(ruled)} have official and lenient ones")
 
 
 def env_names() -> list[str]:
