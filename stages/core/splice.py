@@ -106,14 +106,6 @@ def reprefixed(input_ids_BT: Tensor, attn_mask_BT: Tensor, insert_at_B: Tensor,
     return ids_BS, mask_BS, shift_B
 
 
-def _aligned(logits_BSV: Tensor, shift_B: Tensor, T: int) -> Tensor:
-    """(B, T, V) logits of the re-prefixed sequences at the student's positions: student position
-    i >= insert_at - 1 scores token i + 1, which is the re-prefixed position i + shift."""
-    S = logits_BSV.shape[1]
-    idx_BT = (torch.arange(T, device=logits_BSV.device).unsqueeze(0) + shift_B.unsqueeze(1)).clamp(0, S - 1)
-    return logits_BSV.gather(1, idx_BT.unsqueeze(-1).expand(-1, T, logits_BSV.shape[-1]))
-
-
 def aligned(logits_BSV: Tensor, shift_B: Tensor, T: int) -> Tensor:
     """(B, T, V) logits of the re-prefixed sequences at the student's positions: student position
     i >= insert_at - 1 scores token i + 1, which is the re-prefixed position i + shift."""
