@@ -367,7 +367,7 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
     for cls in type(method).__mro__:  # the forwards the method calls, timed (device-synchronised)
         module = __import__(cls.__module__, fromlist=["_"])
         for fn, label in (("student_logits", "student"), ("teacher_logits", "teacher"),
-                          ("context_teacher_logits", "teacher")):
+                          ("latent_teacher_logits", "teacher"), ("context_teacher_logits", "teacher")):
             if hasattr(module, fn):
                 patches.enter_context(mock.patch.object(module, fn, meter.timed(label, getattr(module, fn))))
     for composer in (getattr(method, "composer", None), getattr(method, "anchor", None)):

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from schemas import Message, ToolCall, Trajectory, Turn
-from stages import coldstart
-from stages.coldstart import ColdstartConfig, split_tasks
+from stages import coldstart, coldstart_data, coldstart_eval
+from stages.coldstart import ColdstartConfig
+from stages.coldstart_data import split_tasks
 from stages.core import policy
 from stages.core.composer import Composer, base_parameters, save_composer
 from stages.core.contexts import build_batch
@@ -199,13 +200,14 @@ def test_resume_is_bit_identical(tmp_path, store_path, tiny_dir):
 
 def test_target_never_among_its_experiences(tmp_path, store_path, tiny_dir, monkeypatch):
     seen = []
-    real = coldstart.build_batch
+    real = coldstart_data.build_batch  # training batches there, held-out ones in coldstart_eval
 
     def spy(tok, trajectories, experiences, **kw):
         seen.extend(zip(trajectories, experiences))
         return real(tok, trajectories, experiences, **kw)
 
-    monkeypatch.setattr(coldstart, "build_batch", spy)
+    monkeypatch.setattr(coldstart_data, "build_batch", spy)
+    monkeypatch.setattr(coldstart_eval, "build_batch", spy)
     config = cfg(tmp_path, store_path, tiny_dir, steps=4, batch_size=3, placement="per-turn")
     report = run(config)
     train_tasks, held_tasks = split_tasks({f"add-{a}-{b}" for a, b in PAIRS}, 0.25, 0)

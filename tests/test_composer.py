@@ -18,7 +18,8 @@ from stages.core.composer import (
     save_composer,
 )
 from stages.core.models import load_composer
-from stages.core.teacher import student_logits, teacher_logits
+from stages.core.student import student_logits
+from stages.core.teacher import teacher_logits
 
 V, D, K, J = 64, 32, 3, 2
 

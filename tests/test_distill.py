@@ -346,7 +346,7 @@ def test_per_turn_placement_and_empty_store(assets, tmp_path):
     ExperienceStore.open(empty)
     config = make_config(assets, tmp_path, "per-turn", steps=2, composer=str(per_turn), store=str(empty))
     trainer = Distiller(config)
-    assert trainer.method.placement == "per-turn"
+    assert trainer.method.placement.name == "per-turn"
     trainer.fit()
     rows = metrics(trainer.out)
     assert len(rows) == 2 and all(math.isfinite(r["reverse_kl"]) and r["action_tokens"] > 0 for r in rows)

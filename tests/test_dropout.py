@@ -15,7 +15,8 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 from stages.core.policy import disable_dropout, dropout_left, load_policy
-from stages.core.teacher import context_teacher_logits, student_logits
+from stages.core.student import student_logits
+from stages.core.teacher import context_teacher_logits
 from stages.distill import _training_modules
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine

@@ -102,7 +102,7 @@ def test_distill_with_a_framed_composer(assets, tmp_path):
     model_dir, composer_dir, _ = assets
     framed = composer_placed(composer_dir, tmp_path, "framed")
     trainer = Distiller(make_config(assets, tmp_path, "framed", steps=1, composer=str(framed)))
-    assert trainer.method.placement == "framed"
+    assert trainer.method.placement.name == "framed"
     trainer.fit()
     rows = metrics(trainer.out)
     assert len(rows) == 1 and math.isfinite(rows[0]["reverse_kl"]) and math.isfinite(rows[0]["Delta"])

@@ -22,7 +22,7 @@ from stages.core.store import ExperienceStore
 from stages.engines import Generation, SamplingParams, make_engine
 from stages.methods import Method, get_method, known_methods
 from stages.methods import register as register_method
-from stages.core.teacher import student_logits
+from stages.core.student import student_logits
 from stages.core.losses import masked_nll
 from stages.distill import DistillConfig, Distiller
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)

@@ -51,7 +51,6 @@ ENCODER_TARGET_MODULES = (*DEFAULT_TARGET_MODULES, "gate_proj", "up_proj", "down
 COMPOSER_ADAPTER = "composer"
 CONFIG_FILE = "composer_config.json"
 COMPRESSOR_FILE = "compressor.safetensors"
-PLACEMENTS = ("prefix", "per-turn", "framed")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,17 +423,16 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
     :func:`stages.core.models.load_composer`.
 
     Args:
-        config: must hold ``backbone_id``; ``placement`` (one of PLACEMENTS) defaults to
-            "prefix"; any further JSON-serialisable keys are recorded as given.
+        config: must hold ``backbone_id``; ``placement`` defaults to "prefix" (its readers
+            look it up in :data:`stages.core.placements.PLACEMENTS`, which names the known
+            ones when it is not there); any further JSON-serialisable keys are recorded as given.
 
     Raises:
-        ValueError: no ``backbone_id``, or an unknown placement.
+        ValueError: no ``backbone_id``.
     """
     if "backbone_id" not in config:
         raise ValueError("config must record the backbone id under 'backbone_id'")
     record = {"placement": "prefix", **config, **composer.hparams}
-    if record["placement"] not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, got {record['placement']!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     composer.backbone.save_pretrained(str(out), selected_adapters=[composer.adapter_name])

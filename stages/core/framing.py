@@ -6,7 +6,7 @@ after), renders the chat template, splits the rendered prompt on the sentinel an
 latent positions in the gap. Here the teacher's prompt is the student's prompt re-rendered with
 ``before + SENTINEL + after`` appended to its first user message
 (:func:`stages.core.contexts.privileged_prompt`), split on the sentinel, each part tokenized; the
-student's sampled completion follows unchanged (:func:`stages.core.teacher.teacher_logits`).
+student's sampled completion follows unchanged (the placement: :class:`stages.core.placements.Framed`).
 
 The framing texts live here, one pair per domain (:data:`FRAMES`); the domain comes from the
 trajectory's environment (:func:`frame_domain`).

@@ -32,7 +32,7 @@ from stages.core.composer import (
 )
 from stages.core.checkpoint import OPTIMIZER_FILE
 from stages.core.policy import load_policy, resolve_model
-from stages.core.teacher import STUDENT_ADAPTER
+from stages.core.student import STUDENT_ADAPTER
 
 _HPARAMS = ("J", "K", "depth", "heads", "mlp_ratio", "lora_rank", "lora_alpha", "target_modules",
             "max_exp_tokens")

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from stages.core.provenance import write_manifest
+from stages.core.checkpoint import clean_partial, latest_checkpoint
+from stages.core.provenance import config_run_id, write_manifest
 
 CONFIG_FILE = "config.json"
 MANIFEST_FILE = "manifest.json"
@@ -166,6 +167,49 @@ def open_run(out: Path, stage: str, config: BaseModel, *, resume: bool,
     changes = [] if saved is None else config_changes(
         saved, config, source=out / CONFIG_FILE, may_change=may_change, path_fields=path_fields)
     return RunFolder(out, resuming=True, saved=saved, changes=changes)
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """Where a training stage's run starts (:func:`start_run`).
+
+    Attributes:
+        run_id: the run's id (:func:`stages.core.provenance.config_run_id`).
+        folder: what :func:`open_run` found.
+        checkpoint: the newest complete checkpoint to resume from; None for a fresh run (or
+            a resumed one without a checkpoint yet).
+    """
+
+    run_id: str
+    folder: RunFolder
+    checkpoint: Path | None
+
+
+def start_run(out: Path, stage: str, config: BaseModel, run_keys: list[str], *, resume: bool,
+              may_change: Iterable[str] = RESUMABLE, path_fields: Iterable[str] = (),
+              say: Callable[[str], object] = print) -> RunStart:
+    """The start of a single-process training run: its id, the run folder check, the resume point.
+
+    Removes what a killed checkpoint write left (:func:`stages.core.checkpoint.clean_partial`),
+    checks ``out`` (:func:`open_run`; nothing is written), reports the settings a resumed run
+    changes through ``say`` and finds the newest checkpoint when resuming. Freeze the config
+    (:func:`freeze_config`) once the rest of the setup has succeeded.
+
+    Args:
+        run_keys: the config fields the run id hashes.
+        resume, may_change, path_fields: see :func:`open_run`.
+        say: prints one line (e.g. a rich console's ``print``).
+
+    Raises:
+        ValueError: see :func:`open_run`.
+    """
+    out = Path(out)
+    run_id = config_run_id(stage, config, run_keys)
+    clean_partial(out)
+    folder = open_run(out, stage, config, resume=resume, may_change=may_change, path_fields=path_fields)
+    if folder.changes:
+        say(describe_changes(folder.changes))
+    return RunStart(run_id, folder, latest_checkpoint(out) if resume else None)
 
 
 def freeze_config(out: Path, stage: str, run_id: str, config: BaseModel) -> None:

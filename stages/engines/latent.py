@@ -2,12 +2,9 @@
 "base + composer" row of the LOPD paper).
 
 :class:`LatentEngine` is an ``hf`` engine whose prompts get the J*K latents c_phi of their task,
-placed as in training (the composer's ``placement``):
-
-- ``prefix``: right after the episode's opening prompt (where the first action starts);
-- ``framed``: inside the first user message between the framing texts (A.4,
-  :mod:`stages.core.framing`);
-- ``per-turn``: right before every action (the end of each prompt).
+placed as in training (the composer's ``placement``, :mod:`stages.core.placements`: ``prefix``
+right after the episode's opening prompt, ``framed`` inside the first user message between the
+framing texts, ``per-turn`` right before every action, i.e. at the end of each prompt).
 
 The rollout loop announces each episode with :meth:`LatentEngine.begin_episode` (task, opening
 messages and prompt ids): the engine retrieves J successful TRAIN-split experiences of other
@@ -28,7 +25,7 @@ from transformers import GenerationConfig
 from schemas import Message, Task
 from stages.core.composer import Composer, adapter_scope
 from stages.core.contexts import encode_experiences
-from stages.core.framing import framed_opening_ids
+from stages.core.placements import get_placement
 from stages.engines.hf import HFRolloutEngine
 
 
@@ -40,7 +37,8 @@ class LatentEngine(HFRolloutEngine):
         tokenizer: its tokenizer (pad token set).
         composer: the composer (frozen; its ``hparams`` give J and the token cap).
         retriever: :class:`stages.core.retrieval.Retriever` over the experience store.
-        placement: "prefix", "framed" or "per-turn" (the composer's, from its config).
+        placement: a name of :data:`stages.core.placements.PLACEMENTS` (the composer's, from
+            its config).
         batch_size: prompts per ``generate`` call.
 
     Raises:
@@ -49,10 +47,9 @@ class LatentEngine(HFRolloutEngine):
 
     def __init__(self, model, tokenizer, composer: Composer, retriever: Any, *, placement: str = "prefix",
                  batch_size: int = 8):
-        if placement not in ("prefix", "framed", "per-turn"):
-            raise ValueError(f"placement must be prefix, framed or per-turn, got {placement!r}")
+        self.placement = get_placement(placement)
         super().__init__(model, tokenizer, batch_size=batch_size)
-        self.composer, self.retriever, self.placement = composer, retriever, placement
+        self.composer, self.retriever = composer, retriever
         self._episodes: dict[tuple[int, ...], tuple[list[int], torch.Tensor, list[int]]] = {}
         self.unconditioned = 0
         self.retrieved: dict[str, list[str]] = {}  # task id -> trajectory ids of its experiences
@@ -70,17 +67,15 @@ class LatentEngine(HFRolloutEngine):
                                              self.composer.hparams["max_exp_tokens"] or 512)
         with torch.inference_mode():
             latents_Nd = self.composer(ids_JL.unsqueeze(0).to(self.device), mask_JL.unsqueeze(0).to(self.device))[0]
-        head, tail = (framed_opening_ids(self.tokenizer, messages, tools, task.env) if self.placement == "framed"
-                      else (list(prompt_ids), []))
+        head, tail = self.placement.opening(self.tokenizer, messages, tools, task.env, prompt_ids)
         self._episodes[tuple(prompt_ids)] = (head, latents_Nd, tail)
 
     def _parts(self, prompt: list[int]) -> tuple[list[int], torch.Tensor | None, list[int]]:
         """(ids before the latents, latents or None, ids after) of one prompt."""
         for opening, (head, latents, tail) in self._episodes.items():
             if len(prompt) >= len(opening) and tuple(prompt[:len(opening)]) == opening:
-                if self.placement == "per-turn":
-                    return prompt, latents, []
-                return head, latents, tail + prompt[len(opening):]
+                before, after = self.placement.prompt_parts(prompt, len(opening), head, tail)
+                return before, latents, after
         self.unconditioned += 1
         return prompt, None, []
 

@@ -48,7 +48,8 @@ from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
 from stages.core.losses import DEFAULT_CHUNK_SIZE, upcast_dtype
 from stages.core.losses_kd import KDReduction, generalized_jsd
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
-from stages.core.teacher import context_teacher_logits, student_logits
+from stages.core.student import student_logits
+from stages.core.teacher import context_teacher_logits
 from stages.methods import Method, StepBatch, StepContext, Student
 
 REFERENCE_POLICY = "reference"  # the ``policy`` of rows written by ``lopd collect --reference``

@@ -26,7 +26,9 @@ from stages.core.contexts import TrainRow, build_batch, retrieve_experiences, sh
 from stages.core.losses import (
     dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
 )
-from stages.core.teacher import student_logits, teacher_logits
+from stages.core.placements import get_placement
+from stages.core.student import student_logits
+from stages.core.teacher import latent_teacher_logits
 from stages.methods import Method, StepBatch, StepContext, Student, register
 
 ANCHOR_ADAPTER = "composer0"
@@ -80,7 +82,7 @@ class LOPD(Method):
 
     def __init__(self, options: LOPDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
         self.composer_cfg = read_composer_config(options.composer)
-        self.placement = self.composer_cfg.get("placement", "prefix")
+        self.placement = get_placement(self.composer_cfg.get("placement", "prefix"))
         self.beta = state.get("beta", options.beta0)
         super().__init__(options, config, resume_from, state)
 
@@ -147,7 +149,7 @@ class LOPD(Method):
         """
         o, s = self.options, self.student
         batch = build_batch(s.tokenizer, rows, extras, J=o.J, max_exp_tokens=o.max_exp_tokens,
-                            framed=self.placement == "framed").to(self.device)
+                            framed=self.placement.needs_frame_ids).to(self.device)
         exp = (batch.exp_ids_BJL, batch.exp_mask_BJL)
         with torch.set_grad_enabled(not o.freeze_composer):
             c_phi = self.composer(*exp)  # (B, J*K, d)
@@ -155,9 +157,7 @@ class LOPD(Method):
             c_phi0 = c_phi.detach() if self.anchor is None else self.anchor(*exp)
         ids, attn = batch.input_ids_BT, batch.attn_mask_BT
         s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
-        t_logits = teacher_logits(self.composer.backbone, ids, attn, c_phi, batch.insert_at_B,
-                                  placement=self.placement, action_starts=batch.action_starts,
-                                  frame_ids=batch.frame_ids)
+        t_logits = latent_teacher_logits(self.composer.backbone, batch, c_phi, self.placement)
         s_logits, targets, mask = shift_for_loss(s_logits, batch)
         t_logits = shift_for_loss(t_logits, batch)[0]
         kl, kl_m = topm_tail_reverse_kl(s_logits, t_logits, mask, M=o.M)

@@ -51,7 +51,8 @@ from stages.core.composer import add_lora_adapter, adapter_parameters, preserve_
 from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
 from stages.core.losses_sdpo import sdpo_topk_loss
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
-from stages.core.teacher import context_teacher_logits, student_logits
+from stages.core.student import student_logits
+from stages.core.teacher import context_teacher_logits
 from stages.methods import Method, StepBatch, StepContext, register
 
 TEACHER = "teacher"  # the EMA teacher's adapter name, and its checkpoint sub-folder

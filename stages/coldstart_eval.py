@@ -1,0 +1,141 @@
+"""Held-out evaluation of a cold-start composer (`lopd coldstart`, :mod:`stages.coldstart`).
+
+Held-out targets are scored with experiences retrieved from the whole store (minus the target,
+and its task with ``exclude_same_task``), as at deployment: the masked NLL of their action
+tokens under the latent-conditioned teacher with (a) no latents, (b) the untrained composer
+(same seeded init, loaded with :func:`swapped_phi`), (c) the trained composer. The training loss
+is the same NLL (:func:`action_nll`).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator
+
+import torch
+from pydantic import BaseModel
+
+from schemas import Trajectory
+from stages.core.composer import Composer
+from stages.core.contexts import LatentBatch, build_batch, shift_for_loss
+from stages.core.losses import masked_nll
+from stages.core.placements import get_placement
+from stages.core.teacher import latent_teacher_logits
+
+
+class HeldoutResult(BaseModel):
+    """Masked NLL (nats per action token, pooled over held-out tokens) of held-out actions.
+
+    Attributes:
+        nll_no_latents: the teacher without any latent context (the plain backbone).
+        nll_untrained: latents of the untrained composer (same seeded init); None if not run.
+        nll_trained: latents of the trained composer.
+        trajectories, tokens: how many held-out targets / action tokens were scored.
+    """
+
+    nll_no_latents: float
+    nll_untrained: float | None
+    nll_trained: float
+    trajectories: int
+    tokens: int
+
+
+
+def action_nll(composer: Composer, batch: LatentBatch, placement: str, latents: bool = True
+               ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Masked NLL of the batch's action tokens under the teacher, with c_phi or without latents.
+
+    The teacher forward is :func:`stages.core.teacher.latent_teacher_logits` (LOPD's); without
+    latents no vector is spliced in (the plain backbone, every adapter disabled).
+
+    Returns:
+        ``(loss, metrics)`` of :func:`stages.core.losses.masked_nll` (``nll``, ``num_tokens``).
+    """
+    if latents:
+        c_phi = composer(batch.exp_ids_BJL, batch.exp_mask_BJL)
+    else:
+        embeds = composer.backbone.get_input_embeddings().weight
+        c_phi = embeds.new_zeros(batch.input_ids_BT.shape[0], 0, embeds.shape[1])  # no latent
+    logits = latent_teacher_logits(composer.backbone, batch, c_phi, placement if latents else "prefix")
+    lg, tgt, mask = shift_for_loss(logits, batch)
+    return masked_nll(lg, tgt, mask)
+
+
+@contextlib.contextmanager
+def swapped_phi(composer: Composer, phi: list[torch.Tensor]) -> Iterator[None]:
+    """Temporarily load the parameter values ``phi`` (order of ``trainable_parameters``)."""
+    params = composer.trainable_parameters()
+    if len(params) != len(phi):
+        raise ValueError(f"phi has {len(phi)} tensors, the composer {len(params)}")
+    saved = [p.detach().clone() for p in params]
+    with torch.no_grad():
+        for p, v in zip(params, phi):
+            p.copy_(v)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, v in zip(params, saved):
+                p.copy_(v)
+
+
+@torch.no_grad()
+def _pooled_nll(composer: Composer, batches: list[LatentBatch], placement: str, latents: bool) -> tuple[float, int]:
+    """Action-token NLL pooled over ``batches`` (nats per token) and the number of tokens."""
+    total, tokens = 0.0, 0
+    for batch in batches:
+        _, m = action_nll(composer, batch, placement, latents)
+        total += m["nll"] * m["num_tokens"]
+        tokens += int(m["num_tokens"])
+    return total / max(tokens, 1), tokens
+
+
+def evaluate_heldout(
+    composer: Composer,
+    tokenizer,
+    trajectories: list[Trajectory],
+    experiences: list[list[Trajectory]],
+    *,
+    J: int,
+    max_exp_tokens: int,
+    max_len: int | None,
+    placement: str = "prefix",
+    batch_size: int = 2,
+    tools: list[list[dict]] | None = None,
+    untrained_phi: list[torch.Tensor] | None = None,
+    baselines: bool = True,
+) -> HeldoutResult:
+    """Masked NLL of held-out trajectories' actions under the teacher, three ways.
+
+    (a) no latent context (adapters disabled, nothing spliced in), (b) latents of the composer
+    with ``untrained_phi`` loaded (its initial parameters; skipped when None), (c) latents of
+    ``composer`` as it is. Pooled over all held-out action tokens (nats per token). With
+    ``baselines=False`` only (c) is computed and (a) is reported as NaN.
+
+    Args:
+        experiences: per trajectory, the retrieved experiences (the target itself excluded).
+        tools: per trajectory, its tool schemas (default: ``info["tools"]``).
+    """
+    if not trajectories:
+        raise ValueError("evaluate_heldout: no trajectories")
+    device = composer.backbone.get_input_embeddings().weight.device
+    was_training = composer.backbone.training
+    composer.backbone.eval()
+    try:
+        batches = []
+        for lo in range(0, len(trajectories), batch_size):
+            sl = slice(lo, lo + batch_size)
+            batches.append(build_batch(tokenizer, trajectories[sl], experiences[sl], J=J,
+                                       max_exp_tokens=max_exp_tokens, max_len=max_len,
+                                       tools=None if tools is None else tools[sl],
+                                       framed=get_placement(placement).needs_frame_ids).to(device))
+        trained, tokens = _pooled_nll(composer, batches, placement, latents=True)
+        none = _pooled_nll(composer, batches, placement, latents=False)[0] if baselines else math.nan
+        untrained = None
+        if untrained_phi is not None and baselines:
+            with swapped_phi(composer, untrained_phi):
+                untrained = _pooled_nll(composer, batches, placement, latents=True)[0]
+    finally:
+        composer.backbone.train(was_training)
+    return HeldoutResult(nll_no_latents=none, nll_untrained=untrained, nll_trained=trained,
+                         trajectories=len(trajectories), tokens=tokens)
