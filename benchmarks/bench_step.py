@@ -417,7 +417,7 @@ def step(bench: Bench, index: int) -> dict:
             loss, metrics = loss_fn(part, batch.extras[lo:lo + c.micro_batch], len(part) / len(rows))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss at step {index}")
-            for p in b.groups:  # FIELD-NOTES pitfall 2
+            for p in b.groups:  # adapter switching flips requires_grad; autograd reads it at backward
                 p.requires_grad_(True)
             backward(loss)
             sums["loss"] += float(loss.detach())

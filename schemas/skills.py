@@ -1,6 +1,6 @@
 """Rows of the Skill-SD skill bank: the ``skills`` table of the experience store.
 
-Skill-SD (BASELINES.md; B.1 of the LOPD paper) keeps, per task, LLM-written skill summaries
+Skill-SD (arXiv 2604.10674; B.1 of the LOPD paper) keeps, per task, LLM-written skill summaries
 ("what works / what to avoid / suggested workflow") and UCB1 statistics over them. The table is
 an append-only event log, one :class:`SkillRecord` per event, so that every row belongs to the
 training step that wrote it (a resumed run deletes the rows of steps after its checkpoint,

@@ -316,7 +316,9 @@ class Distiller:
             finite = bool(torch.isfinite(loss))
             if not finite:
                 break
-            for params in self.groups.values():  # FIELD-NOTES pitfall 2
+            # peft's set_adapter/disable_adapter flip requires_grad of the other adapters, and autograd
+            # reads the flag at backward: re-assert it, or an adapter silently gets no gradient
+            for params in self.groups.values():
                 for p in params:
                     p.requires_grad_(True)
             t0 = time.perf_counter()

@@ -13,7 +13,7 @@ from stages.core.losses_sdpo import sdpo_topk_loss
 
 def naive(s_BTV, t_BTV, ids_BT, mask_BT, old_BT, *, k, alpha=1.0, add_tail=True, is_clip=2.0,
           temperature=1.0, loss_temperature=1.0, reduction="token"):
-    """Loop-by-loop float64 reference of BASELINES.md: SDPO (no vectorisation); the top-k and the
+    """Loop-by-loop float64 reference of SDPO's official loss (no vectorisation); the top-k and the
     divergence on both logits divided by ``loss_temperature`` (upstream: the sampling temperature)."""
     B, T, V = s_BTV.shape
     per_row: list[list[float]] = [[] for _ in range(B)]

@@ -50,7 +50,7 @@ def test_registry_and_options():
     assert get_method("grpo") is GRPO and not GRPO.needs_composer
     o = GRPOOptions()
     assert (o.eps_lo, o.eps_hi, o.ppo_epochs, o.scale_std, o.kl_coef, o.aggregation) == (
-        0.2, 0.2, 1, True, 0.0, "token-mean")  # B.1 + BASELINES.md's suggestions
+        0.2, 0.2, 1, True, 0.0, "token-mean")  # B.1; beta 0, std on, token-mean where it is silent
     with pytest.raises(ValueError, match="aggregation"):
         GRPOOptions(aggregation="sum")
 

@@ -9,19 +9,19 @@ from stages.core import resources
 from stages.core.resources import StepShape, check_experience_count, check_step_memory, step_memory_bytes
 
 GB = 2**30
-# FIELD-NOTES: SmolLM2-135M, batch 4, J=3, K=32, 512 experience tokens, ~384-token sequences
-FIELD_NOTES = StepShape(layers=30, hidden=576, intermediate=1536, vocab=49152, batch=4, J=3, K=32,
+# a measured LOPD step: SmolLM2-135M, batch 4, J=3, K=32, 512 experience tokens, ~384-token sequences
+MEASURED_STEP = StepShape(layers=30, hidden=576, intermediate=1536, vocab=49152, batch=4, J=3, K=32,
                         max_exp_tokens=512, seq_len=384, activation_checkpointing=False)
 
 
 def test_estimate_matches_the_measured_step_and_its_knobs():
-    need = step_memory_bytes(FIELD_NOTES)
+    need = step_memory_bytes(MEASURED_STEP)
     assert 12 * GB < need < 20 * GB  # measured ~15 GB peak
     hand = 4 * (12 * 576 + 4 * 1536) * 30 * (4 * 3 * 512 + 2 * 4 * (384 + 96)) + 3 * 4 * 49152 * 2 * 4 * 384
     assert need == hand
-    ckpt = step_memory_bytes(StepShape(**{**FIELD_NOTES.__dict__, "activation_checkpointing": True}))
+    ckpt = step_memory_bytes(StepShape(**{**MEASURED_STEP.__dict__, "activation_checkpointing": True}))
     assert ckpt < need / 3
-    more_j = step_memory_bytes(StepShape(**{**FIELD_NOTES.__dict__, "J": 30}))
+    more_j = step_memory_bytes(StepShape(**{**MEASURED_STEP.__dict__, "J": 30}))
     assert more_j > 5 * need
 
 
@@ -31,8 +31,8 @@ def test_checks_are_one_line_errors():
     check_experience_count(32, 33, store="s")
     with pytest.raises(ValueError, match=r"distill: one step needs about 16.3 GB .* 8.0 GB are available; "
                                          r"lower micro_batch, or turn on activation checkpointing$"):
-        check_step_memory(FIELD_NOTES, stage="distill", knobs="micro_batch", available=8 * GB)
-    assert check_step_memory(FIELD_NOTES, stage="distill", knobs="x", available=64 * GB) == step_memory_bytes(FIELD_NOTES)
+        check_step_memory(MEASURED_STEP, stage="distill", knobs="micro_batch", available=8 * GB)
+    assert check_step_memory(MEASURED_STEP, stage="distill", knobs="x", available=64 * GB) == step_memory_bytes(MEASURED_STEP)
 
 
 @pytest.mark.skipif(resources._glibc_malloc_trim() is None, reason="glibc malloc_trim only")

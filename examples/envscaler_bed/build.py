@@ -2,10 +2,11 @@
 
     python examples/envscaler_bed/build.py [--skip-broken] [--domains DIR]
 
-Every module in ``domains/`` (sorted by name) defines ``ENVS``; each environment's tasks come from
-its ``make_task(random.Random(f"{env_id}:{seed}"))`` for seed = 0, 1, 2, ... (a task whose text
-repeats an earlier one of the same environment is re-rolled with the next seed), so the output
-is the same on every run. Tasks per role: main 40 "train" + 15 "test"; transfer 25 "transfer";
+Every module in ``domains/`` (sorted by name; ``_common.py``, the builders they share, aside)
+defines ``ENVS``; each environment's tasks come from its
+``make_task(random.Random(f"{env_id}:{seed}"))`` for seed = 0, 1, 2, ... (a task whose text repeats
+an earlier one of the same environment is re-rolled with the next seed), so the output is the
+same on every run. Tasks per role: main 40 "train" + 15 "test"; transfer 25 "transfer";
 warmup 40 "warmup". A module that fails to import or breaks the contract is reported with its
 file and field; nothing is written unless ``--skip-broken`` is given (then the report lists the
 modules left out). Stdlib only.
@@ -23,6 +24,8 @@ from typing import Any
 
 BED_DIR = Path(__file__).resolve().parent
 DOMAINS_DIR = BED_DIR / "domains"
+if str(BED_DIR) not in sys.path:  # the domain modules import their shared builders as `domains._common`
+    sys.path.insert(0, str(BED_DIR))
 SPLITS_BY_ROLE = {"main": (("train", 40), ("test", 15)), "transfer": (("transfer", 25),), "warmup": (("warmup", 40),)}
 ENV_FIELDS = ("env_id", "env_class_name", "role", "environment_introduction", "constraints_rules", "tools",
               "env_class_code", "make_task")
@@ -148,7 +151,7 @@ def build(domains_dir: Path = DOMAINS_DIR, skip_broken: bool = False) -> tuple[l
     rows empty. Environment ids must be unique across modules.
     """
     env_rows, task_rows, problems, seen = [], [], [], {}
-    for path in sorted(p for p in domains_dir.glob("*.py") if p.name != "__init__.py"):
+    for path in sorted(p for p in domains_dir.glob("*.py") if not p.name.startswith("_")):  # _common, __init__
         try:
             envs = load_domain(path, f"{domains_dir.name}/{path.name}")
             rows = []

@@ -106,14 +106,8 @@ def run_grader(args: Sequence[str], *, out_dir: Path, ro_binds: Mapping[str, str
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-        if isolated:
-            rc = isolation.kill(proc)  # every process of the grader and of the solutions
-        else:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            rc = proc.wait()
+        rc = isolation.stop(proc, isolated)  # isolated: every process of the grader and of the solutions
+        if not isolated:
             shutil.rmtree(cwd, ignore_errors=True)
         out.seek(0)
         err.seek(0)
@@ -148,7 +142,7 @@ def run_with_candidates(args: Sequence[str], candidates: Mapping[str, tuple[str,
         IsolationUnavailable: no isolation here and ``--unsafe-exec`` was not given.
         GraderError: the grader ran past its wall-clock limit.
     """
-    from stages.core import isolation
+    from stages.core import call_server, isolation
 
     isolated = isolation.require()
     with tempfile.TemporaryDirectory(prefix="lopd-candidates-") as tmp, contextlib.ExitStack() as stack:
@@ -156,7 +150,8 @@ def run_with_candidates(args: Sequence[str], candidates: Mapping[str, tuple[str,
         chan, given, work = Path(tmp) / "chan", Path(tmp) / "solutions.json", Path(tmp) / "work"
         chan.mkdir()
         work.mkdir()
-        given.write_text(json.dumps({tid: list(pair) for tid, pair in candidates.items()}))
+        given.write_text(json.dumps({tid: call_server.program(code, entry, call_server.BENCH_ERRORS)
+                                     for tid, (code, entry) in candidates.items()}))
         sock_path = chan / "calls.sock"
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(str(sock_path))
@@ -182,14 +177,7 @@ def run_with_candidates(args: Sequence[str], candidates: Mapping[str, tuple[str,
                               env={**env, SOCKET_VAR: f"{CHANNEL}/calls.sock"}, timeout_s=timeout_s,
                               host_args=host_args, host_env={**(host_env or env), SOCKET_VAR: str(sock_path)})
         finally:
-            if isolated:
-                isolation.kill(served)
-            else:
-                try:
-                    os.killpg(served.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                served.wait()
+            isolation.stop(served, isolated)
 
 
 def last_line(text: str) -> str:
@@ -221,49 +209,10 @@ def _evalplus(dataset: str, samples: str, parallel: int) -> None:
     evaluate(dataset=dataset, samples=samples, parallel=parallel)
 
 
-# One session of calls to the model's function: run in the candidates' sandbox with the session's
-# socket as stdin and stdout; loads the module (its output discarded), then answers pickled calls.
-_SERVER = """import os, pickle, struct, sys
-_w = os.dup(1)
-os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-sys.stdout = open(os.devnull, "w")
-def _send(obj):
-    try:
-        data = pickle.dumps(obj, protocol=4)
-    except BaseException as e:
-        data = pickle.dumps(("err", "result cannot be sent back: " + type(e).__name__), protocol=4)
-    data = struct.pack("<Q", len(data)) + data
-    while data:
-        data = data[os.write(_w, data):]
-def _read(n):
-    buf = b""
-    while len(buf) < n:
-        chunk = os.read(0, n - len(buf))
-        if not chunk:
-            os._exit(0)
-        buf += chunk
-    return buf
-_ns = {"__name__": "candidate"}
-try:
-    exec(compile(%r, "<candidate>", "exec"), _ns)
-    _fn = _ns[%r]
-    assert callable(_fn), "not a function"
-except BaseException as e:
-    _send(("load", type(e).__name__))
-    os._exit(0)
-_send(("ready", None))
-while True:
-    _args = pickle.loads(_read(struct.unpack("<Q", _read(8))[0]))
-    try:
-        _send(("ok", _fn(*_args)))
-    except BaseException as e:
-        _send(("err", type(e).__name__ + ": " + str(e)[:200]))
-"""
-
-
 def _candidates(solutions_file: str, fd: str) -> None:
     """Serve call sessions on the listening socket ``fd``: each connection names a task, gets a fresh
-    process running that task's solution, and is killed with it when the grader hangs up."""
+    process running that task's server program (:func:`stages.core.call_server.program`, the
+    session's socket as its stdin and stdout), and is killed with it when the grader hangs up."""
     with open(solutions_file, encoding="utf-8") as fh:
         solutions = json.load(fh)
     server = socket.socket(fileno=int(fd))
@@ -290,7 +239,7 @@ def _candidates(solutions_file: str, fd: str) -> None:
                     if not chunk:
                         break
                     header += chunk
-                code, entry = solutions[json.loads(header)]
+                source = solutions[json.loads(header)]
             except (OSError, ValueError, KeyError, TypeError):
                 conn.close()
                 continue
@@ -298,7 +247,7 @@ def _candidates(solutions_file: str, fd: str) -> None:
             count += 1
             program = os.path.join(os.getcwd(), "session_%d.py" % count)
             with open(program, "w", encoding="utf-8") as fh:
-                fh.write(_SERVER % (code, entry))
+                fh.write(source)
             proc = subprocess.Popen([sys.executable, "-I", "-B", "-X", "int_max_str_digits=0", program], stdin=conn,
                                     stdout=conn, stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
             sessions[conn.fileno()] = (conn, proc)

@@ -328,10 +328,32 @@ def kill(proc: subprocess.Popen, wait_s: float = 10.0) -> int:
             return proc.wait(timeout=max(0.01, deadline - time.monotonic()) if inits else 0.01)
         except subprocess.TimeoutExpired:
             continue
+    kill_group(proc.pid)
+    return proc.wait()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process in the process group ``pgid`` (no error if it is gone or not ours)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop(proc: subprocess.Popen, isolated: bool) -> int:
+    """End ``proc`` (started with ``start_new_session=True``) with every process it started, and wait.
+
+    Args:
+        proc: the running command.
+        isolated: ``proc`` runs a :func:`wrap` command: :func:`kill` takes its whole sandbox down;
+            otherwise its process group is killed (children that left the group survive).
+
+    Returns:
+        Its exit status (as ``Popen.wait``).
+    """
+    if isolated:
+        return kill(proc)
+    kill_group(proc.pid)
     return proc.wait()
 
 

@@ -1,10 +1,10 @@
 """Full-vocabulary distillation losses of the text-context baselines, as pure tensor functions.
 
 - :func:`forward_kl`: KL(T || S) = sum_v p_T(v) (log p_T(v) - log p_S(v)) at every supervised
-  position, over the WHOLE vocabulary (B.1 of the LOPD paper: SDFT and OPSD; BASELINES.md:
-  SDFT's official code with alpha=0).
+  position, over the WHOLE vocabulary (B.1 of the LOPD paper: SDFT and OPSD; SDFT's
+  official code with alpha=0).
 - :func:`generalized_jsd`: the generalised Jensen-Shannon divergence of OPSD's code
-  (BASELINES.md: OPSD): with the mixture m = beta * p_T + (1 - beta) * p_S,
+  (``generalized_jsd_loss``): with the mixture m = beta * p_T + (1 - beta) * p_S,
   ``beta * KL(T || m) + (1 - beta) * KL(S || m)``; by convention (as upstream) ``beta = 0`` is
   the forward KL(T || S) and ``beta = 1`` the reverse KL(S || T) (the interior formula tends to
   0 at both ends, so the endpoints are special cases, not limits).
@@ -26,7 +26,7 @@ stays float64.
 
 Reductions (``reduction``):
 - ``"sequence"``: token-mean within each sequence (row), then the mean over sequences
-  (SDFT's official code; BASELINES.md: SDFT);
+  (SDFT's official code);
 - ``"token"``: the sum over all supervised tokens divided by their number (OPSD's code:
   summed, divided by the batch's completion-token count).
 ``num_sequences`` / ``num_tokens`` replace the denominators of the means (default: this
@@ -96,7 +96,7 @@ def generalized_jsd(
 ) -> tuple[Tensor, dict[str, float]]:
     """Generalised JSD_beta between teacher and student over the full vocabulary.
 
-    Source: OPSD's ``generalized_jsd_loss`` (BASELINES.md: OPSD; upstream beta 0.5, logits
+    Source: OPSD's ``generalized_jsd_loss`` (siyan-zhao/OPSD; upstream beta 0.5, logits
     divided by the sampling temperature). Per supervised position, with p = softmax(logits /
     temperature) and m = beta * p_T + (1 - beta) * p_S::
 
@@ -167,9 +167,9 @@ def forward_kl(
 ) -> tuple[Tensor, dict[str, float]]:
     """Forward KL(T || S) over the full vocabulary at every supervised position.
 
-    B.1 of the LOPD paper (SDFT and OPSD: forward KL, full vocabulary); BASELINES.md: SDFT
-    (official code: per-token forward KL, token-mean per sequence, then the batch mean = the
-    default ``reduction="sequence"``). Equal to :func:`generalized_jsd` with ``beta=0``.
+    B.1 of the LOPD paper (SDFT and OPSD: forward KL, full vocabulary); SDFT's official code
+    (per-token forward KL, token-mean per sequence, then the batch mean = the default
+    ``reduction="sequence"``). Equal to :func:`generalized_jsd` with ``beta=0``.
 
     Args, returns and errors: as :func:`generalized_jsd` (metrics ``forward_kl``,
     ``reverse_kl``, ``num_tokens``; ``forward_kl`` is the loss value).

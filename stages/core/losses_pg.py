@@ -1,6 +1,6 @@
 """Policy-gradient losses of the GRPO and Skill-SD baselines, as pure tensor functions.
 
-Sources: BASELINES.md (GRPO; Skill-SD) and B.1 of the LOPD paper. Conventions are those of
+Sources: B.1 of the LOPD paper, TRL's GRPO trainer and the Skill-SD paper (arXiv 2604.10674). Conventions are those of
 :mod:`stages.core.losses`: every function takes ALREADY-ALIGNED tensors (``logp_BT[b, t]`` is
 the log-probability of the token at that position, ``mask_BT[b, t]`` says whether it is a
 supervised action token); masks are bool or 0/1 floats; each loss returns ``(loss, metrics)``
@@ -89,7 +89,7 @@ def group_advantages(rewards_N: Tensor, group_N: Tensor, *, scale_std: bool = Tr
                      eps: float = 1e-6) -> tuple[Tensor, Tensor]:
     """GRPO's group-normalised outcome advantages A_i = (r_i - mean_g) / (std_g + eps).
 
-    BASELINES.md: GRPO. Every rollout i belongs to group ``group_N[i]`` (the G rollouts of one
+    GRPO (as TRL's ``scale_rewards=group``). Every rollout i belongs to group ``group_N[i]`` (the G rollouts of one
     task); std is the unbiased sample std within the group (as TRL); ``scale_std=False`` gives
     r_i - mean_g
     (Dr.GRPO, the SDPO repo's GRPO). A group whose rewards are all equal (including a group of
@@ -165,7 +165,7 @@ def ppo_clip_loss(logp_BT: Tensor, old_logp_BT: Tensor, advantages_B: Tensor, ma
                   denominator: float | None = None) -> tuple[Tensor, dict[str, float]]:
     """PPO-clip surrogate of GRPO: -min(rho A, clip(rho, 1 - eps_lo, 1 + eps_hi) A) per token.
 
-    BASELINES.md: GRPO (B.1 of the LOPD paper: eps 0.2/0.2; Skill-SD and DAPO: 0.2/0.28).
+    GRPO (B.1 of the LOPD paper: eps 0.2/0.2; Skill-SD and DAPO: 0.2/0.28).
     rho = exp(logp - sg(old_logp)) is the token-level importance ratio against the behaviour
     policy (the sampling log-probs recorded with the rollout); A is the row's advantage, shared
     by every token of it. The gradient reaches ``logp_BT`` only.
@@ -221,7 +221,7 @@ def k3_kl(logp_BT: Tensor, ref_logp_BT: Tensor, mask_BT: Tensor, *, aggregation:
           denominator: float | None = None) -> tuple[Tensor, dict[str, float]]:
     """KL(pi || pi_ref) by the k3 estimator on the sampled tokens: e^(ref - logp) - (ref - logp) - 1.
 
-    BASELINES.md: GRPO (optional KL to the frozen initial policy, times beta). Non-negative per
+    GRPO's optional KL to the frozen initial policy (times beta). Non-negative per
     token, 0 where the two log-probs agree; the gradient reaches ``logp_BT`` only (the
     reference is detached).
 
@@ -249,7 +249,7 @@ def sampled_token_sdl(logp_BT: Tensor, teacher_logp_BT: Tensor, old_logp_BT: Ten
                       denominator: float | None = None) -> tuple[Tensor, dict[str, float]]:
     """Skill-SD's self-distillation term on the sampled token: rho * (e^(-l) - 1 + l).
 
-    BASELINES.md: Skill-SD (B.1 of the LOPD paper: "importance-weighted sampled-token reverse
+    Skill-SD (B.1 of the LOPD paper: "importance-weighted sampled-token reverse
     KL", weight 0.001 outside this function). With l = log S - log T at the sampled token and
     rho = S / sg(S_old) = exp(logp - sg(old_logp)), the per-token value is rho * (e^(-l) - 1 + l):
     the k3 estimate of KL(S || T), importance-weighted from the behaviour policy's samples. The

@@ -1,9 +1,10 @@
 """SDPO's distillation loss: a divergence on the STUDENT's top-k tokens plus a tail bucket, each
 token weighted by a clipped importance ratio. Pure tensor functions.
 
-Sources: B.1 of the LOPD paper (SDPO: reverse KL with top-K + tail bucket) and BASELINES.md:
-SDPO (the official code's loss: the student's top-k ids, teacher and student full-softmax
-log-probs gathered at those ids plus a tail bucket log(1 - sum p), no renormalisation; every
+Sources: B.1 of the LOPD paper (SDPO: reverse KL with top-K + tail bucket) and SDPO's
+official code (lasgroup/SDPO, ``compute_self_distillation_loss``: the student's top-k ids,
+teacher and student full-softmax log-probs gathered at those ids plus a tail bucket
+log(1 - sum p), no renormalisation; every
 token multiplied by min(exp(logp - logp_old), is_clip), the ratio detached; token-mean).
 Contrast with :func:`stages.core.losses.topm_tail_reverse_kl` (LOPD), whose support is the
 TEACHER's top-M.
@@ -113,7 +114,7 @@ def sdpo_topk_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """SDPO's self-distillation loss on the student's top-k + tail, importance-weighted.
 
-    B.1 of the LOPD paper; BASELINES.md: SDPO. Student and teacher logits are divided by
+    B.1 of the LOPD paper; SDPO's official code. Student and teacher logits are divided by
     ``loss_temperature`` first (upstream SDPO divides both by the sampling temperature before the
     top-k and the divergence). At each masked position n: V^k = the k ids of highest STUDENT
     probability (no gradient through the choice); student and teacher full log-softmaxes are

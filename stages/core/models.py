@@ -211,7 +211,7 @@ def save_student(folder: Path, *, student: nn.Module, adapter: str | None, token
     adapter_model.safetensors), or with ``adapter=None`` the whole fully fine-tuned model and
     its tokenizer; ``optimizer.pt``: the optimizer state dict.
     """
-    if adapter:  # peft writes a named adapter into <folder>/<adapter>/ (FIELD-NOTES pitfall 4)
+    if adapter:  # peft writes a named adapter into <folder>/<adapter>/ (load it from there)
         student.save_pretrained(str(folder), selected_adapters=[adapter])
         if adapter != "student":
             os.rename(folder / adapter, folder / "student")

@@ -10,7 +10,7 @@
   the ones it sampled with and the teacher's targets random.
 * :func:`resolve_device_dtype` turns the stages' ``--device`` / ``--dtype`` (None = automatic)
   into the values every model of a run is loaded with: CUDA in bfloat16 when a GPU is visible,
-  else the CPU in float32 (bf16 matmuls are ~25x slower there, FIELD-NOTES).
+  else the CPU in float32 (bf16 is ~25x slower than fp32 on a CPU without bf16 units, as AVX2).
 
 Rollout engines live in :mod:`stages.engines`; chat rendering and training masks in
 :mod:`stages.core.chat`.
@@ -113,8 +113,8 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype="float32")
-        # FIELD-NOTES pitfall 1: the weights are dequantized already, but save_pretrained refuses
-        # a model that still carries the gguf quantizer.
+        # the weights are dequantized already, but save_pretrained raises "The model is quantized
+        # with gguf and is not serializable" while the gguf quantizer and quantization_config remain.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config

@@ -10,8 +10,8 @@ intermediates of a Llama-style block), or ``4 * 2 * hidden`` with activation che
 (the layer inputs, plus one layer recomputed at a time); the composer encodes
 ``batch * J * max_exp_tokens`` tokens, teacher and student each run ``batch * seq_len``
 tokens (+ J*K latents); logits cost ``3 * 4 * vocab`` bytes per scored token. Calibrated
-against FIELD-NOTES (SmolLM2-135M, batch 4, J=3, 512 experience tokens, 384-token sequences:
-~15 GB measured without activation checkpointing, ~16 GB estimated).
+against one measured LOPD step (SmolLM2-135M, batch 4, J=3, 512 experience tokens, 384-token
+sequences: ~15 GB measured without activation checkpointing, ~16 GB estimated).
 """
 from __future__ import annotations
 

@@ -349,11 +349,7 @@ def run_python(
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 wall_killed = True
-            if isolated:
-                rc = isolation.kill(proc)  # returns once no process of the sandbox is left
-            else:
-                _kill_group(proc.pid)
-                rc = proc.wait()
+            rc = isolation.stop(proc, isolated)  # isolated: returns once no process of the sandbox is left
         duration = time.monotonic() - start
         if isolated and rc > 128:  # bwrap reports a child killed by signal N as exit status 128 + N
             rc = -(rc - 128)
@@ -362,12 +358,3 @@ def run_python(
         if group is not None and group.oom_killed() and not wall_killed:
             status, reason = "memory", f"exceeded the memory cap of the whole process tree ({memory_mb} MiB)"
         return SandboxResult(status, rc, stdout, clean[:max_output_chars], reason, duration)
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL every process left in the child's process group (no error if already gone); for an
-    isolated run that is bwrap and the PID namespace's init, which takes the namespace down."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -1,6 +1,6 @@
 """GRPO: group-normalised outcome advantages and a PPO-clip surrogate, no teacher.
 
-BASELINES.md: GRPO; B.1 of the LOPD paper (G = 4 rollouts per task = the loop's
+B.1 of the LOPD paper (G = 4 rollouts per task = the loop's
 ``group_size``, PPO-clip eps 0.2/0.2, group-normalised advantages, no teacher, no composer).
 Per step: every rollout i of a task gets A_i = (r_i - mean_G) / (std_G + eps) (std on by
 default; ``scale_std=false`` for Dr.GRPO / the SDPO repo's GRPO), shared by all its action
@@ -8,7 +8,7 @@ tokens; the loss is -min(rho A, clip(rho, 1 - eps_lo, 1 + eps_hi) A) per token w
 rho = pi_theta / pi_old against the sampling log-probs the rollout recorded
 (``TrainRow.logprobs_T``), plus optionally ``kl_coef`` x k3 KL to the initial policy.
 
-Choices B.1 leaves open (BASELINES.md marks them unverified), defaults first:
+Choices B.1 leaves open (KL weight, std scaling, aggregation...), defaults first:
 * aggregation ``token-mean`` (DAPO: sum over the step's action tokens / their number);
   ``seq-mean`` (original GRPO: per-row token-mean, then the mean over rows); ``constant``
   (Dr.GRPO: token sum / (rows x ``loss_constant``), default constant = ``max_new_tokens``).
@@ -41,7 +41,7 @@ from stages.methods import Method, StepBatch, StepContext, register
 
 
 class GRPOOptions(BaseModel):
-    """GRPO's options (defaults = B.1 of the LOPD paper where it says, BASELINES.md otherwise)."""
+    """GRPO's options (defaults = B.1 of the LOPD paper where it says; otherwise beta 0, std on, token-mean)."""
 
     model_config = ConfigDict(extra="forbid")
 

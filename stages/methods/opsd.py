@@ -1,6 +1,6 @@
 """OPSD: on-policy self-distillation with a privileged reference, as configured in B.1 of the LOPD paper.
 
-Teacher view (B.1; BASELINES.md: OPSD): the FROZEN initial weights (a LoRA student's backbone
+Teacher view (B.1, as OPSD's paper): the FROZEN initial weights (a LoRA student's backbone
 with every adapter disabled, as upstream's ``--fixed_teacher``) re-score the student's own
 sampled tokens with the verified reference of the same task in the SYSTEM message, framed as a
 reference plan for guidance only: the model must still act in the environment itself and

@@ -1,6 +1,6 @@
 """SDFT: self-distillation fine-tuning in the on-policy loop, as configured in B.1 of the LOPD paper.
 
-Teacher view (B.1; BASELINES.md: SDFT): an exponential moving average of the student (rate
+Teacher view (B.1, as SDFT's official code): an exponential moving average of the student (rate
 0.01 per optimizer step: T <- 0.99 T + 0.01 S; a LoRA student's teacher is a ``teacher``
 adapter initialised as a copy of the student adapter and updated parameter-wise) re-scores the
 student's own sampled tokens with a verified demonstration of the same task appended to the

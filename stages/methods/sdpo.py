@@ -1,5 +1,5 @@
 """SDPO: self-distillation from the policy's own successes or environment feedback (a baseline of
-the LOPD paper; B.1 of the LOPD paper, BASELINES.md: SDPO).
+the LOPD paper, configured as in its B.1; upstream code: lasgroup/SDPO).
 
 Teacher: an EMA of the student, ``T <- (1 - ema_rate) T + ema_rate S`` after every optimizer
 step (B.1 and upstream: 0.05), no gradient. LoRA student: a second adapter ``teacher`` on the

@@ -1,7 +1,7 @@
 """Skill-SD: GRPO plus a small self-distillation term from a teacher that reads a skill summary.
 
-BASELINES.md: Skill-SD; B.1 of the LOPD paper. No public code exists; the facts are B.1 and a
-reading note (mostly unverified, see the choices below).
+Skill-SD (arXiv 2604.10674) as in B.1 of the LOPD paper. No public code exists; the facts are B.1
+and a third-party reading note of the paper (mostly unverified, see the choices below).
 
 * Skill bank: per task, skill summaries ("what works / what to avoid / suggested workflow")
   written by an LLM from the task's rollouts: the backbone itself through the run's rollout

@@ -7,30 +7,14 @@ from __future__ import annotations
 
 import random
 
+from domains._common import call as _call, check as _check, tool as _tool
+
 DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri"]
 HOURS = list(range(8, 18))
 FIRST = ["Ada", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai", "Lena", "Mo", "Nia",
          "Omar", "Pia", "Raj", "Sara", "Tom", "Uma", "Vic", "Wes", "Yara", "Zoe"]
 LAST = ["Moreno", "Okafor", "Lind", "Sato", "Novak", "Reyes", "Kaur", "Berg", "Costa", "Haddad", "Ivanova",
         "Park", "Silva", "Weber"]
-
-
-def _tool(fn: str, description: str, /, **params: str) -> dict:
-    """An OpenAI-style tool schema; every parameter is required; ``params`` maps name -> JSON type."""
-    return {"type": "function", "function": {
-        "name": fn, "description": description,
-        "parameters": {"type": "object", "properties": {p: {"type": t} for p, t in params.items()},
-                       "required": list(params)}}}
-
-
-def _check(item: str, expr: str) -> dict:
-    """One checklist entry whose check function returns ``expr`` (Python over ``final_state``)."""
-    return {"check_item": item, "check_func": f"def check_func(final_state):\n    return {expr}\n"}
-
-
-def _call(fn: str, /, **arguments: object) -> dict:
-    """One reference action."""
-    return {"name": fn, "arguments": arguments}
 
 
 def _ids(rng: random.Random, prefix: str, n: int, low: int = 100, high: int = 1000) -> list[str]:

@@ -10,27 +10,12 @@ from __future__ import annotations
 
 import random
 
+from domains._common import call as _call, check as _check, tool as _tool
+
 FIRST_NAMES = ["Ada", "Ben", "Chloe", "Dario", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas",
                "Kira", "Lena", "Marco", "Nadia", "Omar", "Priya", "Rosa", "Sven", "Tara", "Yusuf"]
 LAST_NAMES = ["Moreno", "Novak", "Okafor", "Petrov", "Quinn", "Rossi", "Sato", "Tanaka", "Ulrich",
               "Vidal", "Weber", "Young", "Zhou", "Berg", "Costa", "Duarte", "Ekstrom", "Fischer"]
-
-
-def _tool(name: str, description: str, /, **params: str) -> dict:
-    """An OpenAI-style function schema; ``params`` maps argument name -> JSON type, all required."""
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": {k: {"type": t} for k, t in params.items()},
-                       "required": list(params)}}}
-
-
-def _check(item: str, expr: str) -> dict:
-    """A checklist entry whose check function returns the boolean ``expr`` over ``final_state``."""
-    return {"check_item": item, "check_func": f"def check_func(final_state):\n    return {expr}\n"}
-
-
-def _call(name: str, /, **arguments: object) -> dict:
-    return {"name": name, "arguments": arguments}
 
 
 def _ids(rng: random.Random, letters: str, k: int, digits: int = 3) -> list[str]:

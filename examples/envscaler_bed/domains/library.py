@@ -6,6 +6,8 @@ initial state and one task (text, check functions, reference actions) from ``rng
 """
 import random
 
+from domains._common import call as _call, check as _check, task as _task, tool as _tool
+
 FIRST = ["Ada", "Ben", "Cora", "Dev", "Elif", "Finn", "Gia", "Hugo", "Ines", "Jon", "Kira", "Liam",
          "Mona", "Nils", "Omar", "Pia", "Quinn", "Rosa", "Sami", "Tara", "Uma", "Vic", "Wen", "Yara"]
 LAST = ["Moreno", "Baker", "Chen", "Dubois", "Evans", "Fischer", "Garcia", "Haddad", "Ito", "Jensen",
@@ -27,29 +29,6 @@ def _names(rng: random.Random, n: int) -> list:
     """``n`` distinct "First Last" names."""
     firsts, lasts = rng.sample(FIRST, n), rng.sample(LAST, n)
     return [f"{a} {b}" for a, b in zip(firsts, lasts)]
-
-
-def _check(item: str, expr: str) -> dict:
-    """One checklist entry whose check returns ``expr`` evaluated on ``final_state``."""
-    return {"check_item": item, "check_func": f"def check_func(final_state):\n    return {expr}\n"}
-
-
-def _call(_tool_name: str, **arguments) -> dict:
-    """One reference action: ``_tool_name`` called with ``arguments``."""
-    return {"name": _tool_name, "arguments": arguments}
-
-
-def _tool(_tool_name: str, description: str, **params: str) -> dict:
-    """A function schema; ``params`` maps argument name -> JSON type, all required."""
-    return {"type": "function", "function": {
-        "name": _tool_name, "description": description,
-        "parameters": {"type": "object", "properties": {k: {"type": v} for k, v in params.items()},
-                       "required": list(params)}}}
-
-
-def _task(rng: random.Random, phrasings: list, checks: list, actions: list, init: dict, **slots) -> dict:
-    return {"init_config": init, "task": rng.choice(phrasings).format(**slots),
-            "checklist_with_func": checks, "reference_actions": actions}
 
 
 # ----------------------------------------------------------------------------- loans

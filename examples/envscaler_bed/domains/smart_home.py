@@ -1,21 +1,7 @@
 """Smart-home domain of the lopd study bed: lights, thermostats, door security (main) and garden
 irrigation (transfer). Each entry of ENVS follows the bed's domain-module contract (stdlib only)."""
 
-
-def _tool(tool_name, description, /, **params):
-    """An OpenAI-style function schema; ``params`` maps each (required) argument to its JSON type."""
-    return {"type": "function", "function": {"name": tool_name, "description": description, "parameters": {
-        "type": "object", "properties": {k: {"type": v} for k, v in params.items()}, "required": list(params)}}}
-
-
-def _check(item, expr):
-    """A checklist entry whose check_func returns the Python expression ``expr`` over final_state."""
-    return {"check_item": item, "check_func": f"def check_func(final_state):\n    return {expr}\n"}
-
-
-def _call(tool_name, /, **arguments):
-    """One reference action."""
-    return {"name": tool_name, "arguments": arguments}
+from domains._common import call as _call, check as _check, tool as _tool
 
 
 def _pick(rng, weighted):

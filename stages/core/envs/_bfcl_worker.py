@@ -3,7 +3,7 @@
 The call strings are checked literals (:func:`stages.core.envs.bfcl_multi.check_call_string`), but
 their values are model-chosen: ``power(base=10, exponent=10**9)`` computes for minutes, a long
 ``mkdir``/``echo`` sequence can grow memory. So BFCL's executor (``execute_multi_turn_func_call``)
-and checker (``multi_turn_checker``) run here, in a separate interpreter (``python -I -B this_file``,
+and checker (``multi_turn_checker``) run here, in a separate interpreter (``python -I -B _worker_process.py this_file``,
 stdlib + the ``bfcl`` package), with an address-space cap; the parent waits at most a wall-clock
 limit per request and kills the worker when it is exceeded. Where OS isolation is available the
 worker also runs in the sandbox of :mod:`stages.core.isolation` (uid 65534, no network, read-only
@@ -57,16 +57,19 @@ def start_bfcl_worker(memory_mb: int = MEMORY_MB) -> "WorkerProcess":
         OSError: the process could not be started.
     """
     from stages.core import isolation
+    from stages.core.envs import _worker_process
     from stages.core.envs._worker_process import WorkerProcess
 
+    serve = os.path.abspath(_worker_process.__file__)  # the child's program: it loads this file
     if isolation.available():
         limits = isolation.Limits(memory_mb=int(memory_mb), file_bytes=16 * 2**20)
-        argv = isolation.wrap([sys.executable, "-I", "-B", _IN_SANDBOX],
-                              ro_binds={os.path.abspath(__file__): _IN_SANDBOX}, limits=limits)
+        argv = isolation.wrap([sys.executable, "-I", "-B", _worker_process.IN_SANDBOX, _IN_SANDBOX],
+                              ro_binds={serve: _worker_process.IN_SANDBOX, os.path.abspath(__file__): _IN_SANDBOX},
+                              limits=limits)
         return WorkerProcess(argv, isolated=True, env=isolation.base_env(), strict=True)
-    return WorkerProcess([sys.executable, "-I", "-B", os.path.abspath(__file__)], isolated=False,
-                         env=isolation.base_env(), preexec_fn=lambda: _set_memory_limit(int(memory_mb)),
-                         strict=True)
+    return WorkerProcess([sys.executable, "-I", "-B", serve, os.path.abspath(__file__)],
+                         isolated=False, env=isolation.base_env(),
+                         preexec_fn=lambda: _set_memory_limit(int(memory_mb)), strict=True)
 
 
 def _set_memory_limit(memory_mb: int) -> None:
@@ -113,7 +116,7 @@ def close_pool() -> None:
 # ----------------------------------------------------------------------------- child side
 
 
-class _Session:
+class Session:
     def __init__(self) -> None:
         self.episodes: dict[str, dict[str, Any]] = {}
 
@@ -161,29 +164,19 @@ def _release(model_name: str) -> None:
         del store[key]
 
 
-def _main() -> None:
+MEMORY_ERROR = "MemoryError: exceeded the worker's memory limit"
+
+
+def fatal_text(err: Exception) -> str:
+    """The fatal reply's text for an exception out of :meth:`Session.handle`."""
+    return f"{type(err).__name__}: {str(err)[:300]}"
+
+
+def prepare(_args: list[str]) -> None:
+    """Import the API modules before the first (timed) request."""
     import importlib
 
     from bfcl.eval_checker.multi_turn_eval.multi_turn_utils import CLASS_FILE_PATH_MAPPING
 
-    for module in CLASS_FILE_PATH_MAPPING.values():  # imported before the first (timed) request
+    for module in CLASS_FILE_PATH_MAPPING.values():
         importlib.import_module(module)
-    channel_in = os.fdopen(os.dup(0), "rb")
-    channel_out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    session = _Session()
-    for line in channel_in:
-        try:
-            reply = session.handle(json.loads(line))
-        except MemoryError:
-            reply = {"status": "fatal", "error": "MemoryError: exceeded the worker's memory limit"}
-        except Exception as err:  # noqa: BLE001 -- reported to the parent, which kills this worker
-            reply = {"status": "fatal", "error": f"{type(err).__name__}: {str(err)[:300]}"}
-        channel_out.write(json.dumps(reply).encode() + b"\n")
-        channel_out.flush()
-
-
-if __name__ == "__main__":
-    _main()

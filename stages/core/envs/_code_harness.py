@@ -13,7 +13,8 @@ the candidate could read). Modes (``SPEC["mode"]``):
   as evalplus does; stop at the first input that exceeds its limit.
 
 The candidate runs in a separate process (forked before the spec is read, then running the
-sandbox prelude with the audit hook) that holds only two pipes: calls go to it pickled, and its results come back through an unpickler that builds
+sandbox prelude with the audit hook, then ``SPEC["server"]``, written by
+:func:`stages.core.call_server.program`) that holds only two pipes: calls go to it pickled, and its results come back through an unpickler that builds
 plain data only (no class or function can be named). This grader makes itself non-dumpable, so the
 candidate cannot read or write its memory or file descriptors (``/proc/<pid>/mem``, ``/fd``, ptrace),
 and ignores the signals it can ignore; the comparisons and the report (one JSON line prefixed with
@@ -101,51 +102,11 @@ class _DataOnly(pickle.Unpickler):
         raise pickle.UnpicklingError("result holds %s.%s, not plain data" % (module, name))
 class _Gone(Exception):
     pass
-# The candidate process: loads the candidate module (stdout discarded), then answers calls.
-_SERVER = """import os, pickle, struct, sys
-_w = os.dup(1)
-_n = os.open(os.devnull, os.O_WRONLY)
-os.dup2(_n, 1)
-sys.stdout = open(os.devnull, "w")
-def _send(obj):
-    try:
-        data = pickle.dumps(obj, protocol=4)
-    except BaseException as e:
-        data = pickle.dumps(("err", "result cannot be sent back: " + type(e).__name__), protocol=4)
-    data = struct.pack("<Q", len(data)) + data
-    while data:
-        data = data[os.write(_w, data):]
-def _read(n):
-    buf = b""
-    while len(buf) < n:
-        chunk = os.read(0, n - len(buf))
-        if not chunk:
-            os._exit(0)
-        buf += chunk
-    return buf
-def _why(e):
-    return (type(e).__name__ + (": " + str(e) if str(e) else ""))[:160]
-_ns = {"__name__": "candidate"}
-try:
-    exec(compile(%r, "<candidate>", "exec"), _ns)
-    _fn = _ns[%r]
-    assert callable(_fn), "not a function"
-except BaseException as e:
-    _send(("load", _why(e)))
-    os._exit(0)
-_send(("ready", None))
-while True:
-    _args = pickle.loads(_read(struct.unpack("<Q", _read(8))[0]))
-    try:
-        _send(("ok", _fn(*_args)))
-    except BaseException as e:
-        _send(("err", _why(e)))
-"""
 class _Candidate:
     """The candidate's entry point, called in its own process (forked at the start)."""
     def __init__(self):
         self._req, self._rep = _TO_CAND, _FROM_CAND
-        self._send(json.dumps([SPEC["prelude"], _SERVER % (SPEC["candidate"], EP)]).encode())
+        self._send(json.dumps([SPEC["prelude"], SPEC["server"]]).encode())
         kind, value = self._recv()
         if kind != "ready":
             raise NameError(value if kind == "load" else "candidate did not load")

@@ -2,9 +2,10 @@
 
 EnvScaler environments are Python classes shipped as source text (``env_class_code``) and their
 check functions are source text too. Both run here, in a separate interpreter started per episode
-(``python -I this_file.py``, stdlib only), never in the caller's process, inside the OS sandbox of
-:mod:`stages.core.isolation` (uid 65534, own PID / network / mount namespaces, read-only
-filesystem, empty environment, rlimits; without isolation only with ``--unsafe-exec``). The child
+(``python -I _worker_process.py this_file.py``, stdlib only), never in the caller's process,
+inside the OS sandbox of :mod:`stages.core.isolation` (uid 65534, own PID / network / mount
+namespaces, read-only filesystem, empty environment, rlimits; without isolation only with
+``--unsafe-exec``). The child
 also caps its own address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``); the parent enforces
 a wall-clock timeout per request and kills the whole sandbox when it is exceeded.
 
@@ -49,16 +50,19 @@ def start_env_worker(memory_mb: int, cpu_s: int) -> "WorkerProcess":
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
     """
     from stages.core import isolation  # parent side only: the child runs this file stdlib-only
+    from stages.core.envs import _worker_process
     from stages.core.envs._worker_process import WorkerProcess
 
     args = [str(int(memory_mb)), str(int(cpu_s))]
+    serve = os.path.abspath(_worker_process.__file__)  # the child's program: it loads this file
     isolated = isolation.require()  # raises IsolationUnavailable unless isolated or --unsafe-exec
     if isolated:
         limits = isolation.Limits(cpu_s=int(cpu_s), memory_mb=int(memory_mb), file_bytes=16 * 2**20)
-        argv = isolation.wrap([sys.executable, "-I", "-B", _WORKER_IN_SANDBOX, *args],
-                              ro_binds={os.path.abspath(__file__): _WORKER_IN_SANDBOX}, limits=limits)
+        binds = {serve: _worker_process.IN_SANDBOX, os.path.abspath(__file__): _WORKER_IN_SANDBOX}
+        argv = isolation.wrap([sys.executable, "-I", "-B", _worker_process.IN_SANDBOX, _WORKER_IN_SANDBOX, *args],
+                              ro_binds=binds, limits=limits)
         return WorkerProcess(argv, isolated=True, env=isolation.base_env())
-    return WorkerProcess([sys.executable, "-I", os.path.abspath(__file__), *args], isolated=False)
+    return WorkerProcess([sys.executable, "-I", serve, os.path.abspath(__file__), *args], isolated=False)
 
 
 # ----------------------------------------------------------------------------- child side
@@ -104,7 +108,7 @@ def _construct(cls: type, init_config: dict[str, Any]) -> Any:
     return instance
 
 
-class _Session:
+class Session:
     def __init__(self) -> None:
         self.instance: Any = None
         self.initial_state: dict[str, Any] = {}
@@ -160,30 +164,22 @@ class _Session:
         return {"passed": result, "error": None}
 
 
-def _main(memory_mb: int, cpu_s: int) -> None:
+MEMORY_ERROR = "MemoryError: environment exceeded the memory limit"
+
+
+def fatal_text(err: Exception) -> str:
+    """The fatal reply's text for an exception out of :meth:`Session.handle` (environment source
+    that fails to load or construct)."""
+    return f"{type(err).__name__}: {err}"
+
+
+def prepare(args: list[str]) -> None:
+    """Cap this process's address space and CPU time (``args``: MiB, seconds); arm the check timer."""
     import resource
 
+    memory_mb, cpu_s = int(args[0]), int(args[1])
     for limit, value in ((resource.RLIMIT_AS, memory_mb << 20), (resource.RLIMIT_CPU, cpu_s)):
         hard = resource.getrlimit(limit)[1]
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(limit, (value, value if hard == resource.RLIM_INFINITY else hard))
     signal.signal(signal.SIGALRM, _alarm)
-    channel_in = os.fdopen(os.dup(0), "rb")
-    channel_out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    session = _Session()
-    for line in channel_in:
-        try:
-            reply = session.handle(json.loads(line))
-        except MemoryError:
-            reply = {"status": "fatal", "error": "MemoryError: environment exceeded the memory limit"}
-        except Exception as err:  # environment source that fails to load or construct
-            reply = {"status": "fatal", "error": f"{type(err).__name__}: {err}"}
-        channel_out.write(json.dumps(reply).encode() + b"\n")
-        channel_out.flush()
-
-
-if __name__ == "__main__":
-    _main(int(sys.argv[1]), int(sys.argv[2]))

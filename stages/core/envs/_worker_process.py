@@ -3,20 +3,27 @@
 A worker is a script that reads one JSON request per line on stdin and writes one JSON reply per
 line on stdout. This handle starts it (in its own session, stderr kept in a temporary file),
 sends requests with a wall-clock limit per reply, and kills it (the whole sandbox when it runs
-inside one of :mod:`stages.core.isolation`) on a timeout, a dead channel or a fatal reply. The
-worker scripts themselves stay stdlib-only on their child side; only the parent imports this.
+inside one of :mod:`stages.core.isolation`) on a timeout, a dead channel or a fatal reply.
+
+Child side, this file is also the program a worker runs (``python -I -B this_file WORKER_SCRIPT
+ARGS...``, stdlib only; :data:`IN_SANDBOX` in the sandbox): :func:`serve` loads the worker script,
+which defines ``prepare(args)``, ``Session`` (whose ``handle(request) -> reply`` answers one
+request), ``MEMORY_ERROR`` (the fatal reply's text when memory runs out) and ``fatal_text(err)``
+(the fatal reply's text for any other exception).
 """
 from __future__ import annotations
 
 import json
 import os
 import select
-import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+IN_SANDBOX = "/lopd/worker_process.py"  # where this file is bound inside a worker's sandbox
 
 
 class WorkerFailure(Exception):
@@ -107,19 +114,51 @@ class WorkerProcess:
         if not self.alive:
             return
         self.alive = False
-        if self.isolated:
-            from stages.core import isolation
+        from stages.core import isolation
 
-            isolation.kill(self._proc)  # the whole sandbox, setsid'd children included
-        else:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._proc.wait()
+        isolation.stop(self._proc, self.isolated)  # isolated: the whole sandbox, setsid'd children included
         for stream in (self._proc.stdin, self._proc.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
         self._stderr.close()
+
+
+# ----------------------------------------------------------------------------- child side
+
+
+def serve(script: str, args: list[str]) -> None:
+    """Run the worker ``script``: answer each JSON request line on fd 0 with one JSON reply line on fd 1.
+
+    Calls the script's ``prepare(args)``, then points fds 0/1 at /dev/null (so the code the worker
+    runs cannot corrupt the channel, which keeps duplicates of them), then serves until stdin closes.
+    An exception out of ``Session.handle`` becomes a ``{"status": "fatal"}`` reply, after which the
+    parent kills the worker.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lopd_worker", script)
+    worker = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = worker
+    spec.loader.exec_module(worker)
+    worker.prepare(args)
+    channel_in = os.fdopen(os.dup(0), "rb")
+    channel_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    session = worker.Session()
+    for line in channel_in:
+        try:
+            reply = session.handle(json.loads(line))
+        except MemoryError:
+            reply = {"status": "fatal", "error": worker.MEMORY_ERROR}
+        except Exception as err:  # noqa: BLE001 -- reported to the parent, which kills this worker
+            reply = {"status": "fatal", "error": worker.fatal_text(err)}
+        channel_out.write(json.dumps(reply).encode() + b"\n")
+        channel_out.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2:])

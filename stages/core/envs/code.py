@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
+from stages.core import call_server
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.sandbox import PRELUDE, SandboxResult, run_python
 
@@ -384,7 +385,8 @@ class CodeEnv:
         if not code.strip():
             return {"reward": 0.0, "success": False, "status": "no_code", "reason": "no code in the answer",
                     "passed": 0, "total": 0, "failures": [], "duration_s": 0.0}
-        spec = {"entry_point": problem["entry_point"], "candidate": assemble(problem, code)}
+        spec = {"entry_point": problem["entry_point"],
+                "server": call_server.program(assemble(problem, code), problem["entry_point"], call_server.ENV_ERRORS)}
         wall = self.timeout_s
         if problem["dataset"] == "humaneval":
             units = problem["units"]

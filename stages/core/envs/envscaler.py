@@ -1,6 +1,6 @@
 """EnvScaler environments: synthesized stateful Python classes with rule-based check functions.
 
-Data (see DESIGN.md, "EnvScaler format"): an environments table {env_id, env_class_code,
+Data (the EnvScaler release's format): an environments table {env_id, env_class_code,
 env_class_name, tools, environment_introduction, constraints_rules} and a tasks table {task_id,
 env_id, init_config, task, checklist_with_func: [{check_item, check_func}]}. ``tools``,
 ``init_config`` and ``checklist_with_func`` may be parsed values or JSON strings (the public
