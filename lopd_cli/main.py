@@ -388,16 +388,20 @@ def report(
 @app.command()
 @friendly
 def show(
-    report: str = typer.Argument(..., help="Evaluation report JSON (lopd evaluate --out).", show_default=False),
+    report: str = typer.Argument(..., help="Evaluation report JSON (lopd evaluate --out), or an experience store "
+                                 "folder (its collect/distill rollouts).", show_default=False),
     task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id contains this text."),
     failed: bool = typer.Option(False, "--failed", help="Only tasks the checker failed."),
     limit: Optional[int] = typer.Option(5, "--limit", help="At most N tasks."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Store only: trajectories of this run (e.g. distill-...)."),
+    env: Optional[str] = typer.Option(None, "--env", help="Store only: trajectories of this environment."),
+    split: Optional[str] = typer.Option(None, "--split", help="Store only: trajectories of this split."),
 ) -> None:
-    """Print what the model said in an evaluation: each task's transcript (messages, tool calls),
-    reward and checker verdict."""
+    """Print what the model said: each task's transcript (messages, tool calls), reward and
+    checker verdict, from an evaluation report or an experience store."""
     from stages import show as stage
 
-    stage.run(report, task=task, failed=failed, limit=limit)
+    stage.run(report, task=task, failed=failed, limit=limit, run_id=run_id, env=env, split=split)
 
 
 store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",

@@ -1,8 +1,9 @@
-"""`lopd show`: what the model said in an evaluation, task by task, without Python.
+"""`lopd show`: what the model said, task by task, without Python.
 
 Reads an evaluation report (``lopd evaluate --out``): each ``per_task`` row holds the task's
 transcript (``messages``: role, content, tool calls), its reward and the checker's verdict
-(``info``). Reports written before transcripts were kept show the scores only.
+(``info``); reports written before transcripts were kept show the scores only. Or reads an
+experience store folder (``collect``/``distill`` rollouts): each trajectory with its run id.
 """
 from __future__ import annotations
 
@@ -50,18 +51,55 @@ def render_task(row: dict[str, Any]) -> Panel:
     return Panel(Group(*parts), title=f"{escape(str(row.get('task_id')))} {mark}", title_align="left")
 
 
-def run(report: str | Path, task: str | None = None, failed: bool = False, limit: int | None = 5,
-        console: Console | None = None) -> int:
-    """Print the chosen tasks of evaluation report ``report``; returns how many were shown.
+def store_rows(store: str | Path, run_id: str | None = None, env: str | None = None,
+               split: str | None = None, failed: bool = False) -> list[dict[str, Any]]:
+    """The store's trajectories matching the filters, in insertion order, as report-like rows
+    (``task_id``, ``messages``, ``reward``, ``success``, ``info``, ``run_id``, ``policy``).
 
     Raises:
-        FileNotFoundError: no such file.
-        ValueError: not a JSON evaluation report (no ``per_task`` list): one line naming the file.
+        StoreError: no store at ``store`` or an unreadable one (one line naming it).
+    """
+    from stages.core.store import ExperienceStore
+
+    opened = ExperienceStore.open(store, create=False)
+    rows = []
+    for t in opened.query(run_id=run_id, env=env, split=split, success=False if failed else None):
+        info = json.loads(t.info) if t.info else {}
+        rows.append({"task_id": t.task_id, "messages": [m.model_dump() for m in t.messages], "reward": t.reward,
+                     "success": t.success, "info": info if isinstance(info, dict) else {"info": info},
+                     "run_id": t.run_id, "policy": t.policy})
+    return rows
+
+
+def run(report: str | Path, task: str | None = None, failed: bool = False, limit: int | None = 5,
+        console: Console | None = None, run_id: str | None = None, env: str | None = None,
+        split: str | None = None) -> int:
+    """Print the chosen tasks of evaluation report ``report`` (a JSON file), or the chosen
+    trajectories of the experience store ``report`` (a folder; ``run_id``, ``env``, ``split``
+    filter it); returns how many were shown.
+
+    Raises:
+        FileNotFoundError: no such file or folder.
+        ValueError: not a JSON evaluation report (no ``per_task`` list), or a store filter given
+            with a report: one line naming the file.
+        StoreError: a folder that is not an experience store.
     """
     console = console or Console()
     path = Path(report)
+    if path.is_dir():
+        rows = store_rows(path, run_id, env, split, failed)
+        chosen = select(rows, task, failed, limit)
+        runs = sorted({r["run_id"] for r in chosen})
+        console.print(f"[bold]store {escape(str(path))}[/]: {len(chosen)} of {len(rows)} trajectories shown"
+                      + (f" (runs: {escape(', '.join(runs))})" if runs else ""), soft_wrap=True)
+        for row in chosen:
+            console.print(render_task({**row, "task_id": f"{row['task_id']} [{row['run_id']}]"}))
+        return len(chosen)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such report (lopd evaluate --out writes one)")
+        raise FileNotFoundError(f"{path}: no such report or store (lopd evaluate --out writes a report; "
+                                "lopd collect --store a store)")
+    if run_id or env or split:
+        raise ValueError(f"{path}: --run-id, --env and --split filter a store folder, not an evaluation report")
     try:
         data = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

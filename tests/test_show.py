@@ -50,3 +50,30 @@ def test_show_refuses_what_is_not_a_report(tmp_path):
     assert result.exit_code == 2 and "field 'per_task' is missing" in result.output
     result = runner.invoke(app, ["show", str(tmp_path / "nope.json")])
     assert result.exit_code == 2 and "no such report" in result.output
+
+
+def test_show_reads_a_store_with_filters(tmp_path):
+    from tests.test_coldstart import make_traj
+    from stages.core.store import ExperienceStore
+
+    store = ExperienceStore.open(tmp_path / "store")
+    rows = [make_traj("a", 1, 2), make_traj("b", 3, 4, success=False), make_traj("c", 5, 6, success=False)]
+    rows[2] = rows[2].model_copy(update={"run_id": "distill-x"})
+    store.append(rows)
+    out = runner.invoke(app, ["show", str(tmp_path / "store"), "--limit", "10"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and "3 of 3 trajectories shown" in out.output
+    assert "-> add(" in out.output and "The answer is 3." in out.output  # the transcript, tool calls included
+    failed = runner.invoke(app, ["show", str(tmp_path / "store"), "--failed"], env={"COLUMNS": "200"})
+    assert "2 of 2 trajectories shown" in failed.output and "add-1-2" not in failed.output
+    one = runner.invoke(app, ["show", str(tmp_path / "store"), "--run-id", "distill-x"], env={"COLUMNS": "200"})
+    assert "1 of 1 trajectories shown" in one.output and "add-5-6 [distill-x]" in one.output
+    by_task = runner.invoke(app, ["show", str(tmp_path / "store"), "--task", "3-4"], env={"COLUMNS": "200"})
+    assert "1 of 3 trajectories shown" in by_task.output and "add-3-4" in by_task.output
+    report = tmp_path / "r.json"
+    report.write_text('{"per_task": []}')
+    mixed = runner.invoke(app, ["show", str(report), "--run-id", "r"])
+    assert mixed.exit_code == 2 and "filter a store folder" in mixed.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    notstore = runner.invoke(app, ["show", str(empty)])
+    assert notstore.exit_code != 0 and "no experience store" in notstore.output and "Traceback" not in notstore.output
