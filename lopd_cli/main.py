@@ -318,6 +318,7 @@ def distill(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="none, or fsdp: shard a fully fine-tuned student (--student-lora-rank 0) over the --nproc / torchrun processes (FSDP2; lopd and grpo, hf engine). (default none)"),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Train data-parallel in N processes on this node (launches torchrun; one GPU each under CUDA); --tasks-per-step is the global batch, split over them; --resume needs the same N."),
 ) -> None:
     """Train the student on its own rollouts with --method (default lopd: latent-context teacher,
@@ -341,6 +342,7 @@ def distill(
         "activation_checkpointing": activation_checkpointing, "grad_clip": grad_clip, "embedder": embedder,
         "run_id": run_id, "beta0": beta0, "composer_lr": composer_lr, "max_exp_tokens": max_exp_tokens,
         "exclude_same_task": exclude_same_task, "allow_overlap": allow_overlap, "new_store": new_store,
+        "shard": shard,
     }
     flags.update(parse_options(option))
     run_config = settings(flags, config, resume)
