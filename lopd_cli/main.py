@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from lopd_cli.plan import plan as _plan
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
 app = typer.Typer(
@@ -444,6 +445,9 @@ def show(
     from stages import show as stage
 
     stage.run(report, task=task, failed=failed, limit=limit)
+
+
+app.command(name="plan")(friendly(_plan))  # lopd_cli/plan.py
 
 
 store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",
