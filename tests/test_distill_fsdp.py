@@ -138,8 +138,9 @@ def _free_port() -> int:
 
 def test_fsdp_two_nodes_over_loopback_equal_one_process(assets, lopd_one, tmp_path):
     """Two torchrun launchers of one process each (``--nnodes 2``, c10d rendezvous on
-    127.0.0.1), as on two machines, train one sharded LOPD run together."""
-    config = _lopd(assets, tmp_path, "lopd-nodes", shard="fsdp")
+    127.0.0.1), as on two machines, train one sharded LOPD run together; with activation
+    checkpointing (the recomputed layers give the same numbers)."""
+    config = _lopd(assets, tmp_path, "lopd-nodes", shard="fsdp", activation_checkpointing=True)
     cfg, port = _config_file(config, tmp_path), _free_port()
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=lopd-nodes",
