@@ -131,7 +131,7 @@ class Distiller:
         config = self.config
         resume_from = ckpt.latest_checkpoint(self.out) if self.resuming else None
         state = ckpt.read_state(resume_from) if resume_from else {}
-        distributed.check_resume(self.world, resume_from, state)
+        sharding.check_resume(config, self.world, resume_from, state)  # a sharded checkpoint may change N
         self.step = state.get("step", 0)
         self.cursor = state.get("data_position", 0)
         self.rows_added, self.commit = 0, git_commit()
@@ -187,7 +187,7 @@ class Distiller:
             runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
             self.logger = RunLogger(config.log, self.out, config.run_id, config.flat(), prefix="distill")
         if resume_from:
-            ckpt.restore_rng(resume_from, rank=self.world.rank if self.world.size > 1 else None)
+            sharding.restore_rng(resume_from, self.world)
 
     # ----------------------------------------------------------------------------- setup --
 

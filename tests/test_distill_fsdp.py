@@ -136,18 +136,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_fsdp_two_nodes_over_loopback_equal_one_process(assets, lopd_one, tmp_path):
+def test_fsdp_two_nodes_over_loopback_then_three_processes_equal_one_process(assets, lopd_one, tmp_path):
     """Two torchrun launchers of one process each (``--nnodes 2``, c10d rendezvous on
-    127.0.0.1), as on two machines, train one sharded LOPD run together; with activation
-    checkpointing (the recomputed layers give the same numbers)."""
+    127.0.0.1), as on two machines, train step 1 of one sharded LOPD run together (with
+    activation checkpointing: the recomputed layers give the same numbers); a 3-process torchrun
+    resumes its DCP checkpoint (resharded from 2 to 3) for step 2. Greedy rollouts do not depend
+    on the ranks' seeds, so the whole run equals the 1-process one."""
     config = _lopd(assets, tmp_path, "lopd-nodes", shard="fsdp", activation_checkpointing=True)
     cfg, port = _config_file(config, tmp_path), _free_port()
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=lopd-nodes",
-               "-m", "tests.distill_driver", "distill", "--config", str(cfg)]
+               "-m", "tests.distill_driver", "distill", "--config", str(cfg), "--steps", "1"]
     nodes = [subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for _ in range(2)]
     logs = [node.communicate(timeout=600)[0].decode() for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    assert ckpt.read_state(Path(config.out) / "checkpoints" / "step-1")["world_size"] == 2
+    three = [*TORCHRUN[:4], "--nproc_per_node=3", *TORCHRUN[5:]]
+    done = subprocess.run([*three, "--config", str(cfg), "--resume"], cwd=ROOT, env=_env(), capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-4000:]
     _assert_same(config, lopd_one)
-    _assert_sharded_checkpoint(Path(config.out))
+    last = Path(config.out) / "checkpoints" / "step-2"
+    assert ckpt.read_state(last)["world_size"] == 3
+    assert len(list((last / DCP_FOLDER).glob("*.distcp"))) == 3

@@ -31,7 +31,13 @@ What a sharded step does differently (all of it here, used by :mod:`stages.disti
 - checkpoints hold the student and the optimizer as a ``torch.distributed.checkpoint`` (DCP)
   folder ``sharded/`` written by every rank in parallel (:meth:`ShardedStudent.save`,
   :meth:`ShardedStudent.load`); the final student is gathered on rank 0 and saved as a plain
-  ``save_pretrained`` folder (:meth:`ShardedStudent.exported`).
+  ``save_pretrained`` folder (:meth:`ShardedStudent.exported`);
+- a sharded checkpoint resumes with another number of processes (> 1, sharded too): DCP
+  reshards the student and the optimizer state on load (:func:`check_resume`); a rank without
+  an RNG file of its own keeps its freshly seeded state (:func:`restore_rng`). The ranks then
+  roll out other shares of the tasks with other seeds, so with sampling the run continues
+  with other (equally distributed) rollouts than one resumed with the same N; greedy rollouts
+  are the same.
 
 With one process ``--shard fsdp`` shards nothing: the run is the plain single-process run.
 """
@@ -55,6 +61,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from stages.core import checkpoint as ckpt
+from stages.core import distributed
 from stages.core.distributed import World, broadcast_params
 
 SHARD_CHOICES = ("none", "fsdp")
@@ -79,6 +87,30 @@ def check_shard(config: Any, world_size: int) -> None:
     if config.method not in SHARDED_METHODS:
         raise ValueError(f"--shard fsdp supports --method {', '.join(SHARDED_METHODS)} (got {config.method!r}: "
                          "its teacher copies of the student are not sharded yet)")
+
+
+def check_resume(config: Any, w: World, checkpoint: Path | None, state: dict) -> None:
+    """:func:`stages.core.distributed.check_resume` (refuse another number of processes than
+    the checkpoint's), except for a sharded run (``--shard fsdp``, N > 1) resuming a sharded
+    checkpoint: DCP reshards it on load.
+
+    Raises:
+        ValueError: see :func:`stages.core.distributed.check_resume`.
+    """
+    if config.shard == "fsdp" and w.size > 1 and checkpoint is not None and (Path(checkpoint) / DCP_FOLDER).is_dir():
+        return
+    distributed.check_resume(w, checkpoint, state)
+
+
+def restore_rng(checkpoint: Path, w: World) -> None:
+    """Restore this rank's RNG states from ``checkpoint`` (:func:`stages.core.checkpoint.restore_rng`;
+    ``rng.pt`` with one process, ``rng-rank<r>.pt`` with several); a rank the checkpoint has no
+    file for (a sharded run resumed with more processes) keeps its current state."""
+    own = Path(checkpoint) / ckpt.RANK_RNG_FILE.format(rank=w.rank)
+    if w.size == 1:
+        ckpt.restore_rng(checkpoint)
+    elif own.is_file() or not (Path(checkpoint) / DCP_FOLDER).is_dir():  # else: a new rank of a resharded run
+        ckpt.restore_rng(checkpoint, rank=w.rank)
 
 
 def shard_student(config: Any, w: World, student: Any, dtype: str) -> ShardedStudent | None:
