@@ -8,7 +8,9 @@ the same global batch (greedy decoding: both runs sample the same tokens): metri
 the step-2 weights and the exported final student. GRPO (whose advantages need sampled groups,
 so the ranks' rollouts differ from one process's) is compared with the plain data-parallel run
 of the same 2 processes (same seeds per rank, so the same rollouts), itself tested equal to one
-process by tests/test_distill_ddp.py; it is killed and resumed the same way.
+process by tests/test_distill_ddp.py; it is killed and resumed the same way. Multi-node: two
+torchrun launchers of one process each (c10d rendezvous over loopback) train step 1, and three
+processes resume the DCP checkpoint (resharded) for step 2: equal to the 1-process run too.
 """
 from __future__ import annotations
 
