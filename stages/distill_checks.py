@@ -90,7 +90,8 @@ def train_tasks(config: DistillConfig) -> list[Task]:
 def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) -> Checked:
     """Every check of a distill run that needs no model, in the order a user fixes them: the
     logger package, the rollout engine, the method's data-parallel split over ``world_size``
-    processes and its sharding (``--shard``), the method's options against their files (LOPD: K against the composer), the
+    processes and its sharding (``--shard``), the method's options against their files (LOPD:
+    K against the composer), the
     environment's train tasks, and on the main process the run folder (``out`` holds another
     run, or a resumed run changes a fixed setting) and the store. Nothing is written.
 
