@@ -18,6 +18,7 @@ from lopd_cli.options import (
     UNSAFE_EXEC,
     MethodOptionsCommand, given_flags,
 )
+from lopd_cli.plan import plan as _plan
 
 app = typer.Typer(
     name="lopd",
@@ -285,6 +286,7 @@ def distill(
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),
     allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="none, or fsdp: shard a fully fine-tuned student (--student-lora-rank 0) over the --nproc / torchrun processes (FSDP2; lopd and grpo, hf engine). (default none)"),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Train data-parallel in N processes on this node (launches torchrun; one GPU each under CUDA); --tasks-per-step is the global batch, split over them; --resume needs the same N."),
 ) -> None:
     """Train the student on its own rollouts with --method (default lopd: latent-context teacher,
@@ -402,6 +404,9 @@ def show(
     from stages import show as stage
 
     stage.run(report, task=task, failed=failed, limit=limit, run_id=run_id, env=env, split=split)
+
+
+app.command(name="plan")(friendly(_plan))  # lopd_cli/plan.py
 
 
 store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",

@@ -12,10 +12,12 @@ checkpoint is written every ``checkpoint_every`` steps.
 Checkpoints: :mod:`stages.core.checkpoint`; run-folder rules (resume, frozen config, metrics):
 :mod:`stages.core.runs`; store consistency under SIGKILL: :mod:`stages.core.memory`.
 Data-parallel training over N processes (``torchrun`` / ``lopd distill --nproc N``):
-:mod:`stages.core.distributed` (one process = the loop exactly as without it).
+:mod:`stages.core.distributed` (one process = the loop exactly as without it); a fully
+fine-tuned student sharded over them (``--shard fsdp``): :mod:`stages.core.sharding`.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -27,7 +29,7 @@ from rich.console import Console
 
 from schemas import Task, Trajectory
 from stages.core import checkpoint as ckpt
-from stages.core import distributed, memory, resources, runs
+from stages.core import distributed, memory, resources, runs, sharding
 from stages.core.composer import base_model, enable_activation_checkpointing
 from stages.core.contexts import training_rows
 from stages.core.envs import make_env
@@ -51,7 +53,8 @@ COMMON_FIELDS = (
 )
 # where a step's wall time goes (train_s = prepare + forward + backward + optimizer + sync)
 PHASE_FIELDS = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s")
-TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", *PHASE_FIELDS)
+TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", *PHASE_FIELDS,
+                 "gather_s")  # gather_s: a sharded run's all-gather of the full student for the rollout
 RANK_SEED_STRIDE = 100_003  # rank r of a data-parallel run samples with seeds offset by r x this
 ZERO_GRAD_WARN_AFTER = 2  # zero-gradient steps before the run warns that nothing is learned
 
@@ -128,7 +131,7 @@ class Distiller:
         config = self.config
         resume_from = ckpt.latest_checkpoint(self.out) if self.resuming else None
         state = ckpt.read_state(resume_from) if resume_from else {}
-        distributed.check_resume(self.world, resume_from, state)
+        sharding.check_resume(config, self.world, resume_from, state)  # a sharded checkpoint may change N
         self.step = state.get("step", 0)
         self.cursor = state.get("data_position", 0)
         self.rows_added, self.commit = 0, git_commit()
@@ -157,13 +160,16 @@ class Distiller:
                 base_model(self.student.model).gradient_checkpointing_enable()
             elif not self.method.needs_composer:  # a composer method enables it on its shared backbone
                 enable_activation_checkpointing(self.student.model)
+        self.shard = sharding.shard_student(config, self.world, self.student, self.method.dtype)
         extra = self.method.param_groups()
         self.groups = {"student": self.student.params, **{k: params for k, (params, _) in extra.items()}}
         distributed.broadcast_params([p for params in self.groups.values() for p in params], self.world)
         self.optimizer = torch.optim.AdamW(
             [{"params": self.student.params, "lr": config.lr},
              *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
-        if resume_from:
+        if resume_from and self.shard is not None:
+            self.shard.load(resume_from / sharding.DCP_FOLDER, self.optimizer, self._unsharded_params())
+        elif resume_from:
             saved = torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device)
             self.optimizer.load_state_dict(saved)
         # the prefix cache encodes the prompt the G rollouts of a task share once; cleared before
@@ -181,9 +187,13 @@ class Distiller:
             runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
             self.logger = RunLogger(config.log, self.out, config.run_id, config.flat(), prefix="distill")
         if resume_from:
-            ckpt.restore_rng(resume_from, rank=self.world.rank if self.world.size > 1 else None)
+            sharding.restore_rng(resume_from, self.world)
 
     # ----------------------------------------------------------------------------- setup --
+
+    def _unsharded_params(self) -> list[torch.nn.Parameter]:
+        """The trainable parameters outside the student (composer ...), in optimizer order."""
+        return [p for name, params in self.groups.items() if name != "student" for p in params]
 
     def _data_dir(self) -> Path | None:
         return Path(self.config.data_dir) if self.config.data_dir else None
@@ -212,11 +222,12 @@ class Distiller:
         factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_steps=c.max_turns,
                                    episode_rules=c.episode_rules)  # noqa: E731
         self.student.model.eval()
-        played = list(play(self.engine, self.student.tokenizer, factory,
-                           distributed.share(self.tasks_for(self.cursor), self.world),
-                           samples_per_task=c.group_size, params=params, policy_id=c.model,
-                           run_id=c.run_id, git_commit=self.commit, max_concurrent=c.rollout_batch,
-                           stats=stats))
+        with self.shard.gathered() if self.shard else contextlib.nullcontext():
+            played = list(play(self.engine, self.student.tokenizer, factory,
+                               distributed.share(self.tasks_for(self.cursor), self.world),
+                               samples_per_task=c.group_size, params=params, policy_id=c.model,
+                               run_id=c.run_id, git_commit=self.commit, max_concurrent=c.rollout_batch,
+                               stats=stats))
         return memory.tag_step_rows(distributed.gather_lists(played, self.world), c.run_id, step)
 
     def _memory(self) -> Retriever | None:
@@ -290,6 +301,8 @@ class Distiller:
                "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
                "peak_rss_mb": resources.peak_rss_mb(), "rss_mb": resources.rss_mb(),
                "prepare_s": prepare_s, **self._phases, "sync_s": sync_s, "memory_s": memory_s}
+        if self.shard is not None:
+            row["gather_s"] = self.shard.take_gather_seconds()
         return row
 
     def _update(self, step: int, batch: StepBatch) -> tuple[dict[str, float], dict[str, float]]:
@@ -305,17 +318,21 @@ class Distiller:
         c, rows = self.config, batch.rows
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"loss": 0.0, "action_tokens": 0.0}
-        first, end = self.world.span(len(rows))
         finite = True
-        for lo in range(first, end, c.micro_batch):
-            hi = min(lo + c.micro_batch, end)
+        for span in sharding.micro_batches(self.world, len(rows), c.micro_batch, padded=self.shard is not None):
+            if span is None or not finite:  # sharded: every rank runs as many backwards as the others
+                self.shard.idle_pass(self.student.tokenizer.pad_token_id)
+                continue
+            lo, hi = span
             part = rows[lo:hi]
             t0 = time.perf_counter()
             loss, m = self.method.loss(part, batch.extras[lo:hi], len(part) / len(rows))
             self._phases["forward_s"] += time.perf_counter() - t0
             finite = bool(torch.isfinite(loss))
-            if not finite:
+            if not finite and self.shard is None:
                 break
+            if not finite:  # a sharded backward is a collective: run it (the step then fails below)
+                loss = loss * 0.0
             # peft's set_adapter/disable_adapter flip requires_grad of the other adapters, and autograd
             # reads the flag at backward: re-assert it, or an adapter silently gets no gradient
             for params in self.groups.values():
@@ -336,11 +353,14 @@ class Distiller:
         distributed.all_reduce_grads([p for params in self.groups.values() for p in params], self.world)
         self._phases["backward_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
-        norms = {f"grad_norm_{name}": _grad_norm(params) for name, params in self.groups.items()}
+        norm = (lambda params: sharding.grad_norm(params, self.world)) if self.shard else _grad_norm  # noqa: E731
+        norms = {f"grad_norm_{name}": norm(params) for name, params in self.groups.items()}
         if not all(np.isfinite(v) for v in norms.values()):
             raise FloatingPointError(f"non-finite gradient at step {step}; last good checkpoint: "
                                      f"{ckpt.latest_checkpoint(self.out) or 'none'}")
-        if c.grad_clip > 0:
+        if c.grad_clip > 0 and self.shard is not None:
+            sharding.clip_grad_norm_([p for params in self.groups.values() for p in params], c.grad_clip, self.world)
+        elif c.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_([p for params in self.groups.values() for p in params], c.grad_clip)
         if rows:
             self.optimizer.step()
@@ -359,9 +379,16 @@ class Distiller:
         """
         state = {"step": self.step, "data_position": self.cursor, "run_id": self.config.run_id,
                  **self.method.state(), **({"world_size": self.world.size} if self.world.size > 1 else {})}
+        staged = None
+        if self.shard is not None:  # every rank writes its shards (DCP); rank 0 moves them in
+            staged = self.shard.save(sharding.staging_folder(self.out / ckpt.CHECKPOINTS, self.step),
+                                     self.optimizer, self._unsharded_params())
         def fill(folder: Path) -> None:
-            save_student(folder, student=self.student.model, adapter=self.student.adapter,
-                              tokenizer=self.student.tokenizer, optimizer=self.optimizer)
+            if staged is not None:
+                sharding.place_checkpoint(staged, folder)
+            else:
+                save_student(folder, student=self.student.model, adapter=self.student.adapter,
+                             tokenizer=self.student.tokenizer, optimizer=self.optimizer)
             self.method.save(folder)
         rngs = distributed.gather_to_main(ckpt.capture_rng(), self.world) if self.world.size > 1 else None
         folder = (ckpt.write_checkpoint(self.out, self.step, fill, state, self.config.keep_checkpoints,
@@ -395,9 +422,10 @@ class Distiller:
                 self.save_checkpoint()
         last = ckpt.latest_checkpoint(self.out)
         final = self.out / "final"
+        student = self.shard.exported() if self.shard else self.student.model  # gathered on rank 0
         if self.world.is_main:
             final = save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
-                               student=self.student.model, adapter=self.student.adapter,
+                               student=student, adapter=self.student.adapter,
                                export=self.method.export, device=self.method.device, dtype=self.method.dtype)
             self.logger.close()
         distributed.barrier(self.world)

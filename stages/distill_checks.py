@@ -18,6 +18,7 @@ from schemas import Task
 from stages.core import distributed, runs
 from stages.core.envs import make_env
 from stages.core.leakage import check_train_tasks
+from stages.core.sharding import check_shard
 from stages.core.store import ExperienceStore, StoreError
 from stages.core.tracking import check_logger
 from stages.distill_settings import DistillConfig
@@ -89,7 +90,8 @@ def train_tasks(config: DistillConfig) -> list[Task]:
 def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) -> Checked:
     """Every check of a distill run that needs no model, in the order a user fixes them: the
     logger package, the rollout engine, the method's data-parallel split over ``world_size``
-    processes, the method's options against their files (LOPD: K against the composer), the
+    processes and its sharding (``--shard``), the method's options against their files (LOPD:
+    K against the composer), the
     environment's train tasks, and on the main process the run folder (``out`` holds another
     run, or a resumed run changes a fixed setting) and the store. Nothing is written.
 
@@ -100,6 +102,7 @@ def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) 
     check_engine(config.engine, config.temperature)
     method_cls = get_method(config.method)
     distributed.check_split(distributed.World(size=world_size), method_cls, config.tasks_per_step)
+    check_shard(config, world_size)
     options = method_cls.resolve_options(method_cls.Options.model_validate(config.options))
     config = config.model_copy(update={"options": options.model_dump()})
     tasks = train_tasks(config)

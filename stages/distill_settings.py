@@ -6,7 +6,7 @@ import difflib
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
@@ -74,6 +74,7 @@ class DistillConfig(BaseModel):
     resume: bool = False
     allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.core.leakage)
     new_store: bool = False  # start an empty store at ``store`` when none is there (else refused)
+    shard: Literal["none", "fsdp"] = "none"  # fsdp: shard a fully fine-tuned student (stages.core.sharding)
 
     @model_validator(mode="before")
     @classmethod

@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 T = TypeVar("T")
 BUCKET_NUMEL = 1 << 24  # gradient elements per all_reduce call (64 MiB of float32)
@@ -205,11 +206,13 @@ def any_rank(flag: bool, w: World) -> bool:
 
 
 def broadcast_params(params: Sequence[torch.nn.Parameter], w: World) -> None:
-    """Overwrite ``params`` with rank 0's values (as DDP does at construction), in place."""
+    """Overwrite ``params`` with rank 0's values (as DDP does at construction), in place.
+    Sharded (DTensor) parameters are left alone: each rank holds its own shard
+    (:mod:`stages.core.sharding` broadcasts before sharding)."""
     if w.size == 1:
         return
     with torch.no_grad():
-        for p in params:
+        for p in _whole(params):
             data = p.data.to(w.device)
             dist.broadcast(data, src=0)
             if data is not p.data:
@@ -222,8 +225,10 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter], w: World) -> None:
     A parameter without a gradient on some ranks counts as zero there; one without a gradient
     on every rank keeps ``grad=None`` (the optimizer then skips it, as in a single process).
     Each rank's loss must already be its share of the global loss (global normalisers), so the
-    sum is the global gradient.
+    sum is the global gradient. Sharded (DTensor) parameters are skipped: their backward
+    reduce-scattered them already (:mod:`stages.core.sharding`).
     """
+    params = _whole(params)
     if w.size == 1 or not params:
         return
     has = torch.tensor([float(p.grad is not None) for p in params], device=w.device)
@@ -246,6 +251,11 @@ def all_reduce_grads(params: Sequence[torch.nn.Parameter], w: World) -> None:
             numel += p.numel()
         if bucket:
             _reduce_bucket(bucket, w)
+
+
+def _whole(params: Sequence[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+    """``params`` without the sharded (DTensor) ones."""
+    return [p for p in params if not isinstance(p, DTensor)]
 
 
 def _reduce_bucket(bucket: list[torch.nn.Parameter], w: World) -> None:

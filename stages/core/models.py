@@ -32,6 +32,7 @@ from stages.core.composer import (
 )
 from stages.core.checkpoint import OPTIMIZER_FILE
 from stages.core.policy import load_policy, resolve_model
+from stages.core.sharding import DCP_FOLDER
 from stages.core.student import STUDENT_ADAPTER
 
 _HPARAMS = ("J", "K", "depth", "heads", "mlp_ratio", "lora_rank", "lora_alpha", "target_modules",
@@ -113,6 +114,13 @@ class Models:
     composer_params: list[nn.Parameter]
 
 
+def _whole_student(resume_from: Path | None) -> bool:
+    """Whether checkpoint ``resume_from`` holds a fully fine-tuned student as a model folder
+    (``student/``); a sharded run's checkpoint holds it in ``sharded/`` instead, restored after
+    sharding (:mod:`stages.core.sharding`), so the student starts from ``--model``."""
+    return resume_from is not None and not (Path(resume_from) / DCP_FOLDER).is_dir()
+
+
 def load_student(model: str, lora_rank: int, resume_from: Path | None,
                  adapter: str = STUDENT_ADAPTER, *, device: str | None = None,
                  dtype: str | None = None) -> tuple[nn.Module, str | None, object, list[nn.Parameter]]:
@@ -128,7 +136,8 @@ def load_student(model: str, lora_rank: int, resume_from: Path | None,
         ``(module, adapter or None, tokenizer, trainable parameters)``.
     """
     if lora_rank == 0:
-        net, tokenizer = load_policy(str(resume_from / "student") if resume_from else model, dtype=dtype, device=device)
+        source = str(resume_from / "student") if _whole_student(resume_from) else model
+        net, tokenizer = load_policy(source, dtype=dtype, device=device)
         net.requires_grad_(True)
         return net, None, tokenizer, list(net.parameters())
     backbone, tokenizer = load_policy(model, dtype=dtype, device=device)
@@ -172,7 +181,7 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     recorded = read_composer_config(composer_dir)["backbone_id"]  # a name, or an older run's resolved path
     if recorded not in (model, resolve_model(model)):  # before loading (or downloading) the model
         raise ValueError(f"composer in {composer_dir} was trained on backbone {recorded}, got {model}")
-    if lora_rank == 0 and resume_from:
+    if lora_rank == 0 and _whole_student(resume_from):
         student, tokenizer = load_policy(str(resume_from / "student"), dtype=dtype, device=device)
         backbone = load_policy(model, dtype=dtype, device=device)[0]
     else:

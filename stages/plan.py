@@ -1,0 +1,262 @@
+"""`lopd plan`: the estimated memory per rank of a `lopd distill` run, before any model loads.
+
+For a backbone (a row of :data:`KNOWN_SHAPES`, or a Hugging Face ``config.json`` / model
+folder), a method, the micro-batch and sequence length, the number of ranks N, the run dtype,
+the student (LoRA rank, or 0 = full fine-tuning) and the sharding (``--shard``), it adds up per
+rank, in bytes:
+
+- student weights: a LoRA student's frozen backbone in the run dtype plus its adapter (float32);
+  a full student unsharded in the run dtype (``P x b``), or sharded (``--shard fsdp``, N > 1)
+  float32 master weights ``4P / N`` plus the layers gathered at a time in the run dtype (two
+  decoder layers and the root's embedding and output head, :mod:`stages.core.sharding`);
+- gradients and AdamW state (two moments): in the parameters' dtype, sharded like them;
+- teacher copies: what the method holds besides the student (LOPD with a full student: a frozen
+  backbone copy carrying the composers; GRPO with ``kl_coef > 0``: a frozen reference;
+  SDFT/OPSD: a frozen or EMA copy unless ``teacher=current``); never sharded;
+- composer (LOPD): its LoRA psi and compressor (float32 weights, gradients, AdamW) and the
+  frozen anchor phi_0;
+- activations of one micro-batch (:func:`stages.core.resources.step_memory_bytes`, float32
+  activations scaled to the run dtype; logits stay float32); one forward (the student's) for
+  GRPO, student + teacher + composer encoder for LOPD;
+- the rollout (HF engine): the KV cache of ``rollout_batch`` sequences and, for a sharded
+  student, the full weights gathered in the run dtype while it generates;
+- a fixed allowance for the CUDA context and allocator slack (:data:`RUNTIME_BYTES`).
+
+The peak is the larger of the update phase and the rollout phase. The numbers are estimates
+(the activation model was calibrated on one CPU run; see :mod:`stages.core.resources`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stages.core.resources import StepShape, step_memory_bytes
+
+GB = 1e9  # decimal gigabytes, as GPU sizes are sold (80 GB)
+RUNTIME_BYTES = int(2.5 * GB)  # CUDA context, NCCL buffers, allocator fragmentation (an allowance)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# decoder shapes (their config.json values): hidden, layers, intermediate, heads, kv_heads, head_dim,
+# vocab, tied embeddings, query/key norms
+KNOWN_SHAPES: dict[str, dict] = {
+    "Qwen/Qwen3-8B": dict(hidden=4096, layers=36, intermediate=12288, heads=32, kv_heads=8, head_dim=128,
+                          vocab=151936, tied=False, qk_norm=True),
+    "Qwen/Qwen3-4B": dict(hidden=2560, layers=36, intermediate=9728, heads=32, kv_heads=8, head_dim=128,
+                          vocab=151936, tied=True, qk_norm=True),
+    "Qwen/Qwen3-1.7B": dict(hidden=2048, layers=28, intermediate=6144, heads=16, kv_heads=8, head_dim=128,
+                            vocab=151936, tied=True, qk_norm=True),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": dict(hidden=576, layers=30, intermediate=1536, heads=9, kv_heads=3,
+                                                head_dim=64, vocab=49152, tied=True),
+}
+ALIASES = {"qwen3-8b": "Qwen/Qwen3-8B", "qwen3-4b": "Qwen/Qwen3-4B", "qwen3-1.7b": "Qwen/Qwen3-1.7B",
+           "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+PLAN_METHODS = ("lopd", "grpo", "sdft", "opsd")
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """A decoder's shape (Llama / Qwen style: attention with grouped KV heads, gated MLP)."""
+
+    hidden: int
+    layers: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    qk_norm: bool = False  # Qwen3: RMSNorm of queries and keys per head
+
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer (projections, MLP, norms)."""
+        q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attention = self.hidden * q_out * 2 + self.hidden * kv_out * 2
+        return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden + 2 * self.head_dim * self.qk_norm
+
+    def root_params(self) -> int:
+        """Embedding, output head (unless tied) and final norm."""
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+
+    def params(self) -> int:
+        """All parameters."""
+        return self.layers * self.layer_params() + self.root_params()
+
+    def lora_params(self, rank: int, targets: tuple[str, ...]) -> int:
+        """Parameters of a LoRA adapter of ``rank`` on ``targets`` of every layer."""
+        q_out, kv_out = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        shapes = {"q_proj": (self.hidden, q_out), "k_proj": (self.hidden, kv_out), "v_proj": (self.hidden, kv_out),
+                  "o_proj": (q_out, self.hidden), "gate_proj": (self.hidden, self.intermediate),
+                  "up_proj": (self.hidden, self.intermediate), "down_proj": (self.intermediate, self.hidden)}
+        return self.layers * sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets)
+
+
+def backbone_of(name: str) -> Backbone:
+    """The shape of ``name``: a :data:`KNOWN_SHAPES` name or alias, a ``config.json`` file or a
+    folder holding one.
+
+    Raises:
+        ValueError: none of these (the known names listed), or a config without the fields.
+    """
+    key = ALIASES.get(name.lower(), name)
+    if key in KNOWN_SHAPES:
+        return Backbone(**KNOWN_SHAPES[key])
+    path = Path(name)
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        raise ValueError(f"unknown backbone {name!r}: give a config.json (or its folder) or one of "
+                         f"{', '.join(sorted(ALIASES))}")
+    c = json.loads(path.read_text())
+    try:
+        heads = c["num_attention_heads"]
+        return Backbone(hidden=c["hidden_size"], layers=c["num_hidden_layers"], intermediate=c["intermediate_size"],
+                        heads=heads, kv_heads=c.get("num_key_value_heads") or heads,
+                        head_dim=c.get("head_dim") or c["hidden_size"] // heads, vocab=c["vocab_size"],
+                        tied=bool(c.get("tie_word_embeddings", False)), qk_norm=c.get("model_type") == "qwen3")
+    except KeyError as err:
+        raise ValueError(f"{path}: no field {err} (a decoder-only config is needed)") from None
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """The settings a plan depends on (the names of `lopd distill`'s flags)."""
+
+    backbone: str
+    method: str = "lopd"
+    nproc: int = 1
+    dtype: str = "bfloat16"
+    shard: str = "none"
+    student_lora_rank: int = 8
+    micro_batch: int = 4
+    max_len: int = 2048
+    activation_checkpointing: bool = False
+    rollout_batch: int = 8
+    max_new_tokens: int = 256
+    J: int = 3
+    K: int = 32
+    max_exp_tokens: int = 512
+    composer_lora_rank: int = 8
+    composer_blocks: int = 1  # QFormer blocks: 1 when shared (the default), else the depth
+    kl_coef: float = 0.0
+    teacher: str = "frozen"
+    gpu_gb: float = 80.0
+
+
+@dataclass
+class Plan:
+    """Bytes per rank by component, the update and rollout phases, and the verdict."""
+
+    components: dict[str, int] = field(default_factory=dict)
+    update: list[str] = field(default_factory=list)  # components held during the update
+    rollout: list[str] = field(default_factory=list)  # components held during the rollout
+    params: int = 0
+    gpu_bytes: int = 0
+
+    def phase(self, names: list[str]) -> int:
+        """Bytes of the components ``names``."""
+        return sum(self.components[n] for n in names)
+
+    @property
+    def peak(self) -> int:
+        """The larger phase, in bytes."""
+        return max(self.phase(self.update), self.phase(self.rollout))
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak fits the GPU size."""
+        return self.peak <= self.gpu_bytes
+
+
+def _student(b: Backbone, p: PlanInput, bytes_: int) -> dict[str, int]:
+    """Weights, gradients, optimizer state and gathered working set of the student."""
+    P = b.params()
+    if p.student_lora_rank > 0:
+        lora = b.lora_params(p.student_lora_rank, ("q_proj", "k_proj", "v_proj", "o_proj"))
+        return {"student weights": P * bytes_ + 4 * lora, "gradients": 4 * lora, "optimizer (AdamW)": 8 * lora}
+    if p.shard == "fsdp" and p.nproc > 1:
+        gathered = (2 * b.layer_params() + b.root_params()) * bytes_
+        return {"student weights": 4 * P // p.nproc, "gathered layers (update)": gathered,
+                "gradients": 4 * P // p.nproc, "optimizer (AdamW)": 8 * P // p.nproc,
+                "gathered weights (rollout)": P * bytes_}
+    return {"student weights": P * bytes_, "gradients": P * bytes_, "optimizer (AdamW)": 2 * P * bytes_}
+
+
+def _teacher(b: Backbone, p: PlanInput, bytes_: int) -> int:
+    """Bytes of the frozen / EMA copies the method holds besides the student."""
+    full = p.student_lora_rank == 0
+    copies = {"lopd": int(full), "grpo": int(full and p.kl_coef > 0),
+              "sdft": int(full and p.teacher != "current"), "opsd": int(full and p.teacher != "current")}[p.method]
+    return copies * b.params() * bytes_
+
+
+def _composer(b: Backbone, p: PlanInput) -> int:
+    """LOPD's composer: psi (LoRA on the seven projections) + compressor (per QFormer block
+    cross- and self-attention 8 d^2 and an MLP of width 4d 8 d^2; K query latents), float32, trained
+    (weights, gradients, AdamW = 16 bytes each), and the frozen anchor (4 bytes each)."""
+    if p.method != "lopd":
+        return 0
+    psi = b.lora_params(p.composer_lora_rank, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                "down_proj"))
+    compressor = p.composer_blocks * 16 * b.hidden * b.hidden + p.K * b.hidden
+    return 16 * (psi + compressor) + 4 * (psi + compressor)
+
+
+def _activations(b: Backbone, p: PlanInput, bytes_: int) -> int:
+    """One micro-batch's activations (float32 model of :mod:`stages.core.resources`, scaled)."""
+    lopd = p.method == "lopd"
+    shape = StepShape(layers=b.layers, hidden=b.hidden, intermediate=b.intermediate, vocab=b.vocab,
+                      batch=p.micro_batch, J=p.J if lopd else 0, K=p.K if lopd else 0,
+                      max_exp_tokens=p.max_exp_tokens if lopd else 0, seq_len=p.max_len,
+                      activation_checkpointing=p.activation_checkpointing)
+    total = step_memory_bytes(shape)
+    logits = 3 * 4 * b.vocab * 2 * p.micro_batch * p.max_len
+    layers = (total - logits) * bytes_ // 4
+    if not lopd:  # one forward (the student's), not the teacher's as well
+        layers, logits = layers // 2, logits // 2
+    return layers + logits
+
+
+def plan(p: PlanInput) -> Plan:
+    """The per-rank memory plan of ``p`` (module docstring).
+
+    Raises:
+        ValueError: unknown backbone, method outside :data:`PLAN_METHODS`, unknown dtype,
+            ``--shard fsdp`` with a LoRA student.
+    """
+    if p.method not in PLAN_METHODS:
+        raise ValueError(f"lopd plan knows --method {', '.join(PLAN_METHODS)}, got {p.method!r}")
+    if p.dtype not in DTYPE_BYTES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {p.dtype!r}")
+    if p.shard == "fsdp" and p.student_lora_rank != 0:
+        raise ValueError("--shard fsdp shards a fully fine-tuned student: add --student-lora-rank 0")
+    b, bytes_ = backbone_of(p.backbone), DTYPE_BYTES[p.dtype]
+    out = Plan(params=b.params(), gpu_bytes=int(p.gpu_gb * GB))
+    out.components.update(_student(b, p, bytes_))
+    out.components["teacher copies"] = _teacher(b, p, bytes_)
+    out.components["composer + anchor"] = _composer(b, p)
+    out.components["activations (one micro-batch)"] = _activations(b, p, bytes_)
+    kv = 2 * b.layers * b.kv_heads * b.head_dim * bytes_
+    out.components["KV cache (rollout)"] = p.rollout_batch * (p.max_len + p.max_new_tokens) * kv
+    out.components["runtime allowance"] = RUNTIME_BYTES
+    held = [n for n in out.components if "(rollout)" not in n and "(update)" not in n
+            and "activations" not in n]
+    out.update = held + [n for n in out.components if "(update)" in n or "activations" in n]
+    out.rollout = held + [n for n in out.components if "(rollout)" in n]
+    return out
+
+
+def render(p: PlanInput, result: Plan) -> str:
+    """The plan as text: one line per component (GB per rank), both phases and the verdict."""
+    sharding = f"FSDP2 over {p.nproc} ranks" if p.shard == "fsdp" and p.nproc > 1 else "not sharded"
+    student = "full fine-tuning" if p.student_lora_rank == 0 else f"LoRA rank {p.student_lora_rank}"
+    lines = [f"plan: {p.backbone} ({result.params / 1e9:.2f}B parameters), --method {p.method}, {student}, "
+             f"{p.dtype}, {sharding}; micro-batch {p.micro_batch} x {p.max_len} tokens"
+             f"{', activation checkpointing' if p.activation_checkpointing else ''}",
+             "per rank:"]
+    lines += [f"  {name:<32}{value / GB:8.1f} GB" for name, value in result.components.items() if value]
+    update, rollout = result.phase(result.update), result.phase(result.rollout)
+    lines.append(f"  {'update phase':<32}{update / GB:8.1f} GB")
+    lines.append(f"  {'rollout phase':<32}{rollout / GB:8.1f} GB")
+    verdict = "fits" if result.fits else "does NOT fit"
+    lines.append(f"peak {result.peak / GB:.1f} GB per rank: {verdict} on {p.gpu_gb:g} GB GPUs "
+                 f"({(result.gpu_bytes - result.peak) / GB:+.1f} GB headroom)")
+    return "\n".join(lines)
