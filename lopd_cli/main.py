@@ -375,7 +375,7 @@ def study(
 @app.command()
 @friendly
 def report(
-    runs: list[str] = typer.Argument(..., help="Run folders: coldstart, distill or study folders (several are overlaid).", show_default=False),
+    runs: list[str] = typer.Argument(..., help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out).", show_default=False),
     out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report)."),
 ) -> None:
     """Plot a run's training curves (reward, losses, LOPD's Delta and beta, anchor, gradient norms,
