@@ -155,8 +155,9 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
         A local folder path (``smollm2-135m``, existing paths) or the HF id unchanged.
 
     A name that is neither an embedded model (:data:`EMBEDDED_MODELS`), a local folder nor in
-    the local Hugging Face cache is looked up on the hub only when it is no misspelling of an
-    embedded name and ``HF_HUB_OFFLINE`` is not set: those fail at once, without network.
+    the local Hugging Face cache is looked up on the hub only when it is no misspelling nor a
+    shortened start of an embedded name and ``HF_HUB_OFFLINE`` is not set: those fail at once,
+    without network.
 
     Raises:
         FileNotFoundError: ``name`` looks like a local path (or its first component is a local
@@ -173,7 +174,8 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
         return str(Path(name).expanduser())
     if _HF_ID.match(name) and _in_hub_cache(name):
         return name
-    close = difflib.get_close_matches(name.lower(), EMBEDDED_MODELS, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name.lower(), EMBEDDED_MODELS, n=1, cutoff=0.75) or [
+        m for m in EMBEDDED_MODELS if len(name) >= 4 and m.startswith(name.lower())][:1]  # "smollm", "smol"
     if close:  # a misspelt embedded name, never a hub look-up (offline: a minute of retries)
         raise FileNotFoundError(f"--model {name!r}: not a local folder nor a cached model; did you mean "
                                 f"{close[0]!r}? {_EMBEDDED_NOTE}")
