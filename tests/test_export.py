@@ -88,6 +88,8 @@ def test_bad_run_step_or_out_is_one_line(lora_run, tmp_path):
     (tmp_path / "full" / "x").write_text("")
     assert "exists and is not empty" in line(str(lora_run), "--out", str(tmp_path / "full"))
     assert not (tmp_path / "o").exists()
+    with pytest.raises(FileNotFoundError, match="a LoRA adapter without a tokenizer .*lopd export RUN --step N"):
+        load_policy(str(lora_run / "checkpoints" / "step-1" / "student"))
 
 
 def test_push_to_hub_offline_fails_in_one_line_after_the_export(lora_run, tmp_path, monkeypatch):

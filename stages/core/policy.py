@@ -276,6 +276,9 @@ def load_tokenizer(name: str, path: str | None = None) -> PreTrainedTokenizerBas
             and not (Path(path) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"--model {name!r}: {Path(path) / 'config.json'} is missing "
                                 "(not a model folder saved with save_pretrained)")
+    if (Path(path) / "adapter_config.json").is_file() and not (Path(path) / "tokenizer_config.json").is_file():
+        raise FileNotFoundError(f"--model {name!r}: a LoRA adapter without a tokenizer (a training checkpoint); "
+                                "lopd export RUN --step N --out DIR [--merge] writes a folder --model loads")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:  # ValueError: a local folder whose tokenizer files are unusable
