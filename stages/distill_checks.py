@@ -18,6 +18,7 @@ from schemas import Task
 from stages.core import distributed, runs
 from stages.core.envs import make_env
 from stages.core.leakage import check_train_tasks
+from stages.core.policy import DEFAULT_MODEL, resolve_model
 from stages.core.store import ExperienceStore, StoreError
 from stages.core.tracking import check_logger
 from stages.distill_settings import DistillConfig
@@ -88,14 +89,18 @@ def train_tasks(config: DistillConfig) -> list[Task]:
 
 def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) -> Checked:
     """Every check of a distill run that needs no model, in the order a user fixes them: the
+    ``--model`` name (a misspelt embedded name or missing folder, without hub access), the
     logger package, the rollout engine, the method's data-parallel split over ``world_size``
     processes, the method's options against their files (LOPD: K against the composer), the
     environment's train tasks, and on the main process the run folder (``out`` holds another
     run, or a resumed run changes a fixed setting) and the store. Nothing is written.
 
     Raises:
-        ValueError, StoreError, EnvError: one line naming the flag, file or field to change.
+        ValueError, StoreError, EnvError, FileNotFoundError: one line naming the flag, file or
+            field to change.
     """
+    if config.model != DEFAULT_MODEL:  # the embedded model resolves by converting it: a load, left to the run
+        resolve_model(config.model)
     check_logger(config.log)
     check_engine(config.engine, config.temperature)
     method_cls = get_method(config.method)
