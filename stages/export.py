@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +196,7 @@ def run(config: ExportConfig, console: Console | None = None) -> Path:
     run_dir, out = Path(config.run), Path(config.out)
     stage, settings = read_run(run_dir)
     source, label = pick_source(run_dir, config.step)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} exists and is not empty: give a new folder")
     if out.exists():
         out.rmdir()
@@ -203,10 +204,16 @@ def run(config: ExportConfig, console: Console | None = None) -> Path:
     local = Path(base).expanduser().exists()
     if local:  # no hub id: at least loadable from any working directory of this machine
         base = str(Path(base).expanduser().resolve())
-    kind = _write_model(source, out, base=base, model=settings["model"], merge=config.merge)
-    rows = read_rows(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).is_file() else []
-    (out / "README.md").write_text(model_card(stage=stage, settings=settings, base=base, source=label, kind=kind,
-                                              metrics=rows[-1] if rows else None, reports=find_reports([run_dir])))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent)) / "export"
+    try:  # written aside and renamed: a failed export leaves no partial --out
+        kind = _write_model(source, tmp, base=base, model=settings["model"], merge=config.merge)
+        rows = read_rows(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).is_file() else []
+        (tmp / "README.md").write_text(model_card(stage=stage, settings=settings, base=base, source=label, kind=kind,
+                                                  metrics=rows[-1] if rows else None, reports=find_reports([run_dir])))
+        os.rename(tmp, out)
+    finally:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
     what = "LoRA adapter" if kind == "adapter" else "merged model" if (source / ADAPTER_CONFIG).is_file() else "model"
     console.print(f"exported the {label} student of {run_dir} ({what}, base {base}) to {out}: "
                   f"lopd evaluate --model {out} ...", soft_wrap=True)

@@ -4,6 +4,7 @@ a bad run folder, step or --out is one line."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,13 @@ def test_bad_run_step_or_out_is_one_line(lora_run, tmp_path):
     (tmp_path / "full" / "x").write_text("")
     assert "exists and is not empty" in line(str(lora_run), "--out", str(tmp_path / "full"))
     assert not (tmp_path / "o").exists()
+    (tmp_path / "tiny-gone").mkdir()  # the run's base is gone: a merge fails and leaves nothing behind
+    moved = lora_run.parent / "moved"
+    shutil.copytree(lora_run, moved, ignore=shutil.ignore_patterns("final"))
+    config = json.loads((moved / "config.json").read_text())
+    (moved / "config.json").write_text(json.dumps({**config, "model": str(tmp_path / "tiny-gone")}))
+    assert "tiny-gone" in line(str(moved), "--merge", "--out", str(tmp_path / "o"))
+    assert not (tmp_path / "o").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     with pytest.raises(FileNotFoundError, match="a LoRA adapter without a tokenizer .*lopd export RUN --step N"):
         load_policy(str(lora_run / "checkpoints" / "step-1" / "student"))
 
