@@ -377,7 +377,7 @@ def study(
 @app.command()
 @friendly
 def report(
-    runs: list[str] = typer.Argument(..., help="Run folders: coldstart, distill or study folders (several are overlaid).", show_default=False),
+    runs: list[str] = typer.Argument(..., help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out).", show_default=False),
     out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report)."),
 ) -> None:
     """Plot a run's training curves (reward, losses, LOPD's Delta and beta, anchor, gradient norms,
@@ -404,6 +404,22 @@ def show(
     from stages import show as stage
 
     stage.run(report, task=task, failed=failed, limit=limit, run_id=run_id, env=env, split=split)
+
+
+@app.command()
+@friendly
+def export(
+    run: str = typer.Argument(..., help="Run folder of lopd sft or lopd distill (its --out).", show_default=False),
+    out: str = typer.Option(..., "--out", help="Folder to write (new or empty): model or adapter, tokenizer, README.md model card."),
+    step: Optional[int] = typer.Option(None, "--step", help="Export checkpoints/step-N instead of final/student (default: final, else the newest checkpoint)."),
+    merge: bool = typer.Option(False, "--merge", help="Merge a LoRA adapter into its base and write a whole model (default: the adapter alone, on the base's Hugging Face id)."),
+    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Also upload the folder to this Hugging Face model repo (owner/name; needs a token and the network)."),
+) -> None:
+    """Write a run's trained student as a folder that `lopd evaluate --model` and
+    transformers' AutoModelForCausalLM.from_pretrained load, with a model card."""
+    from stages import export as stage
+
+    stage.run(stage.ExportConfig(run=run, out=out, step=step, merge=merge, push_to_hub=push_to_hub))
 
 
 app.command(name="plan")(friendly(_plan))  # lopd_cli/plan.py

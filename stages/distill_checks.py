@@ -18,6 +18,7 @@ from schemas import Task
 from stages.core import distributed, runs
 from stages.core.envs import make_env
 from stages.core.leakage import check_train_tasks
+from stages.core.policy import DEFAULT_MODEL, resolve_model
 from stages.core.sharding import check_shard
 from stages.core.store import ExperienceStore, StoreError
 from stages.core.tracking import check_logger
@@ -89,6 +90,7 @@ def train_tasks(config: DistillConfig) -> list[Task]:
 
 def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) -> Checked:
     """Every check of a distill run that needs no model, in the order a user fixes them: the
+    ``--model`` name (a misspelt embedded name or missing folder, without hub access), the
     logger package, the rollout engine, the method's data-parallel split over ``world_size``
     processes and its sharding (``--shard``), the method's options against their files (LOPD:
     K against the composer), the
@@ -96,8 +98,11 @@ def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) 
     run, or a resumed run changes a fixed setting) and the store. Nothing is written.
 
     Raises:
-        ValueError, StoreError, EnvError: one line naming the flag, file or field to change.
+        ValueError, StoreError, EnvError, FileNotFoundError: one line naming the flag, file or
+            field to change.
     """
+    if config.model != DEFAULT_MODEL:  # the embedded model resolves by converting it: a load, left to the run
+        resolve_model(config.model)
     check_logger(config.log)
     check_engine(config.engine, config.temperature)
     method_cls = get_method(config.method)

@@ -1,8 +1,10 @@
 """`lopd report`: training curves and a summary of one or more run folders.
 
 Reads every ``metrics.jsonl`` under the given folders (a coldstart or distill run, or a whole
-`lopd study` folder, whose runs are overlaid) and every evaluate report (``*.json`` with
-``bench`` and ``scores``) there, and writes into ``out``:
+`lopd study` folder, whose runs are overlaid) and the evaluate reports (``*.json`` with ``bench``
+and ``scores``) found there, given as files, or in the ``eval`` folder beside a run folder
+(`lopd evaluate`'s default ``runs/eval``) whose ``model`` lies inside that run folder; a folder of
+evaluation reports alone is summarised without plots. Writes into ``out``:
 
 - one PNG per metric group present (rewards, losses, coldstart's held-out NLL, LOPD's dual,
   anchor and latents, gradient norms, seconds per step, peak memory): one panel per metric, one line per run, against
@@ -38,8 +40,9 @@ GROUPS = (
 
 
 class ReportConfig(BaseModel):
-    """Settings of `lopd report`: ``runs`` the folders to read, ``out`` where the plots and the
-    summary go (default: ``<first run>/report``)."""
+    """Settings of `lopd report`: ``runs`` the folders (and evaluation report files) to read,
+    ``out`` where the plots and the summary go (default: ``<first folder>/report``; for report
+    files alone ``<their folder>/report``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -54,7 +57,6 @@ def find_runs(folders: list[Path]) -> dict[str, Path]:
 
     Raises:
         FileNotFoundError: a folder does not exist.
-        ValueError: no metrics file under any folder.
     """
     found: dict[str, Path] = {}
     for folder in folders:
@@ -64,8 +66,6 @@ def find_runs(folders: list[Path]) -> dict[str, Path]:
             parts = [p for p in path.parent.relative_to(folder).parts if p not in ("train", "runs")]
             label = "/".join(([folder.name] if len(folders) > 1 or not parts else []) + parts)
             found[label] = path
-    if not found:
-        raise ValueError(f"no {METRICS_FILE} under {', '.join(map(str, folders))} (give a coldstart, distill or study folder)")
     return found
 
 
@@ -87,20 +87,46 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def find_reports(folders: list[Path]) -> list[tuple[str, dict[str, Any]]]:
-    """``(path, report)`` for every evaluate report (JSON object with ``bench`` and ``scores``)."""
-    found = []
+def read_report(path: Path) -> dict[str, Any] | None:
+    """The evaluate report in ``path`` (a JSON object with ``bench`` and ``scores``), else None."""
+    if path.stat().st_size > 50_000_000:
+        return None
+    try:
+        report = json.loads(read_utf8(path))
+    except (json.JSONDecodeError, ValueError):
+        return None
+    return report if isinstance(report, dict) and isinstance(report.get("scores"), dict) and "bench" in report else None
+
+
+def _inside(model: Any, folder: Path) -> bool:
+    """Whether a report's ``model`` (a path, or a hub id) names a folder inside ``folder``."""
+    if not isinstance(model, str) or not Path(model).exists():
+        return False
+    return Path(model).resolve().is_relative_to(folder.resolve())
+
+
+def find_reports(folders: list[Path], files: list[Path] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """``(path, report)`` for every evaluate report under ``folders``, in ``files``, and in the
+    ``eval`` folder beside each of ``folders`` when its ``model`` lies inside that folder.
+
+    Raises:
+        ValueError: a file of ``files`` is no evaluate report.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for path in files:
+        report = read_report(path)
+        if report is None:
+            raise ValueError(f"{path}: not an evaluation report (a lopd evaluate --out JSON with bench and scores)")
+        found[str(path)] = report
     for folder in folders:
         for path in sorted(folder.rglob("*.json")):
-            if path.stat().st_size > 50_000_000:
-                continue
-            try:
-                report = json.loads(read_utf8(path))
-            except (json.JSONDecodeError, ValueError):
-                continue
-            if isinstance(report, dict) and isinstance(report.get("scores"), dict) and "bench" in report:
-                found.append((str(path), report))
-    return found
+            if (report := read_report(path)) is not None:
+                found.setdefault(str(path), report)
+        beside = folder.parent / "eval"
+        for path in sorted(beside.glob("*.json")) if beside.resolve() != folder.resolve() else []:
+            if (report := read_report(path)) is not None and _inside(report.get("model"), folder):
+                found.setdefault(str(path), report)
+    return list(found.items())
 
 
 def _numeric(rows: list[dict], key: str) -> list[tuple[int, float]]:
@@ -139,6 +165,13 @@ def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[
     plt.close(fig)
 
 
+def summary_row(path: str, report: dict[str, Any]) -> str:
+    """One markdown row ``| path | bench | model | tasks | scores |`` of an evaluate report."""
+    scores = ", ".join(f"{k} {v:.3f}" for k, v in report["scores"].items() if isinstance(v, (int, float)))
+    tasks = len(report["per_task"]) if isinstance(report.get("per_task"), list) else "-"
+    return f"| {path} | {report['bench']} | {report.get('model', '-')} | {tasks} | {scores} |"
+
+
 def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]]) -> str:
     """The markdown summary: metrics per run (first, last, min, max), then evaluation scores."""
     lines = ["# Run report", ""]
@@ -151,10 +184,8 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]]) -> str
             lines.append(f"| {key} | {values[0]:.4g} | {values[-1]:.4g} | {min(values):.4g} | {max(values):.4g} |")
         lines.append("")
     if reports:
-        lines += ["## Evaluation reports", "", "| report | bench | scores |", "|---|---|---|"]
-        for path, report in reports:
-            scores = ", ".join(f"{k} {v:.3f}" for k, v in report["scores"].items() if isinstance(v, (int, float)))
-            lines.append(f"| {path} | {report['bench']} | {scores} |")
+        lines += ["## Evaluation reports", "", "| report | bench | model | tasks | scores |", "|---|---|---|---|---|"]
+        lines += [summary_row(path, report) for path, report in reports]
         lines.append("")
     return "\n".join(lines)
 
@@ -164,15 +195,22 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: a run folder does not exist.
-        ValueError: no metrics file in any of them.
+        ValueError: a file given is no evaluation report; neither a metrics row nor an evaluation
+            report in any of them.
     """
     console = console or Console()
-    folders = [Path(r) for r in config.runs]
-    runs = {label: read_rows(path) for label, path in find_runs(folders).items()}
-    runs = {label: rows for label, rows in runs.items() if rows}
-    if not runs:
-        raise ValueError(f"the {METRICS_FILE} files under {', '.join(config.runs)} hold no step yet")
-    out = Path(config.out) if config.out else folders[0] / "report"
+    given = [Path(r) for r in config.runs]
+    files = [p for p in given if p.is_file()]
+    folders = [p for p in given if not p.is_file()]
+    metric_files = find_runs(folders)
+    runs = {label: rows for label, path in metric_files.items() if (rows := read_rows(path))}
+    reports = find_reports(folders, files)
+    if not runs and not reports:
+        where = ", ".join(config.runs)
+        raise ValueError(f"the {METRICS_FILE} files under {where} hold no step yet, and no evaluation report is there"
+                         if metric_files else f"no {METRICS_FILE} under {where}, nor an evaluation report (give a "
+                         "coldstart, distill or study folder, a folder of lopd evaluate reports, or report files)")
+    out = Path(config.out) if config.out else (folders[0] if folders else files[0].parent) / "report"
     out.mkdir(parents=True, exist_ok=True)
     x = "generations" if all("generations" in r for rows in runs.values() for r in rows) else "step"
     plots = []
@@ -181,8 +219,7 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
         if present:
             plot_group(out / f"{stem}.png", title, present, runs, x)
             plots.append(f"{stem}.png")
-    reports = find_reports(folders)
     (out / "summary.md").write_text(summary(runs, reports))
-    console.print(f"[bold]report[/] of {len(runs)} run(s) ({', '.join(runs)}): "
-                  f"{', '.join(plots)} and summary.md written to {out}", soft_wrap=True)
+    console.print(f"[bold]report[/] of {len(runs)} run(s) ({', '.join(runs) or 'no metrics'}) and {len(reports)} "
+                  f"evaluation report(s): {', '.join([*plots, 'summary.md'])} written to {out}", soft_wrap=True)
     return {"out": str(out), "plots": plots, "runs": list(runs), "reports": [p for p, _ in reports]}

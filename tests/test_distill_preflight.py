@@ -68,7 +68,7 @@ def test_log_tensorboard_without_the_package_fails_before_loading(assets, tmp_pa
     assert not (tmp_path / "run").exists()  # no config.json left to block the next run
 
 
-@pytest.mark.parametrize("case", ["missing-store", "k-conflict", "env-data", "out-holds-a-run"])
+@pytest.mark.parametrize("case", ["missing-store", "k-conflict", "env-data", "out-holds-a-run", "model-typo"])
 def test_every_failing_check_runs_before_any_model_loads(assets, tmp_path, no_model, case):
     extra, store = [], None
     if case == "missing-store":
@@ -77,12 +77,15 @@ def test_every_failing_check_runs_before_any_model_loads(assets, tmp_path, no_mo
         extra = ["--K", "8"]
     elif case == "env-data":
         extra = ["--env", "envscaler", "--data-dir", str(tmp_path / "no-data")]
+    elif case == "model-typo":
+        extra = ["--model", "smollm2-135"]
     else:
         (tmp_path / "run").mkdir()
         (tmp_path / "run" / "config.json").write_text(json.dumps({"run_id": "other"}))
     line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, *extra, store=store)))
     expected = {"missing-store": f"no experience store at {tmp_path / 'stroe'}", "k-conflict": "field 'K' is 4",
-                "env-data": str(tmp_path / "no-data"), "out-holds-a-run": "already holds a distill run"}[case]
+                "env-data": str(tmp_path / "no-data"), "out-holds-a-run": "already holds a distill run",
+                "model-typo": "--model 'smollm2-135': not a local folder nor a cached model; did you mean 'smollm2-135m'?"}[case]
     assert expected in line
     assert not (tmp_path / "stroe").exists()
     assert case == "out-holds-a-run" or not (tmp_path / "run").exists()

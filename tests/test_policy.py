@@ -66,7 +66,7 @@ def test_hub_like_name_under_a_local_folder_is_a_missing_path(tmp_path, monkeypa
         resolve_model("runs/nope")
 
 
-@pytest.mark.parametrize("typo", ["smollm2-135", "SmolLM2-135M", "smolm2-135m"])
+@pytest.mark.parametrize("typo", ["smollm2-135", "SmolLM2-135M", "smolm2-135m", "smollm", "SmolLM2", "smol"])
 def test_misspelt_embedded_model_fails_at_once_with_a_suggestion(typo, tmp_path, monkeypatch):
     import huggingface_hub
 

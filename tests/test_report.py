@@ -39,7 +39,7 @@ def test_report_overlays_runs_of_a_study_folder_and_summarises(tmp_path):
     text = (out / "summary.md").read_text()
     assert "## lopd-seed0" in text and "| reward_mean | 0.1 | 0.3 | 0.1 | 0.3 |" in text
     assert "## grpo-seed0" in text and "1 steps (last: 1)" in text
-    assert "| bfcl-single | accuracy 0.250 |" in text
+    assert "| bfcl-single | - | - | accuracy 0.250 |" in text
     assert "line 2: not a metrics row" in result.output
 
 
@@ -59,3 +59,36 @@ def test_report_errors_are_one_line(tmp_path):
     result = runner.invoke(app, ["report", str(tmp_path / "empty")])
     assert result.exit_code == 2 and "no metrics.jsonl under" in result.output
     assert not (tmp_path / "empty" / "report").exists()
+
+
+def _eval_report(path, model, accuracy):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"bench": "lopd-bed", "model": str(model), "scores": {"mean_reward": accuracy},
+                                "behaviour": {}, "per_task": [{"task_id": "a"}, {"task_id": "b"}]}))
+
+
+def test_a_folder_of_evaluation_reports_alone_is_summarised(tmp_path):
+    _eval_report(tmp_path / "eval" / "base.json", "smollm2-135m", 0.25)
+    _eval_report(tmp_path / "eval" / "student.json", "runs/x/final/student", 0.5)
+    result = runner.invoke(app, ["report", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "eval" / "report" / "summary.md").read_text()
+    assert "| lopd-bed | smollm2-135m | 2 | mean_reward 0.250 |" in text
+    assert "| lopd-bed | runs/x/final/student | 2 | mean_reward 0.500 |" in text
+    assert not list((tmp_path / "eval" / "report").glob("*.png"))
+
+
+def test_a_run_reports_its_evaluations_beside_it_and_report_files_given(tmp_path):
+    _write(tmp_path / "runs" / "lopd", _distill_rows(1.0))
+    (tmp_path / "runs" / "lopd" / "final" / "student").mkdir(parents=True)
+    _eval_report(tmp_path / "runs" / "eval" / "mine.json", tmp_path / "runs" / "lopd" / "final" / "student", 0.5)
+    _eval_report(tmp_path / "runs" / "eval" / "other.json", tmp_path / "runs" / "other", 0.75)
+    _eval_report(tmp_path / "kept" / "base.json", "smollm2-135m", 0.125)
+    result = runner.invoke(app, ["report", str(tmp_path / "runs" / "lopd"), str(tmp_path / "kept" / "base.json")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "runs" / "lopd" / "report" / "summary.md").read_text()
+    assert "mean_reward 0.500" in text and "mean_reward 0.125" in text and "mean_reward 0.750" not in text
+    assert "## lopd" in text and (tmp_path / "runs" / "lopd" / "report" / "reward.png").is_file()
+    (tmp_path / "notes.json").write_text("{}")
+    result = runner.invoke(app, ["report", str(tmp_path / "runs" / "lopd"), str(tmp_path / "notes.json")])
+    assert result.exit_code == 2 and "notes.json: not an evaluation report" in result.output

