@@ -33,6 +33,7 @@ isolation:
 	@$(INSTALL_BWRAP)
 
 test: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest
 
 demo: $(STAMP)

@@ -14,7 +14,7 @@ import time
 
 from stages.core.benches import BENCHES
 from stages.core.policy import load_policy
-from stages.core.rollout import RolloutStats, play
+from stages.engines.rollout import RolloutStats, play
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS

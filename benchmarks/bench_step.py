@@ -3,7 +3,7 @@
 Builds a randomly initialised model of the shape of Qwen3-4B, Qwen3-8B or SmolLM2-135M from its
 config numbers and a word-level tokenizer over its vocabulary (each id is a word ``w<hex id>``:
 random words are random token ids), then runs warm-up + timed steps of one method through the
-project's own code: rollouts with ``stages.core.rollout.play`` on the ``hf`` engine (one-turn
+project's own code: rollouts with ``stages.engines.rollout.play`` on the ``hf`` engine (one-turn
 episodes, reward = parity of the answer's word count; the engine's prefix cache as distill sets it), ``training_rows``, the method's
 ``prepare`` / ``loss`` / ``after_step`` (composer, teacher, losses), AdamW and the engine's
 weight sync. The update loop mirrors ``Distiller._update`` (``stages.distill`` is not imported: it
@@ -47,10 +47,10 @@ import stages.core.models
 import stages.core.policy
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.composer import Composer, base_model, enable_activation_checkpointing, save_composer
-from stages.core.contexts import training_rows
+from stages.core.rows import training_rows
 from stages.core.envs.base import StepResult
 from stages.core.policy import resolve_device_dtype
-from stages.core.rollout import RolloutStats, play
+from stages.engines.rollout import RolloutStats, play
 from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.methods import StepBatch, StepContext, get_method

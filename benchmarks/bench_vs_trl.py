@@ -164,7 +164,8 @@ def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
     returns the spec and the token counts of the prompts."""
     import torch
     from stages.core.composer import Composer, save_composer
-    from stages.core.contexts import privileged_prefix, training_rows
+    from stages.core.privileged import privileged_prefix
+    from stages.core.rows import training_rows
     from stages.core.policy import load_policy, resolve_model
     from stages.core.retrieval import index_new, load_embedder
     from stages.core.store import ExperienceStore

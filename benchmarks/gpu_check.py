@@ -287,7 +287,7 @@ def _grad_norm(params) -> float:
 def _parity_rows(tokenizer, J: int):
     """Fixed LOPD rows (one action each) and J successful experiences per row."""
     from schemas import Message, Trajectory, Turn
-    from stages.core.contexts import training_rows
+    from stages.core.rows import training_rows
 
     def traj(i: int, prompt: str, action: str, reward: float) -> Trajectory:
         return Trajectory(trajectory_id=f"t{i}", task_id=f"task{i}", env="parity", split="train", prompt=prompt,

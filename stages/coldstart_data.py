@@ -22,7 +22,7 @@ from stages.core.store import ExperienceStore, StoreError
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from stages.coldstart import ColdstartConfig
+    from stages.coldstart_settings import ColdstartConfig
     from stages.core.retrieval import Retriever
 
 
@@ -46,7 +46,7 @@ class ColdstartData:
     Args:
         retriever: :class:`stages.core.retrieval.Retriever` over the experience store.
         tokenizer: the backbone's tokenizer.
-        config: the run's :class:`stages.coldstart.ColdstartConfig` (J, token caps,
+        config: the run's :class:`stages.coldstart_settings.ColdstartConfig` (J, token caps,
             ``exclude_same_task``, ``placement``).
         heldout_tasks: task ids whose trajectories never serve as training experiences.
     """

@@ -20,7 +20,7 @@ from stages.core.envs import make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.policy import DType
 from stages.core.provenance import config_run_id, git_commit, write_manifest
-from stages.core.rollout import RolloutStats, play
+from stages.engines.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore, StoreError
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
@@ -57,7 +57,7 @@ class CollectConfig(BaseModel):
     resume: bool = False
     reference: bool = False
     unsafe_exec: bool = False  # run model code even where it cannot be isolated
-    allow_overlap: bool = False  # train-split tasks an evaluation benchmark scores (stages.core.leakage)
+    allow_overlap: bool = False  # train-split tasks an evaluation benchmark scores (stages.leakage)
 
 
 class CollectReport(BaseModel):
@@ -86,7 +86,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         EnvError: unknown environment or unusable task data.
     """
     from stages.core.envs import EnvError
-    from stages.core.leakage import check_train_tasks
+    from stages.leakage import check_train_tasks
     from stages.core.policy import load_policy, load_tokenizer
     from stages.engines import SamplingParams, make_engine
 

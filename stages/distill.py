@@ -3,7 +3,7 @@
 Each step: the CURRENT student rolls out ``group_size`` trajectories on each of
 ``tasks_per_step`` training tasks (seeded task order) through one rollout engine kept for the
 whole run (synced after every update); the trajectories become training rows of exactly the
-sampled token ids (:func:`stages.core.contexts.training_rows`); the method (``--method``,
+sampled token ids (:func:`stages.core.rows.training_rows`); the method (``--method``,
 :mod:`stages.methods`) attaches its privileged context to each row, gives the loss of each
 micro-batch (gradients accumulated exactly) and acts after the optimizer step (LOPD: the dual
 update of beta); the step's trajectories join the store and are embedded (memory grows); a
@@ -29,13 +29,13 @@ from schemas import Task, Trajectory
 from stages.core import checkpoint as ckpt
 from stages.core import distributed, memory, resources, runs
 from stages.core.composer import base_model, enable_activation_checkpointing
-from stages.core.contexts import training_rows
+from stages.core.rows import training_rows
 from stages.core.envs import make_env
 from stages.core.models import save_final, save_student
 from stages.core.policy import disable_dropout, resolve_device_dtype
 from stages.core.provenance import git_commit
 from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
-from stages.core.rollout import RolloutStats, play
+from stages.engines.rollout import RolloutStats, play
 from stages.core.store import ExperienceStore
 from stages.core.tracking import RunLogger
 from stages.engines import SamplingParams, make_engine

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from schemas import Task
 from stages.core import distributed, runs
 from stages.core.envs import make_env
-from stages.core.leakage import check_train_tasks
+from stages.leakage import check_train_tasks
 from stages.core.store import ExperienceStore, StoreError
 from stages.core.tracking import check_logger
 from stages.distill_settings import DistillConfig

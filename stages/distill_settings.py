@@ -72,7 +72,7 @@ class DistillConfig(BaseModel):
     grad_clip: float = Field(1.0, ge=0.0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
     run_id: str | None = None
     resume: bool = False
-    allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.core.leakage)
+    allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.leakage)
     new_store: bool = False  # start an empty store at ``store`` when none is there (else refused)
 
     @model_validator(mode="before")

@@ -143,7 +143,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         RuntimeError: the evalplus evaluator failed.
     """
     from stages.engines import SamplingParams
-    from stages.core.rollout import RolloutStats, play
+    from stages.engines.rollout import RolloutStats, play
 
     if engine is None:
         from stages.engines import check_engine

@@ -13,7 +13,7 @@ else supervised):
 
 Training reads exactly the token ids the store holds (the ids the policy sampled, or the ids a
 reference replay recorded for the policy's tokenizer); rows of another tokenizer are
-re-tokenized from their text, with a warning (:func:`stages.core.contexts.training_rows`).
+re-tokenized from their text, with a warning (:func:`stages.core.rows.training_rows`).
 
 Run folder ``out`` (rules of :mod:`stages.core.runs`): ``config.json``, ``manifest.json``,
 ``metrics.jsonl`` (one row per step: nll, tokens, seconds), ``checkpoints/step-N``
@@ -35,7 +35,7 @@ from schemas import Trajectory
 from stages.core.checkpoint import (
     OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, restore_rng, write_checkpoint,
 )
-from stages.core.contexts import pad_rows, training_rows
+from stages.core.rows import pad_rows, training_rows
 from stages.core.losses import masked_nll
 from stages.core.models import load_student, save_final, save_student
 from stages.core.policy import DType, resolve_device_dtype

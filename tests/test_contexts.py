@@ -15,8 +15,8 @@ from stages.core.contexts import (
     experience_text,
     retrieve_experiences,
     shift_for_loss,
-    trajectory_tools,
 )
+from stages.core.rows import trajectory_tools
 from tests.tiny import tiny_tokenizer
 
 TOOLS = [{"name": "get_weather", "description": "weather of a city",

@@ -10,7 +10,8 @@ import torch
 
 from stages.core.chat import action_spans
 from stages.core.composer import add_lora_adapter, base_parameters
-from stages.core.contexts import build_batch, training_rows
+from stages.core.contexts import build_batch
+from stages.core.rows import training_rows
 from stages.core.framing import FRAMES, SENTINEL, frame_domain, framed_prompt_ids
 from stages.core.teacher import teacher_logits
 from stages.distill import Distiller

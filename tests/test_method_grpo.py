@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
-from stages.core.contexts import TrainRow, training_rows
-from stages.core.rollout import RolloutStats
+from stages.core.rows import TrainRow, training_rows
+from stages.engines.rollout import RolloutStats
 from stages.distill import COMMON_FIELDS, DistillConfig, Distiller
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods.grpo import GRPO, GRPOOptions

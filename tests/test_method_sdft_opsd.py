@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
 from stages.core.composer import adapter_parameters, base_parameters
-from stages.core.contexts import TrainRow, training_rows
+from stages.core.rows import TrainRow, training_rows
 from stages.core.store import ExperienceStore
 from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
 from stages.methods import StepBatch, StepContext, get_method

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
 from stages.core.composer import adapter_parameters
-from stages.core.contexts import training_rows
+from stages.core.rows import training_rows
 from stages.distill import TIMING_FIELDS, Distiller
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods.sdpo import CLOSING, FEEDBACK_HEAD, SOLUTION_HEAD, SDPO, SDPOOptions

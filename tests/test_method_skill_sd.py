@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from lopd_cli.main import app
 from schemas import SkillRecord
 from stages.core.composer import adapter_parameters
-from stages.core.contexts import training_rows
-from stages.core.rollout import RolloutStats
+from stages.core.rows import training_rows
+from stages.engines.rollout import RolloutStats
 from stages.core.store import StoreError
 from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
 from stages.methods import StepBatch, StepContext

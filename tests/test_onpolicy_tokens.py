@@ -15,9 +15,10 @@ import torch
 
 from schemas import Message, Task, ToolCall
 from stages.core.chat import action_spans
-from stages.core.contexts import privileged_prefix, trajectory_sequences, training_rows
+from stages.core.privileged import privileged_prefix
+from stages.core.rows import trajectory_sequences, training_rows
 from stages.core.envs import StepResult, register
-from stages.core.rollout import play
+from stages.engines.rollout import play
 from stages.core.store import ExperienceStore
 from stages.engines import Generation, SamplingParams, make_engine
 from stages.methods import Method, get_method, known_methods

@@ -8,7 +8,7 @@ import pytest
 from schemas import Message, Task, ToolCall
 from stages.core.envs import StepResult
 from stages.engines import Generation, SamplingParams
-from stages.core.rollout import RolloutStats, play
+from stages.engines.rollout import RolloutStats, play
 from tests.tiny import tiny_tokenizer
 
 

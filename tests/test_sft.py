@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stages import sft
-from stages.core.contexts import pad_rows, training_rows
+from stages.core.rows import pad_rows, training_rows
 from stages.core.policy import load_policy
 from stages.core.store import ExperienceStore, StoreError
 from stages.sft import SftConfig

@@ -3,7 +3,7 @@
 Shared by ``coldstart`` and ``distill``. One :class:`LatentBatch` holds everything a
 teacher/student forward pair needs:
 
-- the target trajectories' token sequences (:func:`training_rows`: the ids the policy was
+- the target trajectories' token sequences (:func:`stages.core.rows.training_rows`: the ids the policy was
   conditioned on and sampled, as rollout recorded them; right-padded, with the action mask
   w_{t,n} True exactly on sampled ids),
   the index where "prefix" latents go (``insert_at``: the first action token, i.e. right after
@@ -11,10 +11,9 @@ teacher/student forward pair needs:
 - for each row, J retrieved experiences m_j encoded as "task x + experience m_j" token
   sequences (the composer's input, Eq. 5 of the LOPD paper: ``Enc_psi(x, m_j)``).
 
-Rows of earlier releases carry no token ids; they are re-tokenized from their text with
-:func:`stages.core.chat.tokenize_for_training` (a warning once per process). Their tool
-schemas are read from ``json.loads(traj.info)["tools"]`` (written by rollout), or passed
-explicitly to :func:`build_batch`.
+Rows of earlier releases carry no token ids; they are re-tokenized from their text
+(:mod:`stages.core.rows`). Their tool schemas are read from ``json.loads(traj.info)["tools"]``
+(written by rollout), or passed explicitly to :func:`build_batch`.
 
 Devices: rows and batches are collated on the host (CPU; recorded log-probs and rewards in
 float64, the values as recorded) and moved to the model's device in one copy per tensor:
@@ -23,7 +22,6 @@ float64, the values as recorded) and moved to the model's device in one copy per
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
@@ -32,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from schemas import Message, Trajectory
-from stages.core.chat import action_spans, tokenize_for_training, tokenizer_fingerprint
+from schemas import Trajectory
+from stages.core.chat import action_spans
 from stages.core.framing import framed_prompt_ids
+from stages.core.rows import TrainRow, pad_id, pad_rows, training_rows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -82,13 +81,6 @@ def _pair_text(task_prompt: str, experience: Trajectory | None) -> str:
     return f"{head}\n\nRelated experience:\n{experience_text(experience)}"
 
 
-def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = tokenizer.eos_token_id
-    return int(pad) if pad is not None else 0
-
-
 def encode_experiences(
     tokenizer: PreTrainedTokenizerBase,
     task_prompt: str,
@@ -121,192 +113,12 @@ def encode_experiences(
     chosen: list[Trajectory | None] = list(experiences[:J]) + [None] * max(0, J - len(experiences))
     rows = [tokenizer(_pair_text(task_prompt, m))["input_ids"][:max_exp_tokens] for m in chosen]
     L = max((len(r) for r in rows), default=0)
-    ids = torch.full((J, L), _pad_id(tokenizer), dtype=torch.long, device="cpu")  # host side
+    ids = torch.full((J, L), pad_id(tokenizer), dtype=torch.long, device="cpu")  # host side
     mask = torch.zeros((J, L), dtype=torch.bool, device="cpu")
     for j, row in enumerate(rows):
         ids[j, : len(row)] = torch.tensor(row, dtype=torch.long, device="cpu")
         mask[j, : len(row)] = True
     return ids, mask
-
-
-@dataclass(frozen=True)
-class TrainRow:
-    """One training sequence of a trajectory (most trajectories have exactly one).
-
-    Attributes:
-        trajectory: the trajectory it comes from.
-        ids_T: LongTensor (T,), context and sampled ids in order.
-        mask_T: BoolTensor (T,), True exactly on the sampled action ids.
-        logprobs_T: float64 (T,), the sampling log-prob of each sampled id (nats, as the
-            rollout engine recorded it), NaN where none was recorded (context, older rows,
-            replayed references).
-        first_turn: index of the trajectory's turn whose action this sequence starts with.
-    """
-
-    trajectory: Trajectory
-    ids_T: Tensor
-    mask_T: Tensor
-    logprobs_T: Tensor
-    first_turn: int = 0
-
-
-_warned_retokenize = False
-
-
-def trajectory_sequences(tokenizer: PreTrainedTokenizerBase, traj: Trajectory,
-                         tools: list[dict[str, Any]] | None = None) -> list[tuple[Tensor, Tensor, Tensor, int]]:
-    """The token sequences ``(ids_T, mask_T, logprobs_T, first_turn)`` a trajectory trains on.
-
-    From the recorded ids (:class:`schemas.Turn`): ``context_ids`` then ``token_ids`` of each
-    turn, in order; a turn with ``context_restart`` starts a new sequence. The mask is True on
-    exactly the sampled ids: no template token is supervised that the policy did not sample (a
-    truncated action has no end-of-turn token). ``logprobs_T`` holds the recorded sampling
-    log-probs on sampled ids, NaN elsewhere. A trajectory of an earlier release (no ids) is
-    re-tokenized from its messages (one sequence, no log-probs; warns once per process), and so
-    is one whose ids come from another tokenizer (``traj.tokenizer`` differs: e.g. reference
-    rows collected with another model).
-
-    Raises:
-        ValueError: no turn (nothing to train on).
-    """
-    global _warned_retokenize
-    if not traj.turns:
-        raise ValueError(f"trajectory {traj.trajectory_id}: no action tokens (no turn)")
-    nan = float("nan")
-    if not all(t.has_tokens for t in traj.turns) or traj.tokenizer != tokenizer_fingerprint(tokenizer):
-        if not _warned_retokenize:
-            warnings.warn("some trajectories hold no token ids of this tokenizer (an earlier "
-                          "release, or another model's rollouts): they are re-tokenized from "
-                          "their text", stacklevel=2)
-            _warned_retokenize = True
-        ids_T, mask_T = tokenize_for_training(tokenizer, traj.messages,
-                                              trajectory_tools(traj) if tools is None else tools)
-        return [(ids_T, mask_T, torch.full(ids_T.shape, nan, dtype=torch.float64, device="cpu"), 0)]
-    seqs: list[tuple[list[int], list[bool], list[float], int]] = []
-    for k, turn in enumerate(traj.turns):
-        if k == 0 or turn.context_restart:
-            seqs.append(([], [], [], k))
-        ids, mask, logp, _ = seqs[-1]
-        ids += turn.context_ids + turn.token_ids
-        mask += [False] * len(turn.context_ids) + [True] * len(turn.token_ids)
-        logp += [nan] * len(turn.context_ids) + (turn.logprobs or [nan] * len(turn.token_ids))
-    return [(torch.tensor(i, dtype=torch.long, device="cpu"), torch.tensor(m, dtype=torch.bool, device="cpu"),
-             torch.tensor(lp, dtype=torch.float64, device="cpu"), k) for i, m, lp, k in seqs]
-
-
-def training_rows(tokenizer: PreTrainedTokenizerBase, trajectories: list[Trajectory], *,
-                  max_len: int | None = None, tools: list[list[dict]] | None = None,
-                  skip_too_long: bool = True) -> tuple[list[TrainRow], list[str]]:
-    """All training sequences of ``trajectories``, each cut to ``max_len`` tokens.
-
-    A sequence whose prompt alone (everything before its first sampled id) fills ``max_len``
-    has no action token left: with ``skip_too_long`` it is skipped and its trajectory id
-    returned in the second list (callers count it in their metrics), else ValueError. Longer
-    sequences keep their first ``max_len`` tokens.
-
-    Raises:
-        ValueError: a trajectory without action tokens, or (``skip_too_long=False``) one whose
-            prompt fills ``max_len`` (the trajectory id is named).
-    """
-    if max_len is not None and max_len < 2:
-        raise ValueError(f"max_len must be >= 2, got {max_len}")
-    rows: list[TrainRow] = []
-    skipped: list[str] = []
-    for b, traj in enumerate(trajectories):
-        for ids_T, mask_T, logp_T, first in trajectory_sequences(tokenizer, traj, None if tools is None else tools[b]):
-            spans = action_spans(mask_T)
-            if not spans:
-                raise ValueError(f"trajectory {traj.trajectory_id}: no action tokens (no assistant message)")
-            if max_len is not None and spans[0][0] >= max_len:
-                if skip_too_long:
-                    skipped.append(traj.trajectory_id)
-                    continue
-                raise ValueError(f"trajectory {traj.trajectory_id}: the prompt alone is {spans[0][0]} "
-                                 f"tokens, max_len={max_len} leaves no action token; raise max_len")
-            rows.append(TrainRow(traj, ids_T[:max_len], mask_T[:max_len], logp_T[:max_len], first))
-    return rows, skipped
-
-
-def pad_rows(tokenizer: PreTrainedTokenizerBase, rows: list[TrainRow],
-             device: torch.device | str = "cpu") -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Training rows as right-padded batch tensors on ``device`` (the model's).
-
-    Collated on the host, then moved with one copy per tensor.
-
-    Returns:
-        ids_BT: LongTensor (B, T), padded with the tokenizer's pad id (else eos, else 0).
-        attn_BT: BoolTensor (B, T), True on real tokens.
-        mask_BT: BoolTensor (B, T), True on sampled action ids.
-        logprobs_BT: float64 (B, T), recorded sampling log-probs, NaN elsewhere.
-        insert_at_B: LongTensor (B,), each row's first action index (where a prefix context ends).
-
-    Raises:
-        ValueError: no rows.
-    """
-    if not rows:
-        raise ValueError("pad_rows: no rows")
-    B, T = len(rows), max(len(r.ids_T) for r in rows)
-    ids_BT = torch.full((B, T), _pad_id(tokenizer), dtype=torch.long, device="cpu")
-    attn_BT = torch.zeros((B, T), dtype=torch.bool, device="cpu")
-    mask_BT = torch.zeros((B, T), dtype=torch.bool, device="cpu")
-    logprobs_BT = torch.full((B, T), float("nan"), dtype=torch.float64, device="cpu")
-    for b, r in enumerate(rows):
-        n = len(r.ids_T)
-        ids_BT[b, :n], attn_BT[b, :n], mask_BT[b, :n], logprobs_BT[b, :n] = r.ids_T, True, r.mask_T, r.logprobs_T
-    insert_at_B = torch.tensor([action_spans(r.mask_T)[0][0] for r in rows], dtype=torch.long, device="cpu")
-    return tuple(t.to(device) for t in (ids_BT, attn_BT, mask_BT, logprobs_BT, insert_at_B))
-
-
-def privileged_prefix(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, system: str | None = None,
-                      user: str | None = None) -> list[int]:
-    """Prompt ids of :func:`privileged_prompt` (the text tokenized without special tokens)."""
-    return tokenizer(privileged_prompt(tokenizer, row, system=system, user=user), add_special_tokens=False)["input_ids"]
-
-
-def privileged_prompt(tokenizer: PreTrainedTokenizerBase, row: TrainRow, *, system: str | None = None,
-                      user: str | None = None) -> str:
-    """Prompt text of ``row`` re-rendered with privileged text: a text-context teacher's view.
-
-    The conversation before the row's first action (every message before the trajectory's
-    ``row.first_turn``-th assistant message) is rendered with the chat template and the
-    generation prompt, with ``system`` appended to the system message (one is added first when
-    there is none) and ``user`` appended to the first user message (B.1 of the LOPD paper: OPSD's
-    reference in the system message, SDFT's demonstration in the first user message). With
-    neither, the result is the student's own prompt as the rollout rendered it. Tools: the
-    trajectory's recorded ones (:func:`trajectory_tools`).
-
-    Raises:
-        ValueError: the trajectory has fewer assistant messages than ``first_turn + 1``.
-    """
-    from stages.core.chat import render_prompt
-
-    traj = row.trajectory
-    starts = [i for i, m in enumerate(traj.messages) if m.role == "assistant"]
-    if len(starts) <= row.first_turn:
-        raise ValueError(f"trajectory {traj.trajectory_id}: no assistant message for turn {row.first_turn}")
-    messages = with_privileged_text(traj.messages[:starts[row.first_turn]], system=system, user=user)
-    return render_prompt(tokenizer, messages, trajectory_tools(traj))
-
-
-def with_privileged_text(messages: list[Message], *, system: str | None = None,
-                         user: str | None = None) -> list[Message]:
-    """A copy of ``messages`` with ``system`` appended to the system message (one is added first
-    when there is none) and ``user`` appended to the first user message (one is added when there
-    is none), each after a blank line."""
-    messages = list(messages)
-    if system:
-        if messages and messages[0].role == "system":
-            head = messages[0]
-            messages[0] = head.model_copy(update={"content": f"{head.content}\n\n{system}" if head.content else system})
-        else:
-            messages.insert(0, Message(role="system", content=system))
-    if user:
-        at = next((i for i, m in enumerate(messages) if m.role == "user"), None)
-        if at is None:
-            messages.append(Message(role="user", content=user))
-        else:
-            messages[at] = messages[at].model_copy(update={"content": f"{messages[at].content}\n\n{user}"})
-    return messages
 
 
 @dataclass
@@ -352,12 +164,6 @@ class LatentBatch:
         return replace(self, **moved)
 
 
-def trajectory_tools(traj: Trajectory) -> list[dict[str, Any]]:
-    """The tool schemas recorded for ``traj`` by rollout (``info["tools"]``), else ``[]``."""
-    tools = json.loads(traj.info).get("tools", []) if traj.info else []
-    return tools if isinstance(tools, list) else []
-
-
 def build_batch(
     tokenizer: PreTrainedTokenizerBase,
     trajectories: list[Trajectory] | list[TrainRow],
@@ -375,7 +181,7 @@ def build_batch(
         tokenizer: the backbone's tokenizer (encodes the composer inputs; re-tokenizes rows of
             earlier releases).
         trajectories: B target trajectories (each must give exactly one training sequence, see
-            :func:`trajectory_sequences`), or B :class:`TrainRow` from :func:`training_rows`
+            :func:`stages.core.rows.trajectory_sequences`), or B :class:`TrainRow` from :func:`training_rows`
             (then ``max_len`` and ``tools`` are ignored: the rows are final).
         experiences: B lists of retrieved experiences (first J used; fewer are padded with
             task-only rows, see :func:`encode_experiences`).
@@ -383,7 +189,7 @@ def build_batch(
         max_len: keep the first ``max_len`` tokens of each sequence (None = all). The cut
             never falls at or before ``insert_at``: at least one action token always remains.
         tools: per trajectory, the tool schemas rendered into its prompt (only used to
-            re-tokenize rows without recorded ids); default :func:`trajectory_tools`.
+            re-tokenize rows without recorded ids); default :func:`stages.core.rows.trajectory_tools`.
         framed: also build the "framed" placement's teacher prompts (``frame_ids``).
 
     Raises:
@@ -411,7 +217,7 @@ def build_batch(
     encoded = [encode_experiences(tokenizer, t.prompt, exps, J, max_exp_tokens)
                for t, exps in zip(targets, experiences)]
     L = max((ids.shape[1] for ids, _ in encoded), default=0)
-    exp_ids = torch.full((B, J, L), _pad_id(tokenizer), dtype=torch.long, device="cpu")  # host side
+    exp_ids = torch.full((B, J, L), pad_id(tokenizer), dtype=torch.long, device="cpu")  # host side
     exp_mask = torch.zeros((B, J, L), dtype=torch.bool, device="cpu")
     for b, (ids_JL, mask_JL) in enumerate(encoded):
         exp_ids[b, :, : ids_JL.shape[1]] = ids_JL

@@ -5,7 +5,7 @@ texts ("a reference example from a different task ..." before, "now complete you
 after), renders the chat template, splits the rendered prompt on the sentinel and puts the J*K
 latent positions in the gap. Here the teacher's prompt is the student's prompt re-rendered with
 ``before + SENTINEL + after`` appended to its first user message
-(:func:`stages.core.contexts.privileged_prompt`), split on the sentinel, each part tokenized; the
+(:func:`stages.core.privileged.privileged_prompt`), split on the sentinel, each part tokenized; the
 student's sampled completion follows unchanged (the placement: :class:`stages.core.placements.Framed`).
 
 The framing texts live here, one pair per domain (:data:`FRAMES`); the domain comes from the
@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from stages.core.chat import render_prompt
+from stages.core.privileged import privileged_prompt, with_privileged_text
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from schemas import Message
-    from stages.core.contexts import TrainRow
+    from stages.core.rows import TrainRow
 
 # (before, after) the latent span, per domain; in our own words after A.4 of the LOPD paper
 FRAMES: dict[str, tuple[str, str]] = {
@@ -56,8 +59,6 @@ def framed_prompt_ids(tokenizer: PreTrainedTokenizerBase, row: TrainRow) -> tupl
         ValueError: the rendered prompt holds the sentinel other than once (the trajectory's own
             text contains it), or the trajectory lacks the assistant turn the row starts at.
     """
-    from stages.core.contexts import privileged_prompt
-
     text = privileged_prompt(tokenizer, row, user=framing_text(row.trajectory.env))
     return _split(tokenizer, text, f"trajectory {row.trajectory.trajectory_id}")
 
@@ -69,9 +70,6 @@ def framed_opening_ids(tokenizer: PreTrainedTokenizerBase, messages: list[Messag
     Raises:
         ValueError: no user message, or the sentinel occurs in the messages' own text.
     """
-    from stages.core.chat import render_prompt
-    from stages.core.contexts import with_privileged_text
-
     if not any(m.role == "user" for m in messages):
         raise ValueError("framed latents need a user message in the opening prompt")
     framed = with_privileged_text(messages, user=framing_text(env))

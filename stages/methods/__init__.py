@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from schemas import Trajectory
-from stages.core.contexts import TrainRow
+from stages.core.rows import TrainRow
 from stages.core.models import load_student
 from stages.core.policy import resolve_device_dtype
 
@@ -92,7 +92,7 @@ class StepBatch:
     """What a method trains on in one step: the training rows and the whole step's rollouts.
 
     Attributes:
-        rows: training sequences (:func:`stages.core.contexts.training_rows`), in order.
+        rows: training sequences (:func:`stages.core.rows.training_rows`), in order.
         trajectories: every rollout of the step (rows come from those with turns), in the
             order they finished; a task's group is its ``group_size`` trajectories with the same
             ``task_id`` (rollouts of one step never share a task id with another group).

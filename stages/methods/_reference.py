@@ -44,7 +44,8 @@ from torch import Tensor
 
 from schemas import Trajectory
 from stages.core.composer import adapter_parameters, add_lora_adapter, preserve_requires_grad
-from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
+from stages.core.privileged import privileged_prefix
+from stages.core.rows import TrainRow, pad_rows
 from stages.core.losses import DEFAULT_CHUNK_SIZE, upcast_dtype
 from stages.core.losses_kd import KDReduction, generalized_jsd
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
@@ -266,7 +267,7 @@ class ReferenceMethod(Method):
     """A verified reference of the task in the teacher's prompt; a full-vocabulary divergence.
 
     Subclasses set the framing (:meth:`framing`: ``{"system": ...}`` or ``{"user": ...}`` for
-    :func:`stages.core.contexts.privileged_prefix`). Rows without a reference are masked and
+    :func:`stages.core.privileged.privileged_prefix`). Rows without a reference are masked and
     counted (``no_context_frac``); the loss of a step is normalised over the rows that have one
     (``reduction``), so the micro-batch losses sum to it exactly (the loop's ``weight`` is
     implied by those step-level denominators). ``context_tokens`` = mean tokens of the rendered

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.core.contexts import TrainRow, pad_rows
+from stages.core.rows import TrainRow, pad_rows
 from stages.core.losses_pg import group_advantages, k3_kl, ppo_clip_loss, token_logprobs
 from stages.core.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, register

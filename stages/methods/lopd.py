@@ -22,7 +22,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from stages.core.models import load_models
 from stages.core.resources import check_step_memory, shape_of
 from stages.core.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
-from stages.core.contexts import TrainRow, build_batch, retrieve_experiences, shift_for_loss
+from stages.core.contexts import build_batch, retrieve_experiences, shift_for_loss
+from stages.core.rows import TrainRow
 from stages.core.losses import (
     dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
 )

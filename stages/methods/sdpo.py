@@ -12,7 +12,7 @@ delta B_T A_T is not exactly the EMA of the student's deltas B_S A_S (upstream S
 all weights, where the two coincide); use ``--student-lora-rank 0`` for the exact form.
 
 Teacher context (per training row, appended to the teacher's first user message with
-:func:`stages.core.contexts.privileged_prefix`; the student sees the plain task):
+:func:`stages.core.privileged.privileged_prefix`; the student sees the plain task):
 1. a successful sibling: another rollout of the same task in this step (the task's group) with
    reward >= ``success_threshold``, itself excluded, the first qualifier by trajectory id (a
    deterministic order), shown as a solution that worked (``<think>`` blocks removed);
@@ -48,7 +48,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import Trajectory
 from stages.core.composer import add_lora_adapter, adapter_parameters, preserve_requires_grad
-from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
+from stages.core.privileged import privileged_prefix
+from stages.core.rows import TrainRow, pad_rows
 from stages.core.losses_sdpo import sdpo_topk_loss
 from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.student import student_logits

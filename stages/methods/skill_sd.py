@@ -51,7 +51,8 @@ from pydantic import Field
 
 from schemas import Message, SkillRecord, Trajectory
 from schemas.arrow import arrow_schema, from_row, schema_diff, to_rows
-from stages.core.contexts import TrainRow, privileged_prefix
+from stages.core.privileged import privileged_prefix
+from stages.core.rows import TrainRow
 from stages.core.losses_pg import sampled_token_sdl, token_logprobs
 from stages.core.models import copy_adapter_, ema_update_, frozen_teacher_copy
 from stages.core.store import ExperienceStore, StoreError, sql_str

@@ -36,7 +36,7 @@ from stages.core.envs._bfcl_files import (
 )
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
-from stages.core.leakage import normalise
+from stages.core.normalise import normalise
 from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
 
 __all__ = ["BFCLEnv", "HELDOUT_RULE", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",

@@ -16,12 +16,12 @@ it (``--allow-overlap``: the user means to train on evaluation tasks, e.g. a smo
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import Task
+from stages.core.normalise import normalise
 
 # id families a benchmark scores in full, whatever data file the user evaluates with
 _SCORED_IN_FULL = {"HumanEval/": "humaneval-plus", "Mbpp/": "mbpp-plus"}
@@ -38,11 +38,6 @@ class Overlap:
     task_id: str
     bench: str
     by: str
-
-
-def normalise(prompt: str) -> str:
-    """Lower case, whitespace runs collapsed to one space, ends stripped."""
-    return re.sub(r"\s+", " ", prompt.lower()).strip()
 
 
 def evaluation_tasks(env: str, data_dir: Path | None = None) -> dict[str, list[Task]]:
