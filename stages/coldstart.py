@@ -23,16 +23,16 @@ Data protocol:
   with ``exclude_same_task``), as at deployment: NLL with (a) no latents, (b) the untrained
   composer (same seeded init), (c) the trained composer.
 
-The run is a recipe on the run-folder helpers distill uses (:mod:`stages.core.runs`,
-:mod:`stages.core.checkpoint`): :class:`Coldstart` sets the run up (folder, data, model,
+The run is a recipe on the run-folder helpers distill uses (:mod:`stages.core.run.runs`,
+:mod:`stages.core.run.checkpoint`): :class:`Coldstart` sets the run up (folder, data, model,
 composer, optimizer, resume), takes loss steps (:meth:`Coldstart.loss_step`), trains
 (:meth:`Coldstart.train`) and checkpoints (:meth:`Coldstart.save_checkpoint`). Data:
 :mod:`stages.coldstart_data`; held-out evaluation and the NLL: :mod:`stages.coldstart_eval`.
 
 Outputs in ``out/``: ``config.json`` and ``manifest.json`` (run-folder rules:
-:mod:`stages.core.runs`), ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
+:mod:`stages.core.run.runs`), ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
 (composer + optimizer + RNG states, written atomically, last two kept), ``final/`` (the
-composer, :func:`stages.core.composer.save_composer`), ``heldout.json``.
+composer, :func:`stages.core.models.composer.save_composer`), ``heldout.json``.
 """
 from __future__ import annotations
 
@@ -57,16 +57,16 @@ from rich.table import Table
 from stages.coldstart_data import ColdstartData, split_targets, successful_trajectories
 from stages.coldstart_eval import HeldoutResult, action_nll, evaluate_heldout
 from stages.coldstart_settings import ColdstartConfig
-from stages.core.checkpoint import CHECKPOINTS, OPTIMIZER_FILE, read_state, restore_rng, write_checkpoint
-from stages.core.composer import (
+from stages.core.run.checkpoint import CHECKPOINTS, OPTIMIZER_FILE, read_state, restore_rng, write_checkpoint
+from stages.core.models.composer import (
     Composer, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
 )
-from stages.core.models import load_composer
-from stages.core.resources import peak_rss_mb, release_free_memory, rss_mb
-from stages.core.runs import (
+from stages.core.models.assembly import load_composer
+from stages.core.run.resources import peak_rss_mb, release_free_memory, rss_mb
+from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, freeze_config, read_metrics, start_run, truncate_metrics,
 )
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.store import ExperienceStore, StoreError
 
 FINAL = "final"
 HELDOUT = "heldout.json"
@@ -153,7 +153,7 @@ class Coldstart:
     """One `lopd coldstart` run: set up on construction, then :meth:`run`.
 
     Setup, in this order (a failure leaves no run behind: the frozen config is written last):
-    the run folder (:func:`stages.core.runs.open_run`), the store's successes, the backbone,
+    the run folder (:func:`stages.core.run.runs.open_run`), the store's successes, the backbone,
     the targets and their task split, the composer (fresh at its seeded init, or the latest
     checkpoint's), the optimizer and the resume point.
 
@@ -170,8 +170,8 @@ class Coldstart:
     """
 
     def __init__(self, config: ColdstartConfig, console: Console | None = None, embedder=None):
-        from stages.core.retrieval import Retriever
-        from stages.core.resources import check_experience_count
+        from stages.core.data.retrieval import Retriever
+        from stages.core.run.resources import check_experience_count
 
         self.config, self.console = config, console or Console()
         self.t_start = time.perf_counter()
@@ -198,8 +198,8 @@ class Coldstart:
 
     def _load_backbone(self):
         """Load the backbone and tokenizer; check a step's memory. Returns the model."""
-        from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_device_dtype, resolve_model
-        from stages.core.resources import check_step_memory, shape_of
+        from stages.core.models.backbone import DEFAULT_MODEL, load_policy, resolve_device_dtype, resolve_model
+        from stages.core.run.resources import check_step_memory, shape_of
 
         c = self.config
         # the name, not this machine's cache path, for the embedded default backbone
@@ -232,7 +232,7 @@ class Coldstart:
 
     def _build_composer(self, model, ckpt: Path | None) -> None:
         """The composer (fresh or the checkpoint's), its untrained phi, the backbone digest, the optimizer."""
-        from stages.core.policy import disable_dropout
+        from stages.core.models.backbone import disable_dropout
 
         c = self.config
         if ckpt is None:

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from stages.core.policy import DType
+from stages.core.models.backbone import DType
 
 
 class ColdstartConfig(BaseModel):
@@ -22,21 +22,21 @@ class ColdstartConfig(BaseModel):
         max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
         placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
             (before each action, Eq. 8) or ``framed`` (inside the first user message between
-            framing texts, A.4; :mod:`stages.core.framing`).
+            framing texts, A.4; :mod:`stages.core.latent.framing`).
         heldout_fraction: share of the tasks held out for evaluation.
         exclude_same_task: retrieve no trajectory of the target's own task (module docstring).
         checkpoint_every, eval_every: steps between checkpoints / held-out evaluations.
         seed: seeds the composer init, the task split and the batch order.
         resume: continue from the latest checkpoint in ``out``; only ``steps``,
             ``checkpoint_every``, ``eval_every``, ``max_len``, ``device``, ``dtype`` and the
-            spelling of paths may change (:mod:`stages.core.runs`).
+            spelling of paths may change (:mod:`stages.core.run.runs`).
         env: use only this environment's trajectories (None = all).
         activation_checkpointing: recompute the backbone layers in backward (less memory);
             also accepted as ``grad_checkpointing``.
         grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
         device, dtype: where the backbone and composer live and the backbone's dtype (None:
             CUDA in bfloat16 when a GPU is visible, else the CPU in float32;
-            :func:`stages.core.policy.resolve_device_dtype`).
+            :func:`stages.core.models.backbone.resolve_device_dtype`).
     """
 
     model_config = ConfigDict(extra="forbid")

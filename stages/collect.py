@@ -15,14 +15,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas import Trajectory
-from stages.core import isolation
+from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
-from stages.core.policy import DType
-from stages.core.provenance import config_run_id, git_commit, write_manifest
-from stages.engines.rollout import RolloutStats, play
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.exec import isolation
+from stages.core.models.backbone import DType
+from stages.core.run.provenance import config_run_id, git_commit, write_manifest
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.engines.rollout import RolloutStats, play
 
 
 class CollectConfig(BaseModel):
@@ -30,7 +30,7 @@ class CollectConfig(BaseModel):
 
     ``max_turns`` (agent actions per episode) is also accepted under its former name ``max_steps``.
     ``device`` / ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32
-    (:func:`stages.core.policy.resolve_device_dtype`); neither is part of the run id.
+    (:func:`stages.core.models.backbone.resolve_device_dtype`); neither is part of the run id.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -86,9 +86,9 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         EnvError: unknown environment or unusable task data.
     """
     from stages.core.envs import EnvError
-    from stages.leakage import check_train_tasks
-    from stages.core.policy import load_policy, load_tokenizer
+    from stages.core.models.backbone import load_policy, load_tokenizer
     from stages.engines import SamplingParams, make_engine
+    from stages.leakage import check_train_tasks
 
     isolation.prepare(config.env, config.unsafe_exec)
     console = console or Console()

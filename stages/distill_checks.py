@@ -15,13 +15,13 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from schemas import Task
-from stages.core import distributed, runs
+from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import make_env
-from stages.leakage import check_train_tasks
-from stages.core.store import ExperienceStore, StoreError
-from stages.core.tracking import check_logger
+from stages.core.run import distributed, runs
+from stages.core.run.tracking import check_logger
 from stages.distill_settings import DistillConfig
 from stages.engines import check_engine
+from stages.leakage import check_train_tasks
 from stages.methods import get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
@@ -40,7 +40,7 @@ class Checked:
             (the saved one, else a fresh ``distill-<12 hex>``).
         options: the method's validated options (``config.options`` as the Options model).
         tasks: the environment's train tasks (non-empty).
-        folder: the run folder check (:func:`stages.core.runs.open_run`); None off the main process.
+        folder: the run folder check (:func:`stages.core.run.runs.open_run`); None off the main process.
     """
 
     config: DistillConfig

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import Task
-from stages.core.normalise import normalise
+from stages.core.text.normalise import normalise
 
 # id families a benchmark scores in full, whatever data file the user evaluates with
 _SCORED_IN_FULL = {"HumanEval/": "humaneval-plus", "Mbpp/": "mbpp-plus"}

@@ -43,8 +43,8 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from stages import distill, evaluate
-from stages.core.inputs import read_utf8
-from stages.core.provenance import git_commit
+from stages.core.data.inputs import read_utf8
+from stages.core.run.provenance import git_commit
 from stages.methods import get_method
 from stages.settings import merge
 from stages.study_layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from stages.core.inputs import read_utf8
+from stages.core.data.inputs import read_utf8
 
 VANILLA = "vanilla"
 

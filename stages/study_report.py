@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from stages.core.data.inputs import read_utf8
 from stages.core.envs.bfcl import HELDOUT_RULE
-from stages.core.inputs import read_utf8
-from stages.core.runs import METRICS_FILE, read_metrics
+from stages.core.run.runs import METRICS_FILE, read_metrics
 from stages.study_layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")

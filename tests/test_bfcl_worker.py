@@ -63,8 +63,8 @@ def test_hanging_call_is_a_timeout_observation_and_state_survives(math_task, fas
 def test_ground_truth_with_hostile_calls_mixed_in_still_scores_one(math_task, fast_limits):
     env = make_env("bfcl", max_steps=100)
     env.reset(math_task)
+    from stages.core.text.toolcalls import format_python_calls
     from tests.test_env_bfcl import _keyword_call
-    from stages.core.toolcalls import format_python_calls
 
     results = []
     for index, turn in enumerate(math_task.meta["ground_truth"]):

@@ -14,7 +14,7 @@ from schemas import ToolCall
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.bfcl import MULTI_TURN, SINGLE_TURN, to_openai_tools
 from stages.core.envs.bfcl_multi import multi_turn_verdict, score_multi_turn
-from stages.core.toolcalls import format_python_calls, parse_tool_calls
+from stages.core.text.toolcalls import format_python_calls, parse_tool_calls
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl_v3"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared BFCL-v3 data not found at {SHARED}")

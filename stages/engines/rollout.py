@@ -7,7 +7,7 @@ its own action. Finished episodes leave the batch and queued ones take their pla
 Token transcript: each episode keeps the token ids its policy is conditioned on. The first
 prompt is the chat-template rendering of the opening messages; after each action the SAMPLED ids
 are appended as they are (never re-tokenized from text), then the tokens of what follows them
-(:func:`stages.core.chat.context_after_action`: end-of-turn marker unless sampled, observation,
+(:func:`stages.core.text.chat.context_after_action`: end-of-turn marker unless sampled, observation,
 next assistant header). Each :class:`Turn` records its context ids, sampled ids, sampling
 log-probs and finish reason, so training sees exactly what the policy saw and sampled. When the
 environment changes the tool list, the prompt is rebuilt from scratch (``context_restart``).
@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.envs import Environment
-from stages.core.chat import context_after_action, render_prompt, tokenizer_fingerprint
+from stages.core.text.chat import context_after_action, render_prompt, tokenizer_fingerprint
 from stages.engines import Generation, RolloutEngine, SamplingParams
 
 
@@ -71,7 +71,7 @@ def play(
     """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
 
     Args:
-        engine: batched text generator (see :class:`stages.core.policy.RolloutEngine`). One with
+        engine: batched text generator (see :class:`stages.core.models.backbone.RolloutEngine`). One with
             a ``begin_episode(task, messages, tools, prompt_ids)`` method is told of every
             episode before its first prompt (:class:`stages.engines.latent.LatentEngine`).
         tokenizer: the policy's tokenizer, used to render conversations with its chat template.

@@ -27,9 +27,9 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from schemas import Trajectory
-from stages.core.rows import TrainRow
-from stages.core.models import load_student
-from stages.core.policy import resolve_device_dtype
+from stages.core.data.rows import TrainRow
+from stages.core.models.assembly import load_student
+from stages.core.models.backbone import resolve_device_dtype
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
@@ -73,9 +73,9 @@ class StepContext:
     that a resume can drop the rows written after its checkpoint.
 
     Attributes:
-        store: the run's :class:`stages.core.store.ExperienceStore` (verified references,
+        store: the run's :class:`stages.core.data.store.ExperienceStore` (verified references,
             skill banks ...).
-        retriever: a :class:`stages.core.retrieval.Retriever` over it, or None while the store
+        retriever: a :class:`stages.core.data.retrieval.Retriever` over it, or None while the store
             has no embedding index.
         engine: the run's rollout engine (e.g. to have the backbone write summaries).
         step: the step being trained (1-based).
@@ -92,7 +92,7 @@ class StepBatch:
     """What a method trains on in one step: the training rows and the whole step's rollouts.
 
     Attributes:
-        rows: training sequences (:func:`stages.core.rows.training_rows`), in order.
+        rows: training sequences (:func:`stages.core.data.rows.training_rows`), in order.
         trajectories: every rollout of the step (rows come from those with turns), in the
             order they finished; a task's group is its ``group_size`` trajectories with the same
             ``task_id`` (rollouts of one step never share a task id with another group).
@@ -116,14 +116,14 @@ class Method:
         update_epochs: optimizer updates per step on the same rollouts (instance attribute,
             e.g. from an option; default 1).
         needs_composer: whether the method reads a composer checkpoint.
-        data_parallel: whether it can train in N processes (:mod:`stages.core.distributed`):
+        data_parallel: whether it can train in N processes (:mod:`stages.core.run.distributed`):
             its ``prepare`` must not write the store (rank 0 alone writes it) and must give every
             rank the same result for the same global batch and store.
 
     Attributes:
         device, dtype: where every model of the run lives and its parameter dtype (strings,
             ``config.device`` / ``config.dtype`` resolved by
-            :func:`stages.core.policy.resolve_device_dtype`); a method loads its own modules
+            :func:`stages.core.models.backbone.resolve_device_dtype`); a method loads its own modules
             (teacher copies, reference models) with them and moves each batch to ``device``.
 
     Args:

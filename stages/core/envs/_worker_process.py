@@ -3,7 +3,7 @@
 A worker is a script that reads one JSON request per line on stdin and writes one JSON reply per
 line on stdout. This handle starts it (in its own session, stderr kept in a temporary file),
 sends requests with a wall-clock limit per reply, and kills it (the whole sandbox when it runs
-inside one of :mod:`stages.core.isolation`) on a timeout, a dead channel or a fatal reply. The
+inside one of :mod:`stages.core.exec.isolation`) on a timeout, a dead channel or a fatal reply. The
 worker scripts themselves stay stdlib-only on their child side; only the parent imports this.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ class WorkerProcess:
     """Handle on one worker process (started at construction).
 
     Args:
-        argv: the command (already wrapped by :func:`stages.core.isolation.wrap` when isolated).
+        argv: the command (already wrapped by :func:`stages.core.exec.isolation.wrap` when isolated).
         isolated: whether ``argv`` runs inside the OS sandbox (then the sandbox is killed as a
             whole on close).
         env: the worker's environment (None = inherit).
@@ -108,7 +108,7 @@ class WorkerProcess:
             return
         self.alive = False
         if self.isolated:
-            from stages.core import isolation
+            from stages.core.exec import isolation
 
             isolation.kill(self._proc)  # the whole sandbox, setsid'd children included
         else:

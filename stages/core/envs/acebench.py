@@ -42,12 +42,12 @@ from schemas import Message, Task, ToolCall
 from stages.core.envs.acebench_prompts import FINISH_RULE, agent_policy
 from stages.core.envs.acebench_score import (end_to_end, official_end_to_end, official_process, official_result,
                                              process_accuracy, step_text)
+from stages.core.data.inputs import read_utf8
 from stages.core.envs.acebench_travel import SYSTEM_PROMPT as TRAVEL_SYSTEM_PROMPT
 from stages.core.envs.acebench_travel import TravelPlatform
 from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.envs.envscaler_rules import EPISODE_RULES
-from stages.core.inputs import read_utf8
-from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
+from stages.core.text.toolcalls import ToolCallParseError, parse_tool_calls
 
 _HINT = "pass --data-dir <ACEBench>/data_all/data_en (git clone github.com/ACEBench/ACEBench)"
 SYSTEM_PROMPT = "You are an AI agent operating a phone for the user with the tools you are given. " + AGENTIC_RULES

@@ -16,7 +16,7 @@ Splits:
 
 Data comes from the package (``bfcl/data``) or from ``data_dir`` holding the same files
 (``BFCL_v3_<category>.json``, ``possible_answer/``, ``multi_turn_func_doc/``). Task ids are BFCL's ids.
-Actions may use any format :func:`stages.core.toolcalls.parse_tool_calls` reads.
+Actions may use any format :func:`stages.core.text.toolcalls.parse_tool_calls` reads.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from stages.core.envs._bfcl_files import (
 )
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
-from stages.core.normalise import normalise
-from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
+from stages.core.text.normalise import normalise
+from stages.core.text.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
 
 __all__ = ["BFCLEnv", "HELDOUT_RULE", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",
            "is_heldout", "single_turn_verdict", "system_prompt", "to_openai_tools"]

@@ -13,7 +13,7 @@ The package keeps API instances in module globals of ``multi_turn_utils`` keyed 
 test id, so every episode and every scoring uses a unique model name and deletes its instances.
 
 Untrusted model output: BFCL's executor and checker ``eval`` call strings. The strings handed to
-them are built only from checked parts (:func:`stages.core.toolcalls.format_python_call` with the
+them are built only from checked parts (:func:`stages.core.text.toolcalls.format_python_call` with the
 method's declared parameters: a public method of the task's API classes, identifier argument names
 that the method declares, JSON literal values written with ``repr`` and read back); a call that
 fails a check is answered with an error tool message, is not executed and is not recorded in the
@@ -47,7 +47,7 @@ from stages.core.envs import _bfcl_worker
 from stages.core.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult
-from stages.core.toolcalls import (
+from stages.core.text.toolcalls import (
     ToolCallParseError,
     UnsafeCallError,
     check_python_call,

@@ -1,7 +1,7 @@
 """Python function synthesis: HumanEval (built in), HumanEval+ and MBPP+ (evalplus release files).
 
 The agent gets a function signature / description and answers with a complete Python function in
-a ```python block. The answer runs in :func:`stages.core.sandbox.run_python`, in its own process
+a ```python block. The answer runs in :func:`stages.core.exec.sandbox.run_python`, in its own process
 next to the grader that runs the task's tests (``_code_harness.py``: the grader calls the answer's
 function over pipes, compares and reports out of the answer's reach); reward = fraction of tests
 passed, success = all passed.
@@ -36,7 +36,7 @@ from typing import Any
 
 from schemas import Message, Task
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.sandbox import PRELUDE, SandboxResult, run_python
+from stages.core.exec.sandbox import PRELUDE, SandboxResult, run_python
 
 DATASETS = ("humaneval", "humaneval-plus", "mbpp-plus")
 _FILE_GLOBS = {"humaneval-plus": "HumanEvalPlus*.jsonl*", "mbpp-plus": "MbppPlus*.jsonl*"}

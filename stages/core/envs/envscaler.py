@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
+from stages.core.data.inputs import hub_dataset_id, read_utf8
 from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.envs.envscaler_rules import INVALID_ACTION, EpisodeRules, check_rules, official_action, official_reward
-from stages.core.inputs import hub_dataset_id, read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def _own_splits(tasks: dict[str, TaskSpec], seed: int) -> dict[str, tuple[str, .
 
 
 def _build(source: str, env_rows: list, task_rows: list, test_size: int, seed: int) -> EnvScalerData:
-    from stages.core.toolcalls import unknown_schema_types
+    from stages.core.text.toolcalls import unknown_schema_types
 
     envs: dict[str, EnvSpec] = {}
     unknown_types = []
@@ -461,7 +461,7 @@ class EnvScalerEnv:
         Raises:
             EnvError: the task is not in the loaded data, or its row has no ``reference_actions``.
         """
-        from stages.core.chat import format_tool_calls
+        from stages.core.text.chat import format_tool_calls
 
         spec = self.data.tasks.get(task.task_id)
         if spec is None or spec.reference is None:
@@ -497,7 +497,7 @@ class EnvScalerEnv:
         Raises:
             EnvError: no episode in progress (call :meth:`reset` first).
         """
-        from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
+        from stages.core.text.toolcalls import ToolCallParseError, parse_tool_calls
 
         if self._done or self._task is None:
             raise EnvError("envscaler: no episode in progress; call reset() first")
