@@ -36,8 +36,7 @@ from stages.core.models.backbone import DType
 from stages.core.run.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
-BenchName = Literal["bfcl-v3", "bfcl-single", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "lopd-bed",
-                    "lopd-bed-transfer", "livecodebench"]
+BenchName = Literal[tuple(BENCHES.names())]  # the names of the bench registry
 
 
 class EvaluateConfig(BaseModel):

@@ -50,6 +50,7 @@ from stages.core.data.inputs import hub_dataset_id
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
 from stages.core.envs.livecodebench import RELEASE_WINDOWS, official_testing_util
+from stages.core.registry import Registry
 
 BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 _EVALPLUS = {
@@ -417,16 +418,17 @@ def _pass_at_1(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[d
     return {"pass@1": _mean([float(t.success) for t in trajs])}, {}
 
 
-BENCHES: dict[str, Bench] = {
-    b.name: b for b in (
-        Bench("bfcl-v3", "bfcl", 256, 20, _bfcl_prepare, _bfcl_score),
-        Bench("bfcl-single", "bfcl", 256, 1, _bfcl_single_prepare, _bfcl_single_score, reference_nll=True),
-        Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
-        Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
-        Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
-        Bench("envscaler", "envscaler", 256, 30, _simple("envscaler"), _success_scores),
-        Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
-        Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
-        Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
-    )
-}
+# The benchmarks `lopd evaluate --bench` knows (``evaluate.BenchName`` is derived from it).
+BENCHES: Registry[Bench] = Registry("--bench", sort=False)
+for _bench in (
+    Bench("bfcl-v3", "bfcl", 256, 20, _bfcl_prepare, _bfcl_score),
+    Bench("bfcl-single", "bfcl", 256, 1, _bfcl_single_prepare, _bfcl_single_score, reference_nll=True),
+    Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
+    Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
+    Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
+    Bench("envscaler", "envscaler", 256, 30, _simple("envscaler"), _success_scores),
+    Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
+    Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
+    Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
+):
+    BENCHES.add(_bench.name, _bench)

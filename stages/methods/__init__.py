@@ -17,7 +17,6 @@ Look-up: :func:`get_method` (an unknown name lists the known ones).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +29,7 @@ from schemas import Trajectory
 from stages.core.data.rows import TrainRow
 from stages.core.models.assembly import load_student
 from stages.core.models.backbone import resolve_device_dtype
+from stages.core.registry import Registry
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
@@ -38,7 +38,7 @@ _MODULES = {"lopd": "stages.methods.lopd",
             "opsd": "stages.methods.opsd",
             "sdpo": "stages.methods.sdpo",
             "skill-sd": "stages.methods.skill_sd"}
-_REGISTRY: dict[str, type[Method]] = {}
+METHODS: Registry[type[Method]] = Registry("method", modules=_MODULES)
 
 
 class NoOptions(BaseModel):
@@ -198,14 +198,13 @@ def register(name: str):
     """Class decorator: make a :class:`Method` available as ``--method name``."""
     def deco(cls: type[Method]) -> type[Method]:
         cls.name = name
-        _REGISTRY[name] = cls
-        return cls
+        return METHODS.add(name, cls)
     return deco
 
 
 def known_methods() -> list[str]:
     """Names of every method the registry knows."""
-    return sorted(set(_MODULES) | set(_REGISTRY))
+    return METHODS.names()
 
 
 def get_method(name: str) -> type[Method]:
@@ -214,8 +213,4 @@ def get_method(name: str) -> type[Method]:
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
-    if name not in _REGISTRY and name in _MODULES:
-        importlib.import_module(_MODULES[name])
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r} (known: {', '.join(known_methods())})")
-    return _REGISTRY[name]
+    return METHODS[name]

@@ -21,7 +21,7 @@ and splits a prompt at generation into the ids before and after the latents
 (:meth:`Placement.opening`, :meth:`Placement.prompt_parts`; used by
 :class:`stages.engines.latent.LatentEngine`).
 
-Adding a placement: subclass :class:`Placement` here and add an instance to :data:`PLACEMENTS`.
+Adding a placement: subclass :class:`Placement` here and add an instance to the registry :data:`PLACEMENTS`.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from stages.core.latent.framing import framed_opening_ids
 from stages.core.latent.splice import aligned, reprefixed, spliced_logits
+from stages.core.registry import Registry
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -170,7 +171,9 @@ class Framed(Placement):
         return framed_opening_ids(tokenizer, messages, tools, env)
 
 
-PLACEMENTS: dict[str, Placement] = {p.name: p for p in (Prefix(), PerTurn(), Framed())}
+PLACEMENTS: Registry[Placement] = Registry("placement", sort=False)
+for _placement in (Prefix(), PerTurn(), Framed()):
+    PLACEMENTS.add(_placement.name, _placement)
 
 
 def get_placement(name: str) -> Placement:
@@ -179,6 +182,4 @@ def get_placement(name: str) -> Placement:
     Raises:
         ValueError: an unknown name (the known ones are listed).
     """
-    if name not in PLACEMENTS:
-        raise ValueError(f"unknown placement {name!r} (known: {', '.join(PLACEMENTS)})")
     return PLACEMENTS[name]
