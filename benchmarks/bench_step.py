@@ -138,7 +138,7 @@ class OneTurnEnv:
     """One action per episode; reward 1 when the answer has an even number of words. The
     opening is ``system`` (when not empty) and the task text as the user message."""
 
-    max_steps = 1
+    max_turns = 1
 
     def __init__(self, system: str = ""):
         self.system = system

@@ -81,7 +81,7 @@ class SelfDistillEnv:
 
     name = BENCH_ENV
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 1) -> None:
+    def __init__(self, data_dir: Path | None = None, max_turns: int = 1) -> None:
         self.prompts = json.loads((Path(data_dir) / TASKS_FILE).read_text())["prompts"]
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:

@@ -95,7 +95,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     run_keys = _RUN_KEYS + (["episode_rules"] if config.episode_rules else [])  # ids of earlier runs unchanged
     run_id = config.run_id or config_run_id("collect", config, run_keys)
     data_dir = Path(config.data_dir) if config.data_dir else None
-    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_turns,
+    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_turns=config.max_turns,
                                    episode_rules=config.episode_rules)  # noqa: E731
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)

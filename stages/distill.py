@@ -210,7 +210,7 @@ class Distiller:
         seed = c.seed * 1_000_003 + step * 10_007 + self.world.rank * RANK_SEED_STRIDE
         params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                                 max_new_tokens=c.max_new_tokens, seed=seed)
-        factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_steps=c.max_turns,
+        factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_turns=c.max_turns,
                                    episode_rules=c.episode_rules)  # noqa: E731
         self.student.model.eval()
         played = list(play(self.engine, self.student.tokenizer, factory,

@@ -75,7 +75,7 @@ def train_tasks(config: DistillConfig) -> list[Task]:
         ValueError: no train tasks; tasks an evaluation benchmark scores (without ``allow_overlap``).
     """
     data_dir = Path(config.data_dir) if config.data_dir else None
-    probe = make_env(config.env, data_dir=data_dir, max_steps=config.max_turns, episode_rules=config.episode_rules)
+    probe = make_env(config.env, data_dir=data_dir, max_turns=config.max_turns, episode_rules=config.episode_rules)
     try:
         tasks = probe.tasks("train")
     finally:

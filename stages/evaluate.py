@@ -350,7 +350,7 @@ def apply_protocol(config: EvaluateConfig) -> EvaluateConfig:
         filled = {**PAPER_SAMPLING, "max_new_tokens": budget, "max_turns": steps}
     else:
         filled = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": bench.max_new_tokens,
-                  "max_turns": bench.max_steps}
+                  "max_turns": bench.max_turns}
     return config.model_copy(update={k: v for k, v in filled.items() if getattr(config, k) is None})
 
 

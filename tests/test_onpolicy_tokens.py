@@ -40,8 +40,8 @@ class ToolEnv:
 
     name = ENV
 
-    def __init__(self, data_dir=None, max_steps: int = 30):
-        self.max_steps, self.turn = max_steps, 0
+    def __init__(self, data_dir=None, max_turns: int = 30):
+        self.max_turns, self.turn = max_turns, 0
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         return [Task(task_id=f"{split}-{i}", env=ENV, split=split, prompt=f"Weather in city {i}?")

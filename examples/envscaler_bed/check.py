@@ -215,13 +215,13 @@ def run(sample: int | None = None, pattern: str | None = None, seed: int = 0, jo
     """
     from stages.core.models.backbone import load_tokenizer
 
-    env = LopdBedEnv(data_dir=data_dir, max_steps=8)
+    env = LopdBedEnv(data_dir=data_dir, max_turns=8)
     meta = json.loads((Path(data_dir) / "bed.json").read_text(encoding="utf-8"))
     index = {t.task_id: t for t in all_tasks(env)}
     tasks = select(sorted(index.values(), key=lambda t: t.task_id), sample, pattern, seed)
     idle = queue.SimpleQueue()  # one environment per running episode
     for k in range(max(1, jobs)):
-        idle.put(env if k == 0 else LopdBedEnv(data_dir=data_dir, max_steps=8))
+        idle.put(env if k == 0 else LopdBedEnv(data_dir=data_dir, max_turns=8))
 
     def work(task: Task) -> TaskResult:
         e = idle.get()

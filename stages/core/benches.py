@@ -79,7 +79,7 @@ class Bench:
         name: the ``--bench`` value.
         env: registry name of the environment it plays.
         max_new_tokens: default cap on generated tokens per action.
-        max_steps: cap on agent actions per episode.
+        max_turns: cap on agent actions per episode.
         prepare: ``(config) -> BenchRun``; raises :class:`EnvError` with the flag to pass when
             data is missing.
         score: ``(config, run, trajectories) -> (scores, per-task extras by task_id)``.
@@ -91,7 +91,7 @@ class Bench:
     name: str
     env: str
     max_new_tokens: int
-    max_steps: int
+    max_turns: int
     prepare: Callable[[Any], BenchRun]
     score: Callable[[Any, BenchRun, list[Trajectory]], tuple[dict[str, float], dict[str, dict]]]
     reference_nll: bool = False
@@ -118,9 +118,9 @@ def _simple(env: str, split: str = "test", **kwargs: Any) -> Callable[[Any], Ben
 
     def prepare(config: Any) -> BenchRun:
         data = _data_dir(config)
-        steps = config.max_turns or BENCHES[config.bench].max_steps
+        steps = config.max_turns or BENCHES[config.bench].max_turns
         asked = getattr(config, "episode_rules", None)
-        factory = lambda: make_env(env, data_dir=data, max_steps=steps, episode_rules=asked, **kwargs)  # noqa: E731
+        factory = lambda: make_env(env, data_dir=data, max_turns=steps, episode_rules=asked, **kwargs)  # noqa: E731
         probe = factory()
         try:
             tasks = probe.tasks(split, config.limit)
@@ -155,13 +155,13 @@ def _standard_error(values: list[float]) -> float:
 
 def _bfcl_prepare(config: Any) -> BenchRun:
     data = _data_dir(config)
-    steps = config.max_turns or BENCHES["bfcl-v3"].max_steps
+    steps = config.max_turns or BENCHES["bfcl-v3"].max_turns
     tasks: list[Task] = []
     for category in BFCL_CATEGORIES:
-        env = make_env("bfcl", data_dir=data, max_steps=steps, categories=[category])
+        env = make_env("bfcl", data_dir=data, max_turns=steps, categories=[category])
         tasks += env.tasks("test", config.limit)
         env.close()
-    factory = lambda: make_env("bfcl", data_dir=data, max_steps=steps, categories=list(BFCL_CATEGORIES))  # noqa: E731
+    factory = lambda: make_env("bfcl", data_dir=data, max_turns=steps, categories=list(BFCL_CATEGORIES))  # noqa: E731
     notes = [f"BFCL data: {data or 'the nvidia-bfcl package copy'}"]
     return BenchRun(factory, tasks, notes)
 
@@ -203,7 +203,7 @@ def _bfcl_single_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> t
 def _evalplus_prepare(config: Any) -> BenchRun:
     dataset, _, file, source = _EVALPLUS[config.bench]
     data = _require_dir(config, f"<{file} or its folder> (download it from the releases of {source})")
-    factory = lambda: make_env("code", data_dir=data, max_steps=1, dataset=config.bench, plus=True,  # noqa: E731
+    factory = lambda: make_env("code", data_dir=data, max_turns=1, dataset=config.bench, plus=True,  # noqa: E731
                                test_percent=100)
     probe = factory()
     return BenchRun(factory, probe.tasks("test", config.limit), [f"evalplus data: {probe.path}"])
@@ -404,7 +404,7 @@ def _livecodebench_prepare(config: Any) -> BenchRun:
         hub_dataset_id(config.data_dir, error=EnvError)
     kwargs = {"release": config.release, **({} if local else {"dataset": config.data_dir})}
     data = Path(config.data_dir) if local else None
-    factory = lambda: make_env("livecodebench", data_dir=data, max_steps=1, **kwargs)  # noqa: E731
+    factory = lambda: make_env("livecodebench", data_dir=data, max_turns=1, **kwargs)  # noqa: E731
     tasks = factory().tasks("test", config.limit)
     lo, hi = RELEASE_WINDOWS[config.release]
     grader = ("graded by LiveCodeBench's own testing_util (nvidia-livecodebench)" if official_testing_util()

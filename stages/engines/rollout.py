@@ -166,7 +166,7 @@ def play(
                 ep.restart = True
             else:
                 ep.restart = False
-            if result is not None and not result.done and len(ep.turns) < ep.env.max_steps:
+            if result is not None and not result.done and len(ep.turns) < ep.env.max_turns:
                 _advance(ep, gen, tokenizer)
                 still_live.append(ep)
                 continue

@@ -373,7 +373,7 @@ class AceBenchEnv:
 
     Args:
         data_dir: ACEBench's ``data_en`` folder.
-        max_steps: agent actions per episode (20 = ACEBench's 40 dialogue messages).
+        max_turns: agent actions per episode (20 = ACEBench's 40 dialogue messages).
         user_model: the simulated user's model; None: multi-step tasks only.
         episode_rules: ``"official"`` (ACEBench's) or ``"lenient"`` (module docstring).
 
@@ -384,11 +384,11 @@ class AceBenchEnv:
     name = "acebench"
     default_rules = "official"
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 20, user_model: str | None = None,
+    def __init__(self, data_dir: Path | None = None, max_turns: int = 20, user_model: str | None = None,
                  episode_rules: str = "official"):
         if episode_rules not in EPISODE_RULES:
             raise EnvError(f"acebench: episode_rules must be one of {', '.join(EPISODE_RULES)}, got {episode_rules!r}")
-        self.data_dir, self.max_steps, self.user_model = data_dir, max_steps, user_model
+        self.data_dir, self.max_turns, self.user_model = data_dir, max_turns, user_model
         self.episode_rules = episode_rules
         self._task: Task | None = None
         self._user = None
@@ -450,7 +450,7 @@ class AceBenchEnv:
                 self._steps.append([])
                 hint = Message(role="user", content=f"Your tool call could not be read ({err}). "
                                                     "Use the <tool_call> format.")
-                return self._finish([]) if len(self._steps) >= self.max_steps else StepResult([hint], info={"parse_error": str(err)})
+                return self._finish([]) if len(self._steps) >= self.max_turns else StepResult([hint], info={"parse_error": str(err)})
             calls = []  # upstream: a message that does not decode is no call
         if not calls:
             return self._no_call(action, turn)
@@ -459,7 +459,7 @@ class AceBenchEnv:
         self._called = True
         obs = [Message(role="tool", name=c.name, content=json.dumps(self.platform.call(c.name, c.args), default=str))
                for c in calls]
-        if len(self._steps) >= self.max_steps:
+        if len(self._steps) >= self.max_turns:
             return self._finish(calls)
         return StepResult(obs, tool_calls=calls)
 
@@ -472,12 +472,12 @@ class AceBenchEnv:
             if not official:
                 return self._finish([])
             self._texts.append(step_text(action, []))  # upstream records every multi-step message
-            if len(self._steps) >= self.max_steps:
+            if len(self._steps) >= self.max_turns:
                 return self._finish([])
             return StepResult([Message(role="user", content=NUDGE)])
         said = self._user.reply(action)
         ends = (turn > 1 and FINISH in said) if official else self._user.finished(said)
-        if ends or len(self._steps) >= self.max_steps:
+        if ends or len(self._steps) >= self.max_turns:
             return self._finish([])
         return StepResult([Message(role="user", content=said)])
 

@@ -51,10 +51,10 @@ class StepResult:
 
 
 class Environment(Protocol):
-    """One episode's environment. ``max_steps`` caps agent actions per episode (default 30)."""
+    """One episode's environment. ``max_turns`` caps agent actions per episode (default 30)."""
 
     name: str
-    max_steps: int
+    max_turns: int
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """Tasks of ``split`` ("train" | "test") in a deterministic order, at most ``limit``."""
@@ -89,7 +89,7 @@ def register(name: str) -> Callable[[EnvFactory], EnvFactory]:
     return ENVS.register(name)
 
 
-def make_env(name: str, data_dir: Path | None = None, max_steps: int = 30, episode_rules: str | None = None,
+def make_env(name: str, data_dir: Path | None = None, max_turns: int = 30, episode_rules: str | None = None,
              **kwargs: Any) -> Environment:
     """Build the environment registered as ``name``.
 
@@ -104,7 +104,7 @@ def make_env(name: str, data_dir: Path | None = None, max_steps: int = 30, episo
     if episode_rules is not None:
         check_episode_rules(name, episode_rules)
         kwargs["episode_rules"] = episode_rules
-    return factory(data_dir=data_dir, max_steps=max_steps, **kwargs)
+    return factory(data_dir=data_dir, max_turns=max_turns, **kwargs)
 
 
 def check_episode_rules(name: str, episode_rules: str | None) -> None:

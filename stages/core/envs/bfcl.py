@@ -136,7 +136,7 @@ class BFCLEnv:
 
     Args:
         data_dir: folder with BFCL-v3 files; default: the data shipped in the ``bfcl`` package.
-        max_steps: cap on agent actions per episode (multi-turn; exceeding it fails the episode).
+        max_turns: cap on agent actions per episode (multi-turn; exceeding it fails the episode).
         categories: subset of categories (``"simple"``, ``"base"``, ``"multi_turn_miss_func"`` ...).
         tools_in_prompt: write the function docs into the system prompt (BFCL prompting mode) in
             addition to ``Task.tools``; for chat templates without tool support.
@@ -147,10 +147,10 @@ class BFCLEnv:
 
     name = "bfcl"
 
-    def __init__(self, data_dir: Path | str | None = None, max_steps: int = 30,
+    def __init__(self, data_dir: Path | str | None = None, max_turns: int = 30,
                  categories: list[str] | str | None = None, tools_in_prompt: bool = False) -> None:
         self.data_dir = Path(data_dir) if data_dir is not None else None
-        self.max_steps = max_steps
+        self.max_turns = max_turns
         self.categories = _resolve_categories(categories)
         self.tools_in_prompt = tools_in_prompt
         self._task: Task | None = None
@@ -190,7 +190,7 @@ class BFCLEnv:
         meta = task.meta
         tools = task.tool_schemas if self.tools_in_prompt else None
         if meta.get("category") in MULTI_TURN:
-            self._multi = MultiTurnEpisode(task, self.max_steps, self.tools_in_prompt)
+            self._multi = MultiTurnEpisode(task, self.max_turns, self.tools_in_prompt)
             return opening_messages(meta["question"][0], tools)
         return opening_messages(meta["question"], tools)
 

@@ -257,17 +257,17 @@ class LiveCodeBenchEnv:
 
     Args:
         data_dir: release file or folder (see the module docstring).
-        max_steps: kept for the protocol; episodes always end after one action.
+        max_turns: kept for the protocol; episodes always end after one action.
         dataset: Hugging Face id or local dataset folder, used when ``data_dir`` is None.
         release: ``"v5"`` | ``"v6"`` | None (all problems).
     """
 
     name = "livecodebench"
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 1, dataset: str | None = None,
+    def __init__(self, data_dir: Path | None = None, max_turns: int = 1, dataset: str | None = None,
                  release: str | None = None):
         self.data_dir, self.dataset, self.release = data_dir, dataset, release
-        self.max_steps = max_steps
+        self.max_turns = max_turns
         self._task: Task | None = None
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
