@@ -7,7 +7,7 @@ STAMP := $(VENV)/.lopd-installed
 
 .PHONY: install isolation test demo clean-venv
 
-# OS isolation of model-written code (stages/core/isolation.py) needs bubblewrap: installed when
+# OS isolation of model-written code (stages/core/exec/isolation.py) needs bubblewrap: installed when
 # missing and possible (root with apt-get), else one note -- lopd then refuses to run model code
 # unless --unsafe-exec. setpriv and prlimit come with util-linux.
 INSTALL_BWRAP = command -v bwrap >/dev/null 2>&1 || { \
@@ -33,6 +33,7 @@ isolation:
 	@$(INSTALL_BWRAP)
 
 test: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest
 
 demo: $(STAMP)

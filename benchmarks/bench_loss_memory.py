@@ -3,7 +3,7 @@
 Issue 20, "Long sequences": synthetic logits (batch 1, every position supervised), forward and
 backward of
 
-- ``topm``: :func:`stages.core.losses.topm_tail_reverse_kl` (Eq. 9-10 of the LOPD paper, M=20,
+- ``topm``: :func:`stages.core.losses.lopd.topm_tail_reverse_kl` (Eq. 9-10 of the LOPD paper, M=20,
   its default chunking over positions), the loss LOPD's step calls;
 - ``full``: the straightforward full-vocabulary reverse KL: ``log_softmax`` over the whole
   vocabulary for student and teacher, ``sum_v p_S (log p_S - log p_T)`` per position, masked
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from stages.core.losses import DEFAULT_CHUNK_SIZE, topm_tail_reverse_kl
+from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, topm_tail_reverse_kl
 
 MIB = 2**20
 

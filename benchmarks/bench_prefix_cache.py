@@ -13,11 +13,11 @@ import argparse
 import time
 
 from stages.core.benches import BENCHES
-from stages.core.policy import load_policy
-from stages.core.rollout import RolloutStats, play
+from stages.core.models.backbone import load_policy
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.engines.rollout import RolloutStats, play
 from stages.evaluate import EvaluateConfig
 
 

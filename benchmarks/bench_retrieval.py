@@ -3,7 +3,7 @@
 Synthetic data, no model: 384-d unit vectors drawn around 256 random centres (real sentence
 embeddings are clustered; uniform random vectors in 384-d are all nearly equidistant, which
 makes ANN recall meaningless). Queries are fresh draws around the same centres. The tables use
-the production ``embeddings`` schema, index and query settings of :mod:`stages.core.retrieval`.
+the production ``embeddings`` schema, index and query settings of :mod:`stages.core.data.retrieval`.
 
 Usage: ``PYTHONPATH=. python benchmarks/bench_retrieval.py [--sizes 1000 10000 100000] [--queries 100]``.
 Prints a markdown table.
@@ -18,14 +18,14 @@ from typing import get_args
 import numpy as np
 import pyarrow as pa
 
-from stages.core.retrieval import (
+from stages.core.data.retrieval import (
     ANN_INDEX_TYPE,
     AnnIndex,
     create_ann_index,
     embeddings_schema,
     vector_query,
 )
-from stages.core.store import ExperienceStore
+from stages.core.data.store import ExperienceStore
 
 DIM = 384
 CENTRES = 256

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from stages.core import isolation, sandbox
+from stages.core.exec import isolation, sandbox
 
 
 _REQUIRE = isolation.require

@@ -3,7 +3,7 @@
 Builds a randomly initialised model of the shape of Qwen3-4B, Qwen3-8B or SmolLM2-135M from its
 config numbers and a word-level tokenizer over its vocabulary (each id is a word ``w<hex id>``:
 random words are random token ids), then runs warm-up + timed steps of one method through the
-project's own code: rollouts with ``stages.core.rollout.play`` on the ``hf`` engine (one-turn
+project's own code: rollouts with ``stages.engines.rollout.play`` on the ``hf`` engine (one-turn
 episodes, reward = parity of the answer's word count; the engine's prefix cache as distill sets it), ``training_rows``, the method's
 ``prepare`` / ``loss`` / ``after_step`` (composer, teacher, losses), AdamW and the engine's
 weight sync. The update loop mirrors ``Distiller._update`` (``stages.distill`` is not imported: it
@@ -43,16 +43,16 @@ from unittest import mock
 import torch
 from torch import nn
 
-import stages.core.models
-import stages.core.policy
 from schemas import Message, Task, Trajectory, Turn
-from stages.core.composer import Composer, base_model, enable_activation_checkpointing, save_composer
-from stages.core.contexts import training_rows
+from stages.core.data.rows import training_rows
 from stages.core.envs.base import StepResult
-from stages.core.policy import resolve_device_dtype
-from stages.core.rollout import RolloutStats, play
+import stages.core.models.assembly
+import stages.core.models.backbone
+from stages.core.models.backbone import resolve_device_dtype
+from stages.core.models.composer import Composer, base_model, enable_activation_checkpointing, save_composer
 from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.engines.rollout import RolloutStats, play
 from stages.methods import StepBatch, StepContext, get_method
 
 # config.json numbers of the public checkpoints (hidden size, layers, heads, kv heads, MLP width, vocab)
@@ -138,7 +138,7 @@ class OneTurnEnv:
     """One action per episode; reward 1 when the answer has an even number of words. The
     opening is ``system`` (when not empty) and the task text as the user message."""
 
-    max_steps = 1
+    max_turns = 1
 
     def __init__(self, system: str = ""):
         self.system = system
@@ -333,9 +333,9 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
         spare.append(composer.backbone.unload())  # the plain model again, for load_models
         options = {"composer": str(scratch / "composer0"), "J": args.J, "K": args.K, "M": args.M}
     options = method_cls.resolve_options(method_cls.Options(**options))
-    with mock.patch.object(stages.core.models, "load_policy", load), \
-            mock.patch.object(stages.core.policy, "load_policy", load), \
-            mock.patch.object(stages.core.models, "resolve_model", lambda name: name):  # no such model on disk
+    with mock.patch.object(stages.core.models.assembly, "load_policy", load), \
+            mock.patch.object(stages.core.models.backbone, "load_policy", load), \
+            mock.patch.object(stages.core.models.assembly, "resolve_model", lambda name: name):  # no such model on disk
         method = method_cls(options, config, None, {})
     student = method.student
     if config.activation_checkpointing:  # as Distiller does; a composer method did it on its backbone
@@ -495,7 +495,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-4b")
     parser.add_argument("--method", choices=METHODS, default="lopd")
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available, else cpu)")
-    parser.add_argument("--dtype", choices=stages.core.policy.DTYPES, help="(default: bfloat16 on cuda, else float32)")
+    parser.add_argument("--dtype", choices=stages.core.models.backbone.DTYPES,
+                        help="(default: bfloat16 on cuda, else float32)")
     parser.add_argument("--prompt-len", type=int, default=2048, help="prompt words (= tokens) per task")
     parser.add_argument("--task-len", type=int, help="words of the task text (default: the whole prompt); the "
                         "rest of the prompt is a system message shared by all tasks")

@@ -17,7 +17,7 @@ sequence then mean over sequences; backward; gradient clipping at 1.0; one AdamW
   backward, clipping, optimizer).
 - ``lopd-opsd``: lopd's OPSD (``stages.methods.opsd``, ``reduction=sequence`` like TRL),
   ``Distiller.train_step``: rollout through lopd's engine in a one-turn environment, the
-  reference lookup in the store, the loss (:func:`stages.core.losses_kd.generalized_jsd`, beta 0),
+  reference lookup in the store, the loss (:func:`stages.core.losses.kd.generalized_jsd`, beta 0),
   backward, optimizer, the engine's weight sync and the store append with its MiniLM embedding.
 - ``lopd-lopd``: lopd's LOPD step on the same rows (an untrained cold-start composer, J=3
   retrieved references, K=32 latents, top-M=20 + tail reverse KL, margin, anchor): what the
@@ -81,7 +81,7 @@ class SelfDistillEnv:
 
     name = BENCH_ENV
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 1) -> None:
+    def __init__(self, data_dir: Path | None = None, max_turns: int = 1) -> None:
         self.prompts = json.loads((Path(data_dir) / TASKS_FILE).read_text())["prompts"]
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
@@ -163,12 +163,13 @@ def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
     seeded store per lopd worker (references indexed with MiniLM), a fresh composer for LOPD;
     returns the spec and the token counts of the prompts."""
     import torch
-    from stages.core.composer import Composer, save_composer
-    from stages.core.contexts import privileged_prefix, training_rows
-    from stages.core.policy import load_policy, resolve_model
-    from stages.core.retrieval import index_new, load_embedder
-    from stages.core.store import ExperienceStore
-    from stages.methods._reference import demonstration_text
+    from stages.core.data.retrieval import index_new, load_embedder
+    from stages.core.data.rows import training_rows
+    from stages.core.data.store import ExperienceStore
+    from stages.core.latent.privileged import privileged_prefix
+    from stages.core.models.backbone import load_policy, resolve_model
+    from stages.core.models.composer import Composer, save_composer
+    from stages.methods._text_context import demonstration_text
     from stages.methods.opsd import SYSTEM_FRAMING
 
     model_path = resolve_model(args.model)

@@ -101,7 +101,7 @@ def _float32_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 def _positions_logits(model, prompt: list[int], ids: list[int], adapter: str | None = None) -> torch.Tensor:
     """(n, V) float logits of ``model`` predicting each of ``ids`` after ``prompt``."""
-    from stages.core.composer import adapter_scope
+    from stages.core.models.composer import adapter_scope
 
     device = next(model.parameters()).device
     with torch.no_grad(), adapter_scope(model, adapter):
@@ -174,7 +174,7 @@ def _engine(s: Setup, model, adapter: str | None = None):
 def check_full_sync(s: Setup) -> tuple[bool, str]:
     """Level-2 sleep -> sync -> wake -> reload; greedy against the updated model's float32 argmax."""
     _need_vllm()
-    from stages.core.policy import load_policy
+    from stages.core.models.backbone import load_policy
 
     model, _ = load_policy(s.model, dtype=s.dtype, device=s.device)
     engine = _engine(s, model)
@@ -195,7 +195,7 @@ def check_logprobs(s: Setup) -> tuple[bool, str]:
     from stages.engines.vllm import vllm_sampling_kwargs
 
     if "full" not in s.shared:
-        from stages.core.policy import load_policy
+        from stages.core.models.backbone import load_policy
 
         model = load_policy(s.model, dtype=s.dtype, device=s.device)[0]
         s.shared["full"] = (model, _engine(s, model))
@@ -240,8 +240,8 @@ def check_logprobs(s: Setup) -> tuple[bool, str]:
 def check_lora_cycles(s: Setup) -> tuple[bool, str]:
     """N sync/sleep/wake cycles of a LoRA student started beside a trainer with optimizer state."""
     _need_vllm()
-    from stages.core.composer import add_lora_adapter
-    from stages.core.policy import load_policy
+    from stages.core.models.backbone import load_policy
+    from stages.core.models.composer import add_lora_adapter
 
     if "full" in s.shared:  # the full-fine-tuning engine gives its GPU memory back first
         s.shared["full"][1].sleep()
@@ -287,7 +287,7 @@ def _grad_norm(params) -> float:
 def _parity_rows(tokenizer, J: int):
     """Fixed LOPD rows (one action each) and J successful experiences per row."""
     from schemas import Message, Trajectory, Turn
-    from stages.core.contexts import training_rows
+    from stages.core.data.rows import training_rows
 
     def traj(i: int, prompt: str, action: str, reward: float) -> Trajectory:
         return Trajectory(trajectory_id=f"t{i}", task_id=f"task{i}", env="parity", split="train", prompt=prompt,
@@ -309,8 +309,8 @@ def check_bf16_parity(s: Setup) -> tuple[bool, str]:
     """One LOPD loss + backward of the tiny model, float32 against bfloat16 from the same weights."""
     from types import SimpleNamespace
 
-    from stages.core.composer import Composer, save_composer
-    from stages.core.policy import load_policy
+    from stages.core.models.backbone import load_policy
+    from stages.core.models.composer import Composer, save_composer
     from stages.methods import get_method
     from tests.tiny import save_tiny
 
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     args = parser.parse_args(argv)
     if not args.dry_run and not torch.cuda.is_available():
         parser.error("no CUDA GPU visible: run with --dry-run on the CPU")
-    from stages.core.policy import load_tokenizer
+    from stages.core.models.backbone import load_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="lopd-gpu-check-") as tmp:
         scratch = Path(tmp)

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from stages.core.retrieval import Retriever
-from stages.core.store import ExperienceStore
+from stages.core.data.retrieval import Retriever
+from stages.core.data.store import ExperienceStore
 from stages.index import IndexConfig, run
 
 

@@ -57,9 +57,9 @@ def _root(
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
+    from stages.core.data.store import StoreError
     from stages.core.envs import EnvError
-    from stages.core.isolation import IsolationUnavailable
-    from stages.core.store import StoreError
+    from stages.core.exec.isolation import IsolationUnavailable
 
     return (EnvError, StoreError, ValidationError, FileNotFoundError, ValueError, IsolationUnavailable)
 
@@ -302,7 +302,7 @@ def distill(
     flags = {**given, **parse_options(option)}
     run_config = settings(flags, config, resume)
     if nproc > 1:  # every check that needs no model, here, before torchrun starts N processes
-        from stages.core import distributed
+        from stages.core.run import distributed
         from stages.distill_checks import preflight
 
         preflight(run_config, world_size=nproc)

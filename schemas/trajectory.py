@@ -161,7 +161,7 @@ class Trajectory(_Frozen):
         run_id, git_commit, created_at: provenance.
         info: JSON object with environment-specific scoring details.
         tokenizer: fingerprint of the tokenizer whose ids the turns hold
-            (:func:`stages.core.chat.tokenizer_fingerprint`); "" when they hold none. Training
+            (:func:`stages.core.text.chat.tokenizer_fingerprint`); "" when they hold none. Training
             with another tokenizer re-tokenizes the text instead of using the ids.
     """
 

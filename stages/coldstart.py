@@ -23,16 +23,16 @@ Data protocol:
   with ``exclude_same_task``), as at deployment: NLL with (a) no latents, (b) the untrained
   composer (same seeded init), (c) the trained composer.
 
-The run is a recipe on the run-folder helpers distill uses (:mod:`stages.core.runs`,
-:mod:`stages.core.checkpoint`): :class:`Coldstart` sets the run up (folder, data, model,
+The run is a recipe on the run-folder helpers distill uses (:mod:`stages.core.run.runs`,
+:mod:`stages.core.run.checkpoint`): :class:`Coldstart` sets the run up (folder, data, model,
 composer, optimizer, resume), takes loss steps (:meth:`Coldstart.loss_step`), trains
 (:meth:`Coldstart.train`) and checkpoints (:meth:`Coldstart.save_checkpoint`). Data:
 :mod:`stages.coldstart_data`; held-out evaluation and the NLL: :mod:`stages.coldstart_eval`.
 
 Outputs in ``out/``: ``config.json`` and ``manifest.json`` (run-folder rules:
-:mod:`stages.core.runs`), ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
+:mod:`stages.core.run.runs`), ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
 (composer + optimizer + RNG states, written atomically, last two kept), ``final/`` (the
-composer, :func:`stages.core.composer.save_composer`), ``heldout.json``.
+composer, :func:`stages.core.models.composer.save_composer`), ``heldout.json``.
 """
 from __future__ import annotations
 
@@ -40,10 +40,9 @@ import hashlib
 import math
 import time
 from pathlib import Path
-from typing import Literal
 
 import torch
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -57,17 +56,17 @@ from rich.table import Table
 
 from stages.coldstart_data import ColdstartData, split_targets, successful_trajectories
 from stages.coldstart_eval import HeldoutResult, action_nll, evaluate_heldout
-from stages.core.checkpoint import CHECKPOINTS, OPTIMIZER_FILE, read_state, restore_rng, write_checkpoint
-from stages.core.composer import (
+from stages.coldstart_settings import ColdstartConfig
+from stages.core.run.checkpoint import CHECKPOINTS, OPTIMIZER_FILE, read_state, restore_rng, write_checkpoint
+from stages.core.models.composer import (
     Composer, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
 )
-from stages.core.models import load_composer
-from stages.core.policy import DType
-from stages.core.resources import peak_rss_mb, release_free_memory, rss_mb
-from stages.core.runs import (
+from stages.core.models.assembly import load_composer
+from stages.core.run.resources import peak_rss_mb, release_free_memory, rss_mb
+from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, freeze_config, read_metrics, start_run, truncate_metrics,
 )
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.store import ExperienceStore, StoreError
 
 FINAL = "final"
 HELDOUT = "heldout.json"
@@ -80,67 +79,6 @@ _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "dep
              "max_exp_tokens", "max_len", "placement", "heldout_fraction", "exclude_same_task",
              "seed", "env", "grad_clip"]
 _SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
-
-
-class ColdstartConfig(BaseModel):
-    """Settings of one `lopd coldstart` run (the CLI flags, validated).
-
-    Attributes:
-        experiences: experience store (indexed with `lopd index`).
-        out: output folder.
-        model: backbone (``smollm2-135m``, HF id or local folder).
-        steps, lr, batch_size: AdamW steps (constant lr, no weight decay), targets per step.
-        J, K, depth, lora_rank, max_exp_tokens: composer (experiences per target, latents per
-            experience, QFormer block applications, composer LoRA rank, token cap of one experience).
-        qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
-        max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
-        placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
-            (before each action, Eq. 8) or ``framed`` (inside the first user message between
-            framing texts, A.4; :mod:`stages.core.framing`).
-        heldout_fraction: share of the tasks held out for evaluation.
-        exclude_same_task: retrieve no trajectory of the target's own task (module docstring).
-        checkpoint_every, eval_every: steps between checkpoints / held-out evaluations.
-        seed: seeds the composer init, the task split and the batch order.
-        resume: continue from the latest checkpoint in ``out``; only ``steps``,
-            ``checkpoint_every``, ``eval_every``, ``max_len``, ``device``, ``dtype`` and the
-            spelling of paths may change (:mod:`stages.core.runs`).
-        env: use only this environment's trajectories (None = all).
-        activation_checkpointing: recompute the backbone layers in backward (less memory);
-            also accepted as ``grad_checkpointing``.
-        grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
-        device, dtype: where the backbone and composer live and the backbone's dtype (None:
-            CUDA in bfloat16 when a GPU is visible, else the CPU in float32;
-            :func:`stages.core.policy.resolve_device_dtype`).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    experiences: str
-    out: str
-    model: str = "smollm2-135m"
-    steps: int = Field(default=200, ge=1)
-    lr: float = Field(default=1e-4, gt=0)
-    batch_size: int = Field(default=2, ge=1)
-    J: int = Field(default=3, ge=1)
-    K: int = Field(default=32, ge=1)
-    depth: int = Field(default=8, ge=1)
-    qformer_shared: bool = True
-    lora_rank: int = Field(default=8, ge=1)
-    max_exp_tokens: int = Field(default=256, ge=1)
-    max_len: int = Field(default=1024, ge=2)
-    placement: Literal["prefix", "per-turn", "framed"] = "prefix"
-    heldout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
-    exclude_same_task: bool = True
-    checkpoint_every: int = Field(default=50, ge=1)
-    eval_every: int = Field(default=50, ge=1)
-    seed: int = 0
-    resume: bool = False
-    env: str | None = None
-    activation_checkpointing: bool = Field(
-        default=True, validation_alias=AliasChoices("activation_checkpointing", "grad_checkpointing"))
-    grad_clip: float | None = Field(default=1.0, gt=0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
-    device: str | None = None
-    dtype: DType | None = None
 
 
 class ColdstartReport(BaseModel):
@@ -215,7 +153,7 @@ class Coldstart:
     """One `lopd coldstart` run: set up on construction, then :meth:`run`.
 
     Setup, in this order (a failure leaves no run behind: the frozen config is written last):
-    the run folder (:func:`stages.core.runs.open_run`), the store's successes, the backbone,
+    the run folder (:func:`stages.core.run.runs.open_run`), the store's successes, the backbone,
     the targets and their task split, the composer (fresh at its seeded init, or the latest
     checkpoint's), the optimizer and the resume point.
 
@@ -232,8 +170,8 @@ class Coldstart:
     """
 
     def __init__(self, config: ColdstartConfig, console: Console | None = None, embedder=None):
-        from stages.core.retrieval import Retriever
-        from stages.core.resources import check_experience_count
+        from stages.core.data.retrieval import Retriever
+        from stages.core.run.resources import check_experience_count
 
         self.config, self.console = config, console or Console()
         self.t_start = time.perf_counter()
@@ -260,8 +198,8 @@ class Coldstart:
 
     def _load_backbone(self):
         """Load the backbone and tokenizer; check a step's memory. Returns the model."""
-        from stages.core.policy import DEFAULT_MODEL, load_policy, resolve_device_dtype, resolve_model
-        from stages.core.resources import check_step_memory, shape_of
+        from stages.core.models.backbone import DEFAULT_MODEL, load_policy, resolve_device_dtype, resolve_model
+        from stages.core.run.resources import check_step_memory, shape_of
 
         c = self.config
         # the name, not this machine's cache path, for the embedded default backbone
@@ -294,7 +232,7 @@ class Coldstart:
 
     def _build_composer(self, model, ckpt: Path | None) -> None:
         """The composer (fresh or the checkpoint's), its untrained phi, the backbone digest, the optimizer."""
-        from stages.core.policy import disable_dropout
+        from stages.core.models.backbone import disable_dropout
 
         c = self.config
         if ckpt is None:

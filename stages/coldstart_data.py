@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from schemas import Trajectory
-from stages.core.chat import action_spans, tokenize_for_training
-from stages.core.contexts import LatentBatch, build_batch, lookup_tools, retrieve_experiences
-from stages.core.placements import get_placement
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.store import ExperienceStore, StoreError
+from stages.core.latent.contexts import LatentBatch, build_batch, lookup_tools, retrieve_experiences
+from stages.core.latent.placements import get_placement
+from stages.core.text.chat import action_spans, tokenize_for_training
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from stages.coldstart import ColdstartConfig
-    from stages.core.retrieval import Retriever
+    from stages.coldstart_settings import ColdstartConfig
+    from stages.core.data.retrieval import Retriever
 
 
 def split_tasks(task_ids: set[str], heldout_fraction: float, seed: int) -> tuple[set[str], set[str]]:
@@ -44,9 +44,9 @@ class ColdstartData:
     """Cached retrievals and tool schemas of coldstart targets, and their batches.
 
     Args:
-        retriever: :class:`stages.core.retrieval.Retriever` over the experience store.
+        retriever: :class:`stages.core.data.retrieval.Retriever` over the experience store.
         tokenizer: the backbone's tokenizer.
-        config: the run's :class:`stages.coldstart.ColdstartConfig` (J, token caps,
+        config: the run's :class:`stages.coldstart_settings.ColdstartConfig` (J, token caps,
             ``exclude_same_task``, ``placement``).
         heldout_tasks: task ids whose trajectories never serve as training experiences.
     """
@@ -81,7 +81,7 @@ class ColdstartData:
         return [self._tools[t.trajectory_id] for t in trajs]
 
     def batch(self, trajs: list[Trajectory], heldout: bool, device: str) -> LatentBatch:
-        """The :class:`stages.core.contexts.LatentBatch` of ``trajs`` on ``device``."""
+        """The :class:`stages.core.latent.contexts.LatentBatch` of ``trajs`` on ``device``."""
         return build_batch(
             self.tokenizer, trajs, self.experiences(trajs, heldout), J=self.config.J,
             max_exp_tokens=self.config.max_exp_tokens, max_len=self.config.max_len,

@@ -16,11 +16,11 @@ import torch
 from pydantic import BaseModel
 
 from schemas import Trajectory
-from stages.core.composer import Composer
-from stages.core.contexts import LatentBatch, build_batch, shift_for_loss
-from stages.core.losses import masked_nll
-from stages.core.placements import get_placement
-from stages.core.teacher import latent_teacher_logits
+from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
+from stages.core.latent.placements import get_placement
+from stages.core.latent.teacher import latent_teacher_logits
+from stages.core.losses.lopd import masked_nll
+from stages.core.models.composer import Composer
 
 
 class HeldoutResult(BaseModel):
@@ -45,11 +45,11 @@ def action_nll(composer: Composer, batch: LatentBatch, placement: str, latents: 
                ) -> tuple[torch.Tensor, dict[str, float]]:
     """Masked NLL of the batch's action tokens under the teacher, with c_phi or without latents.
 
-    The teacher forward is :func:`stages.core.teacher.latent_teacher_logits` (LOPD's); without
+    The teacher forward is :func:`stages.core.latent.teacher.latent_teacher_logits` (LOPD's); without
     latents no vector is spliced in (the plain backbone, every adapter disabled).
 
     Returns:
-        ``(loss, metrics)`` of :func:`stages.core.losses.masked_nll` (``nll``, ``num_tokens``).
+        ``(loss, metrics)`` of :func:`stages.core.losses.lopd.masked_nll` (``nll``, ``num_tokens``).
     """
     if latents:
         c_phi = composer(batch.exp_ids_BJL, batch.exp_mask_BJL)

@@ -15,14 +15,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas import Trajectory
-from stages.core import isolation
+from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
-from stages.core.policy import DType
-from stages.core.provenance import config_run_id, git_commit, write_manifest
-from stages.core.rollout import RolloutStats, play
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.exec import isolation
+from stages.core.models.backbone import DType
+from stages.core.run.provenance import config_run_id, git_commit, write_manifest
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.engines.rollout import RolloutStats, play
 
 
 class CollectConfig(BaseModel):
@@ -30,7 +30,7 @@ class CollectConfig(BaseModel):
 
     ``max_turns`` (agent actions per episode) is also accepted under its former name ``max_steps``.
     ``device`` / ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32
-    (:func:`stages.core.policy.resolve_device_dtype`); neither is part of the run id.
+    (:func:`stages.core.models.backbone.resolve_device_dtype`); neither is part of the run id.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -57,7 +57,7 @@ class CollectConfig(BaseModel):
     resume: bool = False
     reference: bool = False
     unsafe_exec: bool = False  # run model code even where it cannot be isolated
-    allow_overlap: bool = False  # train-split tasks an evaluation benchmark scores (stages.core.leakage)
+    allow_overlap: bool = False  # train-split tasks an evaluation benchmark scores (stages.leakage)
 
 
 class CollectReport(BaseModel):
@@ -86,16 +86,16 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         EnvError: unknown environment or unusable task data.
     """
     from stages.core.envs import EnvError
-    from stages.core.leakage import check_train_tasks
-    from stages.core.policy import load_policy, load_tokenizer
+    from stages.core.models.backbone import load_policy, load_tokenizer
     from stages.engines import SamplingParams, make_engine
+    from stages.leakage import check_train_tasks
 
     isolation.prepare(config.env, config.unsafe_exec)
     console = console or Console()
     run_keys = _RUN_KEYS + (["episode_rules"] if config.episode_rules else [])  # ids of earlier runs unchanged
     run_id = config.run_id or config_run_id("collect", config, run_keys)
     data_dir = Path(config.data_dir) if config.data_dir else None
-    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_steps=config.max_turns,
+    env_factory = lambda: make_env(config.env, data_dir=data_dir, max_turns=config.max_turns,
                                    episode_rules=config.episode_rules)  # noqa: E731
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)

@@ -3,17 +3,17 @@
 Each step: the CURRENT student rolls out ``group_size`` trajectories on each of
 ``tasks_per_step`` training tasks (seeded task order) through one rollout engine kept for the
 whole run (synced after every update); the trajectories become training rows of exactly the
-sampled token ids (:func:`stages.core.contexts.training_rows`); the method (``--method``,
+sampled token ids (:func:`stages.core.data.rows.training_rows`); the method (``--method``,
 :mod:`stages.methods`) attaches its privileged context to each row, gives the loss of each
 micro-batch (gradients accumulated exactly) and acts after the optimizer step (LOPD: the dual
 update of beta); the step's trajectories join the store and are embedded (memory grows); a
 checkpoint is written every ``checkpoint_every`` steps.
 
-Checkpoints: :mod:`stages.core.checkpoint`; run-folder rules (resume, frozen config, metrics):
-:mod:`stages.core.runs`; store consistency under SIGKILL: :mod:`stages.core.memory`.
+Checkpoints: :mod:`stages.core.run.checkpoint`; run-folder rules (resume, frozen config, metrics):
+:mod:`stages.core.run.runs`; store consistency under SIGKILL: :mod:`stages.core.data.experience_rows`.
 Data-parallel training over N processes (``torchrun`` / ``lopd distill --nproc N``):
-:mod:`stages.core.distributed` (one process = the loop exactly as without it); a fully
-fine-tuned student sharded over them (``--shard fsdp``): :mod:`stages.core.sharding`.
+:mod:`stages.core.run.distributed` (one process = the loop exactly as without it); a fully
+fine-tuned student sharded over them (``--shard fsdp``): :mod:`stages.core.run.sharding`.
 """
 from __future__ import annotations
 
@@ -28,22 +28,23 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from schemas import Task, Trajectory
-from stages.core import checkpoint as ckpt
-from stages.core import distributed, memory, resources, runs, sharding
-from stages.core.composer import base_model, enable_activation_checkpointing
-from stages.core.contexts import training_rows
+from stages.core.data import experience_rows
+from stages.core.data.retrieval import Retriever, embeddings_info, index_new, load_embedder
+from stages.core.data.rows import training_rows
+from stages.core.data.store import ExperienceStore
 from stages.core.envs import make_env
-from stages.core.models import save_final, save_student
-from stages.core.policy import disable_dropout, resolve_device_dtype
-from stages.core.provenance import git_commit
-from stages.core.retrieval import Retriever, embeddings_info, index_new, load_embedder
-from stages.core.rollout import RolloutStats, play
-from stages.core.store import ExperienceStore
-from stages.core.tracking import RunLogger
-from stages.engines import SamplingParams, make_engine
-from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.core.models.assembly import save_final, save_student
+from stages.core.models.backbone import disable_dropout, resolve_device_dtype
+from stages.core.models.composer import base_model, enable_activation_checkpointing
+from stages.core.run import checkpoint as ckpt
+from stages.core.run import distributed, resources, runs, sharding
+from stages.core.run.provenance import git_commit
+from stages.core.run.tracking import RunLogger
 from stages.distill_checks import preflight
 from stages.distill_settings import DistillConfig
+from stages.engines import SamplingParams, make_engine
+from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.engines.rollout import RolloutStats, play
 from stages.methods import Method, StepBatch, StepContext, get_method
 
 COMMON_FIELDS = (
@@ -96,7 +97,7 @@ class Distiller:
     (:class:`stages.methods.Student`), ``step``.
 
     Under torchrun (``WORLD_SIZE`` > 1) it is one rank of a data-parallel run
-    (:mod:`stages.core.distributed`, attribute ``world``): rank 0 checks and writes the run
+    (:mod:`stages.core.run.distributed`, attribute ``world``): rank 0 checks and writes the run
     folder and the store, every rank builds the same models and takes the same updates.
 
     Raises:
@@ -139,7 +140,7 @@ class Distiller:
         if self.world.is_main:
             self.store = ExperienceStore.open(config.store, create=config.new_store)
             if self.resuming:  # back to the store and metrics exactly as at the checkpoint
-                dropped = memory.drop_rows_after(self.store, config.run_id, self.step)
+                dropped = experience_rows.drop_rows_after(self.store, config.run_id, self.step)
                 runs.truncate_metrics(self.out / runs.METRICS_FILE, self.step)
                 self.console.print(f"[bold]distill[/] resuming run {config.run_id} after step {self.step}"
                                    f" ({resume_from or 'no checkpoint'}); removed {dropped} stale rows")
@@ -219,7 +220,7 @@ class Distiller:
         seed = c.seed * 1_000_003 + step * 10_007 + self.world.rank * RANK_SEED_STRIDE
         params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                                 max_new_tokens=c.max_new_tokens, seed=seed)
-        factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_steps=c.max_turns,
+        factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_turns=c.max_turns,
                                    episode_rules=c.episode_rules)  # noqa: E731
         self.student.model.eval()
         with self.shard.gathered() if self.shard else contextlib.nullcontext():
@@ -228,9 +229,9 @@ class Distiller:
                                samples_per_task=c.group_size, params=params, policy_id=c.model,
                                run_id=c.run_id, git_commit=self.commit, max_concurrent=c.rollout_batch,
                                stats=stats))
-        return memory.tag_step_rows(distributed.gather_lists(played, self.world), c.run_id, step)
+        return experience_rows.tag_step_rows(distributed.gather_lists(played, self.world), c.run_id, step)
 
-    def _memory(self) -> Retriever | None:
+    def _retriever(self) -> Retriever | None:
         return Retriever(self.store, self.embedder) if embeddings_info(self.store) is not None else None
 
     def train_step(self, step: int) -> dict:
@@ -261,7 +262,7 @@ class Distiller:
         rows, skipped = training_rows(self.student.tokenizer, [t for t in trajectories if t.turns],
                                       max_len=c.max_len)  # failed resets hold no action token
         batch = StepBatch(rows, trajectories)
-        batch.extras = self.method.prepare(batch, StepContext(self.store, self._memory(), self.engine, step))
+        batch.extras = self.method.prepare(batch, StepContext(self.store, self._retriever(), self.engine, step))
         if hasattr(self.engine, "sleep"):  # vllm: its GPU memory goes to the update; generate wakes it
             self.engine.sleep()
         self._phases = dict.fromkeys(("forward_s", "backward_s", "optimizer_s"), 0.0)
@@ -285,7 +286,8 @@ class Distiller:
         sync_s = time.perf_counter() - t_sync
         t_memory = time.perf_counter()
         if self.world.is_main:
-            self.rows_added += memory.append_step(self.store, trajectories, self.embedder, field=self.index_field)
+            self.rows_added += experience_rows.append_step(self.store, trajectories, self.embedder,
+                                                           field=self.index_field)
         distributed.barrier(self.world)  # the next step's retrieval on every rank sees these rows
         memory_s = time.perf_counter() - t_memory
         resources.release_free_memory()  # freed activations back to the OS: RSS stays flat over steps

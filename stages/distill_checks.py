@@ -15,15 +15,15 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from schemas import Task
-from stages.core import distributed, runs
+from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import make_env
-from stages.core.leakage import check_train_tasks
-from stages.core.policy import DEFAULT_MODEL, resolve_model
-from stages.core.sharding import check_shard
-from stages.core.store import ExperienceStore, StoreError
-from stages.core.tracking import check_logger
+from stages.core.models.backbone import DEFAULT_MODEL, resolve_model
+from stages.core.run import distributed, runs
+from stages.core.run.sharding import check_shard
+from stages.core.run.tracking import check_logger
 from stages.distill_settings import DistillConfig
 from stages.engines import check_engine
+from stages.leakage import check_train_tasks
 from stages.methods import get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
@@ -42,7 +42,7 @@ class Checked:
             (the saved one, else a fresh ``distill-<12 hex>``).
         options: the method's validated options (``config.options`` as the Options model).
         tasks: the environment's train tasks (non-empty).
-        folder: the run folder check (:func:`stages.core.runs.open_run`); None off the main process.
+        folder: the run folder check (:func:`stages.core.run.runs.open_run`); None off the main process.
     """
 
     config: DistillConfig
@@ -77,7 +77,7 @@ def train_tasks(config: DistillConfig) -> list[Task]:
         ValueError: no train tasks; tasks an evaluation benchmark scores (without ``allow_overlap``).
     """
     data_dir = Path(config.data_dir) if config.data_dir else None
-    probe = make_env(config.env, data_dir=data_dir, max_steps=config.max_turns, episode_rules=config.episode_rules)
+    probe = make_env(config.env, data_dir=data_dir, max_turns=config.max_turns, episode_rules=config.episode_rules)
     try:
         tasks = probe.tasks("train")
     finally:

@@ -11,8 +11,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from stages.core.envs.envscaler_rules import EpisodeRules
-from stages.core.policy import DType
-from stages.core.tracking import Logger
+from stages.core.models.backbone import DType
+from stages.core.run.tracking import Logger
 from stages.methods import get_method, known_methods
 from stages.settings import accepted_names, read_settings, resolve
 
@@ -32,7 +32,7 @@ class DistillConfig(BaseModel):
     prompt alone fills it is skipped and counted); ``micro_batch`` = training rows per
     forward/backward; ``embedder`` None = the store's; ``max_turns`` (``max_steps`` in older
     config files) caps an episode's actions; ``device`` / ``dtype`` None = CUDA in bfloat16 when
-    a GPU is visible, else the CPU in float32 (:func:`stages.core.policy.resolve_device_dtype`;
+    a GPU is visible, else the CPU in float32 (:func:`stages.core.models.backbone.resolve_device_dtype`;
     kept None in the frozen config, so a resumed run picks its machine's).
     """
 
@@ -72,9 +72,9 @@ class DistillConfig(BaseModel):
     grad_clip: float = Field(1.0, ge=0.0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
     run_id: str | None = None
     resume: bool = False
-    allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.core.leakage)
+    allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.leakage)
     new_store: bool = False  # start an empty store at ``store`` when none is there (else refused)
-    shard: Literal["none", "fsdp"] = "none"  # fsdp: shard a fully fine-tuned student (stages.core.sharding)
+    shard: Literal["none", "fsdp"] = "none"  # fsdp: shard a fully fine-tuned student (stages.core.run.sharding)
 
     @model_validator(mode="before")
     @classmethod

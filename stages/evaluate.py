@@ -28,16 +28,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas import Trajectory
-from stages.core import isolation
 from stages.core.benches import BENCHES
 from stages.core.envs import EnvError, check_episode_rules
 from stages.core.envs.envscaler_rules import EpisodeRules
-from stages.core.policy import DType
-from stages.core.provenance import git_commit
+from stages.core.exec import isolation
+from stages.core.models.backbone import DType
+from stages.core.run.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
-BenchName = Literal["bfcl-v3", "bfcl-single", "humaneval-plus", "mbpp-plus", "acebench", "envscaler", "lopd-bed",
-                    "lopd-bed-transfer", "livecodebench"]
+BenchName = Literal[tuple(BENCHES.names())]  # the names of the bench registry
 
 
 class EvaluateConfig(BaseModel):
@@ -55,7 +54,7 @@ class EvaluateConfig(BaseModel):
     generates with transformers (``hf``) or vLLM (``vllm``: the model folder served by vLLM on a
     GPU, no transformers copy loaded, so no ``reference_nll``; not with ``composer``).
     ``device`` / ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32
-    (:func:`stages.core.policy.resolve_device_dtype`).
+    (:func:`stages.core.models.backbone.resolve_device_dtype`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -136,14 +135,14 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         console: where the progress bar and tables go (default: a new rich Console).
         engine, tokenizer: a ready rollout engine (:class:`stages.engines.RolloutEngine`) and the
             tokenizer that renders and tokenizes its prompts; when None the model is loaded with
-            :func:`stages.core.policy.load_policy` into an ``hf`` engine.
+            :func:`stages.core.models.backbone.load_policy` into an ``hf`` engine.
 
     Raises:
         EnvError: missing or malformed bench data (the message says which flag to pass).
         RuntimeError: the evalplus evaluator failed.
     """
     from stages.engines import SamplingParams
-    from stages.core.rollout import RolloutStats, play
+    from stages.engines.rollout import RolloutStats, play
 
     if engine is None:
         from stages.engines import check_engine
@@ -167,7 +166,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     if engine is None and config.composer:
         engine, tokenizer = latent_engine(config)
     elif engine is None:
-        from stages.core.policy import load_policy, load_tokenizer, resolve_model
+        from stages.core.models.backbone import load_policy, load_tokenizer, resolve_model
         from stages.engines import make_engine
 
         if config.engine == "vllm":  # vLLM loads the weights itself
@@ -238,11 +237,11 @@ def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
         ValueError: the composer was trained on another backbone (before any model loads).
         StoreError: the store does not exist or has no embeddings (run ``lopd index``).
     """
-    from stages.core.composer import read_composer_config
-    from stages.core.models import load_composer
-    from stages.core.policy import load_policy, resolve_model
-    from stages.core.retrieval import Retriever
-    from stages.core.store import ExperienceStore
+    from stages.core.data.retrieval import Retriever
+    from stages.core.data.store import ExperienceStore
+    from stages.core.models.assembly import load_composer
+    from stages.core.models.backbone import load_policy, resolve_model
+    from stages.core.models.composer import read_composer_config
     from stages.engines.latent import LatentEngine
 
     cfg = read_composer_config(config.composer)
@@ -284,8 +283,8 @@ def reference_nll(model: Any, adapter: str | None, tokenizer: Any, prepared: Any
     import torch
     from transformers import DynamicCache
 
-    from stages.core.composer import adapter_scope
-    from stages.core.losses import sampled_token_logprobs
+    from stages.core.losses.lopd import sampled_token_logprobs
+    from stages.core.models.composer import adapter_scope
 
     tasks = {t.task_id: t for t in prepared.tasks}
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -351,7 +350,7 @@ def apply_protocol(config: EvaluateConfig) -> EvaluateConfig:
         filled = {**PAPER_SAMPLING, "max_new_tokens": budget, "max_turns": steps}
     else:
         filled = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": bench.max_new_tokens,
-                  "max_turns": bench.max_steps}
+                  "max_turns": bench.max_turns}
     return config.model_copy(update={k: v for k, v in filled.items() if getattr(config, k) is None})
 
 
@@ -379,7 +378,7 @@ def report_table(report: dict[str, Any]) -> Table:
 
 def _load_report(path: Path) -> dict[str, Any]:
     """A report file checked field by field: one-line ``ValueError`` naming file and field."""
-    from stages.core.inputs import read_utf8
+    from stages.core.data.inputs import read_utf8
 
     text = read_utf8(path)
     try:

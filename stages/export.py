@@ -1,6 +1,6 @@
 """`lopd export`: a trained student of a `lopd sft` or `lopd distill` run as a model folder to share.
 
-Sources in the run folder ``RUN`` (:mod:`stages.core.checkpoint`, :func:`stages.core.models.save_final`):
+Sources in the run folder ``RUN`` (:mod:`stages.core.run.checkpoint`, :func:`stages.core.models.assembly.save_final`):
 
 - ``RUN/final/student``: a plain Hugging Face model folder (a LoRA student already merged);
 - ``RUN/checkpoints/step-N/student`` (``--step N``): a peft LoRA adapter (``adapter_config.json``
@@ -16,7 +16,7 @@ The folder written (``--out``):
   ``base_model_name_or_path``: the Hugging Face id of the base (:func:`portable_base_id`), never a
   folder of the machine it was trained on. ``AutoModelForCausalLM.from_pretrained`` loads both
   (transformers loads an adapter folder onto its base with peft), and so does ``--model`` of
-  every stage (:func:`stages.core.policy.load_policy`);
+  every stage (:func:`stages.core.models.backbone.load_policy`);
 - the tokenizer;
 - ``README.md``: a model card with the run's stage, base, source, the run's settings
   (``RUN/config.json``) and its last metrics row (``RUN/metrics.jsonl``).
@@ -36,9 +36,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from stages.core.checkpoint import CHECKPOINTS, checkpoint_dirs
-from stages.core.policy import embedded_hub_id
-from stages.core.runs import CONFIG_FILE, MANIFEST_FILE, METRICS_FILE
+from stages.core.run.checkpoint import CHECKPOINTS, checkpoint_dirs
+from stages.core.models.backbone import embedded_hub_id
+from stages.core.run.runs import CONFIG_FILE, MANIFEST_FILE, METRICS_FILE
 from stages.report import find_reports, read_rows, summary_row
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -63,7 +63,7 @@ class ExportConfig(BaseModel):
 
 def portable_base_id(model: str) -> str:
     """The Hugging Face id of a run's ``--model``: an embedded model's hub id (its package's
-    model, :func:`stages.core.policy.embedded_hub_id`), else ``model`` as given (a hub id; a local
+    model, :func:`stages.core.models.backbone.embedded_hub_id`), else ``model`` as given (a hub id; a local
     folder stays a path, which only that machine can load)."""
     return embedded_hub_id(model) or model
 
@@ -147,7 +147,7 @@ def _write_model(source: Path, out: Path, *, base: str, model: str, merge: bool)
     written: ``model`` or ``adapter``."""
     from peft import PeftModel
 
-    from stages.core.policy import load_policy, load_tokenizer
+    from stages.core.models.backbone import load_policy, load_tokenizer
 
     adapter = (source / ADAPTER_CONFIG).is_file()
     if adapter and merge:

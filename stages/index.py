@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from stages.core.retrieval import (
+from stages.core.data.retrieval import (
     build_indices,
     drop_embeddings,
     embeddings_info,
@@ -22,7 +22,7 @@ from stages.core.retrieval import (
     load_embedder,
     open_embeddings,
 )
-from stages.core.store import ExperienceStore
+from stages.core.data.store import ExperienceStore
 
 
 class IndexConfig(BaseModel):

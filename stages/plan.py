@@ -8,14 +8,14 @@ rank, in bytes:
 - student weights: a LoRA student's frozen backbone in the run dtype plus its adapter (float32);
   a full student unsharded in the run dtype (``P x b``), or sharded (``--shard fsdp``, N > 1)
   float32 master weights ``4P / N`` plus the layers gathered at a time in the run dtype (two
-  decoder layers and the root's embedding and output head, :mod:`stages.core.sharding`);
+  decoder layers and the root's embedding and output head, :mod:`stages.core.run.sharding`);
 - gradients and AdamW state (two moments): in the parameters' dtype, sharded like them;
 - teacher copies: what the method holds besides the student (LOPD with a full student: a frozen
   backbone copy carrying the composers; GRPO with ``kl_coef > 0``: a frozen reference;
   SDFT/OPSD: a frozen or EMA copy unless ``teacher=current``); never sharded;
 - composer (LOPD): its LoRA psi and compressor (float32 weights, gradients, AdamW) and the
   frozen anchor phi_0;
-- activations of one micro-batch (:func:`stages.core.resources.step_memory_bytes`, float32
+- activations of one micro-batch (:func:`stages.core.run.resources.step_memory_bytes`, float32
   activations scaled to the run dtype; logits stay float32); one forward (the student's) for
   GRPO, student + teacher + composer encoder for LOPD;
 - the rollout (HF engine): the KV cache of ``rollout_batch`` sequences and, for a sharded
@@ -23,7 +23,7 @@ rank, in bytes:
 - a fixed allowance for the CUDA context and allocator slack (:data:`RUNTIME_BYTES`).
 
 The peak is the larger of the update phase and the rollout phase. The numbers are estimates
-(the activation model was calibrated on one CPU run; see :mod:`stages.core.resources`).
+(the activation model was calibrated on one CPU run; see :mod:`stages.core.run.resources`).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stages.core.resources import StepShape, step_memory_bytes
+from stages.core.run.resources import StepShape, step_memory_bytes
 
 GB = 1e9  # decimal gigabytes, as GPU sizes are sold (80 GB)
 RUNTIME_BYTES = int(2.5 * GB)  # CUDA context, NCCL buffers, allocator fragmentation (an allowance)
@@ -201,7 +201,7 @@ def _composer(b: Backbone, p: PlanInput) -> int:
 
 
 def _activations(b: Backbone, p: PlanInput, bytes_: int) -> int:
-    """One micro-batch's activations (float32 model of :mod:`stages.core.resources`, scaled)."""
+    """One micro-batch's activations (float32 model of :mod:`stages.core.run.resources`, scaled)."""
     lopd = p.method == "lopd"
     shape = StepShape(layers=b.layers, hidden=b.hidden, intermediate=b.intermediate, vocab=b.vocab,
                       batch=p.micro_batch, J=p.J if lopd else 0, K=p.K if lopd else 0,

@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from stages.core.inputs import read_utf8
-from stages.core.runs import METRICS_FILE
+from stages.core.data.inputs import read_utf8
+from stages.core.run.runs import METRICS_FILE
 
 # (file stem, title, metric names): a metric is drawn in the first group that names it
 GROUPS = (

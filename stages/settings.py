@@ -4,8 +4,8 @@ file and a resumed run's saved settings (:func:`resolve`).
 Precedence, highest first:
 
 1. the flags given on the command line (``flags``);
-2. the ``--config`` file (TOML, YAML or JSON: :func:`stages.core.inputs.read_config_file`);
-3. with ``resume``, the run folder's saved settings ``OUT/config.json`` (:mod:`stages.core.runs`);
+2. the ``--config`` file (TOML, YAML or JSON: :func:`stages.core.data.inputs.read_config_file`);
+3. with ``resume``, the run folder's saved settings ``OUT/config.json`` (:mod:`stages.core.run.runs`);
 4. the command's defaults (``defaults``), then the config model's own field defaults.
 
 Keys are field names of the stage's config model. An older spelling of a field in a file (a
@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel
 
-from stages.core import runs
-from stages.core.inputs import read_config_file
+from stages.core.data.inputs import read_config_file
+from stages.core.run import runs
 
 
 def _print_note(message: str) -> None:
@@ -78,7 +78,7 @@ def saved_settings(out: str | Path) -> dict[str, Any]:
     given as settings of their own.
 
     Raises:
-        ValueError: an unreadable ``config.json`` (:func:`stages.core.runs.saved_config`).
+        ValueError: an unreadable ``config.json`` (:func:`stages.core.run.runs.saved_config`).
     """
     saved = dict(runs.saved_config(Path(out)) or {})
     options = saved.pop("options", None) or {}

@@ -13,9 +13,9 @@ else supervised):
 
 Training reads exactly the token ids the store holds (the ids the policy sampled, or the ids a
 reference replay recorded for the policy's tokenizer); rows of another tokenizer are
-re-tokenized from their text, with a warning (:func:`stages.core.contexts.training_rows`).
+re-tokenized from their text, with a warning (:func:`stages.core.data.rows.training_rows`).
 
-Run folder ``out`` (rules of :mod:`stages.core.runs`): ``config.json``, ``manifest.json``,
+Run folder ``out`` (rules of :mod:`stages.core.run.runs`): ``config.json``, ``manifest.json``,
 ``metrics.jsonl`` (one row per step: nll, tokens, seconds), ``checkpoints/step-N``
 (student + optimizer, resumable with ``--resume``), and ``final/student``: a plain
 ``save_pretrained`` folder (a LoRA student merged) that ``--model`` of every stage takes.
@@ -32,20 +32,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
-from stages.core.checkpoint import (
+from stages.core.run.checkpoint import (
     OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, restore_rng, write_checkpoint,
 )
-from stages.core.contexts import pad_rows, training_rows
-from stages.core.losses import masked_nll
-from stages.core.models import load_student, save_final, save_student
-from stages.core.policy import DType, resolve_device_dtype
-from stages.core.provenance import config_run_id
-from stages.core.resources import peak_rss_mb, release_free_memory
-from stages.core.runs import (
+from stages.core.data.rows import pad_rows, training_rows
+from stages.core.losses.lopd import masked_nll
+from stages.core.models.assembly import load_student, save_final, save_student
+from stages.core.models.backbone import DType, resolve_device_dtype
+from stages.core.run.provenance import config_run_id
+from stages.core.run.resources import peak_rss_mb, release_free_memory
+from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, describe_changes, freeze_config, open_run, seeded_stream,
     truncate_metrics,
 )
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.store import ExperienceStore, StoreError
 
 Source = Literal["reference", "student", "any"]
 REFERENCE_POLICY = "reference"  # Trajectory.policy of rows that `lopd collect --reference` wrote
@@ -110,7 +110,7 @@ def nll_step(student: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple
         batch: ids_BT (int64), attn_BT (bool), mask_BT (bool: True on action ids).
 
     Returns:
-        ``(loss, metrics)`` from :func:`stages.core.losses.masked_nll` on next-token logits.
+        ``(loss, metrics)`` from :func:`stages.core.losses.lopd.masked_nll` on next-token logits.
     """
     ids_BT, attn_BT, mask_BT = batch[:3]
     logits_BTV = student(input_ids=ids_BT, attention_mask=attn_BT.long()).logits
@@ -122,7 +122,7 @@ def run(config: SftConfig, console: Console | None = None) -> Path:
 
     Raises:
         StoreError: missing store or no qualifying row. ValueError: ``out`` holds another run
-            (see :func:`stages.core.runs.open_run`), or no row fits ``max_len``.
+            (see :func:`stages.core.run.runs.open_run`), or no row fits ``max_len``.
     """
     console = console or Console()
     out = Path(config.out)

@@ -59,7 +59,7 @@ def store_rows(store: str | Path, run_id: str | None = None, env: str | None = N
     Raises:
         StoreError: no store at ``store`` or an unreadable one (one line naming it).
     """
-    from stages.core.store import ExperienceStore
+    from stages.core.data.store import ExperienceStore
 
     opened = ExperienceStore.open(store, create=False)
     rows = []

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
-from stages.core.store import TRAJECTORIES, StoreError, lance_failure, unreadable_message
+from stages.core.data.store import TRAJECTORIES, StoreError, lance_failure, unreadable_message
 
 
 class StoreAdminConfig(BaseModel):

@@ -39,74 +39,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 from rich.console import Console
 
 from stages import distill, evaluate
-from stages.core.inputs import read_utf8
-from stages.core.provenance import git_commit
+from stages.core.data.inputs import read_utf8
+from stages.core.run.provenance import git_commit
 from stages.methods import get_method
 from stages.settings import merge
-
-VANILLA = "vanilla"
-
-
-class StudyRun(BaseModel):
-    """One entry of the study: ``name`` (a folder-safe label), ``method`` (``vanilla`` or a distill
-    method), ``seeds`` (default: the study's) and ``settings`` (distill settings and method
-    options of this entry, over the study's ``[distill]`` table; e.g. ``{margin = 0}``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
-    method: str = "lopd"
-    seeds: list[int] | None = None
-    settings: dict[str, Any] = Field(default_factory=dict)
-
-
-class StudyConfig(BaseModel):
-    """Settings of one `lopd study` (the study file, validated).
-
-    ``store`` is the prepared experience store every trained run starts from (copied);
-    ``composer`` the cold-start composer given to runs whose method takes one (lopd);
-    ``bench`` / ``eval_limit`` / ``eval_max_new_tokens`` / ``eval_batch`` the held-out evaluation
-    (``lopd evaluate`` settings); ``eval_every`` the generations between evaluations (0: at the
-    start and the end only; else a multiple of the rollouts per step); ``score`` the report
-    score the table and plots use (default: ``accuracy``, ``mean`` or ``pass@1``, the first the
-    bench has); ``results`` a folder the results are copied into after every finished run, whose
-    finished runs a later study reuses (see the module docstring).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    out: str = "runs/study"
-    env: str = "bfcl"
-    store: str
-    composer: str | None = None
-    results: str | None = None
-    bench: str = "bfcl-single"
-    eval_limit: int | None = Field(100, ge=1)
-    eval_every: int = Field(0, ge=0)
-    eval_max_new_tokens: int | None = Field(None, ge=1)
-    eval_batch: int = Field(8, ge=1)
-    score: str | None = None
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    distill: dict[str, Any] = Field(default_factory=dict)
-    runs: list[StudyRun] = Field(min_length=1)
-
-    @field_validator("runs")
-    @classmethod
-    def _unique_names(cls, runs: list[StudyRun]) -> list[StudyRun]:
-        names = [r.name for r in runs]
-        dup = next((n for n in names if names.count(n) > 1), None)
-        if dup:
-            raise ValueError(f"run name {dup!r} is used twice")
-        return runs
-
-    def seeds_of(self, run: StudyRun) -> list[int]:
-        """The seeds ``run`` is trained with (a vanilla entry has one evaluation, seedless)."""
-        return [0] if run.method == VANILLA else (run.seeds or self.seeds)
-
+from stages.study_layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,
+                                  reused_runs, run_dir)
 
 def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
     """Read and validate a study file (TOML); ``out`` (the ``--out`` flag) overrides its ``out``
@@ -128,21 +70,6 @@ def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise ValueError(f"{path}: field {where}: {first['msg']}") from None
-
-
-def run_dir(config: StudyConfig, run: StudyRun, seed: int) -> Path:
-    """The folder of one trained (run, seed)."""
-    return Path(config.out) / "runs" / f"{run.name}-seed{seed}"
-
-
-def done_file(config: StudyConfig, run: StudyRun, seed: int) -> Path:
-    """The distill summary a finished (run, seed) leaves; its presence marks the run finished."""
-    return run_dir(config, run, seed) / "done.json"
-
-
-def base_report(config: StudyConfig) -> Path:
-    """The base model's evaluate report: generation 0 of every curve."""
-    return Path(config.out) / VANILLA / "gen-0.json"
 
 
 def distill_config(config: StudyConfig, run: StudyRun, seed: int) -> distill.DistillConfig:
@@ -240,42 +167,6 @@ def _evaluate_inside(config: StudyConfig, folder: Path, label: str, console: Con
     return hook
 
 
-def _changed(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The settings that differ, but for the folders (``out``, ``results``): a study may move."""
-    return sorted(k for k in set(saved) | set(current)
-                  if k not in ("out", "results") and saved.get(k) != current.get(k))
-
-
-def committed(config: StudyConfig) -> dict[str, Any] | None:
-    """The ``results.json`` of the ``results`` folder (None: no such folder or file yet).
-
-    Raises:
-        ValueError: unreadable, or written by a study with other settings (names the fields).
-    """
-    path = Path(config.results) / "results.json" if config.results else None
-    if path is None or not path.is_file():
-        return None
-    try:
-        saved = json.loads(read_utf8(path))
-        settings, finished = saved["settings"], saved.get("finished", {})
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{path}: not a study's results.json ({err})") from None
-    changed = _changed(settings, json.loads(config.model_dump_json()))
-    if changed:
-        raise ValueError(f"{path}: written by a study with other settings ({', '.join(changed)} differ); "
-                         "use another results folder, or restore the study file")
-    return saved if finished or "base_report" in saved else None
-
-
-def reused_runs(config: StudyConfig, saved: dict[str, Any] | None) -> set[tuple[str, int]]:
-    """The (run name, seed) pairs finished in the ``results`` folder but not in ``out``."""
-    if not saved:
-        return set()
-    names = {r.name: r for r in config.runs}
-    return {(f["run"], f["seed"]) for f in saved.get("finished", {}).values()
-            if f["run"] in names and not done_file(config, names[f["run"]], f["seed"]).is_file()}
-
-
 def _restore_base(config: StudyConfig, saved: dict[str, Any] | None, console: Console) -> None:
     """Write the base model's report from the ``results`` folder when ``out`` has none."""
     base = base_report(config)
@@ -290,7 +181,7 @@ def _freeze(config: StudyConfig) -> None:
     path = Path(config.out) / "study.json"
     current = json.loads(config.model_dump_json())
     if path.is_file():
-        changed = _changed(json.loads(read_utf8(path)), current)
+        changed = changed_settings(json.loads(read_utf8(path)), current)
         if changed:
             raise ValueError(f"{path}: this study was started with other settings ({', '.join(changed)} "
                              "differ); use another --out, or restore the study file")
@@ -374,9 +265,9 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
 
 def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
     """Write the results into ``out`` and copy them (json, csv, table, plots) into ``results``."""
-    from stages.study_report import write_results  # it reads the study's layout from this module
+    from stages.study_report import write_results
 
-    results = write_results(config, commit=git_commit())
+    results = write_results(config, commit=git_commit(), budget=check_budget(config))
     if config.results:
         dest = Path(config.results)
         dest.mkdir(parents=True, exist_ok=True)

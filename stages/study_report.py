@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from stages.core.data.inputs import read_utf8
 from stages.core.envs.bfcl import HELDOUT_RULE
-from stages.core.inputs import read_utf8
-from stages.core.runs import METRICS_FILE, read_metrics
-from stages.study import VANILLA, base_report, check_budget, committed, done_file, reused_runs, run_dir
+from stages.core.run.runs import METRICS_FILE, read_metrics
+from stages.study_layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")
 _BEHAVIOUR = ("first_step_tokens", "tool_calls_per_step", "mean_steps", "repeated_calls_per_task")
@@ -240,8 +240,10 @@ def _plot_curves(path: Path, records: list[dict], x: str, y: str, ylabel: str, t
     plt.close(fig)
 
 
-def write_results(config: Any, commit: str | None) -> dict[str, Any]:
+def write_results(config: Any, commit: str | None, budget: tuple[int, int]) -> dict[str, Any]:
     """Write results.json, results.csv, table.md and the plots into ``config.out``; returns the results.
+
+    ``budget``: every trained run's (steps, rollouts per step) (:func:`stages.study.check_budget`).
 
     ``seconds`` in the results = the base model's evaluation + each finished run's wall time
     (training with its evaluations; of its last invocation when it was resumed).
@@ -255,7 +257,7 @@ def write_results(config: Any, commit: str | None) -> dict[str, Any]:
     finished = finished_runs(config, saved)
     paired_nll(config, rows, base, finished)
     seconds = base.get("seconds", 0.0) + sum(f["seconds"] for f in finished.values())
-    steps, per_step = check_budget(config)
+    steps, per_step = budget
     budget = f"{steps} steps x {per_step} rollouts = {steps * per_step} generations"
     table = markdown(config, rows, key, len(base.get("per_task", [])), base["scores"][key], budget)
     table += f"\nWall time of the finished parts: {seconds / 60:.0f} min.\n"

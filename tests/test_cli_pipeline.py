@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
-from stages.core.store import ExperienceStore
+from stages.core.data.store import ExperienceStore
 from tests.tiny import save_tiny
 
 runner = CliRunner()

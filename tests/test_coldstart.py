@@ -11,13 +11,13 @@ from schemas import Message, ToolCall, Trajectory, Turn
 from stages import coldstart, coldstart_data, coldstart_eval
 from stages.coldstart import ColdstartConfig
 from stages.coldstart_data import split_tasks
-from stages.core import policy
-from stages.core.composer import Composer, base_parameters, save_composer
-from stages.core.contexts import build_batch
-from stages.core.models import load_composer
-from stages.core.retrieval import index_new
-from stages.core.runs import coldstart_stream
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.retrieval import index_new
+from stages.core.data.store import ExperienceStore, StoreError
+from stages.core.latent.contexts import build_batch
+from stages.core.models import backbone
+from stages.core.models.assembly import load_composer
+from stages.core.models.composer import Composer, base_parameters, save_composer
+from stages.core.run.runs import coldstart_stream
 from tests.test_index import HashEmbedder
 from tests.tiny import save_tiny, tiny_tokenizer
 
@@ -99,7 +99,7 @@ def test_split_and_batches_are_deterministic():
 
 def test_training_lowers_nll_and_keeps_backbone(tmp_path, store_path, tiny_dir, monkeypatch):
     held = {}
-    real_load = policy.load_policy
+    real_load = backbone.load_policy
 
     def capture(name, **kw):
         model, tok = real_load(name, **kw)
@@ -107,7 +107,7 @@ def test_training_lowers_nll_and_keeps_backbone(tmp_path, store_path, tiny_dir, 
         held["before"] = {n: p.detach().clone() for n, p in model.named_parameters()}
         return model, tok
 
-    monkeypatch.setattr(policy, "load_policy", capture)
+    monkeypatch.setattr(backbone, "load_policy", capture)
     # whole training set in every batch: the per-step losses are comparable
     config = cfg(tmp_path, store_path, tiny_dir, steps=8, batch_size=12, lr=1e-2, activation_checkpointing=False)
     report = run(config)
@@ -145,7 +145,7 @@ def test_checkpoints_and_round_trip(tmp_path, store_path, tiny_dir):
                 "state.json"} <= {p.name for p in (out / "checkpoints" / name).iterdir()}
     assert ColdstartConfig.model_validate_json((out / "config.json").read_text()) == config
     tok = tiny_tokenizer()
-    from stages.core.policy import load_policy
+    from stages.core.models.backbone import load_policy
 
     exps_batch = build_batch(tok, [make_traj("x", 3, 5)], [[make_traj("e1", 1, 2), make_traj("e2", 4, 4)]],
                              J=2, max_exp_tokens=96)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from stages.core.composer import (
+from stages.core.models.composer import (
     Composer,
     adapter_parameters,
     add_lora_adapter,
@@ -17,9 +17,9 @@ from stages.core.composer import (
     enable_activation_checkpointing,
     save_composer,
 )
-from stages.core.models import load_composer
-from stages.core.student import student_logits
-from stages.core.teacher import teacher_logits
+from stages.core.latent.teacher import teacher_logits
+from stages.core.models.assembly import load_composer
+from stages.core.models.student import student_logits
 
 V, D, K, J = 64, 32, 3, 2
 

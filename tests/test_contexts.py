@@ -1,4 +1,4 @@
-"""Batch building for the latent teacher (stages/core/contexts.py) on the tiny tokenizer."""
+"""Batch building for the latent teacher (stages/core/latent/contexts.py) on the tiny tokenizer."""
 from __future__ import annotations
 
 import json
@@ -7,16 +7,16 @@ import pytest
 import torch
 
 from schemas import Message, ToolCall, Trajectory, Turn
-from stages.core.chat import tokenize_for_training
-from stages.core.contexts import (
+from stages.core.text.chat import tokenize_for_training
+from stages.core.latent.contexts import (
     LatentBatch,
     build_batch,
     encode_experiences,
-    experience_text,
+    composer_text,
     retrieve_experiences,
     shift_for_loss,
-    trajectory_tools,
 )
+from stages.core.data.rows import trajectory_tools
 from tests.tiny import tiny_tokenizer
 
 TOOLS = [{"name": "get_weather", "description": "weather of a city",
@@ -46,8 +46,8 @@ def tok():
     return tiny_tokenizer()
 
 
-def test_experience_text():
-    text = experience_text(traj("a", turns=2, reward=1.0))
+def test_composer_text():
+    text = composer_text(traj("a", turns=2, reward=1.0))
     assert text.splitlines()[0] == "Task: What is the weather in Paris?"
     assert text.count("Action: <tool_call>") == 2 and "Observation: sunny 1" in text
     assert text.endswith("Outcome: reward=1.00")
@@ -173,7 +173,7 @@ class _FakeRetriever:
         self.calls = []
 
     def retrieve(self, text, J, **kw):
-        from stages.core.retrieval import Experience
+        from stages.core.data.retrieval import Experience
         self.calls.append((text, J, kw))
         return [Experience(traj(f"x{i}"), 1.0, i) for i in range(J)]
 
@@ -209,8 +209,8 @@ def test_lopd_retrieval_follows_its_exclude_same_task_option():
 
 
 def test_lookup_tools_falls_back_to_the_environment_tasks():
-    from stages.core.contexts import lookup_tools
     from stages.core.envs import make_env
+    from stages.core.latent.contexts import lookup_tools
 
     recorded = traj("a", tools=TOOLS)
     unknown = traj("b").model_copy(update={"env": "no-such-env"})

@@ -19,18 +19,18 @@ from rich.console import Console
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-import stages.distill as distill
 from schemas import Message, Task, Trajectory, Turn
-from stages.core import checkpoint as ckpt
-from stages.core.memory import STEP_KEY
-from stages.core.composer import (
+from stages.core.data.experience_rows import STEP_KEY
+from stages.core.run import checkpoint as ckpt
+import stages.distill as distill
+from stages.core.models.composer import (
     Composer, adapter_parameters, adapter_scope, base_parameters, save_composer,
 )
+from stages.core.data.retrieval import index_new, open_embeddings
+from stages.core.data.store import ExperienceStore
 from stages.core.envs import StepResult, register
-from stages.core.losses import dual_update
-from stages.core.policy import load_policy
-from stages.core.retrieval import index_new, open_embeddings
-from stages.core.store import ExperienceStore
+from stages.core.losses.lopd import dual_update
+from stages.core.models.backbone import load_policy
 from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
 from stages.distill_settings import load_config
 from stages.methods import lopd as lopd_method
@@ -48,8 +48,8 @@ class ToyEnv:
 
     name = ENV
 
-    def __init__(self, data_dir=None, max_steps: int = 30):
-        self.max_steps, self.turn = max_steps, 0
+    def __init__(self, data_dir=None, max_turns: int = 30):
+        self.max_turns, self.turn = max_turns, 0
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         tasks = [Task(task_id=f"{split}-{i}", env=ENV, split=split, prompt=f"What is {i} + {i}?")

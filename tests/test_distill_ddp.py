@@ -1,4 +1,4 @@
-"""Data-parallel `lopd distill` (stages/core/distributed.py).
+"""Data-parallel `lopd distill` (stages/core/run/distributed.py).
 
 The first test starts a REAL ``torchrun`` of 2 CPU processes (gloo) on the tiny model and toy
 environment of tests/test_distill.py (each process runs ``python -m tests.distill_driver``, the
@@ -29,10 +29,10 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
-from stages.core import checkpoint as ckpt
-from stages.core import distributed
-from stages.core.distributed import World
-from stages.core.store import ExperienceStore
+from stages.core.data.store import ExperienceStore
+from stages.core.run import checkpoint as ckpt
+from stages.core.run import distributed
+from stages.core.run.distributed import World
 from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
 from stages.methods import get_method
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)

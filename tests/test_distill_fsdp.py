@@ -1,5 +1,5 @@
 """Full fine-tuning with the student sharded by FSDP2 (``lopd distill --shard fsdp``,
-stages/core/sharding.py), on 2 CPU processes (gloo) and the tiny model.
+stages/core/run/sharding.py), on 2 CPU processes (gloo) and the tiny model.
 
 LOPD: a REAL 2-process ``torchrun`` run (each process runs ``python -m tests.distill_driver``,
 the CLI with the test doubles of tests/test_distill.py) is SIGKILLed once step 1's checkpoint
@@ -27,8 +27,8 @@ import torch
 from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemReader
 
-from stages.core import checkpoint as ckpt
-from stages.core.sharding import DCP_FOLDER
+from stages.core.run import checkpoint as ckpt
+from stages.core.run.sharding import DCP_FOLDER
 from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 from tests.test_distill_ddp import _kill_tree, _rows

@@ -13,12 +13,12 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-import stages.core.distributed as distributed
-import stages.methods.lopd as lopd_method
 from lopd_cli.main import app
-from stages.core.store import ExperienceStore
-from stages.core.tracking import check_logger
+from stages.core.data.store import ExperienceStore
+import stages.core.run.distributed as distributed
+from stages.core.run.tracking import check_logger
 from stages.distill_settings import settings
+import stages.methods.lopd as lopd_method
 from tests.test_distill import ENV, _hash_embedder, assets  # noqa: F401 (fixtures)
 
 runner = CliRunner()

@@ -14,9 +14,9 @@ from peft import LoraConfig, get_peft_model
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from stages.core.policy import disable_dropout, dropout_left, load_policy
-from stages.core.student import student_logits
-from stages.core.teacher import context_teacher_logits
+from stages.core.latent.teacher import context_teacher_logits
+from stages.core.models.backbone import disable_dropout, dropout_left, load_policy
+from stages.core.models.student import student_logits
 from stages.distill import _training_modules
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine

@@ -11,7 +11,7 @@ from transformers import (
     LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
 )
 
-from stages.core.policy import load_policy
+from stages.core.models.backbone import load_policy
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine, _SampledLogprobs
 from tests.tiny import save_tiny

@@ -136,8 +136,8 @@ def base_folder(tmp_path_factory):
 
 def lora_student(folder: Path, rank: int = 4):
     """A LoRA adapter "student" on the tiny model loaded from ``folder`` (so it has a name_or_path)."""
-    from stages.core.composer import add_lora_adapter
-    from stages.core.policy import load_policy
+    from stages.core.models.backbone import load_policy
+    from stages.core.models.composer import add_lora_adapter
 
     return add_lora_adapter(load_policy(str(folder))[0], "student", rank=rank, alpha=2 * rank)
 
@@ -256,7 +256,7 @@ def test_truncated_sampling_records_the_models_untruncated_logprobs(fake_vllm, t
     """vLLM's processed log-probs (after top-p / top-k) are replaced by log_softmax(raw / T) of the
     trained model (its adapter active, the weights of the last sync) whenever the sampling
     truncates; greedy and untruncated sampling keep vLLM's values."""
-    from stages.core.composer import adapter_scope
+    from stages.core.models.composer import adapter_scope
 
     if lora:
         model, adapter = lora_student(base_folder, rank=4), "student"
@@ -424,7 +424,7 @@ def test_bad_students_are_refused(fake_vllm, tok, base_folder):
         VLLMRolloutEngine(student, tok, adapter="nope")
     with pytest.raises(ValueError, match="must be a plain transformers model"):
         VLLMRolloutEngine(student, tok)
-    from stages.core.composer import add_lora_adapter
+    from stages.core.models.composer import add_lora_adapter
 
     with pytest.raises(ValueError, match="base model has no name_or_path"):
         VLLMRolloutEngine(add_lora_adapter(tiny_model(tok), "student"), tok, adapter="student")
@@ -467,8 +467,8 @@ def test_distill_rolls_out_through_vllm_and_sleeps_for_each_update(fake_vllm, mo
                                                                    base_folder):
     """Two GRPO steps: the rollouts are exactly vLLM's ids and log-probs, the engine sleeps before
     each update, and step 2 samples with the adapter of version 2 (the one after step 1's update)."""
+    from stages.core.data.store import ExperienceStore
     import stages.distill as distill
-    from stages.core.store import ExperienceStore
     from tests.test_distill import ENV, HashEmbedder  # registers the toy environment
 
     monkeypatch.setattr(distill, "load_embedder", lambda name=None, **kw: HashEmbedder())

@@ -270,7 +270,7 @@ def _lora_model(tok):
 
 
 def test_adapter_is_used_and_previous_state_restored(tok, ids):
-    from stages.core.composer import _adapter_state, adapter_scope
+    from stages.core.models.composer import _adapter_state, adapter_scope
 
     peft_model = _lora_model(tok)
     base = HFRolloutEngine(tiny_model(tok), tok).generate(ids, GREEDY)

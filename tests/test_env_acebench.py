@@ -106,7 +106,7 @@ def test_multi_turn_with_the_tiny_model_as_agent_and_user(tmp_path):
     from tests.tiny import save_tiny
 
     tiny = str(save_tiny(tmp_path / "tiny"))
-    env = make_env("acebench", data_dir=DATA, user_model=tiny, max_steps=2)
+    env = make_env("acebench", data_dir=DATA, user_model=tiny, max_turns=2)
     turn = [t for t in env.tasks("test") if t.task_id.startswith("agent_multi_turn")]
     assert len(turn) == 30 and all(t.meta["part"] == "multi_turn" for t in turn)
     travel = next(t for t in turn if "Travel" in t.meta["involved_classes"])

@@ -14,7 +14,7 @@ from schemas import ToolCall
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.bfcl import MULTI_TURN, SINGLE_TURN, to_openai_tools
 from stages.core.envs.bfcl_multi import multi_turn_verdict, score_multi_turn
-from stages.core.toolcalls import format_python_calls, parse_tool_calls
+from stages.core.text.toolcalls import format_python_calls, parse_tool_calls
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl_v3"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared BFCL-v3 data not found at {SHARED}")
@@ -79,7 +79,7 @@ def test_ground_truth_scores_one_and_empty_scores_zero(category):
 @pytest.mark.parametrize("category", MULTI_TURN)
 def test_env_driven_by_ground_truth_gets_reward_one(category):
     for task in _multi_tasks(category):
-        env = make_env("bfcl", data_dir=SHARED, max_steps=100)
+        env = make_env("bfcl", data_dir=SHARED, max_turns=100)
         opening, results = _play_ground_truth(env, task)
         assert [m.role for m in opening] == ["system", "user"]
         assert [r.done for r in results] == [False] * (len(results) - 1) + [True]
@@ -94,7 +94,7 @@ def test_miss_func_offers_held_out_functions_at_their_turn():
     task = _multi_tasks("multi_turn_miss_func", 1)[0]  # 'sort' is held out until turn 3
     names = {t["function"]["name"] for t in task.tool_schemas}
     assert "sort" not in names and "mv" in names
-    env = make_env("bfcl", data_dir=SHARED, max_steps=100)
+    env = make_env("bfcl", data_dir=SHARED, max_turns=100)
     _, results = _play_ground_truth(env, task)
     announced = [r for r in results if "tools" in r.info]
     assert len(announced) == 1
@@ -107,13 +107,13 @@ def test_state_is_isolated_between_sequential_and_interleaved_episodes():
     task = _multi_tasks("multi_turn_base", 1)[0]
     rewards = []
     for _ in range(2):
-        env = make_env("bfcl", data_dir=SHARED, max_steps=100)
+        env = make_env("bfcl", data_dir=SHARED, max_turns=100)
         rewards.append(_play_ground_truth(env, task)[1][-1].reward)
         env.close()
     assert rewards == [1.0, 1.0]
 
     # A sabotaging episode (deletes files, then gives up) interleaved step by step with a good one.
-    good, bad = make_env("bfcl", data_dir=SHARED, max_steps=100), make_env("bfcl", data_dir=SHARED, max_steps=100)
+    good, bad = make_env("bfcl", data_dir=SHARED, max_turns=100), make_env("bfcl", data_dir=SHARED, max_turns=100)
     good.reset(task)
     bad.reset(task)
     first_turn = [_keyword_call(c, task.meta["involved_classes"]) for c in task.meta["ground_truth"][0]]
@@ -150,7 +150,7 @@ def test_unparsable_or_unknown_multi_turn_actions_do_not_crash():
 @needs_shared
 def test_step_caps_force_quit():
     task = _multi_tasks("multi_turn_base", 1)[0]
-    env = make_env("bfcl", data_dir=SHARED, max_steps=1000)
+    env = make_env("bfcl", data_dir=SHARED, max_turns=1000)
     env.reset(task)
     from bfcl.model_handler.constant import MAXIMUM_STEP_LIMIT
 
@@ -160,7 +160,7 @@ def test_step_caps_force_quit():
     with pytest.raises(EnvError):
         env.step("[pwd()]")
 
-    env = make_env("bfcl", data_dir=SHARED, max_steps=2)
+    env = make_env("bfcl", data_dir=SHARED, max_turns=2)
     env.reset(task)
     assert not env.step("[pwd()]").done
     capped = env.step("[pwd()]")

@@ -108,7 +108,7 @@ def test_bad_split_and_unknown_task_raise(env):
 
 
 def test_feedback_mode_gives_a_second_attempt():
-    env = make_env("code", data_dir=None, max_steps=2, feedback=True)
+    env = make_env("code", data_dir=None, max_turns=2, feedback=True)
     task = next(t for t in env.tasks("train") if t.task_id == "HumanEval/0")
     first = _run(env, task, _answer("def has_close_elements(numbers, threshold):\n    return True"))
     assert not first.done and first.reward == 0.0

@@ -124,7 +124,7 @@ def test_tool_error_unknown_tool_and_parse_error_are_observations():
 
 
 def test_step_cap_ends_and_scores_episode_under_lenient_rules():
-    e = make_env("envscaler", max_steps=2, episode_rules="lenient")
+    e = make_env("envscaler", max_turns=2, episode_rules="lenient")
     try:
         task = all_tasks(e)["bank-001"]
         e.reset(task)

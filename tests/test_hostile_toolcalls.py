@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-import stages.core.pycall_reader as reader
 from schemas import ToolCall
-from stages.core.toolcalls import (
+import stages.core.text.pycall_reader as reader
+from stages.core.text.toolcalls import (
     MAX_ACTION_CHARS,
     MAX_NESTING,
     ToolCallParseError,

@@ -8,19 +8,19 @@ import numpy as np
 import pytest
 
 from stages import index as index_stage
-from stages.core.retrieval import (
+from stages.core.data.retrieval import (
     QUERY_PROMPT,
     Embedder,
     MiniLMEmbedder,
     Retriever,
     build_indices,
-    experience_text,
+    index_text,
     index_new,
     observation_lite,
     open_embeddings,
     query_text,
 )
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.store import ExperienceStore, StoreError
 from tests.test_store import make_traj
 
 
@@ -186,12 +186,12 @@ def test_trace_field_is_asymmetric_and_query_embeddings_are_cached(store, monkey
     traj = make_traj("x", prompt="Weather in Paris?")
     turn = traj.turns[0].model_copy(update={"observation": "sunny,\n  21 degrees " + "x" * 300})
     traj = traj.model_copy(update={"turns": [turn]})
-    text = experience_text(traj, "trace")
+    text = index_text(traj, "trace")
     assert text == observation_lite(traj)
     task, step = text.split("\n")
     assert task == "Task: Weather in Paris?"
     assert step.startswith("1. f(x=1) -> sunny, 21 degrees x") and len(step) == len("1. f(x=1) -> ") + 120
-    assert experience_text(traj, "task") == "Weather in Paris?"
+    assert index_text(traj, "task") == "Weather in Paris?"
     assert query_text("Weather?", "trace") == QUERY_PROMPT + "Weather?" and query_text("Weather?", "task") == "Weather?"
 
     docs = RecordingEmbedder()

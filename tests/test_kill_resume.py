@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from stages import coldstart
-from stages.core.store import ExperienceStore
+from stages.core.data.store import ExperienceStore
 from stages.distill import TIMING_FIELDS, Distiller
 from tests.test_coldstart import HashEmbedder as ColdstartEmbedder
 from tests.test_coldstart import cfg as coldstart_cfg

@@ -10,12 +10,12 @@ import torch
 from rich.console import Console
 
 from schemas import Message, Task
-from stages.core import retrieval
-from stages.core.chat import render_prompt
-from stages.core.composer import Composer, save_composer
-from stages.core.policy import load_policy
-from stages.core.retrieval import index_new
-from stages.core.store import ExperienceStore
+from stages.core.data import retrieval
+from stages.core.data.retrieval import index_new
+from stages.core.data.store import ExperienceStore
+from stages.core.models.backbone import load_policy
+from stages.core.models.composer import Composer, save_composer
+from stages.core.text.chat import render_prompt
 from stages.engines import SamplingParams, make_engine
 from stages.engines.latent import LatentEngine
 from stages.evaluate import EvaluateConfig, run

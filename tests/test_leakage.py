@@ -1,4 +1,4 @@
-"""No training on evaluation tasks (stages/core/leakage.py): HumanEval problems are refused as
+"""No training on evaluation tasks (stages/leakage.py): HumanEval problems are refused as
 training for a HumanEval+ evaluation, BFCL's train split passes, prompts match after normalising."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from schemas import Task
 from stages.core.envs import make_env
-from stages.core.leakage import LeakageError, check_train_tasks, find_overlap, normalise
+from stages.core.text.normalise import normalise
+from stages.leakage import LeakageError, check_train_tasks, find_overlap
 
 
 def _task(task_id: str, prompt: str, env: str = "toy") -> Task:

@@ -1,4 +1,4 @@
-"""Tests of stages/core/losses.py against naive references and hand-computed values."""
+"""Tests of stages/core/losses/lopd.py against naive references and hand-computed values."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from stages.core.losses import (
+from stages.core.losses.lopd import (
     dual_update,
     latent_anchor,
     masked_nll,
@@ -15,7 +15,7 @@ from stages.core.losses import (
     sampled_token_logprobs,
     topm_tail_reverse_kl,
 )
-from stages.core.losses_pg import group_advantages
+from stages.core.losses.pg import group_advantages
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -367,8 +367,8 @@ def test_grpo_advantages():
 
 
 def _masked_vocab_losses():
-    from stages.core.losses_kd import generalized_jsd
-    from stages.core.losses_sdpo import sdpo_topk_loss
+    from stages.core.losses.kd import generalized_jsd
+    from stages.core.losses.sdpo import sdpo_topk_loss
 
     ids = lambda s: torch.zeros(s.shape[:2], dtype=torch.long)  # noqa: E731  token 0 is never masked
     return {

@@ -1,4 +1,4 @@
-"""Full-vocabulary distillation losses (stages/core/losses_kd.py) against naive float64 loops."""
+"""Full-vocabulary distillation losses (stages/core/losses/kd.py) against naive float64 loops."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from stages.core.losses_kd import forward_kl, generalized_jsd
+from stages.core.losses.kd import forward_kl, generalized_jsd
 
 
 def _naive(student_BTV, teacher_BTV, mask_BT, beta, reduction, temperature=1.0):

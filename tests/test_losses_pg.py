@@ -1,4 +1,4 @@
-"""Policy-gradient losses of GRPO and Skill-SD (stages/core/losses_pg.py) against naive float64
+"""Policy-gradient losses of GRPO and Skill-SD (stages/core/losses/pg.py) against naive float64
 references written here with plain loops (no vectorisation), plus hand-computed cases."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from stages.core.losses_pg import (
+from stages.core.losses.pg import (
     aggregate, group_advantages, k3_kl, ppo_clip_loss, sampled_token_sdl, token_logprobs,
 )
 

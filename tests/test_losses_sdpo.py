@@ -1,4 +1,4 @@
-"""SDPO's loss (stages.core.losses_sdpo) against a naive float64 reference written with loops,
+"""SDPO's loss (stages.core.losses.sdpo) against a naive float64 reference written with loops,
 and hand-computed cases: the student's top-k + tail by hand, p = q, the importance clip at 2,
 masked positions, gradient to the student only, an empty batch."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from stages.core.losses_sdpo import sdpo_topk_loss
+from stages.core.losses.sdpo import sdpo_topk_loss
 
 
 def naive(s_BTV, t_BTV, ids_BT, mask_BT, old_BT, *, k, alpha=1.0, add_tail=True, is_clip=2.0,

@@ -163,7 +163,7 @@ def test_hub_dataset_id_lookup(monkeypatch):
     from huggingface_hub import HfApi
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    from stages.core.inputs import hub_dataset_id
+    from stages.core.data.inputs import hub_dataset_id
 
     def missing(self, repo_id, **kwargs):
         err = RepositoryNotFoundError.__new__(RepositoryNotFoundError)

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
-from stages.core.contexts import TrainRow, training_rows
-from stages.core.rollout import RolloutStats
+from stages.core.data.rows import TrainRow, training_rows
 from stages.distill import COMMON_FIELDS, DistillConfig, Distiller
+from stages.engines.rollout import RolloutStats
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods.grpo import GRPO, GRPOOptions
 from tests.test_distill import ENV, _hash_embedder, assets, metrics  # noqa: F401 (fixtures)

@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
-from stages.core.composer import adapter_parameters, base_parameters
-from stages.core.contexts import TrainRow, training_rows
-from stages.core.store import ExperienceStore
+from stages.core.data.rows import TrainRow, training_rows
+from stages.core.data.store import ExperienceStore
+from stages.core.models.composer import adapter_parameters, base_parameters
 from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
 from stages.methods import StepBatch, StepContext, get_method
-from stages.methods._reference import TEACHER_ADAPTER, demonstration_text, verified_references
+from stages.methods._text_context import TEACHER_ADAPTER, demonstration_text, verified_references
 from tests.test_distill import ENV, _hash_embedder, assets, metrics  # noqa: F401 (fixtures)
 from tests.tiny import tiny_tokenizer
 

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
-from stages.core.composer import adapter_parameters
-from stages.core.contexts import training_rows
+from stages.core.data.rows import training_rows
+from stages.core.models.composer import adapter_parameters
 from stages.distill import TIMING_FIELDS, Distiller
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods.sdpo import CLOSING, FEEDBACK_HEAD, SOLUTION_HEAD, SDPO, SDPOOptions
@@ -137,7 +137,7 @@ def test_ema_teacher_equals_the_closed_form_after_two_steps(assets, rank):
 
 @pytest.mark.parametrize("rank", [4, 0])
 def test_the_teacher_is_saved_and_restored_exactly(assets, tmp_path, rank):
-    from stages.core.models import save_student
+    from stages.core.models.assembly import save_student
 
     method = _method(assets[0], rank=rank)
     s = method.student

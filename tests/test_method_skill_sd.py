@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import SkillRecord
-from stages.core.composer import adapter_parameters
-from stages.core.contexts import training_rows
-from stages.core.rollout import RolloutStats
-from stages.core.store import StoreError
+from stages.core.data.rows import training_rows
+from stages.core.data.store import StoreError
+from stages.core.models.composer import adapter_parameters
 from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
+from stages.engines.rollout import RolloutStats
 from stages.methods import StepBatch, StepContext
 from stages.methods.skill_sd import (
     SECTIONS, SKILL_HEAD, SKILLS_TABLE, TEACHER_ADAPTER, SkillBank, SkillSD, parse_summary, summary_prompt_ids,
@@ -246,14 +246,14 @@ def test_full_fine_tuning_teacher_copy_and_kl_reference(assets, tmp_path):
     from transformers import AutoModelForCausalLM
     trainer = Distiller(skill_config(assets, tmp_path, "full", student_lora_rank=0, kl_coef=0.5))
     method = trainer.method
-    assert method.teacher_model is not None and method.reference is not None
+    assert method.teacher_model is not None and method.reference_policy is not None
     trainer.fit()
     student = dict(trainer.student.model.named_parameters())
     teacher = dict(method.teacher_model.named_parameters())
     assert not any(p.requires_grad for p in teacher.values())
     assert all(torch.equal(teacher[k], student[k]) for k in student)  # synced after the step
     initial = AutoModelForCausalLM.from_pretrained(assets[0]).state_dict()
-    reference = method.reference.state_dict()
+    reference = method.reference_policy.state_dict()
     assert all(torch.equal(reference[k], initial[k]) for k in initial)  # the KL's frozen start
     assert any(not torch.equal(student[k], initial[k]) for k in initial if k in student)
     assert metrics(trainer.out)[0]["kl_ref"] >= 0.0

@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from stages.core.composer import adapter_parameters, add_lora_adapter, save_composer
-from stages.core.models import (
+from stages.core.models.composer import adapter_parameters, add_lora_adapter, save_composer
+from stages.core.models.assembly import (
     copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy, load_composer,
 )
 from tests.test_composer import experiences, perturb_lora_b, setup, tiny_llama  # noqa: F401 (fixture)

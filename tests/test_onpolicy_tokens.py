@@ -14,17 +14,18 @@ import pytest
 import torch
 
 from schemas import Message, Task, ToolCall
-from stages.core.chat import action_spans
-from stages.core.contexts import privileged_prefix, trajectory_sequences, training_rows
+from stages.core.data.rows import trajectory_sequences, training_rows
+from stages.core.data.store import ExperienceStore
 from stages.core.envs import StepResult, register
-from stages.core.rollout import play
-from stages.core.store import ExperienceStore
+from stages.core.latent.privileged import privileged_prefix
+from stages.core.losses.lopd import masked_nll
+from stages.core.models.student import student_logits
+from stages.core.text.chat import action_spans
+from stages.distill import DistillConfig, Distiller
 from stages.engines import Generation, SamplingParams, make_engine
+from stages.engines.rollout import play
 from stages.methods import Method, get_method, known_methods
 from stages.methods import register as register_method
-from stages.core.student import student_logits
-from stages.core.losses import masked_nll
-from stages.distill import DistillConfig, Distiller
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 from tests.tiny import tiny_model, tiny_tokenizer
 
@@ -39,8 +40,8 @@ class ToolEnv:
 
     name = ENV
 
-    def __init__(self, data_dir=None, max_steps: int = 30):
-        self.max_steps, self.turn = max_steps, 0
+    def __init__(self, data_dir=None, max_turns: int = 30):
+        self.max_turns, self.turn = max_turns, 0
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         return [Task(task_id=f"{split}-{i}", env=ENV, split=split, prompt=f"Weather in city {i}?")

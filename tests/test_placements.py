@@ -1,13 +1,13 @@
-"""The placement registry (:mod:`stages.core.placements`): lookup, batch fields, where the latents go
+"""The placement registry (:mod:`stages.core.latent.placements`): lookup, batch fields, where the latents go
 at generation, and the shared latent-teacher forward on a batch."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from stages.core.contexts import build_batch
-from stages.core.placements import PLACEMENTS, Framed, PerTurn, Prefix, get_placement
-from stages.core.teacher import latent_teacher_logits, teacher_logits
+from stages.core.latent.contexts import build_batch
+from stages.core.latent.placements import PLACEMENTS, Framed, PerTurn, Prefix, get_placement
+from stages.core.latent.teacher import latent_teacher_logits, teacher_logits
 from stages.engines.latent import LatentEngine
 from tests.test_framing import _rows
 from tests.tiny import tiny_model, tiny_tokenizer

@@ -1,12 +1,12 @@
-"""The step-memory estimate and the experience-count check of stages/core/resources.py."""
+"""The step-memory estimate and the experience-count check of stages/core/run/resources.py."""
 from __future__ import annotations
 
 import pytest
 
 import torch
 
-from stages.core import resources
-from stages.core.resources import StepShape, check_experience_count, check_step_memory, step_memory_bytes
+from stages.core.run import resources
+from stages.core.run.resources import StepShape, check_experience_count, check_step_memory, step_memory_bytes
 
 GB = 2**30
 # a measured LOPD step: SmolLM2-135M, batch 4, J=3, K=32, 512 experience tokens, ~384-token sequences

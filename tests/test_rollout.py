@@ -8,7 +8,7 @@ import pytest
 from schemas import Message, Task, ToolCall
 from stages.core.envs import StepResult
 from stages.engines import Generation, SamplingParams
-from stages.core.rollout import RolloutStats, play
+from stages.engines.rollout import RolloutStats, play
 from tests.tiny import tiny_tokenizer
 
 
@@ -17,8 +17,8 @@ class CounterEnv:
 
     name = "counter"
 
-    def __init__(self, max_steps: int = 30, fail_reset: bool = False, fail_step: bool = False):
-        self.max_steps = max_steps
+    def __init__(self, max_turns: int = 30, fail_reset: bool = False, fail_step: bool = False):
+        self.max_turns = max_turns
         self.fail_reset, self.fail_step = fail_reset, fail_step
         self.closed = False
 
@@ -107,7 +107,7 @@ def test_wrong_policy_gets_zero_and_seeds_advance():
 
 def test_step_cap_ends_episode_without_reward():
     stats = RolloutStats()
-    trajs, _ = _play(ScriptedEngine(incs=100), lambda: CounterEnv(max_steps=4), _tasks(1),
+    trajs, _ = _play(ScriptedEngine(incs=100), lambda: CounterEnv(max_turns=4), _tasks(1),
                      samples_per_task=1, stats=stats)
     assert trajs[0].num_steps == 4 and trajs[0].reward == 0.0
     assert json.loads(trajs[0].info)["stopped"] == "step cap reached"

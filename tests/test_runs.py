@@ -8,7 +8,7 @@ import random
 import pytest
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from stages.core import runs
+from stages.core.run import runs
 
 
 class Cfg(BaseModel):

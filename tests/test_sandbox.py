@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.sandbox import SandboxResult, network_isolated, run_python
+from stages.core.exec.sandbox import SandboxResult, network_isolated, run_python
 
 FAST = {"timeout_s": 5.0, "cpu_s": 5}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.core import isolation
-from stages.core.sandbox import run_python
+from stages.core.exec import isolation
+from stages.core.exec.sandbox import run_python
 
 pytestmark = pytest.mark.skipif(not isolation.available(),
                                 reason=f"no OS isolation on this machine: {isolation.unavailable_reason()}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stages.core import isolation
-from stages.core.sandbox import run_python
+from stages.core.exec import isolation
+from stages.core.exec.sandbox import run_python
 
 TREE = """
 import os, time

@@ -9,7 +9,7 @@ import pytest
 
 from stages.core.envs import make_env
 from stages.core.envs._bfcl_files import package_data_dir
-from stages.core.toolcalls import unknown_schema_types
+from stages.core.text.toolcalls import unknown_schema_types
 
 
 def test_unknown_schema_types_walks_properties_items_and_unions():

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from stages import sft
-from stages.core.contexts import pad_rows, training_rows
-from stages.core.policy import load_policy
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.rows import pad_rows, training_rows
+from stages.core.data.store import ExperienceStore, StoreError
+from stages.core.models.backbone import load_policy
 from stages.sft import SftConfig
 from tests.test_coldstart import PAIRS, make_traj, one_thread, tiny_dir  # noqa: F401 (fixtures)
 from tests.tiny import tiny_tokenizer

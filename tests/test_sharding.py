@@ -1,4 +1,4 @@
-"""stages/core/sharding.py in one process: micro-batch padding, gradient norm and clipping
+"""stages/core/run/sharding.py in one process: micro-batch padding, gradient norm and clipping
 against torch's, the refusals of ``--shard fsdp``, and on a 1-rank gloo group the sharded tiny
 model in bfloat16 (float32 master weights, bf16 compute, gathered for generation) with a DCP
 checkpoint round trip and the gathered export. The 2-process runs: tests/test_distill_fsdp.py."""
@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from stages.core import sharding
-from stages.core.distributed import World
+from stages.core.run import sharding
+from stages.core.run.distributed import World
 from stages.distill import DistillConfig
 from tests.tiny import tiny_model, tiny_tokenizer
 

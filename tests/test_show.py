@@ -54,7 +54,7 @@ def test_show_refuses_what_is_not_a_report(tmp_path):
 
 def test_show_reads_a_store_with_filters(tmp_path):
     from tests.test_coldstart import make_traj
-    from stages.core.store import ExperienceStore
+    from stages.core.data.store import ExperienceStore
 
     store = ExperienceStore.open(tmp_path / "store")
     rows = [make_traj("a", 1, 2), make_traj("b", 3, 4, success=False), make_traj("c", 5, 6, success=False)]

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from schemas.arrow import arrow_schema, from_row, schema_diff, to_rows
 from schemas.trajectory import Message, ToolCall, Trajectory, Turn
-from stages.core.store import ExperienceStore, StoreError
+from stages.core.data.store import ExperienceStore, StoreError
 
 
 def make_traj(tid: str, task_id: str = "t0", *, env: str = "code", split: str = "train",

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from stages import store_admin
-from stages.core.store import ExperienceStore, StoreCorruptError, StoreError
+from stages.core.data.store import ExperienceStore, StoreCorruptError, StoreError
 from tests.test_store import make_traj
 
 runner = CliRunner()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from stages.core.store import APPEND_LOCK, ExperienceStore, StoreError
+from stages.core.data.store import APPEND_LOCK, ExperienceStore, StoreError
 from tests.test_store import make_traj
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ N = 20
 # "before" = before the commit, "after" = after it.
 WRITER = textwrap.dedent("""
     import sys, time
-    from stages.core.store import ExperienceStore, StoreError
+    from stages.core.data.store import ExperienceStore, StoreError
     from tests.test_store import make_traj
     import os
     uri, start, hold = sys.argv[1], sys.argv[2], sys.argv[3]

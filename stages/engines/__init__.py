@@ -15,7 +15,7 @@
   (eos, stop strings, length), so every engine records the same thing for the same ids.
 
 Prompts are token ids: the caller renders the conversation with the chat template and tokenizes
-it without adding special tokens (:mod:`stages.core.chat`); engines add nothing.
+it without adding special tokens (:mod:`stages.core.text.chat`); engines add nothing.
 
 This module is light (no torch import), so the CLI can import it cheaply.
 """
@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stages.core.registry import Registry
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-ENGINES = ("hf", "vllm")
 VLLM_MIN_TEMPERATURE = 0.01  # vLLM samples any temperature in (0, 0.01) at 0.01
 VLLM_MAX_TEMPERATURE = 2.0  # vLLM refuses a temperature above 2
 
@@ -167,8 +168,7 @@ def check_engine(name: str, temperature: float | None = None) -> None:
         ValueError: an unknown name (the message lists the known ones), ``vllm`` without the
             vllm package installed, or ``vllm`` with a temperature outside its range.
     """
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; known engines: {', '.join(ENGINES)}")
+    ENGINES.get_or_raise(name)  # an unknown name raises, listing the known ones
     if name == "vllm" and temperature is not None:
         check_vllm_temperature(temperature)
     if name == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -193,7 +193,7 @@ def make_engine(name: str, model, tokenizer, *, adapter: str | None = None, batc
     Args:
         name: ``"hf"`` (:class:`stages.engines.hf.HFRolloutEngine`) or ``"vllm"``
             (:class:`stages.engines.vllm.VLLMRolloutEngine`).
-        model, tokenizer: the policy (e.g. from :func:`stages.core.policy.load_policy`); for
+        model, tokenizer: the policy (e.g. from :func:`stages.core.models.backbone.load_policy`); for
             ``vllm`` ``model`` may also be a model folder or hub id (served as it is, no sync).
         adapter: peft adapter to generate with (``hf``: None = whatever the model has active;
             ``vllm``: None = the model's full weights).
@@ -205,11 +205,26 @@ def make_engine(name: str, model, tokenizer, *, adapter: str | None = None, batc
         ValueError: see :func:`check_engine`.
     """
     check_engine(name)
-    if name == "vllm":
-        from stages.engines.vllm import VLLMRolloutEngine
+    return ENGINES[name](model, tokenizer, adapter=adapter, batch_size=batch_size,
+                         prefix_cache_tokens=prefix_cache_tokens)
 
-        return VLLMRolloutEngine(model, tokenizer, adapter=adapter)
+
+def _hf_engine(model, tokenizer, *, adapter: str | None, batch_size: int, prefix_cache_tokens: int) -> RolloutEngine:
     from stages.engines.hf import HFRolloutEngine
 
     return HFRolloutEngine(model, tokenizer, adapter=adapter, batch_size=batch_size,
                            prefix_cache_tokens=prefix_cache_tokens)
+
+
+def _vllm_engine(model, tokenizer, *, adapter: str | None, batch_size: int, prefix_cache_tokens: int) -> RolloutEngine:
+    from stages.engines.vllm import VLLMRolloutEngine
+
+    return VLLMRolloutEngine(model, tokenizer, adapter=adapter)
+
+
+# Engine name -> factory (model, tokenizer, *, adapter, batch_size, prefix_cache_tokens); the
+# engine modules are imported only when an engine is built.
+ENGINES: Registry[Callable[..., RolloutEngine]] = Registry("engine", sort=False,
+                                                           unknown="unknown engine {name}; known engines: {known}")
+ENGINES.add("hf", _hf_engine)
+ENGINES.add("vllm", _vllm_engine)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from stages.core.losses import upcast_dtype
+from stages.core.losses.lopd import upcast_dtype
 from stages.engines import Generation, SamplingParams, eos_token_ids, finish_generation
 from stages.engines.prefix_cache import PrefixCache, generate_cached
 
@@ -80,7 +80,7 @@ def _clean_defaults(model: nn.Module):
     value but None, so no explicit value can switch them off: hiding the model's config is the
     only way to sample from exactly the distribution asked for.
     """
-    from stages.core.composer import base_model
+    from stages.core.models.composer import base_model
 
     hf = base_model(model)
     saved = hf.generation_config
@@ -95,12 +95,12 @@ class HFRolloutEngine:
     """Rollouts with transformers ``generate``: mini-batches, left padding, KV cache.
 
     Args:
-        model: a causal LM (eval mode), e.g. from :func:`stages.core.policy.load_policy`; may be
+        model: a causal LM (eval mode), e.g. from :func:`stages.core.models.backbone.load_policy`; may be
             a peft model.
         tokenizer: its tokenizer; must have a pad token (``load_policy`` sets one). Used for eos
             ids, stop strings and decoding; prompts arrive tokenized.
         adapter: the peft adapter to generate with: every ``generate`` call runs under
-            :func:`stages.core.composer.adapter_scope` ``(model, adapter)`` and restores the
+            :func:`stages.core.models.composer.adapter_scope` ``(model, adapter)`` and restores the
             previous adapter state afterwards. None: the model as it is (on a peft model,
             whichever adapter is active, or none if adapters are disabled, at call time).
         batch_size: prompts per ``generate`` call.
@@ -171,7 +171,7 @@ class HFRolloutEngine:
         out: list[Generation] = []
         scope = contextlib.nullcontext()
         if self.adapter is not None:
-            from stages.core.composer import adapter_scope
+            from stages.core.models.composer import adapter_scope
 
             scope = adapter_scope(self.model, self.adapter)
         with scope:

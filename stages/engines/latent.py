@@ -2,7 +2,7 @@
 "base + composer" row of the LOPD paper).
 
 :class:`LatentEngine` is an ``hf`` engine whose prompts get the J*K latents c_phi of their task,
-placed as in training (the composer's ``placement``, :mod:`stages.core.placements`: ``prefix``
+placed as in training (the composer's ``placement``, :mod:`stages.core.latent.placements`: ``prefix``
 right after the episode's opening prompt, ``framed`` inside the first user message between the
 framing texts, ``per-turn`` right before every action, i.e. at the end of each prompt).
 
@@ -23,9 +23,9 @@ import torch
 from transformers import GenerationConfig
 
 from schemas import Message, Task
-from stages.core.composer import Composer, adapter_scope
-from stages.core.contexts import encode_experiences
-from stages.core.placements import get_placement
+from stages.core.latent.contexts import encode_experiences
+from stages.core.latent.placements import get_placement
+from stages.core.models.composer import Composer, adapter_scope
 from stages.engines.hf import HFRolloutEngine
 
 
@@ -36,8 +36,8 @@ class LatentEngine(HFRolloutEngine):
         model: the backbone the composer was loaded on (a peft model holding its adapter).
         tokenizer: its tokenizer (pad token set).
         composer: the composer (frozen; its ``hparams`` give J and the token cap).
-        retriever: :class:`stages.core.retrieval.Retriever` over the experience store.
-        placement: a name of :data:`stages.core.placements.PLACEMENTS` (the composer's, from
+        retriever: :class:`stages.core.data.retrieval.Retriever` over the experience store.
+        placement: a name of :data:`stages.core.latent.placements.PLACEMENTS` (the composer's, from
             its config).
         batch_size: prompts per ``generate`` call.
 

@@ -150,7 +150,7 @@ class VLLMRolloutEngine:
                 generation_eos = None
             self.sleep_level, self.dtype, path = 0, torch.bfloat16, model
         else:
-            from stages.core.composer import base_model
+            from stages.core.models.composer import base_model
 
             self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
             generation_eos = model.generation_config.eos_token_id
@@ -295,8 +295,8 @@ class VLLMRolloutEngine:
         """``gens`` with each sampled token's ``log_softmax(raw / temperature)`` under the trained
         model (its adapter active): one no-grad forward per prompt + completion, logits at the
         completion positions only, upcast to float32 (float64 stays) before the temperature."""
-        from stages.core.composer import adapter_scope
-        from stages.core.losses import sampled_token_logprobs, upcast_dtype
+        from stages.core.losses.lopd import sampled_token_logprobs, upcast_dtype
+        from stages.core.models.composer import adapter_scope
 
         model, out = self._model, []
         device = next(p.device for p in model.parameters())

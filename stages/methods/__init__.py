@@ -17,7 +17,6 @@ Look-up: :func:`get_method` (an unknown name lists the known ones).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,9 +26,10 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from schemas import Trajectory
-from stages.core.contexts import TrainRow
-from stages.core.models import load_student
-from stages.core.policy import resolve_device_dtype
+from stages.core.data.rows import TrainRow
+from stages.core.models.assembly import load_student
+from stages.core.models.backbone import resolve_device_dtype
+from stages.core.registry import Registry
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
@@ -38,7 +38,7 @@ _MODULES = {"lopd": "stages.methods.lopd",
             "opsd": "stages.methods.opsd",
             "sdpo": "stages.methods.sdpo",
             "skill-sd": "stages.methods.skill_sd"}
-_REGISTRY: dict[str, type[Method]] = {}
+METHODS: Registry[type[Method]] = Registry("method", modules=_MODULES)
 
 
 class NoOptions(BaseModel):
@@ -73,9 +73,9 @@ class StepContext:
     that a resume can drop the rows written after its checkpoint.
 
     Attributes:
-        store: the run's :class:`stages.core.store.ExperienceStore` (verified references,
+        store: the run's :class:`stages.core.data.store.ExperienceStore` (verified references,
             skill banks ...).
-        retriever: a :class:`stages.core.retrieval.Retriever` over it, or None while the store
+        retriever: a :class:`stages.core.data.retrieval.Retriever` over it, or None while the store
             has no embedding index.
         engine: the run's rollout engine (e.g. to have the backbone write summaries).
         step: the step being trained (1-based).
@@ -92,7 +92,7 @@ class StepBatch:
     """What a method trains on in one step: the training rows and the whole step's rollouts.
 
     Attributes:
-        rows: training sequences (:func:`stages.core.contexts.training_rows`), in order.
+        rows: training sequences (:func:`stages.core.data.rows.training_rows`), in order.
         trajectories: every rollout of the step (rows come from those with turns), in the
             order they finished; a task's group is its ``group_size`` trajectories with the same
             ``task_id`` (rollouts of one step never share a task id with another group).
@@ -116,14 +116,14 @@ class Method:
         update_epochs: optimizer updates per step on the same rollouts (instance attribute,
             e.g. from an option; default 1).
         needs_composer: whether the method reads a composer checkpoint.
-        data_parallel: whether it can train in N processes (:mod:`stages.core.distributed`):
+        data_parallel: whether it can train in N processes (:mod:`stages.core.run.distributed`):
             its ``prepare`` must not write the store (rank 0 alone writes it) and must give every
             rank the same result for the same global batch and store.
 
     Attributes:
         device, dtype: where every model of the run lives and its parameter dtype (strings,
             ``config.device`` / ``config.dtype`` resolved by
-            :func:`stages.core.policy.resolve_device_dtype`); a method loads its own modules
+            :func:`stages.core.models.backbone.resolve_device_dtype`); a method loads its own modules
             (teacher copies, reference models) with them and moves each batch to ``device``.
 
     Args:
@@ -198,14 +198,13 @@ def register(name: str):
     """Class decorator: make a :class:`Method` available as ``--method name``."""
     def deco(cls: type[Method]) -> type[Method]:
         cls.name = name
-        _REGISTRY[name] = cls
-        return cls
+        return METHODS.add(name, cls)
     return deco
 
 
 def known_methods() -> list[str]:
     """Names of every method the registry knows."""
-    return sorted(set(_MODULES) | set(_REGISTRY))
+    return METHODS.names()
 
 
 def get_method(name: str) -> type[Method]:
@@ -214,8 +213,4 @@ def get_method(name: str) -> type[Method]:
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
-    if name not in _REGISTRY and name in _MODULES:
-        importlib.import_module(_MODULES[name])
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r} (known: {', '.join(known_methods())})")
-    return _REGISTRY[name]
+    return METHODS[name]

@@ -34,9 +34,9 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from stages.core.contexts import TrainRow, pad_rows
-from stages.core.losses_pg import group_advantages, k3_kl, ppo_clip_loss, token_logprobs
-from stages.core.student import student_logits
+from stages.core.data.rows import TrainRow, pad_rows
+from stages.core.losses.pg import group_advantages, k3_kl, ppo_clip_loss, token_logprobs
+from stages.core.models.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, register
 
 
@@ -85,11 +85,12 @@ class GRPO(Method):
         super().__init__(options, config, resume_from, state)
         self.update_epochs = options.ppo_epochs
         self.temperature = config.temperature if config.temperature > 0 else 1.0  # greedy: T=1 log-probs
-        self.reference = None  # full fine-tuning with a KL: a frozen copy of the initial weights
+        self.reference_policy = None  # full fine-tuning with a KL: a frozen copy of the initial weights
         if options.kl_coef > 0 and self.student.adapter is None:
-            from stages.core.models import frozen_teacher_copy
-            from stages.core.policy import load_policy
-            self.reference = frozen_teacher_copy(load_policy(config.model, dtype=self.dtype, device=self.device)[0])
+            from stages.core.models.assembly import frozen_teacher_copy
+            from stages.core.models.backbone import load_policy
+            initial = load_policy(config.model, dtype=self.dtype, device=self.device)[0]
+            self.reference_policy = frozen_teacher_copy(initial)
         self.step_tokens, self.step_rows, self.step_metrics = 0, 0, {}
 
     # ----------------------------------------------------------------------------- prepare --
@@ -119,7 +120,7 @@ class GRPO(Method):
         return extras
 
     def denominator(self) -> float:
-        """The step's normaliser of :func:`stages.core.losses_pg.aggregate` for ``aggregation``."""
+        """The step's normaliser of :func:`stages.core.losses.pg.aggregate` for ``aggregation``."""
         o = self.options
         if o.aggregation == "token-mean":
             return float(max(self.step_tokens, 1))
@@ -153,8 +154,8 @@ class GRPO(Method):
                                                ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean")}}
         if o.kl_coef > 0:
             with torch.no_grad():
-                ref_logits = (student_logits(s.model, ids, attn, adapter=None) if self.reference is None
-                              else student_logits(self.reference, ids, attn, adapter=None))
+                ref_logits = (student_logits(s.model, ids, attn, adapter=None) if self.reference_policy is None
+                              else student_logits(self.reference_policy, ids, attn, adapter=None))
                 ref_logp = token_logprobs(ref_logits[:, :-1], ids[:, 1:], self.temperature)
             kl, km = k3_kl(logp, ref_logp, mask, aggregation=o.aggregation, denominator=denom)
             loss = loss + o.kl_coef * kl

@@ -19,16 +19,17 @@ from typing import Any
 import torch
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from stages.core.models import load_models
-from stages.core.resources import check_step_memory, shape_of
-from stages.core.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
-from stages.core.contexts import TrainRow, build_batch, retrieve_experiences, shift_for_loss
-from stages.core.losses import (
+from stages.core.data.rows import TrainRow
+from stages.core.latent.contexts import build_batch, retrieve_experiences, shift_for_loss
+from stages.core.models.assembly import load_models
+from stages.core.models.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
+from stages.core.run.resources import check_step_memory, shape_of
+from stages.core.losses.lopd import (
     dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
 )
-from stages.core.placements import get_placement
-from stages.core.student import student_logits
-from stages.core.teacher import latent_teacher_logits
+from stages.core.latent.placements import get_placement
+from stages.core.latent.teacher import latent_teacher_logits
+from stages.core.models.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, Student, register
 
 ANCHOR_ADAPTER = "composer0"
@@ -100,7 +101,7 @@ class LOPD(Method):
                                           or cfg.get("max_exp_tokens") or 512})
 
     def build_student(self, resume_from: Path | None) -> Student:
-        """Student, composer phi and frozen phi_0 on one backbone (:func:`stages.core.models.load_models`)."""
+        """Student, composer phi and frozen phi_0 on one backbone (:func:`stages.core.models.assembly.load_models`)."""
         o, c = self.options, self.config
         m = load_models(c.model, Path(o.composer), resume_from, lora_rank=c.student_lora_rank,
                         freeze_composer=o.freeze_composer, anchor_adapter=ANCHOR_ADAPTER,
@@ -111,7 +112,7 @@ class LOPD(Method):
         return Student(m.student, m.student_adapter, m.tokenizer, m.student_params, c.model)
 
     def check_resources(self, store: Any) -> None:
-        """A step's estimated memory against the memory available (:mod:`stages.core.resources`).
+        """A step's estimated memory against the memory available (:mod:`stages.core.run.resources`).
 
         Only with ``max_len`` set (the sequence length is unknown otherwise). J above the
         store's successes is no error here: the memory grows during training, and missing

@@ -8,7 +8,7 @@ derive the result on its own (:data:`SYSTEM_FRAMING`, our wording). The student 
 task.
 
 Loss (B.1): forward KL(T || S) over the full vocabulary at every sampled action token
-(:func:`stages.core.losses_kd.generalized_jsd` with ``beta=0``), pooled over the step's action
+(:func:`stages.core.losses.kd.generalized_jsd` with ``beta=0``), pooled over the step's action
 tokens (``reduction="token"``: upstream sums and divides by the completion-token count; B.1 does
 not say). A task without a verified reference is masked and counted in ``no_context_frac``
 (upstream always has a solution; masking is lopd's choice).
@@ -23,7 +23,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from stages.methods import register
-from stages.methods._reference import KDReduction, ReferenceMethod, ReferenceOptions, TeacherKind
+from stages.methods._text_context import KDReduction, ReferenceMethod, ReferenceOptions, TeacherKind
 
 SYSTEM_FRAMING = (
     "Reference plan for the current task (guidance only). It shows one verified way to solve "

@@ -10,8 +10,8 @@ sees only the task.
 
 Loss: forward KL(T || S) over the full vocabulary at every sampled action token, token-mean
 per sequence, then the mean over sequences (SDFT's official code) =
-:func:`stages.core.losses_kd.forward_kl`; no reward term. A task without a verified
-demonstration (:func:`stages.methods._reference.verified_references`) is masked and counted
+:func:`stages.core.losses.kd.forward_kl`; no reward term. A task without a verified
+demonstration (:func:`stages.methods._text_context.verified_references`) is masked and counted
 in ``no_context_frac`` (upstream requires a demonstration; masking is lopd's choice).
 
 Upstream choices as options (``-o KEY=VALUE``): ``teacher=frozen`` (TRL's and tinker's frozen
@@ -22,7 +22,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from stages.methods import register
-from stages.methods._reference import ReferenceMethod, ReferenceOptions, TeacherKind
+from stages.methods._text_context import ReferenceMethod, ReferenceOptions, TeacherKind
 
 USER_FRAMING = (
     "Below is one verified, successful way of completing this task:\n\n{demonstration}\n\n"

@@ -4,15 +4,15 @@ the LOPD paper, configured as in its B.1; upstream code: lasgroup/SDPO).
 Teacher: an EMA of the student, ``T <- (1 - ema_rate) T + ema_rate S`` after every optimizer
 step (B.1 and upstream: 0.05), no gradient. LoRA student: a second adapter ``teacher`` on the
 student's peft backbone, initialised as a copy of the student's adapter (= the initial weights)
-and moved with :func:`stages.core.models.ema_update_adapter_`; full fine-tuning: a frozen copy
-of the initial model moved with :func:`stages.core.models.ema_update_`. It is written to every
+and moved with :func:`stages.core.models.assembly.ema_update_adapter_`; full fine-tuning: a frozen copy
+of the initial model moved with :func:`stages.core.models.assembly.ema_update_`. It is written to every
 checkpoint (``teacher/``) and restored from it on resume. With LoRA the EMA runs over the
 adapter's factors A and B (the base weights are shared and frozen), so the teacher's weight
 delta B_T A_T is not exactly the EMA of the student's deltas B_S A_S (upstream SDPO fine-tunes
 all weights, where the two coincide); use ``--student-lora-rank 0`` for the exact form.
 
 Teacher context (per training row, appended to the teacher's first user message with
-:func:`stages.core.contexts.privileged_prefix`; the student sees the plain task):
+:func:`stages.core.latent.privileged.privileged_prefix`; the student sees the plain task):
 1. a successful sibling: another rollout of the same task in this step (the task's group) with
    reward >= ``success_threshold``, itself excluded, the first qualifier by trajectory id (a
    deterministic order), shown as a solution that worked (``<think>`` blocks removed);
@@ -25,7 +25,7 @@ Teacher context (per training row, appended to the teacher's first user message 
    and counted in ``no_context_frac``.
 Texts are clipped to ``max_context_chars``.
 
-Loss: :func:`stages.core.losses_sdpo.sdpo_topk_loss`, the student's top-k + tail reverse KL
+Loss: :func:`stages.core.losses.sdpo.sdpo_topk_loss`, the student's top-k + tail reverse KL
 (k = 20) with the clipped importance ratio min(exp(logp - logp_old), 2), token-mean over the
 step's distilled tokens (micro-batches accumulate exactly). logp_old is the rollout's recorded
 log-prob, taken at the sampling temperature, so logp is read from the student's logits divided
@@ -47,12 +47,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import Trajectory
-from stages.core.composer import add_lora_adapter, adapter_parameters, preserve_requires_grad
-from stages.core.contexts import TrainRow, pad_rows, privileged_prefix
-from stages.core.losses_sdpo import sdpo_topk_loss
-from stages.core.models import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
-from stages.core.student import student_logits
-from stages.core.teacher import context_teacher_logits
+from stages.core.data.rows import TrainRow, pad_rows
+from stages.core.latent.privileged import privileged_prefix
+from stages.core.latent.teacher import context_teacher_logits
+from stages.core.losses.sdpo import sdpo_topk_loss
+from stages.core.models.assembly import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
+from stages.core.models.composer import add_lora_adapter, adapter_parameters, preserve_requires_grad
+from stages.core.models.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, register
 
 TEACHER = "teacher"  # the EMA teacher's adapter name, and its checkpoint sub-folder

@@ -28,12 +28,12 @@ and a third-party reading note of the paper (mostly unverified, see the choices 
   checkpoint and rebuilds the bank from the rest; the checkpoint's ``state.json`` holds the
   number of rows, checked on resume.
 * Teacher: the current student, synced after every optimizer step (a LoRA adapter
-  ``teacher`` on the student's backbone, :func:`~stages.core.models.copy_adapter_`; a frozen
+  ``teacher`` on the student's backbone, :func:`~stages.core.models.assembly.copy_adapter_`; a frozen
   copy for full fine-tuning), no gradient. It scores the student's sampled tokens with the
   skill appended to the first user message (B.1's framing in our words: :data:`SKILL_HEAD`,
   the skill, :data:`SKILL_TAIL`).
 * Loss: PPO-clip of :mod:`stages.methods.grpo` with eps 0.2/0.28 and std-normalised group
-  advantages, plus ``sdl_coef`` (0.001) x :func:`~stages.core.losses_pg.sampled_token_sdl`
+  advantages, plus ``sdl_coef`` (0.001) x :func:`~stages.core.losses.pg.sampled_token_sdl`
   (rho x (e^-l - 1 + l), l = log S - log T at the sampled token; rho unclipped unless
   ``sdl_ratio_clip``); both token-means over the step's action tokens by default.
 """
@@ -51,11 +51,12 @@ from pydantic import Field
 
 from schemas import Message, SkillRecord, Trajectory
 from schemas.arrow import arrow_schema, from_row, schema_diff, to_rows
-from stages.core.contexts import TrainRow, privileged_prefix
-from stages.core.losses_pg import sampled_token_sdl, token_logprobs
-from stages.core.models import copy_adapter_, ema_update_, frozen_teacher_copy
-from stages.core.store import ExperienceStore, StoreError, sql_str
-from stages.core.teacher import context_teacher_logits
+from stages.core.data.rows import TrainRow
+from stages.core.data.store import ExperienceStore, StoreError, sql_str
+from stages.core.latent.privileged import privileged_prefix
+from stages.core.latent.teacher import context_teacher_logits
+from stages.core.losses.pg import sampled_token_sdl, token_logprobs
+from stages.core.models.assembly import copy_adapter_, ema_update_, frozen_teacher_copy
 from stages.methods import StepBatch, StepContext, Student, register
 from stages.methods.grpo import GRPO, GRPOOptions, PGExtra
 
@@ -199,7 +200,7 @@ def summary_prompt_ids(tokenizer: Any, task_prompt: str, trajectories: list[Traj
 
     The attempts are cut (from the end) so that the whole prompt stays within ``max_tokens``.
     """
-    from stages.core.chat import render_prompt
+    from stages.core.text.chat import render_prompt
 
     def render(attempts: str) -> list[int]:
         user = (f"Here are an agent's attempts at a task. Write a short, reusable skill note for this task.\n\n"
@@ -266,7 +267,7 @@ class SkillSD(GRPO):
         """The student, plus (LoRA) a frozen ``teacher`` adapter of the same rank on its backbone."""
         student = super().build_student(resume_from)
         if student.adapter is not None:
-            from stages.core.composer import adapter_parameters, add_lora_adapter
+            from stages.core.models.composer import adapter_parameters, add_lora_adapter
             rank = self.config.student_lora_rank
             add_lora_adapter(student.model, TEACHER_ADAPTER, rank, 2 * rank)
             for p in adapter_parameters(student.model, TEACHER_ADAPTER):
@@ -288,7 +289,7 @@ class SkillSD(GRPO):
             if name is None:
                 self._summarizer = (context.engine, self.student.tokenizer, f"{self.config.model} (student)")
             else:
-                from stages.core.policy import load_policy
+                from stages.core.models.backbone import load_policy
                 from stages.engines import make_engine
                 model, tokenizer = load_policy(name, dtype=self.dtype, device=self.device)
                 model.requires_grad_(False)

@@ -12,9 +12,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from stages.core.data.inputs import read_utf8
 from stages.core.envs.base import EnvError
-from stages.core.inputs import read_utf8
-from stages.core.toolcalls import unknown_schema_types
+from stages.core.text.toolcalls import unknown_schema_types
 
 log = logging.getLogger(__name__)
 

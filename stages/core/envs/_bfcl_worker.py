@@ -6,7 +6,7 @@ their values are model-chosen: ``power(base=10, exponent=10**9)`` computes for m
 and checker (``multi_turn_checker``) run here, in a separate interpreter (``python -I -B _worker_process.py this_file``,
 stdlib + the ``bfcl`` package), with an address-space cap; the parent waits at most a wall-clock
 limit per request and kills the worker when it is exceeded. Where OS isolation is available the
-worker also runs in the sandbox of :mod:`stages.core.isolation` (uid 65534, no network, read-only
+worker also runs in the sandbox of :mod:`stages.core.exec.isolation` (uid 65534, no network, read-only
 filesystem, empty environment); where it is not, it runs as a plain subprocess (no refusal: BFCL's
 simulated APIs are package code, not model code).
 
@@ -56,9 +56,9 @@ def start_bfcl_worker(memory_mb: int = MEMORY_MB) -> "WorkerProcess":
     Raises:
         OSError: the process could not be started.
     """
-    from stages.core import isolation
     from stages.core.envs import _worker_process
     from stages.core.envs._worker_process import WorkerProcess
+    from stages.core.exec import isolation
 
     serve = os.path.abspath(_worker_process.__file__)  # the child's program: it loads this file
     if isolation.available():

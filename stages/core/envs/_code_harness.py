@@ -14,7 +14,7 @@ the candidate could read). Modes (``SPEC["mode"]``):
 
 The candidate runs in a separate process (forked before the spec is read, then running the
 sandbox prelude with the audit hook, then ``SPEC["server"]``, written by
-:func:`stages.core.call_server.program`) that holds only two pipes: calls go to it pickled, and its results come back through an unpickler that builds
+:func:`stages.core.exec.call_server.program`) that holds only two pipes: calls go to it pickled, and its results come back through an unpickler that builds
 plain data only (no class or function can be named). This grader makes itself non-dumpable, so the
 candidate cannot read or write its memory or file descriptors (``/proc/<pid>/mem``, ``/fd``, ptrace),
 and ignores the signals it can ignore; the comparisons and the report (one JSON line prefixed with

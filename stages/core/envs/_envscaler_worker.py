@@ -3,7 +3,7 @@
 EnvScaler environments are Python classes shipped as source text (``env_class_code``) and their
 check functions are source text too. Both run here, in a separate interpreter started per episode
 (``python -I _worker_process.py this_file.py``, stdlib only), never in the caller's process,
-inside the OS sandbox of :mod:`stages.core.isolation` (uid 65534, own PID / network / mount
+inside the OS sandbox of :mod:`stages.core.exec.isolation` (uid 65534, own PID / network / mount
 namespaces, read-only filesystem, empty environment, rlimits; without isolation only with
 ``--unsafe-exec``). The child
 also caps its own address space (``RLIMIT_AS``) and CPU time (``RLIMIT_CPU``); the parent enforces
@@ -49,9 +49,9 @@ def start_env_worker(memory_mb: int, cpu_s: int) -> "WorkerProcess":
     Raises:
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
     """
-    from stages.core import isolation  # parent side only: the child runs this file stdlib-only
     from stages.core.envs import _worker_process
     from stages.core.envs._worker_process import WorkerProcess
+    from stages.core.exec import isolation  # parent side only: the child runs this file stdlib-only
 
     args = [str(int(memory_mb)), str(int(cpu_s))]
     serve = os.path.abspath(_worker_process.__file__)  # the child's program: it loads this file

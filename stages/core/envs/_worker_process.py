@@ -3,7 +3,7 @@
 A worker is a script that reads one JSON request per line on stdin and writes one JSON reply per
 line on stdout. This handle starts it (in its own session, stderr kept in a temporary file),
 sends requests with a wall-clock limit per reply, and kills it (the whole sandbox when it runs
-inside one of :mod:`stages.core.isolation`) on a timeout, a dead channel or a fatal reply.
+inside one of :mod:`stages.core.exec.isolation`) on a timeout, a dead channel or a fatal reply.
 
 Child side, this file is also the program a worker runs (``python -I -B this_file WORKER_SCRIPT
 ARGS...``, stdlib only; :data:`IN_SANDBOX` in the sandbox): :func:`serve` loads the worker script,
@@ -35,7 +35,7 @@ class WorkerProcess:
     """Handle on one worker process (started at construction).
 
     Args:
-        argv: the command (already wrapped by :func:`stages.core.isolation.wrap` when isolated).
+        argv: the command (already wrapped by :func:`stages.core.exec.isolation.wrap` when isolated).
         isolated: whether ``argv`` runs inside the OS sandbox (then the sandbox is killed as a
             whole on close).
         env: the worker's environment (None = inherit).
@@ -114,7 +114,7 @@ class WorkerProcess:
         if not self.alive:
             return
         self.alive = False
-        from stages.core import isolation
+        from stages.core.exec import isolation
 
         isolation.stop(self._proc, self.isolated)  # isolated: the whole sandbox, setsid'd children included
         for stream in (self._proc.stdin, self._proc.stdout):

@@ -42,12 +42,12 @@ from schemas import Message, Task, ToolCall
 from stages.core.envs.acebench_prompts import FINISH_RULE, agent_policy
 from stages.core.envs.acebench_score import (end_to_end, official_end_to_end, official_process, official_result,
                                              process_accuracy, step_text)
+from stages.core.data.inputs import read_utf8
 from stages.core.envs.acebench_travel import SYSTEM_PROMPT as TRAVEL_SYSTEM_PROMPT
 from stages.core.envs.acebench_travel import TravelPlatform
 from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.envs.envscaler_rules import EPISODE_RULES
-from stages.core.inputs import read_utf8
-from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
+from stages.core.text.toolcalls import ToolCallParseError, parse_tool_calls
 
 _HINT = "pass --data-dir <ACEBench>/data_all/data_en (git clone github.com/ACEBench/ACEBench)"
 SYSTEM_PROMPT = "You are an AI agent operating a phone for the user with the tools you are given. " + AGENTIC_RULES
@@ -373,7 +373,7 @@ class AceBenchEnv:
 
     Args:
         data_dir: ACEBench's ``data_en`` folder.
-        max_steps: agent actions per episode (20 = ACEBench's 40 dialogue messages).
+        max_turns: agent actions per episode (20 = ACEBench's 40 dialogue messages).
         user_model: the simulated user's model; None: multi-step tasks only.
         episode_rules: ``"official"`` (ACEBench's) or ``"lenient"`` (module docstring).
 
@@ -384,11 +384,11 @@ class AceBenchEnv:
     name = "acebench"
     default_rules = "official"
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 20, user_model: str | None = None,
+    def __init__(self, data_dir: Path | None = None, max_turns: int = 20, user_model: str | None = None,
                  episode_rules: str = "official"):
         if episode_rules not in EPISODE_RULES:
             raise EnvError(f"acebench: episode_rules must be one of {', '.join(EPISODE_RULES)}, got {episode_rules!r}")
-        self.data_dir, self.max_steps, self.user_model = data_dir, max_steps, user_model
+        self.data_dir, self.max_turns, self.user_model = data_dir, max_turns, user_model
         self.episode_rules = episode_rules
         self._task: Task | None = None
         self._user = None
@@ -450,7 +450,7 @@ class AceBenchEnv:
                 self._steps.append([])
                 hint = Message(role="user", content=f"Your tool call could not be read ({err}). "
                                                     "Use the <tool_call> format.")
-                return self._finish([]) if len(self._steps) >= self.max_steps else StepResult([hint], info={"parse_error": str(err)})
+                return self._finish([]) if len(self._steps) >= self.max_turns else StepResult([hint], info={"parse_error": str(err)})
             calls = []  # upstream: a message that does not decode is no call
         if not calls:
             return self._no_call(action, turn)
@@ -459,7 +459,7 @@ class AceBenchEnv:
         self._called = True
         obs = [Message(role="tool", name=c.name, content=json.dumps(self.platform.call(c.name, c.args), default=str))
                for c in calls]
-        if len(self._steps) >= self.max_steps:
+        if len(self._steps) >= self.max_turns:
             return self._finish(calls)
         return StepResult(obs, tool_calls=calls)
 
@@ -472,12 +472,12 @@ class AceBenchEnv:
             if not official:
                 return self._finish([])
             self._texts.append(step_text(action, []))  # upstream records every multi-step message
-            if len(self._steps) >= self.max_steps:
+            if len(self._steps) >= self.max_turns:
                 return self._finish([])
             return StepResult([Message(role="user", content=NUDGE)])
         said = self._user.reply(action)
         ends = (turn > 1 and FINISH in said) if official else self._user.finished(said)
-        if ends or len(self._steps) >= self.max_steps:
+        if ends or len(self._steps) >= self.max_turns:
             return self._finish([])
         return StepResult([Message(role="user", content=said)])
 

@@ -58,7 +58,7 @@ def user_prompt(instruction: str, involved_classes: Sequence[str]) -> str:
 
 @lru_cache(maxsize=2)
 def _load(name: str) -> tuple[Any, Any]:
-    from stages.core.policy import load_policy
+    from stages.core.models.backbone import load_policy
 
     return load_policy(name)
 
@@ -67,7 +67,7 @@ class SimulatedUser:
     """One dialogue's user, played by ``model`` (module docstring); ``involved_classes`` picks its rules.
 
     Raises:
-        FileNotFoundError: the model cannot be found (see :func:`stages.core.policy.load_policy`).
+        FileNotFoundError: the model cannot be found (see :func:`stages.core.models.backbone.load_policy`).
     """
 
     def __init__(self, model: str, instruction: str, involved_classes: Sequence[str] = (), max_new_tokens: int = 64,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from schemas import Message, Task, ToolCall
+from stages.core.registry import Registry
 
 
 # How an agent acts in the multi-step tool environments (EnvScaler, ACEBench): A.5 of the LOPD
@@ -50,10 +51,10 @@ class StepResult:
 
 
 class Environment(Protocol):
-    """One episode's environment. ``max_steps`` caps agent actions per episode (default 30)."""
+    """One episode's environment. ``max_turns`` caps agent actions per episode (default 30)."""
 
     name: str
-    max_steps: int
+    max_turns: int
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """Tasks of ``split`` ("train" | "test") in a deterministic order, at most ``limit``."""
@@ -73,20 +74,22 @@ class Environment(Protocol):
 
 
 EnvFactory = Callable[..., Environment]
-_REGISTRY: dict[str, EnvFactory] = {}
+
+
+def _import_environments() -> None:
+    from stages.core import envs  # noqa: F401  (imports every environment module, filling the registry)
+
+
+ENVS: Registry[EnvFactory] = Registry("--env", error=EnvError, load=_import_environments,
+                                      unknown="unknown --env {name}; choose one of: {known}")
 
 
 def register(name: str) -> Callable[[EnvFactory], EnvFactory]:
     """Class/function decorator adding an environment factory under ``name``."""
-
-    def deco(factory: EnvFactory) -> EnvFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
+    return ENVS.register(name)
 
 
-def make_env(name: str, data_dir: Path | None = None, max_steps: int = 30, episode_rules: str | None = None,
+def make_env(name: str, data_dir: Path | None = None, max_turns: int = 30, episode_rules: str | None = None,
              **kwargs: Any) -> Environment:
     """Build the environment registered as ``name``.
 
@@ -97,14 +100,11 @@ def make_env(name: str, data_dir: Path | None = None, max_steps: int = 30, episo
         EnvError: unknown name (the message lists the known ones); ``episode_rules`` for an
             environment with one set of rules (the message lists those with two).
     """
-    from stages.core import envs  # noqa: F401  (imports every environment module, filling the registry)
-
-    if name not in _REGISTRY:
-        raise EnvError(f"unknown --env {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
+    factory = ENVS[name]
     if episode_rules is not None:
         check_episode_rules(name, episode_rules)
         kwargs["episode_rules"] = episode_rules
-    return _REGISTRY[name](data_dir=data_dir, max_steps=max_steps, **kwargs)
+    return factory(data_dir=data_dir, max_turns=max_turns, **kwargs)
 
 
 def check_episode_rules(name: str, episode_rules: str | None) -> None:
@@ -114,16 +114,12 @@ def check_episode_rules(name: str, episode_rules: str | None) -> None:
     Raises:
         EnvError: one line naming the environments that have official and lenient rules.
     """
-    from stages.core import envs  # noqa: F401
-
-    if episode_rules is not None and not hasattr(_REGISTRY.get(name), "default_rules"):
-        ruled = sorted(n for n, factory in _REGISTRY.items() if hasattr(factory, "default_rules"))
+    if episode_rules is not None and not (name in ENVS and hasattr(ENVS[name], "default_rules")):
+        ruled = [n for n, factory in ENVS.items() if hasattr(factory, "default_rules")]
         raise EnvError(f"--episode-rules: env {name!r} has one set of episode rules; "
                        f"only {', '.join(ruled)} have official and lenient ones")
 
 
 def env_names() -> list[str]:
     """Registered environment names."""
-    from stages.core import envs  # noqa: F401
-
-    return sorted(_REGISTRY)
+    return ENVS.names()

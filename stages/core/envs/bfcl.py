@@ -16,7 +16,7 @@ Splits:
 
 Data comes from the package (``bfcl/data``) or from ``data_dir`` holding the same files
 (``BFCL_v3_<category>.json``, ``possible_answer/``, ``multi_turn_func_doc/``). Task ids are BFCL's ids.
-Actions may use any format :func:`stages.core.toolcalls.parse_tool_calls` reads.
+Actions may use any format :func:`stages.core.text.toolcalls.parse_tool_calls` reads.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from stages.core.envs._bfcl_files import (
 )
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
-from stages.core.leakage import normalise
-from stages.core.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
+from stages.core.text.normalise import normalise
+from stages.core.text.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
 
 __all__ = ["BFCLEnv", "HELDOUT_RULE", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",
            "is_heldout", "single_turn_verdict", "system_prompt", "to_openai_tools"]
@@ -136,7 +136,7 @@ class BFCLEnv:
 
     Args:
         data_dir: folder with BFCL-v3 files; default: the data shipped in the ``bfcl`` package.
-        max_steps: cap on agent actions per episode (multi-turn; exceeding it fails the episode).
+        max_turns: cap on agent actions per episode (multi-turn; exceeding it fails the episode).
         categories: subset of categories (``"simple"``, ``"base"``, ``"multi_turn_miss_func"`` ...).
         tools_in_prompt: write the function docs into the system prompt (BFCL prompting mode) in
             addition to ``Task.tools``; for chat templates without tool support.
@@ -147,10 +147,10 @@ class BFCLEnv:
 
     name = "bfcl"
 
-    def __init__(self, data_dir: Path | str | None = None, max_steps: int = 30,
+    def __init__(self, data_dir: Path | str | None = None, max_turns: int = 30,
                  categories: list[str] | str | None = None, tools_in_prompt: bool = False) -> None:
         self.data_dir = Path(data_dir) if data_dir is not None else None
-        self.max_steps = max_steps
+        self.max_turns = max_turns
         self.categories = _resolve_categories(categories)
         self.tools_in_prompt = tools_in_prompt
         self._task: Task | None = None
@@ -190,7 +190,7 @@ class BFCLEnv:
         meta = task.meta
         tools = task.tool_schemas if self.tools_in_prompt else None
         if meta.get("category") in MULTI_TURN:
-            self._multi = MultiTurnEpisode(task, self.max_steps, self.tools_in_prompt)
+            self._multi = MultiTurnEpisode(task, self.max_turns, self.tools_in_prompt)
             return opening_messages(meta["question"][0], tools)
         return opening_messages(meta["question"], tools)
 

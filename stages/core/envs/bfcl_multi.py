@@ -13,7 +13,7 @@ The package keeps API instances in module globals of ``multi_turn_utils`` keyed 
 test id, so every episode and every scoring uses a unique model name and deletes its instances.
 
 Untrusted model output: BFCL's executor and checker ``eval`` call strings. The strings handed to
-them are built only from checked parts (:func:`stages.core.toolcalls.format_python_call` with the
+them are built only from checked parts (:func:`stages.core.text.toolcalls.format_python_call` with the
 method's declared parameters: a public method of the task's API classes, identifier argument names
 that the method declares, JSON literal values written with ``repr`` and read back); a call that
 fails a check is answered with an error tool message, is not executed and is not recorded in the
@@ -47,7 +47,7 @@ from stages.core.envs import _bfcl_worker
 from stages.core.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult
-from stages.core.toolcalls import (
+from stages.core.text.toolcalls import (
     ToolCallParseError,
     UnsafeCallError,
     check_python_call,
@@ -169,15 +169,15 @@ class MultiTurnEpisode:
     """The state of one multi-turn BFCL episode (used by :class:`stages.core.envs.bfcl.BFCLEnv`).
 
     Args:
-        task: a multi-turn task; ``max_steps``: cap on actions over the whole episode;
+        task: a multi-turn task; ``max_turns``: cap on actions over the whole episode;
         tools_in_prompt: announce held-out functions in the user message (BFCL prompting mode);
         call_timeout_s: wall-clock limit per executed API call (default :data:`CALL_TIMEOUT_S`).
     """
 
-    def __init__(self, task: Task, max_steps: int, tools_in_prompt: bool = False,
+    def __init__(self, task: Task, max_turns: int, tools_in_prompt: bool = False,
                  call_timeout_s: float | None = None) -> None:
         self.task, self.meta = task, task.meta
-        self.max_steps, self.tools_in_prompt = max_steps, tools_in_prompt
+        self.max_turns, self.tools_in_prompt = max_turns, tools_in_prompt
         self.call_timeout_s = CALL_TIMEOUT_S if call_timeout_s is None else call_timeout_s
         self.tools = task.tool_schemas
         self.signatures = api_signatures(tuple(self.meta["involved_classes"]))
@@ -215,16 +215,16 @@ class MultiTurnEpisode:
             self.turn_steps += 1
             if self.turn_steps > MAXIMUM_STEP_LIMIT:
                 return self._fail("multi_turn:force_terminated", f"more than {MAXIMUM_STEP_LIMIT} steps in turn {turn}", calls)
-            if self.steps >= self.max_steps:
-                return self._fail("max_steps", f"episode step cap {self.max_steps} reached", calls)
+            if self.steps >= self.max_turns:
+                return self._fail("max_steps", f"episode step cap {self.max_turns} reached", calls)
             return StepResult(observation=observation, tool_calls=calls, info={"turn": turn})
         info: dict[str, Any] = {"turn_ended": turn}
         if parse_error:
             info["parse_error"] = parse_error
         if turn + 1 == len(self.meta["question"]):
             return self._finish(info)
-        if self.steps >= self.max_steps:
-            return self._fail("max_steps", f"episode step cap {self.max_steps} reached", [], info)
+        if self.steps >= self.max_turns:
+            return self._fail("max_steps", f"episode step cap {self.max_turns} reached", [], info)
         self.answer.append([])
         self.turn_steps = 0
         return StepResult(observation=self._next_user_turn(turn + 1, info), info=info)

@@ -1,7 +1,7 @@
 """Python function synthesis: HumanEval (built in), HumanEval+ and MBPP+ (evalplus release files).
 
 The agent gets a function signature / description and answers with a complete Python function in
-a ```python block. The answer runs in :func:`stages.core.sandbox.run_python`, in its own process
+a ```python block. The answer runs in :func:`stages.core.exec.sandbox.run_python`, in its own process
 next to the grader that runs the task's tests (``_code_harness.py``: the grader calls the answer's
 function over pipes, compares and reports out of the answer's reach); reward = fraction of tests
 passed, success = all passed.
@@ -16,8 +16,8 @@ passed, success = all passed.
   time, measured once per task and cached per process); the first input over it ends the run.
   The harness that runs inside the sandbox is ``_code_harness.py``.
 
-Options (``make_env("code", data_dir, max_steps, **kwargs)``): ``dataset``, ``plus`` (bool),
-``feedback`` (bool: on failure, reply with test feedback and allow up to ``max_steps`` attempts),
+Options (``make_env("code", data_dir, max_turns, **kwargs)``): ``dataset``, ``plus`` (bool),
+``feedback`` (bool: on failure, reply with test feedback and allow up to ``max_turns`` attempts),
 ``timeout_s`` (10.0), ``memory_mb`` (1024), ``test_percent`` (20).
 """
 from __future__ import annotations
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
-from stages.core import call_server
+from stages.core.exec import call_server
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.sandbox import PRELUDE, SandboxResult, run_python
+from stages.core.exec.sandbox import PRELUDE, SandboxResult, run_python
 
 DATASETS = ("humaneval", "humaneval-plus", "mbpp-plus")
 _FILE_GLOBS = {"humaneval-plus": "HumanEvalPlus*.jsonl*", "mbpp-plus": "MbppPlus*.jsonl*"}
@@ -273,7 +273,7 @@ class CodeEnv:
     def __init__(
         self,
         data_dir: Path | None = None,
-        max_steps: int = 30,
+        max_turns: int = 30,
         dataset: str | None = None,
         plus: bool = True,
         feedback: bool = False,
@@ -285,7 +285,7 @@ class CodeEnv:
             raise EnvError(f"test_percent must be in 0..100, got {test_percent}")
         self.dataset, self.path = _resolve(data_dir, dataset)
         self.problems = _load_humaneval() if self.path is None else _load_jsonl(self.path.resolve(), self.dataset)
-        self.max_steps = max_steps if feedback else 1
+        self.max_turns = max_turns if feedback else 1
         self.plus, self.feedback = plus, feedback
         self.timeout_s, self.memory_mb, self.test_percent = timeout_s, memory_mb, test_percent
         self._problem: dict[str, Any] | None = None
@@ -353,7 +353,7 @@ class CodeEnv:
             raise EnvError("step() called without a running episode; call reset(task) first")
         self._steps += 1
         info = self.score(self._problem, action)
-        done = info["success"] or self._steps >= self.max_steps
+        done = info["success"] or self._steps >= self.max_turns
         if done:
             self._problem = None
             return StepResult(observation=[], reward=info["reward"], done=True, info=info)

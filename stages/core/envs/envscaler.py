@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
+from stages.core.data.inputs import hub_dataset_id, read_utf8
 from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.envs.envscaler_rules import INVALID_ACTION, EpisodeRules, check_rules, official_action, official_reward
-from stages.core.inputs import hub_dataset_id, read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def _own_splits(tasks: dict[str, TaskSpec], seed: int) -> dict[str, tuple[str, .
 
 
 def _build(source: str, env_rows: list, task_rows: list, test_size: int, seed: int) -> EnvScalerData:
-    from stages.core.toolcalls import unknown_schema_types
+    from stages.core.text.toolcalls import unknown_schema_types
 
     envs: dict[str, EnvSpec] = {}
     unknown_types = []
@@ -379,7 +379,7 @@ class EnvScalerEnv:
     Args:
         data_dir, envs_file, tasks_file, hf_dataset, hf_envs, hf_split, test_size, seed: data
             source and split, see :func:`load_data`.
-        max_steps: agent actions per episode; reaching it ends the episode (scored 0 under the
+        max_turns: agent actions per episode; reaching it ends the episode (scored 0 under the
             official rules, on the final state under the lenient ones).
         episode_rules: ``"official"`` (EnvScaler's evaluation) or ``"lenient"``; see
             :mod:`stages.core.envs.envscaler_rules`.
@@ -399,7 +399,7 @@ class EnvScalerEnv:
     def __init__(
         self,
         data_dir: Path | str | None = None,
-        max_steps: int = 30,
+        max_turns: int = 30,
         *,
         envs_file: Path | str | None = None,
         tasks_file: Path | str | None = None,
@@ -422,7 +422,7 @@ class EnvScalerEnv:
         self.fixtures = str(FIXTURES_DIR) in self.data.source  # the bundled test fixtures, not EnvScaler's data
         self.data_source = self.data.source + (" (bundled test fixtures, not the EnvScaler benchmark)"
                                                if self.fixtures else "") + f"; episode rules: {self.episode_rules}"
-        self.max_steps = max_steps
+        self.max_turns = max_turns
         self.call_timeout_s = call_timeout_s
         self.check_timeout_s = check_timeout_s
         self.memory_mb = memory_mb
@@ -461,7 +461,7 @@ class EnvScalerEnv:
         Raises:
             EnvError: the task is not in the loaded data, or its row has no ``reference_actions``.
         """
-        from stages.core.chat import format_tool_calls
+        from stages.core.text.chat import format_tool_calls
 
         spec = self.data.tasks.get(task.task_id)
         if spec is None or spec.reference is None:
@@ -497,7 +497,7 @@ class EnvScalerEnv:
         Raises:
             EnvError: no episode in progress (call :meth:`reset` first).
         """
-        from stages.core.toolcalls import ToolCallParseError, parse_tool_calls
+        from stages.core.text.toolcalls import ToolCallParseError, parse_tool_calls
 
         if self._done or self._task is None:
             raise EnvError("envscaler: no episode in progress; call reset() first")
@@ -562,7 +562,7 @@ class EnvScalerEnv:
         return text
 
     def _after(self, observation: list[Message], calls: list[ToolCall], official: bool = False) -> StepResult:
-        if self._steps >= self.max_steps:
+        if self._steps >= self.max_turns:
             return self._zero("step_cap", calls) if official else self._finish("step_cap", calls)
         return StepResult(observation=observation, tool_calls=calls)
 
@@ -646,8 +646,8 @@ class LopdBedEnv(EnvScalerEnv):
     name = "lopd-bed"
     default_rules: EpisodeRules = "lenient"
 
-    def __init__(self, data_dir: Path | str | None = None, max_steps: int = 6, **kwargs: Any) -> None:
-        super().__init__(data_dir if data_dir is not None else BED_DIR, max_steps, **kwargs)
+    def __init__(self, data_dir: Path | str | None = None, max_turns: int = 6, **kwargs: Any) -> None:
+        super().__init__(data_dir if data_dir is not None else BED_DIR, max_turns, **kwargs)
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """As :meth:`EnvScalerEnv.tasks`, with the tool schemas left out of the task (they are in

@@ -9,7 +9,7 @@ computed here, outside the sandbox.
   ``__lopd_solution__``), call ``Solution().<fn>(*args)`` (or the plain function ``<fn>``) and write
   the JSON of the return value; what the code prints is discarded.
 * **Verdict out of the solution's reach.** A runner program inside one sandbox
-  (:func:`stages.core.sandbox.run_python`) starts the per-test programs and sends back only what
+  (:func:`stages.core.exec.sandbox.run_python`) starts the per-test programs and sends back only what
   each one printed and how it exited; the expected outputs never enter the sandbox and the
   comparison runs in the calling process. Whatever a solution patches, forges or writes in there
   (``sys.exit``, ``os._exit``, the runner's records, the runner itself) can only change what counts
@@ -31,7 +31,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from stages.core import sandbox
+from stages.core.exec import sandbox
 
 _OUT_CAP = 4 * 2**20  # characters of one test's stdout sent back
 _INT = re.compile(r"[+-]?\d+")
@@ -199,7 +199,7 @@ def grade(code: str, tests: list[dict[str, Any]], func_name: str | None, per_tes
             expected return value as JSON).
         func_name: the function call-based tests call.
         per_test_s: wall-clock seconds per test.
-        memory_mb: the sandbox's memory cap (:func:`stages.core.sandbox.run_python`).
+        memory_mb: the sandbox's memory cap (:func:`stages.core.exec.sandbox.run_python`).
 
     Returns:
         ``{passed, total, first_failure}``: tests passed before the first failure, the number of

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
+from stages.core.data.inputs import read_utf8
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.inputs import read_utf8
 
 RELEASE_WINDOWS: dict[str, tuple[date, date]] = {
     "v5": (date(2024, 8, 1), date(2025, 2, 1)),
@@ -182,7 +182,7 @@ def _sandbox_verdicts(program: str, mark: str, tests: int, per_test_s: int, memo
     """Run LiveCodeBench's grading program in the sandbox, with Python's default int/str digit limit
     as the official grader has it: (the JSON verdict list it printed after ``mark``, "") or (None,
     why it printed none)."""
-    from stages.core.sandbox import run_python
+    from stages.core.exec.sandbox import run_python
 
     budget = per_test_s * tests + 5
     res = run_python(program, timeout_s=budget, cpu_s=budget, memory_mb=memory_mb, digit_limit=True)
@@ -257,17 +257,17 @@ class LiveCodeBenchEnv:
 
     Args:
         data_dir: release file or folder (see the module docstring).
-        max_steps: kept for the protocol; episodes always end after one action.
+        max_turns: kept for the protocol; episodes always end after one action.
         dataset: Hugging Face id or local dataset folder, used when ``data_dir`` is None.
         release: ``"v5"`` | ``"v6"`` | None (all problems).
     """
 
     name = "livecodebench"
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 1, dataset: str | None = None,
+    def __init__(self, data_dir: Path | None = None, max_turns: int = 1, dataset: str | None = None,
                  release: str | None = None):
         self.data_dir, self.dataset, self.release = data_dir, dataset, release
-        self.max_steps = max_steps
+        self.max_turns = max_turns
         self._task: Task | None = None
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:

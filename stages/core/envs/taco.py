@@ -120,13 +120,13 @@ class TacoEnv:
 
     name = "taco"
 
-    def __init__(self, data_dir: Path | None = None, max_steps: int = 1, dataset: str | None = None,
+    def __init__(self, data_dir: Path | None = None, max_turns: int = 1, dataset: str | None = None,
                  config: str | None = "taco", test_percent: int = 10):
         self.practice = data_dir is None and not dataset
         self.data_dir, self.dataset, self.config = (PRACTICE_DIR if self.practice else data_dir), dataset, config
         self.data_source = (f"{PRACTICE_DIR} (20 practice problems written for lopd, not TACO)" if self.practice
                             else str(data_dir or f"{dataset}[{config}]"))
-        self.max_steps, self.test_percent = max_steps, test_percent
+        self.max_turns, self.test_percent = max_turns, test_percent
         self._task: Task | None = None
         self._tasks: list[Task] | None = None
 

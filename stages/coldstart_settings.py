@@ -1,0 +1,69 @@
+"""The settings of one `lopd coldstart` run (:mod:`stages.coldstart`), read by its data and loop."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from stages.core.models.backbone import DType
+
+
+class ColdstartConfig(BaseModel):
+    """Settings of one `lopd coldstart` run (the CLI flags, validated).
+
+    Attributes:
+        experiences: experience store (indexed with `lopd index`).
+        out: output folder.
+        model: backbone (``smollm2-135m``, HF id or local folder).
+        steps, lr, batch_size: AdamW steps (constant lr, no weight decay), targets per step.
+        J, K, depth, lora_rank, max_exp_tokens: composer (experiences per target, latents per
+            experience, QFormer block applications, composer LoRA rank, token cap of one experience).
+        qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
+        max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
+        placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
+            (before each action, Eq. 8) or ``framed`` (inside the first user message between
+            framing texts, A.4; :mod:`stages.core.latent.framing`).
+        heldout_fraction: share of the tasks held out for evaluation.
+        exclude_same_task: retrieve no trajectory of the target's own task (module docstring).
+        checkpoint_every, eval_every: steps between checkpoints / held-out evaluations.
+        seed: seeds the composer init, the task split and the batch order.
+        resume: continue from the latest checkpoint in ``out``; only ``steps``,
+            ``checkpoint_every``, ``eval_every``, ``max_len``, ``device``, ``dtype`` and the
+            spelling of paths may change (:mod:`stages.core.run.runs`).
+        env: use only this environment's trajectories (None = all).
+        activation_checkpointing: recompute the backbone layers in backward (less memory);
+            also accepted as ``grad_checkpointing``.
+        grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
+        device, dtype: where the backbone and composer live and the backbone's dtype (None:
+            CUDA in bfloat16 when a GPU is visible, else the CPU in float32;
+            :func:`stages.core.models.backbone.resolve_device_dtype`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    experiences: str
+    out: str
+    model: str = "smollm2-135m"
+    steps: int = Field(default=200, ge=1)
+    lr: float = Field(default=1e-4, gt=0)
+    batch_size: int = Field(default=2, ge=1)
+    J: int = Field(default=3, ge=1)
+    K: int = Field(default=32, ge=1)
+    depth: int = Field(default=8, ge=1)
+    qformer_shared: bool = True
+    lora_rank: int = Field(default=8, ge=1)
+    max_exp_tokens: int = Field(default=256, ge=1)
+    max_len: int = Field(default=1024, ge=2)
+    placement: Literal["prefix", "per-turn", "framed"] = "prefix"
+    heldout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
+    exclude_same_task: bool = True
+    checkpoint_every: int = Field(default=50, ge=1)
+    eval_every: int = Field(default=50, ge=1)
+    seed: int = 0
+    resume: bool = False
+    env: str | None = None
+    activation_checkpointing: bool = Field(
+        default=True, validation_alias=AliasChoices("activation_checkpointing", "grad_checkpointing"))
+    grad_clip: float | None = Field(default=1.0, gt=0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
+    device: str | None = None
+    dtype: DType | None = None

@@ -1,0 +1,1 @@
+"""Running model-written code: OS isolation, the Python sandbox, the benchmark grader process."""

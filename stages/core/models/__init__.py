@@ -1,0 +1,2 @@
+"""Models: backbones (loading, device and dtype), the composer (QFormer + LoRA adapter), the student
+forward, the assembly of a run's modules."""

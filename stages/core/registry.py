@@ -1,0 +1,85 @@
+"""One registry style for the named parts of lopd: methods, environments, benchmarks, engines and
+latent placements.
+
+A :class:`Registry` maps a name to its implementation (a class, a factory or an instance). An
+implementation is added with :meth:`Registry.add` or the :meth:`Registry.register` decorator;
+one that lives in a module imported only when needed is named in ``modules`` (name -> module
+path: the module registers it when imported). Looking up an unknown name raises the registry's
+error, whose message lists the known names.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """Name -> implementation, read like a dict (``registry[name]``, ``in``, ``items()``).
+
+    Args:
+        what: what a name names, as the error message says it (``"method"``, ``"--env"``).
+        error: the exception class an unknown name raises (default ValueError).
+        modules: names whose implementation a module registers when imported (lazy entries).
+        load: called once before the first lookup (e.g. imports a package whose modules
+            register themselves).
+        unknown: the message of an unknown name, formatted with ``name`` (repr) and ``known``
+            (the names, comma-separated); default ``unknown <what> <name> (known: <known>)``.
+        sort: list the known names sorted (else in the order they were added).
+    """
+
+    def __init__(self, what: str, *, error: type[Exception] = ValueError, modules: Mapping[str, str] | None = None,
+                 load: Callable[[], object] | None = None, unknown: str | None = None, sort: bool = True):
+        self.what = what
+        self.error = error
+        self._modules = dict(modules or {})
+        self._load = load
+        self._unknown = unknown or "unknown {what} {name} (known: {known})"
+        self._sort = sort
+        self._entries: dict[str, T] = {}
+
+    def add(self, name: str, impl: T) -> T:
+        """Register ``impl`` under ``name`` (a later entry of the same name replaces it); returns it."""
+        self._entries[name] = impl
+        return impl
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator form of :meth:`add`."""
+        return lambda impl: self.add(name, impl)
+
+    def names(self) -> list[str]:
+        """The known names (sorted, unless the registry keeps the order they were added in)."""
+        self._loaded()
+        names = list(dict.fromkeys([*self._entries, *self._modules]))
+        return sorted(names) if self._sort else names
+
+    def get_or_raise(self, name: str) -> T:
+        """The implementation of ``name``.
+
+        Raises:
+            the registry's error: an unknown name (the message lists the known ones).
+        """
+        self._loaded()
+        if name not in self._entries and name in self._modules:
+            importlib.import_module(self._modules[name])
+        if name not in self._entries:
+            raise self.error(self._unknown.format(what=self.what, name=repr(name), known=", ".join(self.names())))
+        return self._entries[name]
+
+    def _loaded(self) -> None:
+        if self._load is not None:
+            self._load()
+
+    def __getitem__(self, name: str) -> T:
+        return self.get_or_raise(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())

@@ -1,0 +1,1 @@
+"""Run folders: settings and resume, checkpoints, provenance, metrics loggers, memory checks, distributed training."""

@@ -1,0 +1,132 @@
+"""Atomic checkpoint folders of the training stages, RNG capture/restore and loop state.
+
+Layout of a checkpoint::
+
+    out/checkpoints/step-N/   what the stage's ``fill`` writes (models, optimizer.pt ...)
+                              rng.pt      python / numpy / torch RNG states (a run of N > 1
+                                          processes: rng-rank0.pt ... one per rank)
+                              state.json  the stage's loop state (step, beta, data position ...)
+
+A checkpoint is written into a hidden temporary sibling folder and renamed into place, so a
+``step-N`` folder is either complete or absent (a SIGKILL leaves at most a ``.step-N.tmp-*``
+folder, removed by :func:`clean_partial`, which also removes a half-written ``.final.tmp-*``
+folder and a half-deleted old checkpoint). Only the newest ``keep`` checkpoints stay; an old
+one is renamed away before it is deleted, so a killed deletion never leaves a partial
+``step-N``.
+
+The other parts of a run live elsewhere: the run folder's config, manifest and metrics in
+:mod:`stages.core.run.runs`, the models a checkpoint holds in :mod:`stages.core.models.assembly`, the
+store rows a run appends (and their consistency with the checkpoints) in
+:mod:`stages.core.data.experience_rows`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "state.json"
+RNG_FILE = "rng.pt"
+RANK_RNG_FILE = "rng-rank{rank}.pt"  # a data-parallel run's RNG state of one rank
+OPTIMIZER_FILE = "optimizer.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_dirs(out: Path) -> list[Path]:
+    """Complete checkpoint folders ``out/checkpoints/step-N``, oldest (lowest N) first."""
+    root = Path(out) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The newest complete checkpoint folder of ``out``, or None when there is none."""
+    dirs = checkpoint_dirs(out)
+    return dirs[-1] if dirs else None
+
+
+def clean_partial(out: Path) -> None:
+    """Remove temporary folders left by a checkpoint or final write that was killed midway."""
+    for pattern in (f"{CHECKPOINTS}/.step-*.tmp-*", f"{CHECKPOINTS}/.old-*", ".final.tmp-*"):
+        for p in Path(out).glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: dict, keep: int,
+                     rank_rngs: list[dict] | None = None) -> Path:
+    """Atomically write ``out/checkpoints/step-<step>`` and keep only the newest ``keep`` ones.
+
+    Args:
+        fill: writes the model files (student, composer, optimizer) into the folder it gets.
+        state: JSON-serialisable training state (step, beta, data position, run id ...),
+            written as ``state.json`` together with the current RNG states (``rng.pt``).
+        keep: number of checkpoints to keep, >= 1.
+        rank_rngs: a data-parallel run's :func:`capture_rng` of every rank, in rank order:
+            written as ``rng-rank<r>.pt`` instead of ``rng.pt``.
+
+    Returns:
+        The checkpoint folder.
+
+    Raises:
+        FileExistsError: a checkpoint of ``step`` exists already.
+    """
+    root = Path(out) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step}"
+    if final.exists():
+        raise FileExistsError(f"checkpoint {final} exists already")
+    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.tmp-", dir=root))
+    try:
+        fill(tmp)
+        if rank_rngs is None:
+            torch.save(capture_rng(), tmp / RNG_FILE)
+        for rank, states in enumerate(rank_rngs or []):
+            torch.save(states, tmp / RANK_RNG_FILE.format(rank=rank))
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in checkpoint_dirs(out)[:-keep]:  # renamed first: a killed rmtree leaves no step-N
+        trash = root / f".old-{old.name}"
+        os.rename(old, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    return final
+
+
+def read_state(ckpt: Path) -> dict:
+    """The ``state.json`` of a checkpoint folder.
+
+    Raises:
+        ValueError: missing or unreadable state file (named in the message).
+    """
+    path = Path(ckpt) / STATE_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: unreadable checkpoint state ({err})") from None
+
+
+def capture_rng() -> dict:
+    """The python, numpy and torch (CPU) global RNG states."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def restore_rng(ckpt: Path, rank: int | None = None) -> None:
+    """Restore the RNG states saved in ``ckpt/rng.pt`` by :func:`write_checkpoint` (with
+    ``rank``: that rank's ``rng-rank<r>.pt`` of a data-parallel run)."""
+    name = RNG_FILE if rank is None else RANK_RNG_FILE.format(rank=rank)
+    states = torch.load(Path(ckpt) / name, weights_only=False)  # our own file: numpy state
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])

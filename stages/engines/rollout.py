@@ -1,0 +1,237 @@
+"""Multi-turn rollouts: a policy engine plays many environment episodes at once.
+
+Used by `collect`, `distill` (on-policy rollouts) and `evaluate`. Episodes advance in lock step:
+one batched ``generate`` produces one action for each live episode, and each environment answers
+its own action. Finished episodes leave the batch and queued ones take their place.
+
+Token transcript: each episode keeps the token ids its policy is conditioned on. The first
+prompt is the chat-template rendering of the opening messages; after each action the SAMPLED ids
+are appended as they are (never re-tokenized from text), then the tokens of what follows them
+(:func:`stages.core.text.chat.context_after_action`: end-of-turn marker unless sampled, observation,
+next assistant header). Each :class:`Turn` records its context ids, sampled ids, sampling
+log-probs and finish reason, so training sees exactly what the policy saw and sampled. When the
+environment changes the tool list, the prompt is rebuilt from scratch (``context_restart``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from schemas import Message, Task, Trajectory, Turn
+from stages.core.envs import Environment
+from stages.core.text.chat import context_after_action, render_prompt, tokenizer_fingerprint
+from stages.engines import Generation, RolloutEngine, SamplingParams
+
+
+@dataclass
+class _Episode:
+    task: Task
+    sample: int
+    env: Environment
+    messages: list[Message]
+    tools: list[dict]
+    reference: list[str] | None = None
+    turns: list[Turn] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)  # the token transcript (the next prompt)
+    context: list[int] = field(default_factory=list)  # ids appended since the last action
+    restart: bool = False
+
+
+@dataclass
+class RolloutStats:
+    """Running totals over all episodes played so far (tokens are generated tokens)."""
+
+    episodes: int = 0
+    actions: int = 0
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    env_seconds: float = 0.0
+
+
+def play(
+    engine: RolloutEngine | None,
+    tokenizer,
+    make_env: Callable[[], Environment],
+    tasks: Iterable[Task],
+    *,
+    samples_per_task: int,
+    params: SamplingParams,
+    policy_id: str,
+    run_id: str,
+    git_commit: str = "",
+    max_concurrent: int = 8,
+    stats: RolloutStats | None = None,
+    reference: bool = False,
+    on_step: Callable[[RolloutStats], None] | None = None,
+) -> Iterator[Trajectory]:
+    """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
+
+    Args:
+        engine: batched text generator (see :class:`stages.core.models.backbone.RolloutEngine`). One with
+            a ``begin_episode(task, messages, tools, prompt_ids)`` method is told of every
+            episode before its first prompt (:class:`stages.engines.latent.LatentEngine`).
+        tokenizer: the policy's tokenizer, used to render conversations with its chat template.
+        make_env: builds a fresh environment; called once per episode (no state is shared).
+        tasks: tasks to play, in order.
+        samples_per_task: G, independent episodes per task.
+        params: sampling parameters; ``params.seed`` (if set) is offset per generate call so a
+            run is reproducible while samples differ.
+        policy_id, run_id, git_commit: provenance written into every trajectory.
+        max_concurrent: episodes advanced together in one batched generate call.
+        stats: optional totals to update in place (tokens, seconds).
+        reference: play each task's reference solution (``env.reference_actions(task)``) instead
+            of generating; ``engine`` is then unused. The actions still go through the real
+            environment and checker, so the reward is verified, not assumed.
+        on_step: called with ``stats`` after every batched generate call (e.g. to refresh a
+            progress bar while long episodes are still running).
+
+    Yields:
+        Trajectory rows with the environment's verified reward. Environment failures inside an
+        episode end that episode with reward 0 and the reason in ``info``; they never stop the run.
+        ``trajectory_id`` is derived from (``run_id``, task id, sample index), so a run's ids are
+        unique and the same every time it is played.
+    """
+    stats = stats if stats is not None else RolloutStats()
+    queue = [(t, g) for t in tasks for g in range(samples_per_task)]
+    queue.reverse()
+    live: list[_Episode] = []
+    call = 0
+    while queue or live:
+        while queue and len(live) < max_concurrent:
+            task, sample = queue.pop()
+            env = make_env()
+            try:
+                opening = env.reset(task)
+                refs = env.reference_actions(task) if reference else None
+            except Exception as err:  # an environment that cannot start fails its episode only
+                env.close()
+                yield _failed(task, sample, policy_id, run_id, git_commit, f"reset failed: {err}")
+                continue
+            ep = _Episode(task, sample, env, list(opening), task.tool_schemas, refs)
+            ep.ids = ep.context = _encode(tokenizer, render_prompt(tokenizer, ep.messages, ep.tools))
+            if hasattr(engine, "begin_episode"):  # e.g. a latent-conditioned engine: per-task latents
+                try:
+                    engine.begin_episode(task, ep.messages, ep.tools, ep.ids)
+                except Exception as err:
+                    env.close()
+                    yield _failed(task, sample, policy_id, run_id, git_commit, f"engine could not start: {err}")
+                    continue
+            live.append(ep)
+        if not live:
+            break
+        t0 = time.perf_counter()
+        if reference:
+            generations = [_reference_generation(ep, tokenizer) for ep in live]
+        else:
+            step_params = params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
+            generations = engine.generate([ep.ids for ep in live], step_params)
+        call += 1
+        stats.generate_seconds += time.perf_counter() - t0
+        stats.actions += len(generations)
+        if on_step is not None:
+            on_step(stats)
+        still_live: list[_Episode] = []
+        for ep, gen in zip(live, generations):
+            stats.generated_tokens += gen.num_tokens
+            t0 = time.perf_counter()
+            try:
+                result = ep.env.step(gen.text)
+            except Exception as err:
+                result = None
+                ep.info = {"error": f"environment step failed: {err}"}
+            stats.env_seconds += time.perf_counter() - t0
+            calls = result.tool_calls if result else []
+            ep.messages.append(Message(role="assistant", content=gen.text, tool_calls=calls))
+            obs = result.observation if result else []
+            ep.messages.extend(obs)
+            ep.turns.append(
+                Turn(
+                    action=gen.text,
+                    tool_calls=calls,
+                    observation="\n".join(m.content for m in obs),
+                    action_tokens=gen.num_tokens,
+                    token_ids=gen.token_ids,
+                    logprobs=gen.logprobs,
+                    finish_reason=gen.finish_reason,
+                    context_ids=ep.context,
+                    context_restart=ep.restart,
+                )
+            )
+            if result is not None and "tools" in result.info:
+                ep.tools = result.info.pop("tools")
+                ep.restart = True
+            else:
+                ep.restart = False
+            if result is not None and not result.done and len(ep.turns) < ep.env.max_turns:
+                _advance(ep, gen, tokenizer)
+                still_live.append(ep)
+                continue
+            reward = result.reward if result is not None and result.done else 0.0
+            if result is not None:
+                ep.info = {**result.info, **({} if result.done else {"stopped": "step cap reached"})}
+            ep.env.close()
+            stats.episodes += 1
+            yield _trajectory(ep, reward, policy_id, run_id, git_commit, tokenizer_fingerprint(tokenizer))
+        live = still_live
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _advance(ep: _Episode, gen: Generation, tokenizer) -> None:
+    """Extend ``ep``'s transcript past ``gen`` and the environment's answer (the next prompt)."""
+    if ep.restart:  # new tool list: the whole prompt is rendered again
+        ep.context = _encode(tokenizer, render_prompt(tokenizer, ep.messages, ep.tools))
+        ep.ids = ep.context
+        return
+    end = tokenizer.decode(gen.token_ids[-1:]) if gen.finish_reason == "eos" else ""
+    ep.context = _encode(tokenizer, context_after_action(tokenizer, ep.messages, ep.tools, sampled_end=end))
+    ep.ids = [*ep.ids, *gen.token_ids, *ep.context]
+
+
+def _reference_generation(ep: _Episode, tokenizer) -> Generation:
+    """The next reference action of ``ep`` (an empty answer once the reference is used up).
+
+    Its ids are the tokenization of the reference text plus the eos id (the policy's way of
+    ending a turn); it has no sampling log-probs.
+    """
+    refs = ep.reference or []
+    text = refs[len(ep.turns)] if len(ep.turns) < len(refs) else ""
+    ids = [*_encode(tokenizer, text), *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])]
+    return Generation(text=text, token_ids=ids, logprobs=[], num_tokens=0, finish_reason="eos")
+
+
+def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_commit: str,
+                tokenizer: str = "") -> Trajectory:
+    reward = min(1.0, max(0.0, float(reward)))
+    return Trajectory(
+        # a function of (run, task, sample): a re-run orders and retrieves its rows the same way
+        trajectory_id=hashlib.sha1(f"{run_id}\0{ep.task.task_id}\0{ep.sample}".encode()).hexdigest()[:32],
+        task_id=ep.task.task_id,
+        env=ep.task.env,
+        split=ep.task.split,
+        prompt=ep.task.prompt,
+        policy=policy_id,
+        messages=ep.messages,
+        turns=ep.turns,
+        reward=reward,
+        success=bool(ep.info.get("success", reward >= 1.0)),
+        num_steps=len(ep.turns),
+        num_tool_calls=sum(len(t.tool_calls) for t in ep.turns),
+        run_id=run_id,
+        git_commit=git_commit,
+        # the tool schemas offered at the end, so training can re-render exactly this prompt
+        info=json.dumps({**ep.info, "tools": ep.tools}, default=str),
+        tokenizer=tokenizer,
+    )
+
+
+def _failed(task: Task, sample: int, policy_id: str, run_id: str, git_commit: str, reason: str) -> Trajectory:
+    ep = _Episode(task, sample, None, [Message(role="user", content=task.prompt)], [])  # type: ignore[arg-type]
+    ep.info = {"error": reason, "success": False}
+    return _trajectory(ep, 0.0, policy_id, run_id, git_commit)
