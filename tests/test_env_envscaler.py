@@ -12,7 +12,7 @@ import pytest
 from schemas import Task
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.base import AGENTIC_RULES
-from stages.core.envs.envscaler import FIXTURES_DIR
+from stages.core.envs.envscaler_data import FIXTURES_DIR
 
 BAD_DIR = Path(__file__).parent / "fixtures" / "envscaler_bad"
 

@@ -17,7 +17,7 @@ from copy import deepcopy
 import pytest
 
 from stages.core.envs import EnvError, make_env
-from stages.core.envs.envscaler import FIXTURES_DIR
+from stages.core.envs.envscaler_data import FIXTURES_DIR
 from stages.core.envs.envscaler_rules import official_action
 from tests.test_env_envscaler import all_tasks, call
 

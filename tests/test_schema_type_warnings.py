@@ -81,7 +81,7 @@ def test_bfcl_multi_turn_doc_with_unknown_type_warns_once(tmp_path, caplog):
 
 
 def test_envscaler_tool_with_unknown_type_warns_once(tmp_path, caplog):
-    from stages.core.envs.envscaler import FIXTURES_DIR
+    from stages.core.envs.envscaler_data import FIXTURES_DIR
 
     envs = [json.loads(line) for line in (FIXTURES_DIR / "environments.jsonl").read_text().splitlines() if line.strip()]
     envs[0]["tools"][0]["function"]["parameters"]["properties"]["query"]["type"] = "quaternion"
