@@ -379,12 +379,13 @@ def study(
 def report(
     runs: list[str] = typer.Argument(..., help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out).", show_default=False),
     out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report)."),
+    samples_steps: int = typer.Option(3, "--samples-steps", min=0, help="Sample rollouts (first, best, worst) of the last N steps of each distill run in summary.md, from its experience store; 0 = none."),
 ) -> None:
     """Plot a run's training curves (reward, losses, LOPD's Delta and beta, anchor, gradient norms,
-    seconds per step, peak memory) and summarise its metrics and evaluation reports."""
+    seconds per step, peak memory) and summarise its metrics, sample rollouts and evaluation reports."""
     from stages import report as stage
 
-    stage.run(stage.ReportConfig(runs=runs, out=out))
+    stage.run(stage.ReportConfig(runs=runs, out=out, samples_steps=samples_steps))
 
 
 @app.command()

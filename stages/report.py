@@ -9,8 +9,9 @@ evaluation reports alone is summarised without plots. Writes into ``out``:
 - one PNG per metric group present (rewards, losses, coldstart's held-out NLL, LOPD's dual,
   anchor and latents, gradient norms, seconds per step, peak memory): one panel per metric, one line per run, against
   generations when every row has them (distill), else against steps;
-- ``summary.md``: per run the steps, first / last / min / max of each metric, and the scores of
-  the evaluation reports found.
+- ``summary.md``: per run the steps, first / last / min / max of each metric (for a distill run
+  also sample rollouts of its last steps: :mod:`stages.report_samples`), and the scores of the
+  evaluation reports found.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from rich.console import Console
 
 from stages.core.data.inputs import read_utf8
 from stages.core.run.runs import METRICS_FILE
+from stages.report_samples import run_samples
 
 # (file stem, title, metric names): a metric is drawn in the first group that names it
 GROUPS = (
@@ -42,12 +44,14 @@ GROUPS = (
 class ReportConfig(BaseModel):
     """Settings of `lopd report`: ``runs`` the folders (and evaluation report files) to read,
     ``out`` where the plots and the summary go (default: ``<first folder>/report``; for report
-    files alone ``<their folder>/report``)."""
+    files alone ``<their folder>/report``), ``samples_steps`` how many last steps of each distill
+    run get sample rollouts in the summary (0: none)."""
 
     model_config = ConfigDict(extra="forbid")
 
     runs: list[str] = Field(min_length=1)
     out: str | None = None
+    samples_steps: int = Field(3, ge=0)
 
 
 def find_runs(folders: list[Path]) -> dict[str, Path]:
@@ -172,8 +176,10 @@ def summary_row(path: str, report: dict[str, Any]) -> str:
     return f"| {path} | {report['bench']} | {report.get('model', '-')} | {tasks} | {scores} |"
 
 
-def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]]) -> str:
-    """The markdown summary: metrics per run (first, last, min, max), then evaluation scores."""
+def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
+            samples: dict[str, list[str]] | None = None) -> str:
+    """The markdown summary: metrics per run (first, last, min, max) and its ``samples`` lines
+    (sample rollouts, by run label), then evaluation scores."""
     lines = ["# Run report", ""]
     for label, rows in runs.items():
         keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "step" and _numeric(rows, k)]
@@ -183,6 +189,7 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]]) -> str
             values = [v for _, v in _numeric(rows, key)]
             lines.append(f"| {key} | {values[0]:.4g} | {values[-1]:.4g} | {min(values):.4g} | {max(values):.4g} |")
         lines.append("")
+        lines += (samples or {}).get(label, [])
     if reports:
         lines += ["## Evaluation reports", "", "| report | bench | model | tasks | scores |", "|---|---|---|---|---|"]
         lines += [summary_row(path, report) for path, report in reports]
@@ -219,7 +226,8 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
         if present:
             plot_group(out / f"{stem}.png", title, present, runs, x)
             plots.append(f"{stem}.png")
-    (out / "summary.md").write_text(summary(runs, reports))
+    samples = {label: run_samples(metric_files[label].parent, config.samples_steps) for label in runs}
+    (out / "summary.md").write_text(summary(runs, reports, samples))
     console.print(f"[bold]report[/] of {len(runs)} run(s) ({', '.join(runs) or 'no metrics'}) and {len(reports)} "
                   f"evaluation report(s): {', '.join([*plots, 'summary.md'])} written to {out}", soft_wrap=True)
     return {"out": str(out), "plots": plots, "runs": list(runs), "reports": [p for p, _ in reports]}

@@ -92,3 +92,59 @@ def test_a_run_reports_its_evaluations_beside_it_and_report_files_given(tmp_path
     (tmp_path / "notes.json").write_text("{}")
     result = runner.invoke(app, ["report", str(tmp_path / "runs" / "lopd"), str(tmp_path / "notes.json")])
     assert result.exit_code == 2 and "notes.json: not an evaluation report" in result.output
+
+
+def _distill_run(tmp_path, store_path):
+    """A distill run folder whose config names ``store_path`` and run id ``distill-x``."""
+    run = tmp_path / "runs" / "lopd"
+    _write(run, _distill_rows(1.0))
+    (run / "config.json").write_text(json.dumps({"method": "lopd", "store": str(store_path), "run_id": "distill-x"}))
+    return run
+
+
+def test_report_shows_first_best_and_worst_rollouts_of_the_last_steps(tmp_path):
+    from schemas import Message
+    from stages.core.data.experience_rows import tag_step_rows
+    from stages.core.data.store import ExperienceStore
+    from tests.test_coldstart import make_traj
+
+    store = ExperienceStore.open(tmp_path / "store")
+    for step in (1, 2, 3):
+        rows = [make_traj(f"s{step}-{i}", step, i, success=i == 1) for i in range(3)]
+        rows[2] = rows[2].model_copy(update={"reward": 0.5})  # neither first, best nor worst
+        store.append(tag_step_rows([r.model_copy(update={"run_id": "distill-x"}) for r in rows], "distill-x", step))
+    store.append([make_traj("other", 9, 9).model_copy(update={"run_id": "another-run"})])
+    run = _distill_run(tmp_path, tmp_path / "store")
+    result = runner.invoke(app, ["report", str(run), "--samples-steps", "2"])
+    assert result.exit_code == 0, result.output
+    text = (run / "report" / "summary.md").read_text()
+    assert "### Sample rollouts" in text and "#### step 1 " not in text  # the last 2 steps only
+    assert "#### step 2 (3 rollouts)" in text and "#### step 3 (3 rollouts)" in text
+    assert "- first / worst: task `add-3-0`, reward 0.000, success False" in text
+    assert "- best: task `add-3-1`, reward 1.000, success True" in text
+    assert "task `add-3-2`" not in text and "add-9-9" not in text  # the middle rollout; another run's
+    assert '[action 1] <tool_call>{"name": "add", "arguments": {"a": 3, "b": 0}}</tool_call>' in text and "[action 2] The answer is 4." in text
+    off = runner.invoke(app, ["report", str(run), "--samples-steps", "0", "--out", str(tmp_path / "off")])
+    assert off.exit_code == 0 and "Sample rollouts" not in (tmp_path / "off" / "summary.md").read_text()
+    # a long action is cut, and a fence inside it cannot close the code block
+    long = make_traj("s4", 4, 4, success=False).model_copy(update={"run_id": "distill-x", "messages": [
+        Message(role="assistant", content="```fence``` " + "x" * 1000)]})
+    store.append(tag_step_rows([long], "distill-x", 4))
+    result = runner.invoke(app, ["report", str(run), "--samples-steps", "1", "--out", str(tmp_path / "r")])
+    text = (tmp_path / "r" / "summary.md").read_text()
+    assert "#### step 4 (1 rollouts)" in text and "#### step 3" not in text
+    assert "... (1012 chars)\n````" in text and "x" * 300 not in text
+    assert "- first / best / worst: task `add-4-4`" in text and "````\n[action 1] ```fence```" in text
+
+
+def test_report_notes_a_missing_store_in_one_line(tmp_path):
+    run = _distill_run(tmp_path, tmp_path / "gone")
+    result = runner.invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    text = (run / "report" / "summary.md").read_text()
+    notes = [line for line in text.splitlines() if line.startswith("note: no sample rollouts")]
+    assert notes == [f"note: no sample rollouts: store {tmp_path / 'gone'} unreadable (no experience store at {tmp_path / 'gone'})"]
+    (tmp_path / "empty").mkdir()
+    run = _distill_run(tmp_path, tmp_path / "empty")
+    assert runner.invoke(app, ["report", str(run)]).exit_code == 0
+    assert "store" in (run / "report" / "summary.md").read_text().split("note: no sample rollouts: ")[1]
