@@ -6,13 +6,16 @@
   defaults (the precedence itself is :func:`stages.settings.resolve`).
 - :class:`MethodOptionsCommand`: a command that also takes the default distill method's own
   options (LOPD's ``Options`` model, :mod:`stages.methods.lopd`) as flags, made from that model
-  when the command is first parsed or shown, so an option is declared once, in the model.
+  when the command is first parsed or shown, so an option is declared once, in the model; its
+  help with ``--method X`` lists method X's options (:func:`method_options_help`).
 """
 from __future__ import annotations
 
 import inspect
+import re
 import types
-from typing import Any, Optional, Union, get_args, get_origin
+from collections.abc import Sequence
+from typing import Any, Literal, Optional, Union, get_args, get_origin
 
 import typer
 from typer.core import TyperCommand
@@ -70,6 +73,57 @@ def _flag_type(annotation: Any) -> Any:
     return Optional[annotation if annotation in (bool, int, float, str) else str]
 
 
+def option_help(field: Any, fallback: str) -> str:
+    """The help of an option (a pydantic ``FieldInfo``): its description (``fallback`` without
+    one), its default appended unless the description names it or the field is required."""
+    text = field.description or fallback
+    if "(default" not in text and not field.is_required():
+        text = f"{text} (default {field.default})".strip()
+    return text
+
+
+def _type_text(annotation: Any) -> str:
+    """An option's type as help text: ``int``, ``float | None``, a Literal's values as ``a | b``."""
+    if get_origin(annotation) is Literal:
+        return " | ".join(str(a) for a in get_args(annotation))
+    if get_origin(annotation) in (Union, types.UnionType):
+        return " | ".join(_type_text(a) for a in get_args(annotation))
+    if annotation is type(None):
+        return "None"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+
+
+def method_options_help(method: str) -> tuple[str, list[tuple[str, str]]]:
+    """``(intro, rows)`` of method ``method``'s own options for ``lopd distill --method X --help``:
+    the docstrings of the ``Options`` model and of the options models it extends (reST roles
+    dropped), and per field ``(name: type, help)`` (see :func:`option_help`;
+    a field without a description shows its default only).
+
+    Raises:
+        ValueError: unknown method (the message lists the known ones).
+    """
+    from stages.methods import get_method
+
+    model = get_method(method).Options
+    rows = [(f"{name}: {_type_text(field.annotation)}", option_help(field, ""))
+            for name, field in model.model_fields.items()]
+    docs = [inspect.cleandoc(c.__doc__) for c in model.__mro__
+            if c.__doc__ and hasattr(c, "model_fields") and c.__module__.startswith("stages.")]
+    intro = re.sub(r":\w+:`~?([^`]*)`", r"\1", "\n\n".join(docs)).replace("``", "`")
+    return intro, rows
+
+
+def _method_named(args: Sequence[str]) -> str | None:
+    """The value of the last ``--method X`` / ``--method=X`` in a command line, else None."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--method" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--method="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
 def option_flags(options_model: type, method: str) -> list:
     """Typer options for the fields of a method's ``Options`` model, each with default None
     (not given): the flag ``--<name with ->`` (a bool: ``--<name>/--no-<name>``), or the field's
@@ -85,9 +139,7 @@ def option_flags(options_model: type, method: str) -> list:
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         dashed = "--" + name.replace("_", "-")
         flag = extra.get("flag") or (f"{dashed}/--no-{dashed[2:]}" if kind == Optional[bool] else dashed)
-        text = field.description or f"{method}: {name}."
-        if "(default" not in text and not field.is_required():
-            text = f"{text} (default {field.default})"
+        text = option_help(field, f"{method}: {name}.")
         parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
                                             default=typer.Option(None, flag, help=text)))
 
@@ -104,7 +156,9 @@ class MethodOptionsCommand(TyperCommand):
     """A command that also takes the options of the default distill method as flags (see
     :func:`option_flags`). They are made on first use of ``params`` (importing a method loads
     torch, which every other command does without), come in ``ctx.params`` by field name, and
-    are not passed to the callback, which reads them from ``ctx.params``."""
+    are not passed to the callback, which reads them from ``ctx.params``. With ``--method X``
+    (X not the default) its help ends with X's own options (given as ``-o KEY=VALUE``); only
+    that help imports method X."""
 
     @property
     def params(self) -> list:
@@ -126,6 +180,32 @@ class MethodOptionsCommand(TyperCommand):
         self._own_params = list(value)
         self._all_params = None
         self._method_names: set[str] = set()
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Note the ``--method`` of the command line before click parses it (``--help`` is eager:
+        it prints before ``--method`` is processed)."""
+        ctx.meta["lopd.method"] = _method_named(args)
+        return super().parse_args(ctx, args)
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        """The epilog, then with ``--method X`` (not the default) a section of X's own options."""
+        super().format_epilog(ctx, formatter)
+        method = ctx.meta.get("lopd.method")
+        from stages.distill_settings import DistillConfig
+
+        if not method or method == DistillConfig.model_fields["method"].default:
+            return
+        try:
+            intro, rows = method_options_help(method)
+        except ValueError as err:
+            formatter.write_paragraph()
+            formatter.write_text(f"--method {method}: {err}")
+            return
+        with formatter.section(f"Options of method {method} (pass as -o KEY=VALUE)"):
+            if intro:
+                formatter.write_text(intro)
+                formatter.write_paragraph()
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: Any) -> Any:
         """Run the callback with the command's own options only."""
