@@ -458,4 +458,31 @@ def compare(paths: list[Path]) -> Table:
                 else:
                     cells.append(f"{value:.3f} ({value - base:+.3f})")
             table.add_row(key if section == "scores" else f"[dim]{key}[/]", *cells)
+    for key in ("reward", "success", "reference_nll"):
+        stats = [paired_difference(_task_rows(reports[0]), _task_rows(r), key) for r in reports[1:]]
+        if any(stats):
+            table.add_row(f"paired Δ {key}", "-", *(
+                f"{d:+.3f} ± {se:.3f} ({up} higher / {down} lower, n {n})" if n else "-"
+                for d, se, n, up, down in (st or (0.0, 0.0, 0, 0, 0) for st in stats)))
     return table
+
+
+def _task_rows(report: dict[str, Any]) -> list[dict]:
+    """A report's per-task rows (objects only; none when the report has no ``per_task`` list)."""
+    rows = report.get("per_task")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def paired_difference(base: list[dict], other: list[dict], key: str) -> tuple[float, float, int, int, int] | None:
+    """The paired difference of per-task value ``key`` (``other`` minus ``base``) over the tasks
+    both reports scored: ``(mean, standard error of the mean, n, tasks higher, tasks lower)``;
+    booleans count as 0/1. None when fewer than two tasks have the value in both reports.
+    """
+    values = {r.get("task_id"): r.get(key) for r in base}
+    diffs = [float(r[key]) - float(values[r.get("task_id")]) for r in other
+             if isinstance(r.get(key), (int, float)) and isinstance(values.get(r.get("task_id")), (int, float))]
+    if len(diffs) < 2:
+        return None
+    mean = sum(diffs) / len(diffs)
+    se = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs)) ** 0.5
+    return mean, se, len(diffs), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)

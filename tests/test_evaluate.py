@@ -308,3 +308,31 @@ def test_standard_error_over_tasks_hand_computed():
 
     assert _standard_error([1.0, 0.0, 0.0, 1.0]) == pytest.approx((1 / 12) ** 0.5)  # var 1/3 over 4 tasks
     assert _standard_error([0.5, 0.5, 0.5]) == 0.0 and _standard_error([1.0]) == 0.0
+
+
+def test_paired_difference_by_hand_and_in_the_compare_table(tmp_path):
+    from rich.console import Console
+
+    from stages.evaluate import compare, paired_difference
+
+    base = [{"task_id": "a", "reward": 0.0, "success": False}, {"task_id": "b", "reward": 0.5, "success": False},
+            {"task_id": "c", "reward": 1.0, "success": True}, {"task_id": "only-base", "reward": 1.0}]
+    other = [{"task_id": "c", "reward": 1.0, "success": True}, {"task_id": "a", "reward": 1.0, "success": True},
+             {"task_id": "b", "reward": 0.0, "success": False}, {"task_id": "only-other", "reward": 0.0}]
+    # differences over a, b, c: +1, -0.5, 0 -> mean 1/6, sample sd sqrt(((5/6)^2+(2/3)^2+(1/6)^2)/2) = sqrt(7/12)
+    mean, se, n, up, down = paired_difference(base, other, "reward")
+    assert (n, up, down) == (3, 1, 1)
+    assert abs(mean - 1 / 6) < 1e-12 and abs(se - (7 / 12) ** 0.5 / 3 ** 0.5) < 1e-12
+    mean, se, n, _, _ = paired_difference(base, other, "success")  # +1, 0, 0
+    assert n == 3 and abs(mean - 1 / 3) < 1e-12 and abs(se - (1 / 3) ** 0.5 / 3 ** 0.5) < 1e-12
+    assert paired_difference(base, other, "reference_nll") is None
+    paths = []
+    for name, rows in (("base", base), ("other", other)):
+        report = {"bench": "lopd-bed", "model": name, "scores": {"mean_reward": 0.5}, "behaviour": {}, "per_task": rows}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(report))
+        paths.append(path)
+    console = Console(width=200, record=True)
+    console.print(compare(paths))
+    text = console.export_text()
+    assert "paired Δ reward" in text and "+0.167 ± 0.441 (1 higher / 1 lower, n 3)" in text
