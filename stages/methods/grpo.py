@@ -45,15 +45,21 @@ class GRPOOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    eps_lo: float = Field(0.2, ge=0.0, lt=1.0)
-    eps_hi: float = Field(0.2, ge=0.0)
-    ppo_epochs: int = Field(1, ge=1)
-    scale_std: bool = True
-    adv_eps: float = Field(1e-6, gt=0.0)
-    kl_coef: float = Field(0.0, ge=0.0)
-    aggregation: Literal["token-mean", "seq-mean", "constant"] = "token-mean"
-    loss_constant: int | None = Field(None, ge=1)
-    drop_zero_var: bool = False
+    eps_lo: float = Field(0.2, ge=0.0, lt=1.0, description="PPO clip below: the ratio is clipped at 1 - eps_lo.")
+    eps_hi: float = Field(0.2, ge=0.0, description="PPO clip above: the ratio is clipped at 1 + eps_hi (DAPO: 0.28).")
+    ppo_epochs: int = Field(1, ge=1, description="Optimizer passes over each step's rollouts.")
+    scale_std: bool = Field(True, description="Divide the group-relative advantage by the group's reward std "
+                                              "(false: Dr.GRPO).")
+    adv_eps: float = Field(1e-6, gt=0.0, description="Added to the group std before dividing.")
+    kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial policy (0: no reference "
+                                                    "forward at all).")
+    aggregation: Literal["token-mean", "seq-mean", "constant"] = Field(
+        "token-mean", description="Loss over tokens: mean over all tokens, mean per sequence then over "
+                                  "sequences, or token sum / (rows x loss_constant) (Dr.GRPO).")
+    loss_constant: int | None = Field(None, ge=1, description="The constant of aggregation 'constant' "
+                                                              "(None: --max-new-tokens).")
+    drop_zero_var: bool = Field(False, description="Leave groups whose rewards are all equal out of the loss "
+                                                   "(DAPO).")
 
 
 @dataclass
