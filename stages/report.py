@@ -39,6 +39,12 @@ GROUPS = (
                                       "optimizer_s", "sync_s", "memory_s", "tokens_per_s")),
     ("memory", "memory (MB): resident now and peak", ("rss_mb", "peak_rss_mb", "peak_gpu_mb")),
 )
+# one colour per method in every study and report plot; a label takes the colour of the method it names
+METHOD_COLORS = {"vanilla": "#555555", "lopd": "C0", "grpo": "C1", "opsd": "C2", "sdft": "C4", "sdpo": "C3",
+                 "skill-sd": "C5"}
+_OTHER_COLORS = ("C6", "C8", "C9", "C7")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+_LINESTYLES = ("-", "--", "-.", ":")
 
 
 class ReportConfig(BaseModel):
@@ -138,6 +144,68 @@ def _numeric(rows: list[dict], key: str) -> list[tuple[int, float]]:
             if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool) and math.isfinite(r[key])]
 
 
+def method_of(label: str) -> str | None:
+    """The method a run label names (``lopd``, ``study/grpo-seed1``: the longest of
+    :data:`METHOD_COLORS` its last path part starts with, then ends or goes on with ``-``), else None."""
+    last = label.rsplit("/", 1)[-1]
+    names = [m for m in METHOD_COLORS if last == m or last.startswith(m + "-")]
+    return max(names, key=len) if names else None
+
+
+def series_styles(labels: list[str], methods: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """``{label: matplotlib line keywords}``: the colour of the label's method (``methods[label]``,
+    else :func:`method_of`; :data:`METHOD_COLORS`;
+    labels of no known method take the other colours in turn), a marker of its own and, among labels
+    of one colour, a linestyle of its own; a label drawn earlier is drawn wider and with larger
+    markers, so a later line on the same values leaves it visible around the edges."""
+    styles: dict[str, dict[str, Any]] = {}
+    others: dict[str, str] = {}
+    per_color: dict[str, int] = {}
+    for i, label in enumerate(labels):
+        method = (methods or {}).get(label) or method_of(label)
+        color = METHOD_COLORS[method] if method in METHOD_COLORS else others.setdefault(label, _OTHER_COLORS[len(others) % len(_OTHER_COLORS)])
+        k = per_color.get(color, 0)
+        per_color[color] = k + 1
+        styles[label] = {"color": color, "marker": _MARKERS[i % len(_MARKERS)],
+                         "linestyle": _LINESTYLES[k % len(_LINESTYLES)],
+                         "linewidth": max(1.0, 3.0 - 0.4 * i), "markersize": max(3.0, 9.0 - 1.2 * i),
+                         "alpha": 0.85}
+    return styles
+
+
+def identical_series(series: dict[str, list[tuple[float, float]]], rel_tol: float = 1e-3) -> list[list[str]]:
+    """The groups (two or more labels) whose points are the same at every x, within ``rel_tol``
+    of the span of all values (at least 1e-12): drawn over each other."""
+    values = [y for points in series.values() for _, y in points]
+    tol = max((max(values) - min(values)) * rel_tol, 1e-12) if values else 0.0
+    groups: list[list[str]] = []
+    for label, points in series.items():
+        if not points:
+            continue
+        group = next((g for g in groups if [x for x, _ in series[g[0]]] == [x for x, _ in points]
+                      and all(abs(a[1] - b[1]) <= tol for a, b in zip(series[g[0]], points))), None)
+        if group is None:
+            groups.append([label])
+        else:
+            group.append(label)
+    return [g for g in groups if len(g) > 1]
+
+
+def note_overlaps(ax: Any, series: dict[str, list[tuple[float, float]]]) -> None:
+    """Write on ``ax`` which series lie on the same values (drawn over each other)."""
+    groups = identical_series(series)
+    if groups:
+        text = "; ".join(" = ".join(g) for g in groups)
+        ax.text(0.01, 0.01, f"same values: {text}", transform=ax.transAxes, fontsize=6, va="bottom", alpha=0.8)
+
+
+def integer_ticks(ax: Any) -> None:
+    """Whole numbers only on the x axis (steps and generations)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[dict]], x: str) -> None:
     """One PNG: a panel per metric, a line per run (``x``: ``generations`` or ``step``)."""
     import matplotlib
@@ -148,20 +216,23 @@ def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[
     cols = min(len(metrics), 3)
     nrows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
-    colors = {label: f"C{i % 10}" for i, label in enumerate(runs)}  # one colour per run in every panel
+    styles = series_styles(list(runs))  # one style per run in every panel
     for ax, key in zip(axes.flat, metrics):
+        series = {}
         for label, rows in runs.items():
             by_step = {r["step"]: r for r in rows}
-            points = [(by_step[s].get(x, s), v) for s, v in _numeric(rows, key)]
-            if points:
-                ax.plot(*zip(*points), marker="o", markersize=3, color=colors[label])
+            series[label] = [(by_step[s].get(x, s), v) for s, v in _numeric(rows, key)]
+            if series[label]:
+                ax.plot(*zip(*series[label]), **{**styles[label], "markersize": styles[label]["markersize"] / 2})
+        note_overlaps(ax, series)
+        integer_ticks(ax)
         ax.set_title(key, fontsize=10)
         ax.set_xlabel(x)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")
     drawn = [label for label, rows in runs.items() if any(_numeric(rows, k) for k in metrics)]
-    handles = [plt.Line2D([], [], color=colors[label], marker="o", markersize=3) for label in drawn]
+    handles = [plt.Line2D([], [], **{**styles[label], "markersize": 3}) for label in drawn]
     fig.legend(handles, drawn, loc="lower center", ncol=min(len(drawn), 4), fontsize=8)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(drawn) / 4), 1, 1))

@@ -205,13 +205,16 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     """Run (or resume) every entry of the study, then write the results; returns ``results.json``.
 
     With ``report_only`` nothing is trained or evaluated: the results are written from what the
-    study folder holds (unfinished runs show as pending). ``only`` names the entries to train
+    study folder holds (unfinished runs show as pending); with no base model's evaluation and no
+    run folders, the table and plots are redrawn from the ``results`` folder's or ``out``'s
+    results.json alone (:func:`stages.study_report.rerender`). ``only`` names the entries to train
     now (the base model is evaluated in any case); the others are left as they are, so a study
     can be run in parts, in any order, across sessions or machines sharing the folder.
 
     Raises:
         ValueError: invalid settings (unequal budgets, unknown options, a changed study), an
-            ``only`` name that is no entry, or ``report_only`` before the base model was evaluated.
+            ``only`` name that is no entry, or ``report_only`` with neither the base model's
+            evaluation nor a results.json of this study.
         StoreError, EnvError: unusable store or environment.
     """
     console = console or Console()
@@ -221,6 +224,8 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
         raise ValueError(f"--only {unknown[0]}: no such run in the study (runs: {', '.join(r.name for r in config.runs)})")
     if report_only:
         _restore_base(config, committed(config), console)
+        if not base_report(config).is_file() and not (out / "runs").is_dir():
+            return _rerender(config, console)
         if not base_report(config).is_file():
             raise ValueError(f"{out}: no study results yet (the base model's evaluation is missing)")
         _freeze(config)
@@ -274,6 +279,33 @@ def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
         for name in ("results.json", "results.csv", "table.md", *results["plots"]):
             shutil.copyfile(Path(config.out) / name, dest / name)
         console.print(f"study: results copied into {dest}")
+    return results
+
+
+def _rerender(config: StudyConfig, console: Console) -> dict[str, Any]:
+    """``--report-only`` with no run folders: the table and plots drawn again from a results.json
+    alone (the ``results`` folder's, else ``out``'s, e.g. a committed ``docs/results/...`` folder),
+    written beside it.
+
+    Raises:
+        ValueError: no results.json there, or one of a study with other settings.
+    """
+    from stages.study_report import rerender
+
+    folders = [Path(f) for f in (config.results, config.out) if f]
+    folder = next((f for f in folders if (f / "results.json").is_file()), None)
+    if folder is None:
+        raise ValueError(f"{config.out}: no study results yet (the base model's evaluation is missing, "
+                         "and no results.json to draw from)")
+    saved = json.loads(read_utf8(folder / "results.json"))
+    changed = changed_settings(saved.get("settings", {}), json.loads(config.model_dump_json()))
+    if changed:
+        raise ValueError(f"{folder / 'results.json'}: written by a study with other settings "
+                         f"({', '.join(changed)} differ); use its study file")
+    results = rerender(config, saved, folder)
+    console.print(results["table_markdown"])
+    console.print(f"study redrawn from {folder / 'results.json'} (no run folders): table.md, results.csv, "
+                  + ", ".join(results["plots"]))
     return results
 
 

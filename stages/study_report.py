@@ -12,7 +12,11 @@ so the results can be rewritten at any time from what is on disk:
   (min..max), with the behaviour statistics and the binomial noise of one evaluation;
 - ``heldout.png`` (held-out score vs generations), ``heldout_nll.png`` (held-out reference NLL
   vs generations; benches with references), ``train_reward.png`` (training reward vs
-  generations), ``lopd_dual.png`` (LOPD's Delta and beta vs step; only with LOPD runs).
+  generations), ``lopd_dual.png`` (LOPD's Delta and beta vs step, the margin m dashed; only with
+  LOPD runs): finished runs only, one colour per method as in `lopd report`
+  (:func:`stages.report.series_styles`), the base model as a horizontal line.
+
+A folder holding only these files (a committed one) is redrawn from its results.json by :func:`rerender`.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import numpy as np
 from stages.core.data.inputs import read_utf8
 from stages.core.envs.bfcl import HELDOUT_RULE
 from stages.core.run.runs import METRICS_FILE, read_metrics
+from stages.report import integer_ticks, note_overlaps, series_styles
 from stages.study_layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")
@@ -181,16 +186,29 @@ def finished_runs(config: Any, saved: dict[str, Any] | None) -> dict[str, dict]:
     return finished
 
 
+def noise_line(base_score: float, tasks: int) -> str:
+    """The noise of one evaluation of ``tasks`` tasks at the base model's score: the binomial
+    standard error, or at a score of 0 or 1 (standard error 0) the rule-of-three 95% bound 3/n,
+    given only where it bounds a rate (n >= 3)."""
+    if 0 < base_score < 1:
+        return ("One evaluation's binomial standard error at the base model's score: "
+                f"±{math.sqrt(base_score * (1 - base_score) / max(tasks, 1)):.3f}.")
+    if tasks < 3:
+        return f"The base model scores {base_score:.3f} on {tasks} task(s): too few for a noise estimate."
+    solved, rate = (0, "rate") if base_score == 0 else (tasks, "failure rate")
+    return (f"The base model solves {solved} of {tasks}: a true {rate} up to 3/{tasks} = {3 / tasks:.3f} "
+            "is consistent with that (95%, rule of three).")
+
+
+def wall_time(seconds: float) -> str:
+    """``seconds`` as minutes with one decimal, or as seconds under a minute."""
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
 def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: float, budget: str) -> str:
     """The paper-style table with its caption lines."""
-    n = max(tasks, 1)
-    if 0 < base_score < 1:
-        noise = f"One evaluation's binomial standard error at the base model's score: ±{math.sqrt(base_score * (1 - base_score) / n):.3f}."
-    else:  # the standard error is 0 at 0 or 1: give the rule-of-three 95% bound instead
-        noise = (f"The base model scores {base_score:.3f}: with {tasks} tasks a true rate up to 3/{tasks} = "
-                 f"{3 / n:.3f} is consistent with that (95%, rule of three).")
     lines = [f"Held-out {config.bench} ({tasks} tasks), score `{key}` after the run's last step; "
-             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.", noise,
+             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.", noise_line(base_score, tasks),
              "Held-out reference NLL: mean nats per token of each task's verified reference call under the "
              "model, after the exact prompt it was given (lower: the right call is more likely; it moves "
              "before the score does).", "",
@@ -216,25 +234,54 @@ def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: fl
     return "\n".join(lines) + "\n"
 
 
+def finished_only(records: list[dict], rows: list[dict]) -> list[dict]:
+    """The ``records`` of the finished (run, seed) pairs of the table ``rows`` (a pending run, with
+    no finished seed, is left out of the plots and their legends)."""
+    done = {(r["run"], s) for r in rows for s in r["seeds"]}
+    return [r for r in records if (r["run"], r["seed"]) in done]
+
+
+def curves(records: list[dict], x: str, y: str) -> dict[str, list[tuple[float, float, float, float]]]:
+    """``{run: [(x, mean, min, max) over seeds]}`` in the order the runs come; runs with no
+    value of ``y`` are left out."""
+    out = {}
+    for name in dict.fromkeys(r["run"] for r in records):
+        mine = [r for r in records if r["run"] == name and r.get(y) is not None]
+        xs = sorted({r[x] for r in mine})
+        by_x = [[r[y] for r in mine if r[x] == v] for v in xs]
+        if xs:
+            out[name] = [(v, float(np.mean(ys)), min(ys), max(ys)) for v, ys in zip(xs, by_x)]
+    return out
+
+
 def _plot_curves(path: Path, records: list[dict], x: str, y: str, ylabel: str, title: str) -> None:
-    """Mean over seeds per run (line) with the min..max band."""
+    """Mean over seeds per run (line) with the min..max band; the base model (``vanilla``, one
+    value at generation 0) as a horizontal reference line; styles per method as in `lopd report`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    data = curves(records, x, y)
+    methods = {r["run"]: r["method"] for r in records}
+    styles = series_styles(list(data), methods)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for name in dict.fromkeys(r["run"] for r in records):
-        mine = [r for r in records if r["run"] == name and r.get(y) is not None]
-        xs = sorted({r[x] for r in mine})
-        by_x = [[r[y] for r in mine if r[x] == v] for v in xs]
-        line, = ax.plot(xs, [np.mean(v) for v in by_x], marker="o", label=name)
-        ax.fill_between(xs, [min(v) for v in by_x], [max(v) for v in by_x], color=line.get_color(), alpha=0.15)
+    for name, points in data.items():
+        style = styles[name]
+        xs, means, lows, highs = zip(*points)
+        if methods[name] == VANILLA:
+            ax.axhline(means[0], color=style["color"], linestyle=":", linewidth=1.5, label=f"{name} (base model)")
+            continue
+        ax.plot(xs, means, label=name, **style)
+        ax.fill_between(xs, lows, highs, color=style["color"], alpha=0.12)
+    note_overlaps(ax, {n: [(p[0], p[1]) for p in pts] for n, pts in data.items() if methods[n] != VANILLA})
+    integer_ticks(ax)
     ax.set_xlabel(x)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -260,10 +307,32 @@ def write_results(config: Any, commit: str | None, budget: tuple[int, int]) -> d
     steps, per_step = budget
     budget = f"{steps} steps x {per_step} rollouts = {steps * per_step} generations"
     table = markdown(config, rows, key, len(base.get("per_task", [])), base["scores"][key], budget)
-    table += f"\nWall time of the finished parts: {seconds / 60:.0f} min.\n"
+    table += f"\nWall time of the finished parts: {wall_time(seconds)}.\n"
     split = {"bench": config.bench, "tasks": [t["task_id"] for t in base.get("per_task", [])]}
     if config.bench == "bfcl-single":
         split["rule"] = f"held out: {HELDOUT_RULE}; train: the other single-turn tasks"
+    plots = write_plots(config, out, finished_only(evals, rows), finished_only(training, rows), key)
+    results = {"settings": json.loads(config.model_dump_json()), "score": key, "split": split,
+               "budget": budget, "evaluations": evals, "training": training, "table": rows,
+               "table_markdown": table, "plots": plots, "git_commit": commit, "seconds": seconds,
+               "finished": finished, "base_report": base}
+    write_files(out, results)
+    return results
+
+
+def write_files(out: Path, results: dict[str, Any]) -> None:
+    """Write ``results`` as results.json, its evaluations as results.csv and its table as table.md."""
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    columns = list(dict.fromkeys(k for e in results["evaluations"] for k in e))
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(results["evaluations"])
+    (out / "table.md").write_text(results["table_markdown"])
+
+
+def write_plots(config: Any, out: Path, evals: list[dict], training: list[dict], key: str) -> list[str]:
+    """Draw the plots of the finished runs' ``evals`` and ``training`` rows into ``out``; returns their names."""
     plots = ["heldout.png", "train_reward.png"]
     _plot_curves(out / "heldout.png", evals, "generations", key, f"held-out {key}", f"{config.bench}: held-out score")
     if training:
@@ -276,34 +345,64 @@ def write_results(config: Any, commit: str | None, budget: tuple[int, int]) -> d
     lopd = [t for t in training if "Delta" in t]
     if lopd:
         plots.append("lopd_dual.png")
-        _plot_dual(out / "lopd_dual.png", lopd)
-    results = {"settings": json.loads(config.model_dump_json()), "score": key, "split": split,
-               "budget": budget, "evaluations": evals, "training": training, "table": rows,
-               "table_markdown": table, "plots": plots, "git_commit": commit, "seconds": seconds,
-               "finished": finished, "base_report": base}
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    columns = list(dict.fromkeys(k for e in evals for k in e))
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(evals)
-    (out / "table.md").write_text(table)
+        _plot_dual(out / "lopd_dual.png", lopd, lopd_margins(config))
+    return plots
+
+
+def rerender(config: Any, saved: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Write table.md, the plots, results.csv and results.json into ``out`` again from a study's
+    ``results.json`` (``saved``) alone: no run folder or evaluate report is read. The table rows,
+    evaluations, training rows, budget and wall time are the saved ones; the table text and plots
+    are drawn anew. Returns the results written.
+
+    Raises:
+        ValueError: ``saved`` lacks a field a results.json has (names it).
+    """
+    try:
+        key, rows, evals, training = saved["score"], saved["table"], saved["evaluations"], saved["training"]
+        base = next(e for e in evals if e["run"] == VANILLA and e["generations"] == 0)
+    except (KeyError, StopIteration) as err:
+        raise ValueError(f"{out}: results.json has no {err or 'base model evaluation'}") from None
+    table = markdown(config, rows, key, base["tasks"], base[key], saved["budget"])
+    table += f"\nWall time of the finished parts: {wall_time(saved.get('seconds', 0.0))}.\n"
+    plots = write_plots(config, out, finished_only(evals, rows), finished_only(training, rows), key)
+    results = {**saved, "table_markdown": table, "plots": plots}
+    write_files(out, results)
     return results
 
 
-def _plot_dual(path: Path, rows: list[dict]) -> None:
-    """LOPD's privileged margin Delta and dual variable beta per step, one line per run and seed."""
+def lopd_margins(config: Any) -> dict[str, float]:
+    """``{run name: margin m}`` of the study's LOPD runs (the run's setting, the study's
+    ``[distill]`` one, else the method's default)."""
+    from stages.methods import get_method
+
+    default = get_method("lopd").Options.model_fields["margin"].default
+    return {r.name: float({**config.distill, **r.settings}.get("margin", default))
+            for r in config.runs if r.method == "lopd"}
+
+
+def _plot_dual(path: Path, rows: list[dict], margins: dict[str, float]) -> None:
+    """LOPD's privileged margin Delta and dual variable beta per step, one line per run and seed;
+    each run's margin m as a dashed line on the Delta panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(9.6, 3.6))
-    for name, seed in dict.fromkeys((r["run"], r["seed"]) for r in rows):
+    labels = {f"{name}-seed{seed}": (name, seed) for name, seed in dict.fromkeys((r["run"], r["seed"]) for r in rows)}
+    styles = series_styles(list(labels), {label: "lopd" for label in labels})
+    series: dict[str, dict[str, list]] = {"Delta": {}, "beta": {}}
+    for label, (name, seed) in labels.items():
         mine = [r for r in rows if r["run"] == name and r["seed"] == seed]
-        a.plot([r["step"] for r in mine], [r["Delta"] for r in mine], marker="o", label=f"{name} s{seed}")
-        b.plot([r["step"] for r in mine], [r["beta"] for r in mine], marker="o", label=f"{name} s{seed}")
-    for ax, name in ((a, "Delta (teacher - student log-prob margin)"), (b, "beta (dual variable)")):
+        for ax, key in ((a, "Delta"), (b, "beta")):
+            series[key][label] = [(r["step"], r[key]) for r in mine]
+            ax.plot(*zip(*series[key][label]), label=label, **styles[label])
+    for m in sorted(set(margins[n] for n, _ in labels.values() if n in margins)):
+        a.axhline(m, color="black", linestyle="--", linewidth=1, label=f"margin m = {m:g}")
+    for ax, key, name in ((a, "Delta", "Delta (teacher - student log-prob margin)"), (b, "beta", "beta (dual variable)")):
+        note_overlaps(ax, series[key])
+        integer_ticks(ax)
         ax.set_xlabel("step")
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)

@@ -148,3 +148,22 @@ def test_report_notes_a_missing_store_in_one_line(tmp_path):
     run = _distill_run(tmp_path, tmp_path / "empty")
     assert runner.invoke(app, ["report", str(run)]).exit_code == 0
     assert "store" in (run / "report" / "summary.md").read_text().split("note: no sample rollouts: ")[1]
+
+
+def test_series_styles_share_one_colour_per_method_and_tell_lines_apart():
+    from stages.report import METHOD_COLORS, identical_series, method_of, series_styles
+
+    assert [method_of(x) for x in ("lopd", "study/grpo-seed1", "skill-sd-seed0", "sdpo", "mine")] == [
+        "lopd", "grpo", "skill-sd", "sdpo", None]
+    styles = series_styles(["lopd-seed0", "lopd-seed1", "grpo-seed0", "sdpo-seed0", "a", "b"])
+    assert styles["lopd-seed0"]["color"] == styles["lopd-seed1"]["color"] == METHOD_COLORS["lopd"]
+    assert styles["grpo-seed0"]["color"] == METHOD_COLORS["grpo"] != styles["sdpo-seed0"]["color"]
+    assert styles["lopd-seed0"]["linestyle"] != styles["lopd-seed1"]["linestyle"]  # seeds of one method
+    assert styles["a"]["color"] != styles["b"]["color"] and styles["a"]["color"] not in METHOD_COLORS.values()
+    assert len({s["marker"] for s in styles.values()}) == 6
+    # a series drawn earlier is wider, so one drawn later on the same values leaves it visible
+    assert styles["grpo-seed0"]["linewidth"] > styles["sdpo-seed0"]["linewidth"]
+    assert series_styles(["ablation"], {"ablation": "lopd"})["ablation"]["color"] == METHOD_COLORS["lopd"]
+    flat = {"lopd": [(1, 0.0), (2, 0.0)], "grpo": [(1, 0.0), (2, 0.0)], "sdpo": [(1, 1.0), (2, 2.0)]}
+    assert identical_series(flat) == [["lopd", "grpo"]]
+    assert identical_series({"a": [(1, 1.0)], "b": [(1, 1.0000001)], "c": [(1, 2.0)]}) == [["a", "b"]]

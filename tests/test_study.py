@@ -265,3 +265,44 @@ def test_example_study_files_are_valid_at_equal_budget(path):
     assert steps * per_step >= 1
     trained = [(run, seed) for run in config.runs if run.method != "vanilla" for seed in config.seeds_of(run)]
     assert trained and all(distill_config(config, run, seed).steps == steps for run, seed in trained)
+
+
+def test_noise_line_and_wall_time_read_as_numbers():
+    from stages.study_report import noise_line, wall_time
+
+    assert noise_line(0.0, 100) == ("The base model solves 0 of 100: a true rate up to 3/100 = 0.030 is "
+                                    "consistent with that (95%, rule of three).")
+    assert "failure rate up to 3/4 = 0.750" in noise_line(1.0, 4)
+    assert "3/2" not in noise_line(0.0, 2) and "too few" in noise_line(0.0, 2)  # 3/2 > 1 bounds nothing
+    assert noise_line(0.5, 4) == "One evaluation's binomial standard error at the base model's score: ±0.250."
+    assert (wall_time(12.4), wall_time(59.9), wall_time(60), wall_time(12360)) == ("12 s", "60 s", "1.0 min", "206.0 min")
+
+
+def test_report_only_redraws_a_committed_results_folder_from_results_json(tmp_path):
+    from stages.study_report import curves, finished_only, lopd_margins
+
+    copy = tmp_path / "bfcl-cpu"
+    shutil.copytree(ROOT / "docs" / "results" / "bfcl-cpu", copy)
+    for png in copy.glob("*.png"):
+        png.unlink()
+    result = runner.invoke(app, ["study", "--config", str(copy / "study.toml"), "--out", str(copy), "--report-only"])
+    assert result.exit_code == 0, result.output
+    assert not (copy / "runs").exists() and not (copy / "vanilla").exists() and not (copy / "study.json").exists()
+    table = (copy / "table.md").read_text()
+    assert "solves 0 of 100: a true rate up to 3/100 = 0.030" in table and "Wall time of the finished parts: 206.0 min." in table
+    assert "| skill-sd | skill-sd | 0 | - | pending (seeds [0]) |" in table
+    for png in ("heldout.png", "heldout_nll.png", "train_reward.png", "lopd_dual.png"):
+        assert (copy / png).read_bytes()[:4] == b"\x89PNG"
+    results = _results(copy)
+    assert results["plots"] == ["heldout.png", "train_reward.png", "heldout_nll.png", "lopd_dual.png"]
+    # what is drawn: finished runs only (the pending skill-sd is in no plot or legend), vanilla one value
+    drawn = curves(finished_only(results["evaluations"], results["table"]), "generations", "reference_nll")
+    assert list(drawn) == ["vanilla", "lopd", "grpo", "opsd", "sdft", "sdpo"]
+    assert [p[0] for p in drawn["vanilla"]] == [0] and [p[0] for p in drawn["lopd"]] == [0, 16]
+    lopd_final = drawn["lopd"][-1]
+    assert lopd_final[2] <= lopd_final[1] <= lopd_final[3]  # mean within the min..max band of the 2 seeds
+    assert lopd_margins(study.load_study(copy / "study.toml")) == {"lopd": 0.05}  # the Delta panel's dashed line
+    other = tmp_path / "other.toml"  # a study file of other settings is refused in one line
+    other.write_text((copy / "study.toml").read_text().replace("eval_limit = 100", "eval_limit = 50"))
+    result = runner.invoke(app, ["study", "--config", str(other), "--out", str(copy), "--report-only"])
+    assert result.exit_code == 2 and "eval_limit differ" in result.output
