@@ -153,3 +153,29 @@ def test_tiny_model_as_user(tmp_path, monkeypatch):
     if not first.done:
         assert env._user.messages[-2]["content"] == "[Agent] Which book would you like?"
         assert env.step("Anything else?").done  # the step cap
+
+
+def test_evaluate_with_the_tiny_model_as_agent_and_user(tmp_path, monkeypatch):
+    """lopd evaluate --bench envscaler --user-model: the conversational tasks are played (tiny model
+    as agent and user) and the user model is named in the report's rules; without it they are left out."""
+    import shutil
+
+    from rich.console import Console
+
+    from stages.evaluate import EvaluateConfig, run
+    from tests.tiny import save_tiny
+
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(FIXTURES_DIR / "environments.jsonl", data / "environments.jsonl")
+    shutil.copy(TASKS, data / "tasks.jsonl")
+    monkeypatch.setattr(envscaler_conv, "start_user", lambda m, p: envscaler_conv.EnvScalerUser(m, p, max_new_tokens=8))
+    tiny = str(save_tiny(tmp_path / "tiny"))
+    quiet = Console(file=open("/dev/null", "w"))
+    plain = make_env("envscaler", data_dir=data)
+    played = make_env("envscaler", data_dir=data, user_model=tiny)
+    assert plain.tasks("test") == [] and [t.task_id for t in played.tasks("test")] == ["conv-lib-002"]
+    report = run(EvaluateConfig(bench="envscaler", data_dir=str(data), model=tiny, user_model=tiny,
+                                max_new_tokens=4, out=str(tmp_path / "r.json")), quiet)
+    assert f"simulated user of the conversational tasks: {tiny}" in report["rules"]
+    assert 0.0 <= report["scores"]["mean_reward"] <= 1.0

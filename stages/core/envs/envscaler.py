@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
+from stages.core.envs import envscaler_conv
 from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.envs import envscaler_conv
 from stages.core.envs.envscaler_conv import CONV_MAX_STEPS, STOP, User, conv_system_prompt
 from stages.core.envs.envscaler_data import FIXTURES_DIR, HF_ENVS, TOOL_CALL_NOTE, EnvSpec, TaskSpec, load_data
 from stages.core.envs.envscaler_rules import INVALID_ACTION, EpisodeRules, check_rules, official_action, official_reward
