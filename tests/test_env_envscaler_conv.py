@@ -179,3 +179,12 @@ def test_evaluate_with_the_tiny_model_as_agent_and_user(tmp_path, monkeypatch):
                                 max_new_tokens=4, out=str(tmp_path / "r.json")), quiet)
     assert f"simulated user of the conversational tasks: {tiny}" in report["rules"]
     assert 0.0 <= report["scores"]["mean_reward"] <= 1.0
+
+
+def test_conversation_option_plays_every_task_with_the_default_user_prompt(monkeypatch):
+    env, tasks, users = env_with(monkeypatch, ["Hi.", STOP], conversation=True)
+    assert tasks["lib-003"].meta["conversational"]
+    env.reset(tasks["lib-003"])
+    prompt = users[0][0]
+    assert tasks["lib-003"].prompt in prompt and "{task}" not in prompt and "# Reply:" in prompt and STOP in prompt
+    assert env.step("How can I help?").done

@@ -55,6 +55,8 @@ class EnvScalerEnv:
         user_model: the model that plays the user of conversational tasks (:mod:`.envscaler_conv`);
             None: those tasks are left out of :meth:`tasks` and refused by :meth:`reset`.
         conv_max_turns: agent actions per conversational episode (EnvScaler's 40).
+        conversation: play every task conversationally (EnvScaler's ``envscaler_conversation_rl``),
+            rows without ``user_system_prompt`` with :data:`.envscaler_conv.USER_PROMPT`.
 
     Raises:
         EnvError: unusable data (from :func:`load_data`), an unknown ``episode_rules``.
@@ -82,6 +84,7 @@ class EnvScalerEnv:
         episode_rules: EpisodeRules | None = None,
         user_model: str | None = None,
         conv_max_turns: int = CONV_MAX_STEPS,
+        conversation: bool = False,
     ) -> None:
         try:
             self.episode_rules = check_rules(episode_rules or self.default_rules, self.name)
@@ -96,7 +99,7 @@ class EnvScalerEnv:
         self.check_timeout_s = check_timeout_s
         self.memory_mb = memory_mb
         self.cpu_s = cpu_s
-        self.user_model, self.conv_max_turns = user_model, conv_max_turns
+        self.user_model, self.conv_max_turns, self.conversation = user_model, conv_max_turns, conversation
         self._user: User | None = None
         self._worker: WorkerProcess | None = None
         self._task: TaskSpec | None = None
@@ -114,7 +117,7 @@ class EnvScalerEnv:
         """
         if split not in self.data.splits:
             raise EnvError(f"envscaler: unknown split {split!r}; use one of: {', '.join(sorted(self.data.splits))}")
-        ids = [tid for tid in self.data.splits[split] if self.user_model or self.data.tasks[tid].user_prompt is None]
+        ids = [tid for tid in self.data.splits[split] if self.user_model or self._user_prompt(self.data.tasks[tid]) is None]
         ids = ids[: limit if limit is not None else None]
         n_test = len(self.data.splits.get("test", ()))
         out = []
@@ -124,7 +127,7 @@ class EnvScalerEnv:
             meta = {"env_id": spec.env_id, "env_class_name": spec.class_name, "num_checks": len(spec.checks),
                     "split_seed": self.data.seed, "split_test_size": n_test, "source": self.data.source,
                     "episode_rules": self.episode_rules}
-            if spec.user_prompt is not None:
+            if self._user_prompt(spec) is not None:
                 meta.update(conversational=True, user_model=self.user_model)
             out.append(Task(task_id=tid, env=self.name, split=split, prompt=spec.text,
                             tools=json.dumps(list(env.tools)), metadata=json.dumps(meta)))
@@ -157,7 +160,8 @@ class EnvScalerEnv:
         spec = self.data.tasks.get(task.task_id)
         if spec is None:
             raise EnvError(f"envscaler: task {task.task_id!r} is not in {self.data.source}")
-        if spec.user_prompt is not None and not self.user_model:
+        user_prompt = self._user_prompt(spec)
+        if user_prompt is not None and not self.user_model:
             raise EnvError(f"envscaler: {task.task_id} is a conversational task and needs a user model (user_model)")
         self.close()
         self._user = None
@@ -169,11 +173,17 @@ class EnvScalerEnv:
                                   "init_config": spec.init_config}, self.call_timeout_s)
         except WorkerFailure as err:
             self._failure = f"environment failed to start: {err}"
-        if spec.user_prompt is not None:
-            self._user = envscaler_conv.start_user(self.user_model, spec.user_prompt)
+        if user_prompt is not None:
+            self._user = envscaler_conv.start_user(self.user_model, user_prompt)
             system = conv_system_prompt(self._env.system_prompt(), TOOL_CALL_NOTE)
             return [Message(role="system", content=system), Message(role="user", content=self._user.opening())]
         return [Message(role="system", content=self._env.system_prompt()), Message(role="user", content=spec.text)]
+
+    def _user_prompt(self, spec: TaskSpec) -> str | None:
+        """The simulated user's system prompt of a conversational task; None for the others."""
+        if spec.user_prompt is None and self.conversation:
+            return envscaler_conv.USER_PROMPT.replace("{task}", spec.text)
+        return spec.user_prompt
 
     def step(self, action: str) -> StepResult:
         """Apply one agent action (see the module docstring); scores the episode when it ends.

@@ -1,6 +1,11 @@
 """EnvScaler's conversational episodes: a simulated user holds the task, the agent talks to it.
 
-A task row carrying ``user_system_prompt`` is conversational (:mod:`.envscaler_data`). It is played
+A task row carrying ``user_system_prompt`` is conversational (:mod:`.envscaler_data`); with the
+environment option ``conversation=True`` every task is, its user prompted with :data:`USER_PROMPT`
+(EnvScaler picks the mode by environment, not by row: ``envscaler_conversation_rl`` plays the same
+task rows as the non-conversational environment, its user prompted with the template
+``user_system_prompt`` of ``interact_with_env/envscaler_env/utils/user_agent.py`` filled with the
+row's ``task``; :data:`USER_PROMPT` states that template's rules in our words). It is played
 only when the environment has a ``user_model`` (:class:`stages.core.envs.envscaler.EnvScalerEnv`
 leaves such tasks out of its task lists without one, and refuses to reset one). The rules, read
 from RUC-NLPIR/EnvScaler at 87e6673:
@@ -44,6 +49,28 @@ AGENT_PREFIX = "[Agent] "  # user_agent.py, user_step
 STOP = "###STOP###"
 USER_TRIES = 5  # user_agent.py, _infer
 _REPLY = re.compile(r"# Thought:\s*(.*?)\s*# Reply:\s*(.*)", re.DOTALL)
+
+USER_PROMPT = """You are a person talking to an assistant agent. Get the agent to reach this goal:
+
+{task}
+
+How to talk:
+- Do not repeat the goal word for word or all at once; reveal it bit by bit over several messages.
+- If the goal has several parts, bring them up one at a time, as the agent asks.
+- If the goal needs several pieces of information, give them a few at a time, when the agent asks.
+- Ask for nothing the goal does not ask for, and never invent information the goal does not give.
+- Keep the conversation on the goal until every part of it is done.
+- Keep the goal's keywords, names and proper nouns exactly as written.
+- If the agent offers options, pick only ones that fit the goal; if none does, decline politely and restate what you need.
+- Do not repeat what you already said unless the agent asks.
+- Talk naturally, not formally.
+- When the goal is reached, reply with ###STOP### alone.
+
+Write every reply in this form:
+# Thought:
+<your reasoning; the agent does not see it>
+# Reply:
+<your message to the agent>"""
 
 CONV_NOTE = (
     "## How to act\n"
