@@ -335,7 +335,7 @@ def evaluate(
     prefix_cache_tokens: int = PREFIX_CACHE,
     seed: int = SAMPLING_SEED,
     engine: str = typer.Option("hf", "--engine", help="Rollout engine: hf (transformers) or vllm (vLLM on a CUDA GPU, pip install '.[vllm]'; no reference_nll, not with --composer)."),
-    user_model: Optional[str] = typer.Option(None, "--user-model", help="acebench: the model that plays the user of the multi-turn tasks (default: --model)."),
+    user_model: Optional[str] = typer.Option(None, "--user-model", help="acebench: the model that plays the user of the multi-turn tasks (default: --model); envscaler: the user of the conversational tasks (default: none, those tasks are left out)."),
     composer: Optional[str] = typer.Option(None, "--composer", help="Composer folder (coldstart/distill output): condition the frozen --model on latents of experiences retrieved from --store, placed as the composer was trained (the paper's base + composer row)."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store the --composer's experiences come from (successful train-split rows of other tasks)."),
     compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),

@@ -82,7 +82,7 @@ class EvaluateConfig(BaseModel):
     unsafe_exec: bool = False  # run model code even where it cannot be isolated
     composer: str | None = None
     store: str | None = None
-    user_model: str | None = None  # acebench multi-turn: the simulated user (None: the evaluated model)
+    user_model: str | None = None  # acebench multi-turn: the simulated user (None: the evaluated model); envscaler: the user of conversational tasks (None: they are left out)
 
     @model_validator(mode="after")
     def _store_with_composer(self) -> EvaluateConfig:

@@ -355,6 +355,18 @@ def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tupl
     return scores, extras
 
 
+def _envscaler_prepare(config: Any) -> BenchRun:
+    """envscaler's test split; with ``--user-model`` also its conversational tasks, played with that
+    simulated user (:mod:`stages.core.envs.envscaler_conv`), named in the report's rules. Without it
+    those tasks are left out, as before."""
+    named = getattr(config, "user_model", None)
+    if not named:
+        return _simple("envscaler")(config)
+    run = _simple("envscaler", user_model=named)(config)
+    return BenchRun(run.env_factory, run.tasks, run.notes, run.fixtures,
+                    f"{run.rules}; simulated user of the conversational tasks: {named}")
+
+
 # ---- acebench, livecodebench --------------------------------------------------------------------
 
 def _acebench_prepare(config: Any) -> BenchRun:
@@ -426,7 +438,7 @@ for _bench in (
     Bench("humaneval-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
     Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
     Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
-    Bench("envscaler", "envscaler", 256, 30, _simple("envscaler"), _success_scores),
+    Bench("envscaler", "envscaler", 256, 30, _envscaler_prepare, _success_scores),
     Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
     Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
     Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),

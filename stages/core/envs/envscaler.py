@@ -10,7 +10,9 @@ as EnvScaler does; ``initial_state`` is a global of the check); reward = fractio
 ``episode_rules`` (:mod:`.envscaler_rules`) decides the rest: ``official`` (the default, EnvScaler's
 evaluation: first tool call of a reply only, a raising tool or the step cap or an empty reply scores
 0) or ``lenient`` (every call runs, errors are observations, the step cap scores the state). The
-rules are recorded in every task's metadata and every episode's info.
+rules are recorded in every task's metadata and every episode's info. Conversational tasks (rows
+with ``user_system_prompt``) are played with a simulated user (``user_model``), by the rules of
+:mod:`.envscaler_conv`.
 """
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
+from stages.core.envs import envscaler_conv
 from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult, register
+from stages.core.envs.envscaler_conv import CONV_MAX_STEPS, STOP, User, conv_system_prompt
 from stages.core.envs.envscaler_data import FIXTURES_DIR, HF_ENVS, TOOL_CALL_NOTE, EnvSpec, TaskSpec, load_data
 from stages.core.envs.envscaler_rules import INVALID_ACTION, EpisodeRules, check_rules, official_action, official_reward
 
@@ -48,6 +52,11 @@ class EnvScalerEnv:
         check_timeout_s: limit per check function (a timed-out check counts as failed).
         memory_mb: address-space limit of the worker (MiB).
         cpu_s: CPU-seconds limit of the worker over the whole episode.
+        user_model: the model that plays the user of conversational tasks (:mod:`.envscaler_conv`);
+            None: those tasks are left out of :meth:`tasks` and refused by :meth:`reset`.
+        conv_max_turns: agent actions per conversational episode (EnvScaler's 40).
+        conversation: play every task conversationally (EnvScaler's ``envscaler_conversation_rl``),
+            rows without ``user_system_prompt`` with :data:`.envscaler_conv.USER_PROMPT`.
 
     Raises:
         EnvError: unusable data (from :func:`load_data`), an unknown ``episode_rules``.
@@ -73,6 +82,9 @@ class EnvScalerEnv:
         memory_mb: int = 1024,
         cpu_s: int = 300,
         episode_rules: EpisodeRules | None = None,
+        user_model: str | None = None,
+        conv_max_turns: int = CONV_MAX_STEPS,
+        conversation: bool = False,
     ) -> None:
         try:
             self.episode_rules = check_rules(episode_rules or self.default_rules, self.name)
@@ -87,6 +99,8 @@ class EnvScalerEnv:
         self.check_timeout_s = check_timeout_s
         self.memory_mb = memory_mb
         self.cpu_s = cpu_s
+        self.user_model, self.conv_max_turns, self.conversation = user_model, conv_max_turns, conversation
+        self._user: User | None = None
         self._worker: WorkerProcess | None = None
         self._task: TaskSpec | None = None
         self._env: EnvSpec | None = None
@@ -95,14 +109,16 @@ class EnvScalerEnv:
         self._done = True
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
-        """Tasks of ``split`` ("train" | "test") in the seeded split order, at most ``limit``.
+        """Tasks of ``split`` ("train" | "test") in the seeded split order, at most ``limit``;
+        conversational tasks only with a ``user_model``.
 
         Raises:
             EnvError: unknown split.
         """
         if split not in self.data.splits:
             raise EnvError(f"envscaler: unknown split {split!r}; use one of: {', '.join(sorted(self.data.splits))}")
-        ids = self.data.splits[split][: limit if limit is not None else None]
+        ids = [tid for tid in self.data.splits[split] if self.user_model or self._user_prompt(self.data.tasks[tid]) is None]
+        ids = ids[: limit if limit is not None else None]
         n_test = len(self.data.splits.get("test", ()))
         out = []
         for tid in ids:
@@ -111,6 +127,8 @@ class EnvScalerEnv:
             meta = {"env_id": spec.env_id, "env_class_name": spec.class_name, "num_checks": len(spec.checks),
                     "split_seed": self.data.seed, "split_test_size": n_test, "source": self.data.source,
                     "episode_rules": self.episode_rules}
+            if self._user_prompt(spec) is not None:
+                meta.update(conversational=True, user_model=self.user_model)
             out.append(Task(task_id=tid, env=self.name, split=split, prompt=spec.text,
                             tools=json.dumps(list(env.tools)), metadata=json.dumps(meta)))
         return out
@@ -134,13 +152,19 @@ class EnvScalerEnv:
         An environment that fails to build (error, timeout, memory) does not raise: the episode
         is marked failed and the next :meth:`step` ends it with reward 0 and the reason.
 
+        A conversational task starts with the simulated user's first message.
+
         Raises:
-            EnvError: the task is not in the loaded data.
+            EnvError: the task is not in the loaded data; a conversational task without a user model.
         """
         spec = self.data.tasks.get(task.task_id)
         if spec is None:
             raise EnvError(f"envscaler: task {task.task_id!r} is not in {self.data.source}")
+        user_prompt = self._user_prompt(spec)
+        if user_prompt is not None and not self.user_model:
+            raise EnvError(f"envscaler: {task.task_id} is a conversational task and needs a user model (user_model)")
         self.close()
+        self._user = None
         self._task, self._env = spec, self.data.envs[spec.env_id]
         self._steps, self._done, self._failure = 0, False, None
         try:
@@ -149,7 +173,17 @@ class EnvScalerEnv:
                                   "init_config": spec.init_config}, self.call_timeout_s)
         except WorkerFailure as err:
             self._failure = f"environment failed to start: {err}"
+        if user_prompt is not None:
+            self._user = envscaler_conv.start_user(self.user_model, user_prompt)
+            system = conv_system_prompt(self._env.system_prompt(), TOOL_CALL_NOTE)
+            return [Message(role="system", content=system), Message(role="user", content=self._user.opening())]
         return [Message(role="system", content=self._env.system_prompt()), Message(role="user", content=spec.text)]
+
+    def _user_prompt(self, spec: TaskSpec) -> str | None:
+        """The simulated user's system prompt of a conversational task; None for the others."""
+        if spec.user_prompt is None and self.conversation:
+            return envscaler_conv.USER_PROMPT.replace("{task}", spec.text)
+        return spec.user_prompt
 
     def step(self, action: str) -> StepResult:
         """Apply one agent action (see the module docstring); scores the episode when it ends.
@@ -164,7 +198,7 @@ class EnvScalerEnv:
         self._steps += 1
         if self._failure:
             return self._fail()
-        if self.episode_rules == "official":
+        if self.episode_rules == "official" or self._user is not None:
             return self._official_step(action)
         try:
             calls = parse_tool_calls(action)
@@ -185,12 +219,20 @@ class EnvScalerEnv:
 
     def _official_step(self, action: str) -> StepResult:
         """One step by EnvScaler's rules (:func:`.envscaler_rules.official_action`; a raising tool
-        ends the episode with reward 0, as ``step`` in ``envscaler_env/base_env.py`` does)."""
+        ends the episode with reward 0, as ``step`` in ``envscaler_env/base_env.py`` does).
+        Conversational episodes (any rules): a chat action goes to the user (:mod:`.envscaler_conv`);
+        under the lenient rules a raising tool is an observation and the step cap scores the state."""
+        official = self.episode_rules == "official"
         act = official_action(action)
         if act.kind == "empty":
             return self._zero("empty_reply", [])
         if act.kind == "error":
-            return self._after([Message(role="user", content=act.error)], [], official=True)
+            return self._after([Message(role="user", content=act.error)], [], official=official)
+        if act.kind == "chat" and self._user is not None:
+            said = self._user.reply(act.arguments["content"])
+            if STOP in said:  # rl_conv_env.py, is_observation_terminated
+                return self._finish("user_stop", [])
+            return self._after([Message(role="user", content=said)], [], official=official)
         if act.kind == "chat":
             return self._finish("final_answer", [])
         call = ToolCall(name=act.name, arguments=json.dumps(act.arguments, ensure_ascii=False))
@@ -201,13 +243,13 @@ class EnvScalerEnv:
             self._failure = f"environment failed in tool {act.name!r}: {err}"
             return self._fail([call])
         if reply["status"] == "invalid":
-            return self._after([Message(role="user", content=INVALID_ACTION)], [], official=True)
-        if reply["status"] != "ok":
+            return self._after([Message(role="user", content=INVALID_ACTION)], [], official=official)
+        if reply["status"] != "ok" and official:
             return self._zero("tool_error", [call], f"{act.name}: {reply['error']}")
-        text = reply["result"]
+        text = reply["result"] if reply["status"] == "ok" else f"Error: {reply['error']}"
         if len(text) > OBSERVATION_MAX_CHARS:
             text = text[:OBSERVATION_MAX_CHARS] + " ...[truncated]"
-        return self._after([Message(role="tool", name=act.name, content=text)], [call], official=True)
+        return self._after([Message(role="tool", name=act.name, content=text)], [call], official=official)
 
     def _call(self, call: ToolCall) -> str:
         if call.name not in self._env.tool_names:
@@ -222,7 +264,7 @@ class EnvScalerEnv:
         return text
 
     def _after(self, observation: list[Message], calls: list[ToolCall], official: bool = False) -> StepResult:
-        if self._steps >= self.max_turns:
+        if self._steps >= (self.max_turns if self._user is None else self.conv_max_turns):
             return self._zero("step_cap", calls) if official else self._finish("step_cap", calls)
         return StepResult(observation=observation, tool_calls=calls)
 

@@ -22,6 +22,7 @@ Data whose task rows all carry a ``split`` field (a lopd extension, e.g. the stu
 ``train`` / ``test`` / ``transfer`` / ``warmup``) keeps those splits; each is ordered the same
 seeded way. Task rows may also carry ``reference_actions`` (a lopd extension: the correct tool
 calls ``[{"name", "arguments"}]`` in order), which :meth:`EnvScalerEnv.reference_actions` plays.
+A task row carrying ``user_system_prompt`` is conversational (:mod:`.envscaler_conv`).
 A data folder holding a ``bed.json`` with a ``label`` is named by that label in every report.
 """
 from __future__ import annotations
@@ -89,6 +90,7 @@ class TaskSpec:
     checks: tuple[tuple[str, str], ...]  # (check_item, check_func source)
     split: str | None = None  # the row's own split (lopd extension), else None
     reference: tuple[ToolCall, ...] | None = None  # the row's reference_actions (lopd extension)
+    user_prompt: str | None = None  # the row's user_system_prompt: a conversational task (see .envscaler_conv)
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,20 @@ def _task_spec(row: dict[str, Any], where: str, envs: dict[str, EnvSpec]) -> Tas
         checks=tuple(checks),
         split=split,
         reference=_reference(row, where),
+        user_prompt=_user_prompt(row, where),
     )
+
+
+def _user_prompt(row: dict[str, Any], where: str) -> str | None:
+    """The row's ``user_system_prompt`` (None when the row has none): the simulated user's system
+    prompt, ``{task}`` in it replaced by the task text (the template of EnvScaler's
+    ``envscaler_env/utils/user_agent.py`` is formatted with the task the same way)."""
+    prompt = row.get("user_system_prompt")
+    if prompt is None:
+        return None
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise EnvError(f"{where}: field 'user_system_prompt' must be a non-empty string")
+    return prompt.replace("{task}", str(row["task"]))
 
 
 def _reference(row: dict[str, Any], where: str) -> tuple[ToolCall, ...] | None:
