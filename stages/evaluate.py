@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas import Trajectory
-from stages.core.benches import BENCHES
+from stages.core.benches import BENCHES, standard_error
 from stages.core.envs import EnvError, check_episode_rules
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
@@ -483,6 +483,5 @@ def paired_difference(base: list[dict], other: list[dict], key: str) -> tuple[fl
              if isinstance(r.get(key), (int, float)) and isinstance(values.get(r.get("task_id")), (int, float))]
     if len(diffs) < 2:
         return None
-    mean = sum(diffs) / len(diffs)
-    se = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs)) ** 0.5
-    return mean, se, len(diffs), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    return (sum(diffs) / len(diffs), standard_error(diffs), len(diffs), sum(d > 0 for d in diffs),
+            sum(d < 0 for d in diffs))

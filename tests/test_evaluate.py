@@ -304,10 +304,10 @@ def test_protocols_fill_what_is_not_given_and_the_report_records_it(tmp_path):
 
 
 def test_standard_error_over_tasks_hand_computed():
-    from stages.core.benches import _standard_error
+    from stages.core.benches import standard_error
 
-    assert _standard_error([1.0, 0.0, 0.0, 1.0]) == pytest.approx((1 / 12) ** 0.5)  # var 1/3 over 4 tasks
-    assert _standard_error([0.5, 0.5, 0.5]) == 0.0 and _standard_error([1.0]) == 0.0
+    assert standard_error([1.0, 0.0, 0.0, 1.0]) == pytest.approx((1 / 12) ** 0.5)  # var 1/3 over 4 tasks
+    assert standard_error([0.5, 0.5, 0.5]) == 0.0 and standard_error([1.0]) == 0.0
 
 
 def test_paired_difference_by_hand_and_in_the_compare_table(tmp_path):

@@ -136,12 +136,12 @@ def _simple(env: str, split: str = "test", **kwargs: Any) -> Callable[[Any], Ben
 
 def _success_scores(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
     rewards, successes = [t.reward for t in trajs], [float(t.success) for t in trajs]
-    scores = {"mean_reward": _mean(rewards), "mean_reward_se": _standard_error(rewards),
-              "success_rate": _mean(successes), "success_rate_se": _standard_error(successes)}
+    scores = {"mean_reward": _mean(rewards), "mean_reward_se": standard_error(rewards),
+              "success_rate": _mean(successes), "success_rate_se": standard_error(successes)}
     return scores, {}
 
 
-def _standard_error(values: list[float]) -> float:
+def standard_error(values: list[float]) -> float:
     """Standard error of the mean over tasks (sample SD / sqrt(n)); for 0/1 values the binomial
     SE sqrt(p (1 - p) / (n - 1)). 0.0 for fewer than two values."""
     n = len(values)

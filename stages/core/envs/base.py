@@ -101,8 +101,8 @@ def make_env(name: str, data_dir: Path | None = None, max_turns: int = 30, episo
             environment with one set of rules (the message lists those with two).
     """
     factory = ENVS[name]
+    check_episode_rules(name, episode_rules)
     if episode_rules is not None:
-        check_episode_rules(name, episode_rules)
         kwargs["episode_rules"] = episode_rules
     return factory(data_dir=data_dir, max_turns=max_turns, **kwargs)
 
