@@ -16,6 +16,9 @@ Layout of ``out``::
     vanilla/gen-0.json       the base model's evaluate report (generation 0 of every curve)
     runs/NAME-seedS/store/   the run's copy of the store; train/ its distill run; evals/gen-G.json
     runs/NAME-seedS/done.json  the finished run's distill summary
+    vanilla/final-BENCH.json, runs/NAME-seedS/evals/final-BENCH.json
+                             the ``final_evals`` (:mod:`stages.study_final`) of the base model and
+                             of each finished student, written before its done.json
     results.json, results.csv, table.md, heldout.png, heldout_nll.png, train_reward.png, lopd_dual.png
     report/                  `lopd report` of the trained runs: loss, gradient-norm, time and memory curves
 
@@ -47,6 +50,7 @@ from stages.core.data.inputs import read_utf8
 from stages.core.run.provenance import git_commit
 from stages.methods import get_method
 from stages.settings import merge
+from stages.study_final import final_path
 from stages.study_layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,
                                   reused_runs, run_dir)
 
@@ -126,12 +130,33 @@ def check_budget(config: StudyConfig) -> tuple[int, int]:
     return steps, per_step
 
 
-def _eval_config(config: StudyConfig, label: str, out: Path) -> evaluate.EvaluateConfig:
-    data_dir = config.distill.get("data_dir")
-    return evaluate.EvaluateConfig(bench=config.bench, model=label, limit=config.eval_limit, out=str(out),
-                                   data_dir=data_dir, max_new_tokens=config.eval_max_new_tokens,
+def _eval_config(config: StudyConfig, label: str, out: Path, bench: str | None = None, limit: int | None = None,
+                 max_new_tokens: int | None = None) -> evaluate.EvaluateConfig:
+    """The held-out evaluation's settings (``bench`` given: a final evaluation's, with its own
+    ``limit`` and ``max_new_tokens``; the training data folder only for the study's own bench)."""
+    final = bench is not None
+    data_dir = config.distill.get("data_dir") if not final or bench == config.bench else None
+    return evaluate.EvaluateConfig(bench=bench or config.bench, model=label, out=str(out), data_dir=data_dir,
+                                   limit=limit if final else config.eval_limit,
+                                   max_new_tokens=max_new_tokens if final else config.eval_max_new_tokens,
                                    batch_size=config.eval_batch, device=config.distill.get("device"),
                                    dtype=config.distill.get("dtype"))
+
+
+def _final_evals(config: StudyConfig, model: str, folder: Path, console: Console,
+                 distiller: distill.Distiller | None = None) -> None:
+    """Score ``model`` (the base model's name, or the label of ``distiller``'s final student) on
+    every ``final_evals`` bench not yet written in ``folder``."""
+    for final in config.final_evals:
+        out = final_path(folder, final.bench)
+        if out.is_file():
+            continue
+        console.rule(f"study: {model} on {final.bench} (final evaluation)")
+        settings = _eval_config(config, model, out, final.bench, final.limit, final.max_new_tokens)
+        if distiller is None:
+            evaluate.run(settings, console)
+        else:
+            evaluate.run(settings, console, engine=_eval_engine(config, distiller), tokenizer=distiller.student.tokenizer)
 
 
 def _eval_engine(config: StudyConfig, distiller: distill.Distiller):
@@ -168,12 +193,18 @@ def _evaluate_inside(config: StudyConfig, folder: Path, label: str, console: Con
 
 
 def _restore_base(config: StudyConfig, saved: dict[str, Any] | None, console: Console) -> None:
-    """Write the base model's report from the ``results`` folder when ``out`` has none."""
+    """Write the base model's report and final evaluations from the ``results`` folder when ``out``
+    has none."""
     base = base_report(config)
     if not base.is_file() and saved and "base_report" in saved:
         base.parent.mkdir(parents=True, exist_ok=True)
         base.write_text(json.dumps(saved["base_report"], indent=2))
         console.print(f"study: the base model's evaluation reused from {config.results}")
+    for bench, report in (saved or {}).get("base_finals", {}).items():
+        path = final_path(base.parent, bench)
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report, indent=2))
 
 
 def _freeze(config: StudyConfig) -> None:
@@ -208,8 +239,9 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     study folder holds (unfinished runs show as pending); with no base model's evaluation and no
     run folders, the table and plots are redrawn from the ``results`` folder's or ``out``'s
     results.json alone (:func:`stages.study_report.rerender`). ``only`` names the entries to train
-    now (the base model is evaluated in any case); the others are left as they are, so a study
-    can be run in parts, in any order, across sessions or machines sharing the folder.
+    now, ``NAME`` (all its seeds) or ``NAME:SEED`` (the base model is evaluated in any case); the
+    others are left as they are, so a study can be run in parts, in any order, across sessions or
+    machines sharing the folder.
 
     Raises:
         ValueError: invalid settings (unequal budgets, unknown options, a changed study), an
@@ -219,9 +251,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     """
     console = console or Console()
     out = Path(config.out)
-    unknown = sorted(set(only or ()) - {r.name for r in config.runs})
-    if unknown:
-        raise ValueError(f"--only {unknown[0]}: no such run in the study (runs: {', '.join(r.name for r in config.runs)})")
+    chosen = _chosen(config, only)
     if report_only:
         _restore_base(config, committed(config), console)
         if not base_report(config).is_file() and not (out / "runs").is_dir():
@@ -245,10 +275,13 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     if not base.is_file():
         console.rule("study: the base model (generation 0)")
         evaluate.run(_eval_config(config, model, base), console)
+    _final_evals(config, model, base.parent, console)
     for run in config.runs:
-        if run.method == VANILLA or (only and run.name not in only):
+        if run.method == VANILLA or (chosen is not None and run.name not in chosen):
             continue
         for seed in config.seeds_of(run):
+            if chosen is not None and chosen[run.name] is not None and seed not in chosen[run.name]:
+                continue
             folder = run_dir(config, run, seed)
             if done_file(config, run, seed).is_file():
                 console.print(f"study: {run.name} seed {seed} finished earlier, reused")
@@ -260,12 +293,38 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
             _copy_store(Path(config.store), folder / "store")
             distiller = distill.Distiller(distill_config(config, run, seed), console)
             report = distiller.fit(on_step=_evaluate_inside(config, folder, f"{run.name}-seed{seed}", console))
+            _final_evals(config, f"{run.name}-seed{seed}@final", folder / "evals", console, distiller)
             done_file(config, run, seed).write_text(report.model_dump_json(indent=2))
             del distiller
             gc.collect()
             if config.results:  # the finished run's rows reach the repository's folder at once
                 _publish(config, console)
     return _report(config, console)
+
+
+def _chosen(config: StudyConfig, only: list[str] | None) -> dict[str, set[int] | None] | None:
+    """``--only`` as ``{run name: its chosen seeds, or None for all}`` (None: no ``--only``).
+
+    Raises:
+        ValueError: a name that is no entry, or a seed that is not one of the entry's.
+    """
+    if not only:
+        return None
+    runs = {r.name: r for r in config.runs}
+    chosen: dict[str, set[int] | None] = {}
+    for item in only:
+        name, _, seed = item.partition(":")
+        if name not in runs:
+            raise ValueError(f"--only {item}: no such run in the study (runs: {', '.join(runs)})")
+        if not seed:
+            chosen[name] = None
+            continue
+        seeds = config.seeds_of(runs[name])
+        if not seed.isdigit() or int(seed) not in seeds:
+            raise ValueError(f"--only {item}: run {name} has seeds {', '.join(map(str, seeds))}")
+        if name not in chosen or chosen[name] is not None:
+            chosen[name] = (chosen.get(name) or set()) | {int(seed)}
+    return chosen
 
 
 def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:

@@ -27,6 +27,18 @@ class StudyRun(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
+class FinalEval(BaseModel):
+    """One final evaluation of every finished student and of the base model (see
+    :mod:`stages.study_final`): a ``lopd evaluate`` bench, its task ``limit`` (None: all) and
+    ``max_new_tokens`` per action (None: the bench's default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bench: str
+    limit: int | None = Field(None, ge=1)
+    max_new_tokens: int | None = Field(None, ge=1)
+
+
 class StudyConfig(BaseModel):
     """Settings of one `lopd study` (the study file, validated).
 
@@ -37,7 +49,8 @@ class StudyConfig(BaseModel):
     start and the end only; else a multiple of the rollouts per step); ``score`` the report
     score the table and plots use (default: ``accuracy``, ``mean`` or ``pass@1``, the first the
     bench has); ``results`` a folder the results are copied into after every finished run, whose
-    finished runs a later study reuses (see the module docstring).
+    finished runs a later study reuses (see the module docstring); ``final_evals`` the benches every
+    finished student and the base model are scored on once more after training.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,8 +67,21 @@ class StudyConfig(BaseModel):
     eval_batch: int = Field(8, ge=1)
     score: str | None = None
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    final_evals: list[FinalEval] = Field(default_factory=list)
     distill: dict[str, Any] = Field(default_factory=dict)
     runs: list[StudyRun] = Field(min_length=1)
+
+    @field_validator("final_evals")
+    @classmethod
+    def _known_benches(cls, finals: list[FinalEval]) -> list[FinalEval]:
+        from stages.core.benches import BENCHES
+
+        for final in finals:
+            if final.bench not in BENCHES:
+                raise ValueError(f"unknown bench {final.bench!r} (benches: {', '.join(BENCHES)})")
+        if len({f.bench for f in finals}) < len(finals):
+            raise ValueError("a bench is named twice")
+        return finals
 
     @field_validator("runs")
     @classmethod
@@ -87,9 +113,25 @@ def base_report(config: StudyConfig) -> Path:
 
 
 def changed_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The settings that differ, but for the folders (``out``, ``results``): a study may move."""
-    return sorted(k for k in set(saved) | set(current)
-                  if k not in ("out", "results") and saved.get(k) != current.get(k))
+    """The settings that differ, but for the folders (``out``, ``results``): a study may move. A
+    setting missing on one side counts as its default (a study written before the setting
+    existed). Runs are compared by name (``runs.NAME``: its method or settings differ); an entry
+    added or dropped, or other seeds, change no finished run's results, so a study may grow."""
+    fields = StudyConfig.model_fields
+
+    def value(settings: dict[str, Any], key: str) -> Any:
+        if key in settings or key not in fields or fields[key].is_required():
+            return settings.get(key)
+        return fields[key].get_default(call_default_factory=True)
+
+    changed = sorted(k for k in set(saved) | set(current)
+                     if k not in ("out", "results", "runs", "seeds") and value(saved, k) != value(current, k))
+    before = {r["name"]: r for r in saved.get("runs", [])}
+    for run in current.get("runs", []):
+        old = before.get(run["name"])
+        if old is not None and (old.get("method"), old.get("settings")) != (run.get("method"), run.get("settings")):
+            changed.append(f"runs.{run['name']}")
+    return changed
 
 
 def committed(config: StudyConfig) -> dict[str, Any] | None:

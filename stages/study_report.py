@@ -5,11 +5,14 @@ so the results can be rewritten at any time from what is on disk:
 
 - ``results.json``: settings, held-out split, every evaluation (run, method, seed, generations,
   scores, behaviour), every training row (reward, LOPD's Delta and beta), the table rows, the
-  base model's evaluate report and the finished runs (``finished``: run, seed, seconds, the final
-  evaluation's per-task rows); a study with ``results`` reuses the last four from its copy there;
+  base model's evaluate report and final evaluations, the final table (``final_table``:
+  :mod:`stages.study_final`) and the finished runs (``finished``: run, seed, seconds, the last
+  evaluation's per-task rows, the final evaluations); a study with ``results`` reuses the
+  evaluations, training rows, base model and finished runs from its copy there;
 - ``results.csv``: the evaluations, one per line;
 - ``table.md``: methods x final held-out scores, mean +- sample standard deviation over seeds
-  (min..max), with the behaviour statistics and the binomial noise of one evaluation;
+  (min..max), with the behaviour statistics and the binomial noise of one evaluation; then the
+  final evaluations per bench (mean ± SE over tasks, paired difference to the base model);
 - ``heldout.png`` (held-out score vs generations), ``heldout_nll.png`` (held-out reference NLL
   vs generations; benches with references), ``train_reward.png`` (training reward vs
   generations), ``lopd_dual.png`` (LOPD's Delta and beta vs step, the margin m dashed; only with
@@ -32,6 +35,7 @@ from stages.core.data.inputs import read_utf8
 from stages.core.envs.bfcl import HELDOUT_RULE
 from stages.core.run.runs import METRICS_FILE, read_metrics
 from stages.report import integer_ticks, note_overlaps, series_styles
+from stages.study_final import final_markdown, final_rows, final_seconds, read_finals
 from stages.study_layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")
@@ -119,12 +123,14 @@ def table_rows(config: Any, evals: list[dict[str, Any]], training: list[dict[str
         last_gen = max(e["generations"] for e in mine)
         final = [e for e in mine if e["generations"] == last_gen]
         scores = [e[key] for e in final]
+        task_se = [e[f"{key}_se"] for e in final if e.get(f"{key}_se") is not None]
         train = [t["reward_mean"] for t in training if t["run"] == run.name and t["seed"] in done]
         nll = [e["reference_nll"] for e in final if e.get("reference_nll") is not None]
         rows.append({"run": run.name, "method": run.method, "seeds": [e["seed"] for e in final], "pending": pending,
                      "generations": last_gen, "score_mean": float(np.mean(scores)),
                      "score_sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
                      "score_min": min(scores), "score_max": max(scores),
+                     "score_se": float(np.mean(task_se)) if task_se else None,
                      "train_reward": float(np.mean(train)) if train else None,
                      "reference_nll": float(np.mean(nll)) if nll else None,
                      "reference_nll_sd": float(np.std(nll, ddof=1)) if len(nll) > 1 else None,
@@ -164,7 +170,8 @@ def finished_runs(config: Any, saved: dict[str, Any] | None) -> dict[str, dict]:
     """``{"NAME-seedS": {run, seed, seconds, generations, final_per_task}}`` of every finished
     trained (run, seed): read from ``out`` (``done.json`` and the last evaluation), or kept from
     the ``results`` folder's ``saved`` results for those finished only there. ``final_per_task``
-    holds each task's id, reward, success and reference NLL (where the bench has one)."""
+    holds each task's id, reward, success and reference NLL (where the bench has one); ``finals``
+    the run's final evaluations (:func:`stages.study_final.read_finals`)."""
     reused = reused_runs(config, saved)
     finished = {}
     for run in config.runs:
@@ -182,7 +189,8 @@ def finished_runs(config: Any, saved: dict[str, Any] | None) -> dict[str, dict]:
                     "run": run.name, "seed": seed, "seconds": _read(done_file(config, run, seed))["seconds"],
                     "generations": int(evals[-1].stem.removeprefix("gen-")) if evals else 0,
                     "final_per_task": [{k: t[k] for k in ("task_id", "reward", "success", "reference_nll") if k in t}
-                                       for t in last]}
+                                       for t in last],
+                    "finals": read_finals(config, run_dir(config, run, seed) / "evals")}
     return finished
 
 
@@ -208,7 +216,8 @@ def wall_time(seconds: float) -> str:
 def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: float, budget: str) -> str:
     """The paper-style table with its caption lines."""
     lines = [f"Held-out {config.bench} ({tasks} tasks), score `{key}` after the run's last step; "
-             f"mean ± sample sd over seeds (min..max). Budget per trained run: {budget}.", noise_line(base_score, tasks),
+             f"mean ± sample sd over seeds (min..max) [the evaluation's standard error over tasks, mean "
+             f"over seeds, where the bench gives one]. Budget per trained run: {budget}.", noise_line(base_score, tasks),
              "Held-out reference NLL: mean nats per token of each task's verified reference call under the "
              "model, after the exact prompt it was given (lower: the right call is more likely; it moves "
              "before the score does).", "",
@@ -221,6 +230,8 @@ def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: fl
             lines.append(f"| {r['run']} | {r['method']} | 0 | - | pending (seeds {r['pending']}) | | | | | | | |")
             continue
         spread = f" ± {r['score_sd']:.3f} ({r['score_min']:.3f}..{r['score_max']:.3f})" if r["score_sd"] is not None else ""
+        if r.get("score_se") is not None:
+            spread += f" [SE over tasks {r['score_se']:.3f}]"
         train = "-" if r["train_reward"] is None else f"{r['train_reward']:.3f}"
         more = f" (+{len(r['pending'])} pending)" if r["pending"] else ""
         paired = "-" if r.get("reference_nll_delta") is None or r["method"] == VANILLA else (
@@ -303,10 +314,14 @@ def write_results(config: Any, commit: str | None, budget: tuple[int, int]) -> d
     rows = table_rows(config, evals, training, key, reused_runs(config, saved))
     finished = finished_runs(config, saved)
     paired_nll(config, rows, base, finished)
-    seconds = base.get("seconds", 0.0) + sum(f["seconds"] for f in finished.values())
+    base_finals = read_finals(config, base_report(config).parent)
+    finals = final_rows(config, base_finals, {name: f.get("finals", {}) for name, f in finished.items()})
+    seconds = base.get("seconds", 0.0) + final_seconds(base_finals) + sum(
+        f["seconds"] + final_seconds(f.get("finals", {})) for f in finished.values())
     steps, per_step = budget
     budget = f"{steps} steps x {per_step} rollouts = {steps * per_step} generations"
     table = markdown(config, rows, key, len(base.get("per_task", [])), base["scores"][key], budget)
+    table += final_markdown(finals)
     table += f"\nWall time of the finished parts: {wall_time(seconds)}.\n"
     split = {"bench": config.bench, "tasks": [t["task_id"] for t in base.get("per_task", [])]}
     if config.bench == "bfcl-single":
@@ -315,7 +330,7 @@ def write_results(config: Any, commit: str | None, budget: tuple[int, int]) -> d
     results = {"settings": json.loads(config.model_dump_json()), "score": key, "split": split,
                "budget": budget, "evaluations": evals, "training": training, "table": rows,
                "table_markdown": table, "plots": plots, "git_commit": commit, "seconds": seconds,
-               "finished": finished, "base_report": base}
+               "finished": finished, "base_report": base, "base_finals": base_finals, "final_table": finals}
     write_files(out, results)
     return results
 
@@ -364,6 +379,7 @@ def rerender(config: Any, saved: dict[str, Any], out: Path) -> dict[str, Any]:
     except (KeyError, StopIteration) as err:
         raise ValueError(f"{out}: results.json has no {err or 'base model evaluation'}") from None
     table = markdown(config, rows, key, base["tasks"], base[key], saved["budget"])
+    table += final_markdown(saved.get("final_table", []))
     table += f"\nWall time of the finished parts: {wall_time(saved.get('seconds', 0.0))}.\n"
     plots = write_plots(config, out, finished_only(evals, rows), finished_only(training, rows), key)
     results = {**saved, "table_markdown": table, "plots": plots}

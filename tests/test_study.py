@@ -48,6 +48,11 @@ eval_limit = 4
 eval_every = 4
 eval_max_new_tokens = 8
 
+[[final_evals]]
+bench = "bfcl-single"
+limit = 3
+max_new_tokens = 8
+
 [distill]
 model = "{model_dir}"
 steps = 2
@@ -133,6 +138,31 @@ def test_study_writes_results_table_and_plots(straight):
         assert (straight / png).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_final_evaluations_score_every_student_and_the_base_model_paired(straight):
+    """``final_evals``: the base model and each finished student scored once more (here 3 BFCL
+    tasks), one row per entry with mean ± SE over tasks and the paired difference to vanilla."""
+    results = _results(straight)
+    assert sorted(results["base_finals"]) == ["bfcl-single"]
+    base = results["base_finals"]["bfcl-single"]["per_task"]
+    assert len(base) == 3 and (straight / "vanilla" / "final-bfcl-single.json").is_file()
+    for name in ("lopd-seed0", "grpo-seed0", "grpo-seed1"):
+        tasks = results["finished"][name]["finals"]["bfcl-single"]["per_task"]
+        assert [t["task_id"] for t in tasks] == [t["task_id"] for t in base]
+        assert (straight / "runs" / name / "evals" / "final-bfcl-single.json").is_file()
+    rows = {r["run"]: r for r in results["final_table"]}
+    assert sorted(rows) == ["grpo", "lopd", "vanilla"] and rows["grpo"]["seeds"] == 2
+    assert "reward_delta" not in rows["vanilla"]
+    for name, seeds in (("lopd", ["lopd-seed0"]), ("grpo", ["grpo-seed0", "grpo-seed1"])):
+        per_task = [[float(t["reward"]) for t in results["finished"][s]["finals"]["bfcl-single"]["per_task"]]
+                    for s in seeds]
+        means = [sum(col) / len(col) for col in zip(*per_task)]  # each task over the seeds
+        assert rows[name]["reward"] == pytest.approx(sum(means) / 3)
+        assert rows[name]["reward_delta"] == pytest.approx(rows[name]["reward"] - rows["vanilla"]["reward"])
+        assert rows[name]["reward_higher"] + rows[name]["reward_lower"] <= 3
+    table = (straight / "table.md").read_text()
+    assert "### bfcl-single (3 tasks)" in table and "| grpo | grpo | 2 | " in table
+
+
 def test_rerun_reuses_everything(straight, assets):
     folder = straight.parent
     before = {p: p.stat().st_mtime_ns for p in straight.glob("runs/*/evals/*.json")}
@@ -169,6 +199,11 @@ def test_only_trains_the_named_runs_and_names_unknown_ones(straight, tmp_path):
     assert _results(copy)["table"][2]["pending"] == [1]
     result = runner.invoke(app, ["study", "--config", str(config), "--out", str(copy), "--only", "nosuch"])
     assert result.exit_code == 2 and "--only nosuch: no such run in the study (runs: vanilla, lopd, grpo)" in result.output
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(copy), "--only", "grpo:0"])
+    assert result.exit_code == 0 and "grpo seed 0 finished earlier, reused" in result.output
+    assert "seed 1" not in result.output and not (copy / "runs" / "grpo-seed1" / "done.json").exists()
+    result = runner.invoke(app, ["study", "--config", str(config), "--out", str(copy), "--only", "grpo:7"])
+    assert result.exit_code == 2 and "--only grpo:7: run grpo has seeds 0, 1" in result.output
 
 
 def test_killed_study_resumes_to_the_same_results(straight, assets, tmp_path):
@@ -218,6 +253,7 @@ def test_results_folder_continues_a_study_without_its_out_folder(straight, asset
     mine, theirs = _results(fresh), _results(straight)
     assert mine["evaluations"] == theirs["evaluations"] and mine["training"] == theirs["training"]
     assert mine["table"] == theirs["table"]  # the paired NLL too, from the kept per-task rows
+    assert mine["final_table"] == theirs["final_table"] and (fresh / "vanilla" / "final-bfcl-single.json").is_file()
 
     partial = _results(committed)
     del partial["finished"]["grpo-seed1"]
@@ -251,6 +287,30 @@ def test_study_file_errors_name_the_field(tmp_path):
     bad.write_text('store = "x"\nruns = [{name = "a b"}]\n')
     with pytest.raises(ValueError, match=r"s.toml: field runs.0.name"):
         study.load_study(bad)
+
+
+def test_a_study_may_grow_but_not_change_a_run():
+    """Comparing a study's saved settings with the current ones: runs are matched by name, so an
+    added or dropped entry or other seeds keep the finished runs valid; another method or settings
+    of a named run, or another shared setting, do not. A setting the saved file lacks (written
+    before it existed) counts as its default."""
+    from stages.study_layout import StudyConfig, changed_settings
+
+    def settings(**extra):
+        base = {"store": "s", "runs": [{"name": "vanilla", "method": "vanilla"}, {"name": "lopd", "settings": {"J": 2}}]}
+        return json.loads(StudyConfig.model_validate({**base, **extra}).model_dump_json())
+
+    saved = settings()
+    grown = settings(seeds=[0, 1], runs=saved["runs"] + [{"name": "grpo", "method": "grpo", "seeds": [3]}])
+    assert changed_settings(saved, grown) == []
+    assert changed_settings(saved, settings(runs=saved["runs"][:1])) == []
+    assert changed_settings(saved, settings(runs=[saved["runs"][0], {"name": "lopd", "settings": {"J": 3}}])) == ["runs.lopd"]
+    assert changed_settings(saved, settings(eval_limit=50)) == ["eval_limit"]
+    older = {k: v for k, v in saved.items() if k != "final_evals"}
+    assert changed_settings(older, saved) == []
+    assert changed_settings(older, settings(final_evals=[{"bench": "lopd-bed"}])) == ["final_evals"]
+    with pytest.raises(ValueError, match="unknown bench 'nosuch'"):
+        StudyConfig.model_validate({**saved, "final_evals": [{"bench": "nosuch"}]})
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "examples" / "study").glob("*.toml")),

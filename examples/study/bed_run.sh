@@ -37,8 +37,15 @@ if [ ! -d "$BED/composer0/final" ]; then
     --J 2 --K 8 --depth 2 --max-exp-tokens 192 --lr 1e-3 --no-activation-checkpointing \
     --checkpoint-every 10 --eval-every 20 --heldout-fraction 0.2 --resume
 fi
-# 4. the study, one run at a time; each finished run's rows are committed at once
-runs=$(python3 -c 'import sys, tomllib; print(" ".join(r["name"] for r in tomllib.load(open(sys.argv[1], "rb"))["runs"]))' "$config")
+# 4. the study, one (run, seed) at a time, every run's first seed before any second one; each
+#    finished run's rows are committed at once
+runs=$(python3 - "$config" <<'PY'
+import sys, tomllib
+study = tomllib.load(open(sys.argv[1], "rb"))
+trained = [(r["name"], r.get("seeds") or study.get("seeds", [0])) for r in study["runs"] if r.get("method") != "vanilla"]
+print(" ".join(f"{name}:{seeds[i]}" for i in range(max(len(s) for _, s in trained)) for name, seeds in trained if i < len(seeds)))
+PY
+)
 for run in $runs; do
   lopd study --config "$config" --only "$run"
   if [ "$COMMIT" = 1 ] && [ -n "$(git status --porcelain -- "$results")" ]; then
