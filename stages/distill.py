@@ -46,6 +46,7 @@ from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
 from stages.methods import Method, StepBatch, StepContext, get_method
+from stages.report_samples import chosen_samples, samples_markdown
 
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
@@ -184,6 +185,7 @@ class Distiller:
         if self.world.is_main:
             index_new(self.store, self.embedder, field=self.index_field)  # rows a crash left unembedded
         self.logger: RunLogger | None = None
+        self.step_trajectories: list[Trajectory] = []  # the last step's rollouts (its samples go to the logger)
         if self.world.is_main:
             runs.freeze_config(self.out, "distill", config.run_id, config)  # once the whole setup succeeded
             self.logger = RunLogger(config.log, self.out, config.run_id, config.flat(), prefix="distill")
@@ -255,6 +257,7 @@ class Distiller:
         t_start = time.perf_counter()
         stats = RolloutStats()
         trajectories = self._rollout(step, stats)
+        self.step_trajectories = trajectories
         rollout_s = time.perf_counter() - t_start
         generated = distributed.sum_floats({"tokens": stats.generated_tokens, "tokens_per_s":
                                             stats.generated_tokens / max(stats.generate_seconds, 1e-9)}, self.world)
@@ -459,6 +462,8 @@ class Distiller:
             f"| {row['tokens_per_s']:.0f} tok/s, {row['seconds']:.1f}s, {row['peak_rss_mb']:.0f} MB")
         if self.logger is not None:
             self.logger.log(row, row["step"])
+            samples = chosen_samples(self.step_trajectories)  # first, best, worst, as `lopd report` shows them
+            self.logger.log_samples(samples, "\n".join(samples_markdown(samples)), row["step"])
 
 
 def _grad_norm(params: list[torch.nn.Parameter]) -> float:

@@ -1,4 +1,4 @@
-"""Sample rollouts of a distill run for `lopd report`'s ``summary.md``.
+"""Sample rollouts of a distill run for `lopd report`'s ``summary.md`` and the run's logger.
 
 A distill run's folder holds ``config.json`` with its ``store`` and ``run_id``; each step's
 rollouts are in that experience store, tagged with ``info[STEP_KEY]``
@@ -54,6 +54,36 @@ def _by_step(rows: list[Trajectory]) -> dict[int, list[Trajectory]]:
     return steps
 
 
+def chosen_samples(group: list[Trajectory]) -> list[dict]:
+    """The first, best and worst rollout (by reward; the first in order on ties) of one step's
+    rollouts ``group``, each once: ``{roles, task_id, reward, success, trajectory_id, actions}``
+    with ``roles`` e.g. ``"first / best"`` and ``actions`` the first assistant actions, truncated.
+    Empty for an empty group."""
+    if not group:
+        return []
+    chosen = {"first": group[0], "best": max(group, key=lambda t: t.reward),
+              "worst": min(group, key=lambda t: t.reward)}
+    shown: dict[str, list[str]] = {}
+    for role, t in chosen.items():
+        shown.setdefault(t.trajectory_id, []).append(role)
+    samples = []
+    for trajectory_id, roles in shown.items():
+        t = next(r for r in group if r.trajectory_id == trajectory_id)
+        samples.append({"roles": " / ".join(roles), "task_id": t.task_id, "reward": float(t.reward),
+                        "success": bool(t.success), "trajectory_id": trajectory_id, "actions": _actions(t)})
+    return samples
+
+
+def samples_markdown(samples: list[dict]) -> list[str]:
+    """Markdown lines of :func:`chosen_samples`' rollouts: a bullet and a code block each."""
+    lines: list[str] = []
+    for sample in samples:
+        lines += [f"- {sample['roles']}: task `{sample['task_id']}`, reward {sample['reward']:.3f}, "
+                  f"success {sample['success']}", ""]
+        lines += [*code_block(sample["actions"]), ""]
+    return lines
+
+
 def step_samples(rows: list[Trajectory], steps: int) -> list[str]:
     """Markdown lines: for each of the last ``steps`` steps of ``rows`` (a run's stored rollouts),
     its first, best and worst rollout (a rollout is shown once, labelled with every role it has)."""
@@ -61,16 +91,8 @@ def step_samples(rows: list[Trajectory], steps: int) -> list[str]:
     lines: list[str] = []
     for step in sorted(by_step)[-steps:]:
         group = by_step[step]
-        chosen = {"first": group[0], "best": max(group, key=lambda t: t.reward),
-                  "worst": min(group, key=lambda t: t.reward)}
         lines += [f"#### step {step} ({len(group)} rollouts)", ""]
-        shown: dict[str, list[str]] = {}
-        for role, t in chosen.items():
-            shown.setdefault(t.trajectory_id, []).append(role)
-        for trajectory_id, roles in shown.items():
-            t = next(r for r in group if r.trajectory_id == trajectory_id)
-            lines += [f"- {' / '.join(roles)}: task `{t.task_id}`, reward {t.reward:.3f}, success {t.success}", ""]
-            lines += [*code_block(_actions(t)), ""]
+        lines += samples_markdown(chosen_samples(group))
     return lines
 
 

@@ -46,7 +46,7 @@ def _importable(module: str) -> bool:
 
 
 class RunLogger:
-    """Scalars of each step to the chosen logger; ``kind="none"`` does nothing.
+    """Scalars (and sample rollouts) of each step to the chosen logger; ``kind="none"`` does nothing.
 
     Args:
         kind: one of :data:`LOGGERS`.
@@ -84,6 +84,22 @@ class RunLogger:
             self._sink.flush()
         elif self.kind == "wandb":
             self._sink.log(scalars, step=step)
+
+    def log_samples(self, samples: list[dict[str, Any]], markdown: str, step: int) -> None:
+        """Log a step's sample rollouts: TensorBoard gets ``markdown`` as the text summary
+        ``PREFIX/samples``, W&B a table ``PREFIX/samples`` with one row per sample (the step and
+        each sample's values; keys of the first sample are the columns)."""
+        if not samples:
+            return
+        if self.kind == "tensorboard":
+            self._sink.add_text(f"{self.prefix}/samples", markdown, step)
+            self._sink.flush()
+        elif self.kind == "wandb":
+            import wandb
+
+            columns = ["step", *samples[0]]
+            table = wandb.Table(columns=columns, data=[[step, *(s.get(c) for c in columns[1:])] for s in samples])
+            self._sink.log({f"{self.prefix}/samples": table}, step=step)
 
     def close(self) -> None:
         """Flush and close the logger."""
