@@ -28,6 +28,17 @@ def select(rows: list[dict[str, Any]], task: str | None = None, failed: bool = F
     return chosen[:limit] if limit is not None else chosen
 
 
+def _arguments(value: Any) -> str:
+    """A tool call's arguments as JSON text: an object stored as a JSON string is shown as the
+    object (not as an escaped string); text that is no JSON is shown as it is."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def render_task(row: dict[str, Any]) -> Panel:
     """One task of a report as a rich panel: every message (tool calls as ``-> name(args)``),
     then the reward and the checker's verdict."""
@@ -37,8 +48,7 @@ def render_task(row: dict[str, Any]) -> Panel:
         body = Text(f"[{role}{'/' + m['name'] if m.get('name') else ''}] ", style=_ROLE_STYLE.get(role, "bold"))
         body.append(str(m.get("content", "")))
         for call in m.get("tool_calls") or []:
-            body.append(f"\n  -> {call.get('name')}({json.dumps(call.get('arguments'), ensure_ascii=False)})",
-                        style="magenta")
+            body.append(f"\n  -> {call.get('name')}({_arguments(call.get('arguments'))})", style="magenta")
         parts.append(body)
     if not row.get("messages"):
         parts.append(Text("(no transcript in this report: rerun lopd evaluate to keep one)", style="dim"))
@@ -51,17 +61,11 @@ def render_task(row: dict[str, Any]) -> Panel:
     return Panel(Group(*parts), title=f"{escape(str(row.get('task_id')))} {mark}", title_align="left")
 
 
-def store_rows(store: str | Path, run_id: str | None = None, env: str | None = None,
+def store_rows(opened: Any, run_id: str | None = None, env: str | None = None,
                split: str | None = None, failed: bool = False) -> list[dict[str, Any]]:
-    """The store's trajectories matching the filters, in insertion order, as report-like rows
-    (``task_id``, ``messages``, ``reward``, ``success``, ``info``, ``run_id``, ``policy``).
-
-    Raises:
-        StoreError: no store at ``store`` or an unreadable one (one line naming it).
-    """
-    from stages.core.data.store import ExperienceStore
-
-    opened = ExperienceStore.open(store, create=False)
+    """The trajectories of the opened experience store ``opened`` matching the filters, in
+    insertion order, as report-like rows (``task_id``, ``messages``, ``reward``, ``success``,
+    ``info``, ``run_id``, ``policy``)."""
     rows = []
     for t in opened.query(run_id=run_id, env=env, split=split, success=False if failed else None):
         info = json.loads(t.info) if t.info else {}
@@ -87,11 +91,18 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
     console = console or Console()
     path = Path(report)
     if path.is_dir():
-        rows = store_rows(path, run_id, env, split, failed)
+        from stages.core.data.store import ExperienceStore
+
+        opened = ExperienceStore.open(path, create=False)
+        rows = store_rows(opened, run_id, env, split, failed)
         chosen = select(rows, task, failed, limit)
-        runs = sorted({r["run_id"] for r in chosen})
-        console.print(f"[bold]store {escape(str(path))}[/]: {len(chosen)} of {len(rows)} trajectories shown"
-                      + (f" (runs: {escape(', '.join(runs))})" if runs else ""), soft_wrap=True)
+        counts = opened.run_counts()
+        listed = ", ".join(f"{name} ({n})" for name, n in counts.items())
+        console.print(f"[bold]store {escape(str(path))}[/]: {len(chosen)} of {len(rows)} trajectories shown; "
+                      f"runs in the store (trajectories): {escape(listed or 'none')}", soft_wrap=True)
+        if run_id and run_id not in counts:
+            console.print(f"note: no run {escape(run_id)!r} in this store; pass one of the runs above to --run-id",
+                          soft_wrap=True)
         for row in chosen:
             console.print(render_task({**row, "task_id": f"{row['task_id']} [{row['run_id']}]"}))
         return len(chosen)

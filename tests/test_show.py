@@ -67,6 +67,11 @@ def test_show_reads_a_store_with_filters(tmp_path):
     assert "2 of 2 trajectories shown" in failed.output and "add-1-2" not in failed.output
     one = runner.invoke(app, ["show", str(tmp_path / "store"), "--run-id", "distill-x"], env={"COLUMNS": "200"})
     assert "1 of 1 trajectories shown" in one.output and "add-5-6 [distill-x]" in one.output
+    default_run = rows[0].run_id
+    assert f"runs in the store (trajectories): {default_run} (2), distill-x (1)" in one.output
+    wrong = runner.invoke(app, ["show", str(tmp_path / "store"), "--run-id", "distill-y"], env={"COLUMNS": "200"})
+    assert wrong.exit_code == 0 and "0 of 0 trajectories shown" in wrong.output
+    assert "no run 'distill-y' in this store" in wrong.output and "distill-x (1)" in wrong.output
     by_task = runner.invoke(app, ["show", str(tmp_path / "store"), "--task", "3-4"], env={"COLUMNS": "200"})
     assert "1 of 3 trajectories shown" in by_task.output and "add-3-4" in by_task.output
     report = tmp_path / "r.json"
@@ -77,3 +82,19 @@ def test_show_reads_a_store_with_filters(tmp_path):
     empty.mkdir()
     notstore = runner.invoke(app, ["show", str(empty)])
     assert notstore.exit_code != 0 and "no experience store" in notstore.output and "Traceback" not in notstore.output
+
+
+def test_tool_call_arguments_show_as_json_not_as_an_escaped_string():
+    from rich.console import Console
+
+    from stages.show import render_task
+
+    def shown(arguments) -> str:
+        console = Console(record=True, width=200)
+        console.print(render_task({"task_id": "t", "messages": [
+            {"role": "assistant", "content": "", "tool_calls": [{"name": "add", "arguments": arguments}]}]}))
+        return console.export_text()
+
+    assert '-> add({"a": 1, "b": "x"})' in shown('{"a": 1, "b": "x"}')  # stored as a JSON string
+    assert '-> add({"a": 1})' in shown({"a": 1})
+    assert "-> add(a=1, b)" in shown("a=1, b")  # not JSON: as the model wrote it

@@ -359,6 +359,15 @@ class ExperienceStore:
         return q.to_arrow().column("trajectory_id").to_pylist()
 
     @_guarded
+    def run_counts(self) -> dict[str, int]:
+        """``{run id: trajectories}`` of every run with rows in the store, in order of first row."""
+        q = self._table.search().select(["run_id"]).limit(None)
+        counts: dict[str, int] = {}
+        for run_id in q.to_arrow().column("run_id").to_pylist():
+            counts[run_id] = counts.get(run_id, 0) + 1
+        return counts
+
+    @_guarded
     def task_ids(self, run_id: str | None = None, env: str | None = None) -> set[str]:
         """Distinct task ids with at least one trajectory (optionally of one run / env)."""
         q = self._table.search().select(["task_id"]).limit(None)
