@@ -110,8 +110,8 @@ def pick_source(run: Path, step: int | None) -> tuple[Path, str]:
 def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str, metrics: dict | None,
                reports: list[tuple[str, dict]] = ()) -> str:
     """The ``README.md`` of an export: Hugging Face card metadata (``base_model`` only for a hub
-    id), what the folder holds, how to load it, the run's settings, its last metrics row and the
-    scores of the evaluation reports ``(path, report)`` found for the run."""
+    id), what the folder holds, how to load it, the run's settings, the metrics row of the exported
+    step and the scores of the evaluation reports ``(path, report)`` of the exported model."""
     library = "peft" if kind == "adapter" else "transformers"
     hub_base = [] if Path(base).is_absolute() else [f"base_model: {base}"]
     lines = ["---", *hub_base, f"library_name: {library}", "tags:", "- lopd", f"- {stage}", "---", "",
@@ -135,7 +135,7 @@ def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str,
         lines += [summary_row(path, report) for path, report in reports]
         lines.append("")
     if metrics:
-        lines += [f"## Metrics of the last step ({metrics.get('step')})", "", "| metric | value |", "|---|---|"]
+        lines += [f"## Metrics of step {metrics.get('step')}", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
                   for k, v in metrics.items() if k != "step"]
         lines.append("")
@@ -185,6 +185,13 @@ def push(folder: Path, repo: str) -> str:
         raise ValueError(f"--push-to-hub {repo}: {reason}; the export is in {folder}") from None
 
 
+def _scores(report: dict, student: Path) -> bool:
+    """Whether evaluation ``report`` scored the model of folder ``student`` (its ``model`` is that
+    folder, as given or resolved): an export's card lists only its own model's evaluations."""
+    model = report.get("model")
+    return isinstance(model, str) and Path(model).exists() and Path(model).resolve() == student.resolve()
+
+
 def run(config: ExportConfig, console: Console | None = None) -> Path:
     """Export the student of ``config.run`` into ``config.out``; returns that folder.
 
@@ -209,8 +216,14 @@ def run(config: ExportConfig, console: Console | None = None) -> Path:
     try:  # written aside and renamed: a failed export leaves no partial --out
         kind = _write_model(source, tmp, base=base, model=settings["model"], merge=config.merge)
         rows = read_rows(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).is_file() else []
+        if label != "final":  # the exported checkpoint's own step, not the run's last
+            rows = [r for r in rows if r.get("step") == int(label.removeprefix("step-"))]
+        reports = [(path, report) for path, report in find_reports([run_dir]) if _scores(report, source)]
         (tmp / "README.md").write_text(model_card(stage=stage, settings=settings, base=base, source=label, kind=kind,
-                                                  metrics=rows[-1] if rows else None, reports=find_reports([run_dir])))
+                                                  metrics=rows[-1] if rows else None, reports=reports))
+        for path in tmp.rglob("*"):  # checkpoints are written owner-only; an export is for sharing
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        tmp.chmod(0o755)
         os.rename(tmp, out)
     finally:
         shutil.rmtree(tmp.parent, ignore_errors=True)

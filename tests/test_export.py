@@ -42,11 +42,13 @@ def test_a_checkpoint_exports_as_an_adapter_on_a_portable_base_with_a_model_card
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == tiny_dir  # the run's --model as given
     assert (out / "tokenizer.json").is_file() and not (out / "optimizer.pt").exists()
+    assert {oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {"0o644"}  # readable by others
     card = (out / "README.md").read_text()
     assert "library_name: peft" in card and "# sft student (step-1)" in card
     assert json.loads((lora_run / "config.json").read_text())["store"] in card
-    last = json.loads((lora_run / "metrics.jsonl").read_text().splitlines()[-1])
-    assert "## Metrics of the last step (2)" in card and f"| nll | {last['nll']:.4g} |" in card
+    first = json.loads((lora_run / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["step"] == 1 and "## Metrics of step 1" in card and f"| nll | {first['nll']:.4g} |" in card
+    assert "## Evaluations" not in card  # the final student's evaluations are of another model
     base = load_policy(tiny_dir, device="cpu", dtype="float32")[0]
     expected = logits(PeftModel.from_pretrained(base, str(lora_run / "checkpoints/step-1/student")))
     torch.testing.assert_close(logits(AutoModelForCausalLM.from_pretrained(out)), expected, atol=1e-5, rtol=0)
@@ -74,6 +76,8 @@ def test_without_step_the_final_student_is_exported_with_the_run_s_evaluations(l
     card = (out / "README.md").read_text()
     assert (out / "config.json").is_file() and "# sft student (final)" in card
     assert "## Evaluations" in card and "| lopd-bed | " in card and "| 1 | mean_reward 0.500 |" in card
+    last = json.loads((lora_run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert f"## Metrics of step {last['step']}" in card
     assert "base_model:" not in card  # a local base is no hub id
     torch.testing.assert_close(logits(AutoModelForCausalLM.from_pretrained(out)),
                                logits(AutoModelForCausalLM.from_pretrained(lora_run / "final/student")))
