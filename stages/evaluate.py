@@ -458,6 +458,9 @@ def compare(paths: list[Path]) -> Table:
                 else:
                     cells.append(f"{value:.3f} ({value - base:+.3f})")
             table.add_row(key if section == "scores" else f"[dim]{key}[/]", *cells)
+    notes = _task_set_notes(paths, reports)
+    if notes:
+        table.caption = "\n".join(notes)
     for key in ("reward", "success", "reference_nll"):
         stats = [paired_difference(_task_rows(reports[0]), _task_rows(r), key) for r in reports[1:]]
         if any(stats):
@@ -465,6 +468,20 @@ def compare(paths: list[Path]) -> Table:
                 f"{d:+.3f} ± {se:.3f} ({up} higher / {down} lower, n {n})" if n else "-"
                 for d, se, n, up, down in (st or (0.0, 0.0, 0, 0, 0) for st in stats)))
     return table
+
+
+def _task_set_notes(paths: list[Path], reports: list[dict[str, Any]]) -> list[str]:
+    """One warning per report that scored other tasks than the first: its score deltas compare
+    different task sets (unpaired); the paired rows use only the tasks both scored."""
+    first = {r.get("task_id") for r in _task_rows(reports[0])}
+    notes = []
+    for path, report in zip(paths[1:], reports[1:]):
+        tasks = {r.get("task_id") for r in _task_rows(report)}
+        if tasks != first:
+            notes.append(f"warning: {path} scored other tasks than {paths[0]} ({len(tasks)} vs {len(first)}, "
+                         f"{len(tasks & first)} in both): its score deltas are unpaired; the paired rows use the "
+                         f"{len(tasks & first)} shared tasks")
+    return notes
 
 
 def _task_rows(report: dict[str, Any]) -> list[dict]:
