@@ -16,6 +16,7 @@ from typing import Any
 import lancedb
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from stages.core.data.store import TRAJECTORIES, StoreError, lance_failure, unreadable_message
@@ -99,21 +100,30 @@ def _probe(tbl: Any) -> str | None:
     return None
 
 
-def list_versions(store: str, table: str = TRAJECTORIES) -> list[VersionInfo]:
-    """All versions of ``table``, oldest first, each read in full to tell whether it is readable.
+def list_versions(store: str, table: str = TRAJECTORIES, console: Console | None = None) -> list[VersionInfo]:
+    """All versions of ``table``, oldest first, each read in full to tell whether it is readable
+    (a store written one task at a time has a version and a data file per task, so this is
+    quadratic: ~0.3 s per version at 800 versions on 2 CPU cores); with ``console``, a progress bar.
 
     Raises:
         StoreError: see :func:`open_table`.
     """
     tbl = open_table(store, table)
     out = []
+    listed = tbl.list_versions()
+    progress = Progress(TextColumn("reading versions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=True, disable=console is None)
+    bar = progress.add_task("versions", total=len(listed))
+    progress.start()
     try:
-        for v in tbl.list_versions():
+        for v in listed:
+            progress.advance(bar)
             tbl.checkout(v["version"])
             problem = _probe(tbl)
             rows = int(v.get("metadata", {}).get("total_rows", tbl.count_rows()))
             out.append(VersionInfo(v["version"], v["timestamp"], rows, problem is None, problem))
     finally:
+        progress.stop()
         tbl.checkout_latest()
     return out
 
@@ -162,7 +172,7 @@ def restore(store: str, version: int | None = None, table: str = TRAJECTORIES) -
 def run_versions(config: StoreAdminConfig, console: Console | None = None) -> list[VersionInfo]:
     """Print the table of versions (`lopd store versions`) and return them."""
     console = console or Console()
-    versions = list_versions(config.store, config.table)
+    versions = list_versions(config.store, config.table, console)
     table = Table(title=f"{config.store}: table '{config.table}'")
     for col in ("version", "written", "rows", "readable"):
         table.add_column(col, justify="right" if col in ("version", "rows") else "left")
