@@ -75,6 +75,8 @@ def friendly(fn: Callable) -> Callable:
             if isinstance(err, ValidationError):
                 first = err.errors()[0]
                 where = ".".join(map(str, first["loc"]))
+                if where in kwargs:  # a setting of the command's own flag: named as the flag
+                    where = "--" + where.replace("_", "-")
                 if first["type"] == "value_error":  # our own one-line message, without pydantic's prefix
                     msg = str(first.get("ctx", {}).get("error", first["msg"]))
                     msg = f"invalid option {where}: {msg}" if where else msg

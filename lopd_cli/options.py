@@ -184,7 +184,12 @@ class MethodOptionsCommand(TyperCommand):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """Note the ``--method`` of the command line before click parses it (``--help`` is eager:
         it prints before ``--method`` is processed)."""
-        ctx.meta["lopd.method"] = _method_named(args)
+        method = ctx.meta["lopd.method"] = _method_named(args)
+        if method and any(a in ctx.help_option_names for a in args):  # an unknown method: its error alone
+            from stages.methods import known_methods
+
+            if method not in known_methods():
+                ctx.fail(f"--method {method}: unknown method (known: {', '.join(known_methods())})")
         return super().parse_args(ctx, args)
 
     def format_epilog(self, ctx: Any, formatter: Any) -> None:
@@ -195,12 +200,7 @@ class MethodOptionsCommand(TyperCommand):
 
         if not method or method == DistillConfig.model_fields["method"].default:
             return
-        try:
-            intro, rows = method_options_help(method)
-        except ValueError as err:
-            formatter.write_paragraph()
-            formatter.write_text(f"--method {method}: {err}")
-            return
+        intro, rows = method_options_help(method)  # an unknown method was refused in parse_args
         with formatter.section(f"Options of method {method} (pass as -o KEY=VALUE)"):
             if intro:
                 formatter.write_text(intro)

@@ -152,7 +152,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     console = console or Console()
     config = apply_protocol(config)
     bench = BENCHES[config.bench]
-    check_episode_rules(bench.env, config.episode_rules)
+    check_episode_rules(bench.env, config.episode_rules, bench=config.bench)
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     prepared = bench.prepare(config)
     out = Path(config.out or f"runs/eval/{config.bench}-{model_slug(config.model)}.json")

@@ -245,11 +245,13 @@ def test_episode_rules_flag_is_refused_where_an_environment_has_one_set(tmp_path
                  ["evaluate", "--bench", "bfcl-v3", "--out", str(tmp_path / "e.json")]):
         result = CliRunner().invoke(app, [*args, "--episode-rules", "lenient"])
         assert result.exit_code != 0
-        assert "--episode-rules: env 'bfcl' has one set of episode rules" in result.output
+        where = "--bench bfcl-v3 (environment bfcl)" if args[0] == "evaluate" else "env 'bfcl'"
+        assert f"--episode-rules: {where} has one set of episode rules" in result.output
         assert "Traceback" not in result.output
     result = CliRunner().invoke(app, ["collect", "--env", "lopd-bed", "--episode-rules", "strict",
                                       "--store", str(tmp_path / "s")])
-    assert result.exit_code != 0 and "episode_rules" in result.output and "Traceback" not in result.output
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "invalid option --episode-rules: Input should be 'official' or 'lenient'" in result.output
     assert not (tmp_path / "s").exists()
     ruled = CollectConfig(env="lopd-bed", store=str(tmp_path / "s"), episode_rules="official")
     assert ruled.model_dump()["episode_rules"] == "official"

@@ -107,16 +107,17 @@ def make_env(name: str, data_dir: Path | None = None, max_turns: int = 30, episo
     return factory(data_dir=data_dir, max_turns=max_turns, **kwargs)
 
 
-def check_episode_rules(name: str, episode_rules: str | None) -> None:
-    """Refuse ``episode_rules`` (set, not None) for environment ``name`` unless its class has two
-    sets of rules (a ``default_rules`` attribute).
+def check_episode_rules(name: str, episode_rules: str | None, bench: str | None = None) -> None:
+    """Refuse ``episode_rules`` (set, not None) for environment ``name`` (played by benchmark
+    ``bench``, when given) unless its class has two sets of rules (a ``default_rules`` attribute).
 
     Raises:
         EnvError: one line naming the environments that have official and lenient rules.
     """
     if episode_rules is not None and not (name in ENVS and hasattr(ENVS[name], "default_rules")):
         ruled = [n for n, factory in ENVS.items() if hasattr(factory, "default_rules")]
-        raise EnvError(f"--episode-rules: env {name!r} has one set of episode rules; "
+        what = f"--bench {bench} (environment {name})" if bench and bench != name else f"env {name!r}"
+        raise EnvError(f"--episode-rules: {what} has one set of episode rules; "
                        f"only {', '.join(ruled)} have official and lenient ones")
 
 
