@@ -206,8 +206,11 @@ def integer_ticks(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[dict]], x: str) -> None:
-    """One PNG: a panel per metric, a line per run (``x``: ``generations`` or ``step``)."""
+def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[dict]], x: str,
+               levels: dict[str, dict[str, float]] | None = None) -> None:
+    """One PNG: a panel per metric, a line per run (``x``: ``generations`` or ``step``);
+    ``levels`` ``{metric: {name: value}}`` draws each distinct value dashed across its panel
+    (e.g. the LOPD runs' margin m on the ``Delta`` panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -224,6 +227,10 @@ def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[
             series[label] = [(by_step[s].get(x, s), v) for s, v in _numeric(rows, key)]
             if series[label]:
                 ax.plot(*zip(*series[label]), **{**styles[label], "markersize": styles[label]["markersize"] / 2})
+        for value in sorted(set((levels or {}).get(key, {}).values())):
+            ax.axhline(value, color="black", linestyle="--", linewidth=1)
+            ax.annotate(f"margin m = {value:g}", (0.02, value), xycoords=("axes fraction", "data"), fontsize=7,
+                        va="bottom")
         note_overlaps(ax, series)
         integer_ticks(ax)
         ax.set_title(key, fontsize=10)
@@ -268,6 +275,21 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
     return "\n".join(lines)
 
 
+def lopd_margins(folders: dict[str, Path]) -> dict[str, float]:
+    """``{label: margin m}`` of the LOPD distill runs among run ``folders`` (their ``config.json``)."""
+    margins = {}
+    for label, folder in folders.items():
+        try:
+            config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):  # not a distill run, or unreadable: no line
+            continue
+        options = config.get("options") if isinstance(config, dict) else None
+        margin = options.get("margin") if isinstance(options, dict) else None
+        if config.get("method") == "lopd" and isinstance(margin, (int, float)):
+            margins[label] = float(margin)
+    return margins
+
+
 def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
     """Write the plots and ``summary.md`` of ``config.runs`` into ``config.out``; returns what was written.
 
@@ -292,10 +314,11 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     x = "generations" if all("generations" in r for rows in runs.values() for r in rows) else "step"
     plots = []
+    levels = {"Delta": lopd_margins({label: metric_files[label].parent for label in runs})}
     for stem, title, names in GROUPS:
         present = [k for k in names if any(_numeric(rows, k) for rows in runs.values())]
         if present:
-            plot_group(out / f"{stem}.png", title, present, runs, x)
+            plot_group(out / f"{stem}.png", title, present, runs, x, levels)
             plots.append(f"{stem}.png")
     samples = {label: run_samples(metric_files[label].parent, config.samples_steps) for label in runs}
     (out / "summary.md").write_text(summary(runs, reports, samples))

@@ -167,3 +167,28 @@ def test_series_styles_share_one_colour_per_method_and_tell_lines_apart():
     flat = {"lopd": [(1, 0.0), (2, 0.0)], "grpo": [(1, 0.0), (2, 0.0)], "sdpo": [(1, 1.0), (2, 2.0)]}
     assert identical_series(flat) == [["lopd", "grpo"]]
     assert identical_series({"a": [(1, 1.0)], "b": [(1, 1.0000001)], "c": [(1, 2.0)]}) == [["a", "b"]]
+
+
+def test_the_delta_panel_gets_each_lopd_run_s_margin_as_a_dashed_line(tmp_path, monkeypatch):
+    from stages import report
+
+    for name, method, margin in (("lopd-a", "lopd", 0.05), ("lopd-m0", "lopd", 0.0), ("grpo", "grpo", None)):
+        _write(tmp_path / name, _distill_rows(1.0))
+        options = {"margin": margin} if margin is not None else {"eps_lo": 0.2}
+        (tmp_path / name / "config.json").write_text(json.dumps({"method": method, "options": options}))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    assert report.lopd_margins({n: tmp_path / n for n in ("lopd-a", "lopd-m0", "grpo", "broken", "none")}) == {
+        "lopd-a": 0.05, "lopd-m0": 0.0}
+    drawn = {}
+    real = report.plot_group
+
+    def spy(path, title, metrics, runs, x, levels=None):
+        drawn[path.stem] = levels
+        real(path, title, metrics, runs, x, levels)
+
+    monkeypatch.setattr(report, "plot_group", spy)
+    report.run(report.ReportConfig(runs=[str(tmp_path / n) for n in ("lopd-a", "lopd-m0", "grpo")],
+                                   out=str(tmp_path / "out")))
+    assert drawn["dual"] == {"Delta": {"lopd-a": 0.05, "lopd-m0": 0.0}}
+    assert (tmp_path / "out" / "dual.png").read_bytes()[:4] == b"\x89PNG"
