@@ -30,7 +30,14 @@ def test_help_of_a_method_lists_its_options_with_defaults():
     assert "--margin" in text  # the command's own help is all still there
     text = _help("--method=sdft")
     assert "Options of method sdft" in text and "teacher: frozen | ema | current" in text
-    assert "`demo_tokens`: token budget" in text  # the docstring of the options model it extends
+    assert "the verified reference in the teacher's context" in " ".join(text.split())  # the model it extends
+    assert "Token budget of the rendered reference. (default 1024)" in " ".join(text.split())  # per option
+    for method in ("opsd", "sdpo", "skill-sd"):  # every option of every method carries its description
+        from stages.methods import get_method
+
+        for name, field in get_method(method).Options.model_fields.items():
+            assert field.description, f"{method}: option {name} has no description"
+    assert "Student top-k support" in " ".join(_help("--method", "sdpo").split())
     assert "Options of method" not in _help()
     assert "Options of method" not in _help("--method", "lopd")  # lopd's options are the flags above
 

@@ -221,28 +221,21 @@ class TextTeacher:
 
 
 class ReferenceOptions(BaseModel):
-    """Options shared by the reference-context methods (sdft, opsd).
-
-    ``demo_tokens``: token budget of the rendered reference; ``max_observation_chars``: an
-    environment answer longer than this is not shown; ``teacher``: frozen / ema / current
-    weights; ``ema_rate``: EMA rate per optimizer step (``teacher="ema"``); ``beta``: 0 =
-    forward KL(T || S), 1 = reverse KL, between = OPSD's generalised JSD
-    (:func:`stages.core.losses.kd.generalized_jsd`); ``loss_temperature``: divides both logits
-    in the loss; ``reduction``: ``sequence`` (token-mean per sequence, then the mean over
-    sequences) or ``token`` (pooled over the step's tokens); ``chunk_size``: positions per
-    full-vocabulary chunk.
-    """
+    """Options shared by the reference-context methods (sdft, opsd): the verified reference in
+    the teacher's context, a divergence between teacher and student on the student's tokens."""
 
     model_config = ConfigDict(extra="forbid")
 
-    demo_tokens: int = Field(1024, ge=1)
-    max_observation_chars: int = Field(300, ge=0)
-    teacher: TeacherKind = "frozen"
-    ema_rate: float = Field(0.01, ge=0.0, le=1.0)
-    beta: float = Field(0.0, ge=0.0, le=1.0)
-    loss_temperature: float = Field(1.0, gt=0.0)
-    reduction: KDReduction = "sequence"
-    chunk_size: int = Field(DEFAULT_CHUNK_SIZE, ge=1)
+    demo_tokens: int = Field(1024, ge=1, description="Token budget of the rendered reference.")
+    max_observation_chars: int = Field(300, ge=0, description="An environment answer longer than this is not shown.")
+    teacher: TeacherKind = Field("frozen", description="Teacher weights: frozen (the initial student), ema, or current.")
+    ema_rate: float = Field(0.01, ge=0.0, le=1.0, description="EMA rate per optimizer step (teacher=ema only).")
+    beta: float = Field(0.0, ge=0.0, le=1.0, description="0 = forward KL(T || S), 1 = reverse KL, between: OPSD's "
+                        "generalised JSD.")
+    loss_temperature: float = Field(1.0, gt=0.0, description="Divides both logits in the loss.")
+    reduction: KDReduction = Field("sequence", description="sequence: token-mean per sequence, then the mean over "
+                                   "sequences; token: pooled over the step's tokens.")
+    chunk_size: int = Field(DEFAULT_CHUNK_SIZE, ge=1, description="Positions per full-vocabulary chunk of the loss.")
 
 
 @dataclass(frozen=True)

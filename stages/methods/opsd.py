@@ -36,9 +36,11 @@ class OPSDOptions(ReferenceOptions):
     """OPSD's options: :class:`ReferenceOptions` with B.1's frozen teacher and forward KL
     (beta 0), pooled over tokens; ``ema_rate`` (upstream 0.001) only applies to ``teacher=ema``."""
 
-    teacher: TeacherKind = "frozen"
-    ema_rate: float = Field(0.001, ge=0.0, le=1.0)
-    reduction: KDReduction = "token"
+    teacher: TeacherKind = Field("frozen", description="Teacher weights: frozen (B.1), ema, or current.")
+    ema_rate: float = Field(0.001, ge=0.0, le=1.0, description="EMA rate per optimizer step (teacher=ema only; "
+                            "upstream 0.001).")
+    reduction: KDReduction = Field("token", description="token: pooled over the step's tokens; sequence: "
+                                   "token-mean per sequence, then the mean over sequences.")
 
 
 @register("opsd")

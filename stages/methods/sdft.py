@@ -34,8 +34,8 @@ class SDFTOptions(ReferenceOptions):
     """SDFT's options: :class:`ReferenceOptions` with B.1's EMA teacher (rate 0.01) and the
     forward KL, token-mean per sequence."""
 
-    teacher: TeacherKind = "ema"
-    ema_rate: float = Field(0.01, ge=0.0, le=1.0)
+    teacher: TeacherKind = Field("ema", description="Teacher weights: frozen, ema (B.1), or current.")
+    ema_rate: float = Field(0.01, ge=0.0, le=1.0, description="EMA rate per optimizer step (teacher=ema only).")
 
 
 @register("sdft")

@@ -64,30 +64,25 @@ _INFO_KEYS = ("error_type", "error", "error_message", "reason", "failures")
 
 
 class SDPOOptions(BaseModel):
-    """SDPO's options (defaults: B.1 of the LOPD paper and the issue; upstream values noted).
-
-    ``k``: student top-k support (upstream yaml 100). ``ema_rate``: teacher EMA rate per step.
-    ``success_threshold``: the reward a sibling needs (upstream yaml 0.5, TRL 1.0).
-    ``feedback``: the fallback context of a failed attempt (module docstring).
-    ``is_clip``: importance-ratio clip (None = no ratio). ``alpha``: 1 reverse KL (B.1), 0.5 the
-    upstream JSD. ``add_tail``: tail bucket, else renormalised top-k. ``reduction``: "token"
-    (upstream token-mean) or "trajectory" (per-row mean, then the mean over rows).
-    ``loss_temperature``: divisor of both logits in the top-k and the divergence; None (default,
-    upstream) = the sampling temperature ``--temperature`` (1 when greedy).
-    """
+    """SDPO's options (defaults: B.1 of the LOPD paper; upstream values noted per option)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    k: int = Field(20, ge=1)
-    ema_rate: float = Field(0.05, ge=0.0, le=1.0)
-    success_threshold: float = Field(1.0, ge=0.0, le=1.0)
-    feedback: Literal["observation", "env", "none"] = "env"
-    max_context_chars: int = Field(4000, ge=1)
-    is_clip: float | None = Field(2.0, gt=0.0)
-    alpha: float = Field(1.0, ge=0.0, le=1.0)
-    add_tail: bool = True
-    reduction: Literal["token", "trajectory"] = "token"
-    loss_temperature: float | None = Field(None, gt=0.0)
+    k: int = Field(20, ge=1, description="Student top-k support of the divergence (upstream yaml 100).")
+    ema_rate: float = Field(0.05, ge=0.0, le=1.0, description="Teacher EMA rate per step.")
+    success_threshold: float = Field(1.0, ge=0.0, le=1.0, description="The reward a sibling rollout needs to be "
+                                     "shown as a solution (upstream yaml 0.5, TRL 1.0).")
+    feedback: Literal["observation", "env", "none"] = Field("env", description="The fallback context of a failed "
+                                                            "attempt with no successful sibling (module docstring).")
+    max_context_chars: int = Field(4000, ge=1, description="Characters kept of the teacher's extra context.")
+    is_clip: float | None = Field(2.0, gt=0.0, description="Importance-ratio clip (None: no ratio).")
+    alpha: float = Field(1.0, ge=0.0, le=1.0, description="1 = reverse KL (B.1), 0.5 = the upstream JSD.")
+    add_tail: bool = Field(True, description="A tail bucket for the mass outside the top-k, else the top-k "
+                           "renormalised.")
+    reduction: Literal["token", "trajectory"] = Field("token", description="token: upstream token-mean; trajectory: "
+                                                      "per-row mean, then the mean over rows.")
+    loss_temperature: float | None = Field(None, gt=0.0, description="Divisor of both logits in the top-k and the "
+                                           "divergence; None (upstream) = the sampling --temperature (1 when greedy).")
 
 
 @dataclass(frozen=True)
