@@ -73,16 +73,21 @@ _MAX_SKILL_CHARS = 2000
 class SkillSDOptions(GRPOOptions):
     """Skill-SD's options: GRPO's (eps_hi 0.28 here, B.1) plus the skill bank and the SDL term."""
 
-    eps_hi: float = Field(0.28, ge=0.0)
-    sdl_coef: float = Field(0.001, ge=0.0)
-    sdl_ratio_clip: float | None = Field(None, gt=0.0)
-    ucb_c: float = Field(math.sqrt(2.0), ge=0.0)
-    summarizer: str | None = None
-    summary_rollouts: int = Field(4, ge=1)
-    summary_max_tokens: int = Field(192, ge=1)
-    summary_prompt_tokens: int = Field(1536, ge=64)
-    max_skills: int = Field(4, ge=1)
-    skill_source: Literal["step", "store"] = "step"
+    eps_hi: float = Field(0.28, ge=0.0, description="PPO clip above: the ratio is clipped at 1 + eps_hi (B.1: 0.28).")
+    sdl_coef: float = Field(0.001, ge=0.0, description="Weight of the self-distillation term beside the PPO loss.")
+    sdl_ratio_clip: float | None = Field(None, gt=0.0, description="Clip of the importance ratio of the "
+                                         "self-distillation term (None: unclipped).")
+    ucb_c: float = Field(math.sqrt(2.0), ge=0.0, description="Exploration constant c of the UCB1 choice of a "
+                         "task's skill.")
+    summarizer: str | None = Field(None, description="Who writes the skill summaries: None = the current student "
+                                   "through the rollout engine, else a local folder or HF id.")
+    summary_rollouts: int = Field(4, ge=1, description="Rollouts of the task shown to the summariser (the newest).")
+    summary_max_tokens: int = Field(192, ge=1, description="Token limit of one skill summary (greedy).")
+    summary_prompt_tokens: int = Field(1536, ge=64, description="Token cap of the summariser's prompt.")
+    max_skills: int = Field(4, ge=1, description="Skills a task's bank holds at most; later visits only choose.")
+    skill_source: Literal["step", "store"] = Field("step", description="step: skills may come from this step's "
+                                                   "group; store: only from rollouts already stored (module "
+                                                   "docstring).")
 
 
 # ------------------------------------------------------------------------- the skill bank --
