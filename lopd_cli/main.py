@@ -209,6 +209,7 @@ def sft(
     env: Optional[str] = typer.Option(None, "--env", help="Use only this environment's rows."),
     split: str = typer.Option("warmup", "--split", help="Split of the rows: warmup (the warm start), train (an SFT / rejection-sampling baseline)."),
     source: str = typer.Option("any", "--source", help="reference (replayed verified references), student (a model's own successes: rejection-sampling fine-tuning) or any."),
+    from_run: Optional[str] = typer.Option(None, "--from-run", help="Only the rows of this run id (e.g. one lopd collect run: lopd show STORE lists them)."),
     min_reward: float = typer.Option(1.0, "--min-reward", help="Least reward of a row that trains (rows must also count as successes)."),
     steps: int = typer.Option(40, "--steps", help="Optimizer steps."),
     batch_size: int = typer.Option(4, "--batch-size", help="Training sequences per step."),

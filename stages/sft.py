@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Callable, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,8 +56,8 @@ class SftConfig(BaseModel):
     """Settings of one `lopd sft` run.
 
     ``source``: which rows train: ``reference`` (replayed verified references), ``student``
-    (rows a model policy produced: rejection sampling) or ``any``; rows need reward >=
-    ``min_reward`` and ``success``. ``lora_rank`` 0 fine-tunes every weight (the warm start's
+    (rows a model policy produced: rejection sampling) or ``any``; ``from_run`` only the rows of
+    that run id (e.g. one collect); rows need reward >= ``min_reward`` and ``success``. ``lora_rank`` 0 fine-tunes every weight (the warm start's
     default), else a LoRA adapter (alpha 2 x rank) merged into ``final/student``. ``device`` /
     ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32.
     """
@@ -70,6 +70,7 @@ class SftConfig(BaseModel):
     env: str | None = None
     split: str = "warmup"
     source: Source = "any"
+    from_run: str | None = None
     min_reward: float = Field(default=1.0, ge=0.0, le=1.0)
     steps: int = Field(default=40, ge=1)
     batch_size: int = Field(default=4, ge=1)
@@ -92,11 +93,11 @@ def select(store: ExperienceStore, config: SftConfig) -> list[Trajectory]:
     Raises:
         StoreError: no row qualifies (the filters are named).
     """
-    rows = store.query(env=config.env, split=config.split, success=True)
+    rows = store.query(env=config.env, split=config.split, success=True, run_id=config.from_run)
     rows = [t for t in rows if t.reward >= config.min_reward and (
         config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))]
     if not rows:
-        where = f"env {config.env!r}, " if config.env else ""
+        where = (f"env {config.env!r}, " if config.env else "") + (f"run {config.from_run}, " if config.from_run else "")
         raise StoreError(f"store {config.store}: no successful rows ({where}split {config.split!r}, source "
                          f"{config.source}, reward >= {config.min_reward}) to fine-tune on: collect them first "
                          f"(e.g. lopd collect --env lopd-bed --split {config.split} --reference --store {config.store})")
@@ -117,8 +118,13 @@ def nll_step(student: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple
     return masked_nll(logits_BTV[:, :-1], ids_BT[:, 1:], mask_BT[:, 1:])
 
 
-def run(config: SftConfig, console: Console | None = None) -> Path:
+def run(config: SftConfig, console: Console | None = None,
+        on_step: Callable[[int, torch.nn.Module, str | None, Any], None] | None = None) -> Path:
     """Fine-tune and write ``out/final/student``; returns that folder.
+
+    ``on_step(step, student, adapter, tokenizer)`` runs after each step's metrics row and BEFORE
+    its checkpoint (`lopd study` evaluates there; a kill inside it redoes the step); ``adapter``
+    is the LoRA adapter's name, None for full fine-tuning.
 
     Raises:
         StoreError: missing store or no qualifying row. ValueError: ``out`` holds another run
@@ -126,7 +132,7 @@ def run(config: SftConfig, console: Console | None = None) -> Path:
     """
     console = console or Console()
     out = Path(config.out)
-    run_id = config_run_id("sft", config, _RUN_KEYS)
+    run_id = config_run_id("sft", config, _RUN_KEYS + (["from_run"] if config.from_run else []))  # ids of runs before it kept
     clean_partial(out)
     folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE, path_fields=("store",))
     if folder.changes:
@@ -172,6 +178,9 @@ def run(config: SftConfig, console: Console | None = None) -> Path:
             row = {"step": step, **metrics, "grad_norm": grad_norm, "seconds": time.perf_counter() - t0,
                    "peak_rss_mb": peak_rss_mb()}
             append_metrics(out / METRICS_FILE, row)
+            if on_step is not None:
+                on_step(step, student, adapter, tokenizer)
+                student.train()
             if step % config.checkpoint_every == 0 or step == config.steps:
                 last = write_checkpoint(
                     out, step, lambda f: save_student(f, student=student, adapter=adapter, tokenizer=tokenizer,

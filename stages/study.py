@@ -1,7 +1,8 @@
 """`lopd study`: methods side by side at the same rollout budget, scored on held-out tasks.
 
-A study file (TOML) lists runs: a name, a method (``vanilla`` = the untrained model, or any
-`lopd distill` method), seeds and the run's own distill settings; the ``[distill]`` table holds
+A study file (TOML) lists runs: a name, a method (``vanilla`` = the untrained model, any
+`lopd distill` method, or ``sft`` / ``rft``: supervised fine-tuning on the train references or on
+the student's own successes, :mod:`stages.study_sft`), seeds and the run's own distill settings; the ``[distill]`` table holds
 the settings all runs share. Every trained run gets its own copy of the experience store (a
 method's rollouts never feed another's retrieval or reference pool) and the same rollout
 budget (``steps x tasks_per_step x group_size``, checked). The student is evaluated on the held-out
@@ -33,10 +34,12 @@ inside it redoes the step and the evaluation).
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +48,13 @@ import torch
 from pydantic import ValidationError
 from rich.console import Console
 
-from stages import distill, evaluate
+from stages import distill, evaluate, study_sft
 from stages.core.data.inputs import read_utf8
 from stages.core.run.provenance import git_commit
 from stages.methods import get_method
 from stages.settings import merge
 from stages.study_final import final_path
+from stages.study_sft import SFT_METHODS
 from stages.study_layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,
                                   reused_runs, run_dir)
 
@@ -118,13 +122,14 @@ def check_budget(config: StudyConfig) -> tuple[int, int]:
     """
     budgets = {}
     for run in config.runs:
-        if run.method != VANILLA:
+        if run.method != VANILLA and run.method not in SFT_METHODS:  # sft/rft take the distill runs' budget
             c = distill_config(config, run, config.seeds_of(run)[0])
             budgets[run.name] = (c.steps, c.tasks_per_step * c.group_size)
     if len(set(budgets.values())) > 1:
         shown = ", ".join(f"{n}: {s} steps x {r} rollouts" for n, (s, r) in budgets.items())
         raise ValueError(f"runs must share the rollout budget (steps x tasks_per_step x group_size): {shown}")
-    steps, per_step = next(iter(budgets.values()), (0, 1))
+    steps, per_step = next(iter(budgets.values()), (int(config.distill.get(
+        "steps", distill.DistillConfig.model_fields["steps"].default)), _rollouts_per_step(config.distill)))
     if config.eval_every % per_step:
         raise ValueError(f"eval_every={config.eval_every} must be a multiple of the {per_step} rollouts per step")
     return steps, per_step
@@ -166,12 +171,42 @@ def _eval_engine(config: StudyConfig, distiller: distill.Distiller):
     any other engine as the run has it."""
     if distiller.config.engine != "hf":
         return distiller.engine
+    return _hf_engine(config, distiller.student.model, distiller.student.tokenizer, distiller.student.adapter)
+
+
+def _hf_engine(config: StudyConfig, model: Any, tokenizer: Any, adapter: str | None):
     from stages.engines import make_engine
     from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
-    s = distiller.student
-    return make_engine("hf", s.model, s.tokenizer, adapter=s.adapter, batch_size=config.eval_batch,
+    return make_engine("hf", model, tokenizer, adapter=adapter, batch_size=config.eval_batch,
                        prefix_cache_tokens=PREFIX_CACHE_TOKENS)
+
+
+def _evaluate_at(config: StudyConfig, folder: Path, label: str, console: Console):
+    """``evaluate_at(generations, student, adapter, tokenizer)`` of an sft/rft entry
+    (:func:`stages.study_sft.train`): the student in training scored into ``evals/gen-G.json``."""
+    def evaluate_at(generations: int, student: Any, adapter: str | None, tokenizer: Any) -> None:
+        out = folder / "evals" / f"gen-{generations}.json"
+        if out.is_file():
+            return
+        student.eval()
+        with _rng_kept():
+            evaluate.run(_eval_config(config, f"{label}@{generations}", out), console,
+                         engine=_hf_engine(config, student, tokenizer, adapter), tokenizer=tokenizer)
+    return evaluate_at
+
+
+@contextlib.contextmanager
+def _rng_kept():
+    """Leave torch's, numpy's and Python's random states as they were (an evaluation inside a
+    training run must not change what the run samples next)."""
+    rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    try:
+        yield
+    finally:
+        torch.set_rng_state(rng[0])
+        np.random.set_state(rng[1])
+        random.setstate(rng[2])
 
 
 def _evaluate_inside(config: StudyConfig, folder: Path, label: str, console: Console):
@@ -183,12 +218,9 @@ def _evaluate_inside(config: StudyConfig, folder: Path, label: str, console: Con
         out = folder / "evals" / f"gen-{generations}.json"
         if out.is_file():  # written before a kill; the redone step is the same (bit-exact resume)
             return
-        rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-        evaluate.run(_eval_config(config, f"{label}@{generations}", out), console,
-                     engine=_eval_engine(config, distiller), tokenizer=distiller.student.tokenizer)
-        torch.set_rng_state(rng[0])
-        np.random.set_state(rng[1])
-        random.setstate(rng[2])
+        with _rng_kept():
+            evaluate.run(_eval_config(config, f"{label}@{generations}", out), console,
+                         engine=_eval_engine(config, distiller), tokenizer=distiller.student.tokenizer)
     return hook
 
 
@@ -265,7 +297,11 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     steps, per_step = check_budget(config)
     for run in config.runs:  # every method and option is checked before anything trains
         for seed in config.seeds_of(run):
-            if run.method != VANILLA:
+            if run.method in SFT_METHODS:
+                study_sft.sft_config(config, run, seed, steps, per_step)
+                if run.method == "rft":
+                    study_sft.collect_config(config, run, seed, steps)
+            elif run.method != VANILLA:
                 distill_config(config, run, seed)
     saved = committed(config)
     _freeze(config)
@@ -291,12 +327,22 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
                 continue
             console.rule(f"study: {run.name} ({run.method}) seed {seed}: {steps} steps x {per_step} rollouts")
             _copy_store(Path(config.store), folder / "store")
-            distiller = distill.Distiller(distill_config(config, run, seed), console)
-            report = distiller.fit(on_step=_evaluate_inside(config, folder, f"{run.name}-seed{seed}", console))
-            _final_evals(config, f"{run.name}-seed{seed}@final", folder / "evals", console, distiller)
-            done_file(config, run, seed).write_text(report.model_dump_json(indent=2))
-            del distiller
-            gc.collect()
+            label, t0 = f"{run.name}-seed{seed}", time.perf_counter()
+            if run.method in SFT_METHODS:
+                final = study_sft.train(config, run, seed, (steps, per_step), console,
+                                        _evaluate_at(config, folder, label, console))
+                gc.collect()
+                _final_evals(config, str(final), folder / "evals", console)
+                done = json.dumps({"run": label, "method": run.method, "final_dir": str(final),
+                                   "seconds": time.perf_counter() - t0}, indent=2)
+            else:
+                distiller = distill.Distiller(distill_config(config, run, seed), console)
+                report = distiller.fit(on_step=_evaluate_inside(config, folder, label, console))
+                _final_evals(config, f"{label}@final", folder / "evals", console, distiller)
+                done = report.model_dump_json(indent=2)
+                del distiller
+                gc.collect()
+            done_file(config, run, seed).write_text(done)
             if config.results:  # the finished run's rows reach the repository's folder at once
                 _publish(config, console)
     return _report(config, console)

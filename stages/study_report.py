@@ -37,6 +37,7 @@ from stages.core.run.runs import METRICS_FILE, read_metrics
 from stages.report import integer_ticks, note_overlaps, series_styles
 from stages.study_final import final_markdown, final_rows, final_seconds, read_finals
 from stages.study_layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir
+from stages.study_sft import SFT_METHODS
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")
 _BEHAVIOUR = ("first_step_tokens", "tool_calls_per_step", "mean_steps", "repeated_calls_per_task")
@@ -92,7 +93,7 @@ def collect_training(config: Any, saved: dict[str, Any] | None = None) -> list[d
     rows = []
     reused = reused_runs(config, saved)
     for run in config.runs:
-        if run.method == VANILLA:
+        if run.method == VANILLA or run.method in SFT_METHODS:  # no rollouts: no training reward
             continue
         for seed in config.seeds_of(run):
             if (run.name, seed) in reused:

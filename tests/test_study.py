@@ -35,7 +35,19 @@ study.run_study(study.load_study(sys.argv[1]))
 """
 
 
-def write_study(assets, folder: Path, results: Path | None = None, **extra_grpo) -> Path:
+SFT_RUNS = """
+[[runs]]
+name = "sft"
+method = "sft"
+
+[[runs]]
+name = "rft"
+method = "rft"
+settings = {lr = 1e-3}
+"""
+
+
+def write_study(assets, folder: Path, results: Path | None = None, sft: bool = False, **extra_grpo) -> Path:
     model_dir, composer_dir, store = assets
     text = f"""
 out = "{folder / 'study'}"
@@ -79,7 +91,7 @@ name = "grpo"
 method = "grpo"
 seeds = [0, 1]
 settings = {{{", ".join(f"{k} = {json.dumps(v)}" for k, v in extra_grpo.items())}}}
-"""
+{SFT_RUNS if sft else ""}"""
     path = folder / "study.toml"
     path.write_text(text)
     return path
@@ -366,3 +378,67 @@ def test_report_only_redraws_a_committed_results_folder_from_results_json(tmp_pa
     other.write_text((copy / "study.toml").read_text().replace("eval_limit = 100", "eval_limit = 50"))
     result = runner.invoke(app, ["study", "--config", str(other), "--out", str(copy), "--report-only"])
     assert result.exit_code == 2 and "eval_limit differ" in result.output
+
+
+def test_sft_and_rft_entries_train_at_the_study_budget_and_are_evaluated_inside(assets, tmp_path):
+    """``sft`` fine-tunes on the train references of its store copy, ``rft`` first plays the
+    train tasks (the generation budget: 2 steps x 2 tasks x 2 samples) and fine-tunes on the
+    successes of that collect; both as many sequences per step as a distill run's rollouts,
+    evaluated every ``eval_every`` sequences and finally, rows in the table."""
+    from stages.core.data.store import ExperienceStore
+
+    model_dir, _, seed_store = assets
+    store = tmp_path / "store"
+    rows = ExperienceStore.open(seed_store, create=False).query()
+    ExperienceStore.open(store).append([t.model_copy(update={"policy": "reference"}) for t in rows])
+    config = tmp_path / "study.toml"
+    config.write_text(f"""
+out = "{tmp_path / 'study'}"
+env = "{ENV}"
+store = "{store}"
+bench = "bfcl-single"
+eval_limit = 2
+eval_every = 4
+eval_max_new_tokens = 4
+
+[[final_evals]]
+bench = "bfcl-single"
+limit = 2
+max_new_tokens = 4
+
+[distill]
+model = "{model_dir}"
+steps = 2
+tasks_per_step = 2
+group_size = 2
+max_new_tokens = 8
+temperature = 1.0
+lr = 1e-3
+student_lora_rank = 4
+max_len = 256
+{SFT_RUNS}
+[[runs]]
+name = "vanilla"
+method = "vanilla"
+""")
+    result = runner.invoke(app, ["study", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "study"
+    results = _results(out)
+    gens = sorted((e["run"], e["generations"]) for e in results["evaluations"])
+    assert gens == [("rft", 0), ("rft", 4), ("rft", 8), ("sft", 0), ("sft", 4), ("sft", 8), ("vanilla", 0)]
+    sft_run = json.loads((out / "runs" / "sft-seed0" / "train" / "config.json").read_text())
+    assert (sft_run["source"], sft_run["steps"], sft_run["batch_size"], sft_run["lora_rank"], sft_run["lr"]) == (
+        "reference", 2, 4, 4, 1e-3)
+    rft_run = json.loads((out / "runs" / "rft-seed0" / "train" / "config.json").read_text())
+    assert (rft_run["source"], rft_run["from_run"], rft_run["lr"]) == ("student", "study-rft-seed0-collect", 1e-3)
+    played = ExperienceStore.open(out / "runs" / "rft-seed0" / "store", create=False)
+    assert played.count(run_id="study-rft-seed0-collect") == 8  # 2 x 2 tasks, 2 samples each
+    assert played.count(run_id="study-rft-seed0-collect", success=True) >= 1
+    rows = {r["run"]: r for r in results["table"]}
+    assert rows["sft"]["generations"] == 8 and rows["sft"]["train_reward"] is None
+    assert not [t for t in results["training"] if t["run"] in ("sft", "rft")]
+    assert sorted(r["run"] for r in results["final_table"]) == ["rft", "sft", "vanilla"]
+    with pytest.raises(ValueError, match="study run 'sft': steps is set by the study"):
+        study.run_study(study.load_study(config).model_copy(update={"runs": [
+            study.StudyRun(name="sft", method="sft", settings={"steps": 3})]}))
