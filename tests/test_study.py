@@ -332,11 +332,18 @@ def test_example_study_files_are_valid_at_equal_budget(path):
     settings are valid distill settings for its method (an unknown option would fail here)."""
     from stages.study import check_budget, distill_config, load_study
 
+    from stages.study_sft import SFT_METHODS, sft_config
+
     config = load_study(path)
     steps, per_step = check_budget(config)
     assert steps * per_step >= 1
     trained = [(run, seed) for run in config.runs if run.method != "vanilla" for seed in config.seeds_of(run)]
-    assert trained and all(distill_config(config, run, seed).steps == steps for run, seed in trained)
+    assert trained and all(distill_config(config, run, seed).steps == steps for run, seed in trained
+                           if run.method not in SFT_METHODS)
+    for run, seed in trained:
+        if run.method in SFT_METHODS:  # as many sequences as a distill run's rollouts
+            settings = sft_config(config, run, seed, steps, per_step)
+            assert settings.steps * settings.batch_size == steps * per_step
 
 
 def test_noise_line_and_wall_time_read_as_numbers():
