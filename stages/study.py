@@ -2,8 +2,8 @@
 
 A study file (TOML) lists runs: a name, a method (``vanilla`` = the untrained model, any
 `lopd distill` method, or ``sft`` / ``rft``: supervised fine-tuning on the train references or on
-the student's own successes, :mod:`stages.study_sft`), seeds and the run's own distill settings; the ``[distill]`` table holds
-the settings all runs share. Every trained run gets its own copy of the experience store (a
+the student's own successes, :mod:`stages.study_sft`), seeds and the run's own settings; the
+``[distill]`` table holds the settings all runs share. Every trained run gets its own copy of the experience store (a
 method's rollouts never feed another's retrieval or reference pool) and the same rollout
 budget (``steps x tasks_per_step x group_size``, checked). The student is evaluated on the held-out
 bench (default ``bfcl-single``: BFCL single-turn tasks never used for training) at generation 0
@@ -54,9 +54,9 @@ from stages.core.run.provenance import git_commit
 from stages.methods import get_method
 from stages.settings import merge
 from stages.study_final import final_path
-from stages.study_sft import SFT_METHODS
 from stages.study_layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,
                                   reused_runs, run_dir)
+from stages.study_sft import SFT_METHODS
 
 def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
     """Read and validate a study file (TOML); ``out`` (the ``--out`` flag) overrides its ``out``
