@@ -268,7 +268,7 @@ class Coldstart:
             self.composer, self.tokenizer, heldout, self.data.experiences(heldout, heldout=True), J=c.J,
             max_exp_tokens=c.max_exp_tokens, max_len=c.max_len, placement=c.placement,
             batch_size=c.batch_size, tools=self.data.tools(heldout),
-            untrained_phi=self.untrained_phi if baselines else None, baselines=baselines)
+            untrained_phi=self.untrained_phi if baselines else None, baselines=baselines, console=self.console)
 
     def loss_step(self, step: int) -> dict:
         """Train 0-based step ``step`` on its seeded batch; returns its metrics row (step + 1).

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
@@ -80,11 +82,14 @@ def swapped_phi(composer: Composer, phi: list[torch.Tensor]) -> Iterator[None]:
 
 
 @torch.no_grad()
-def _pooled_nll(composer: Composer, batches: list[LatentBatch], placement: str, latents: bool) -> tuple[float, int]:
-    """Action-token NLL pooled over ``batches`` (nats per token) and the number of tokens."""
+def _pooled_nll(composer: Composer, batches: list[LatentBatch], placement: str, latents: bool,
+                advance: Callable[[], None] = lambda: None) -> tuple[float, int]:
+    """Action-token NLL pooled over ``batches`` (nats per token) and the number of tokens;
+    ``advance`` is called after each batch (a progress bar)."""
     total, tokens = 0.0, 0
     for batch in batches:
         _, m = action_nll(composer, batch, placement, latents)
+        advance()
         total += m["nll"] * m["num_tokens"]
         tokens += int(m["num_tokens"])
     return total / max(tokens, 1), tokens
@@ -104,6 +109,7 @@ def evaluate_heldout(
     tools: list[list[dict]] | None = None,
     untrained_phi: list[torch.Tensor] | None = None,
     baselines: bool = True,
+    console: Console | None = None,
 ) -> HeldoutResult:
     """Masked NLL of held-out trajectories' actions under the teacher, three ways.
 
@@ -115,6 +121,7 @@ def evaluate_heldout(
     Args:
         experiences: per trajectory, the retrieved experiences (the target itself excluded).
         tools: per trajectory, its tool schemas (default: ``info["tools"]``).
+        console: where a progress bar of the batches goes (None: no bar).
     """
     if not trajectories:
         raise ValueError("evaluate_heldout: no trajectories")
@@ -129,12 +136,17 @@ def evaluate_heldout(
                                        max_exp_tokens=max_exp_tokens, max_len=max_len,
                                        tools=None if tools is None else tools[sl],
                                        framed=get_placement(placement).needs_frame_ids).to(device))
-        trained, tokens = _pooled_nll(composer, batches, placement, latents=True)
-        none = _pooled_nll(composer, batches, placement, latents=False)[0] if baselines else math.nan
-        untrained = None
-        if untrained_phi is not None and baselines:
-            with swapped_phi(composer, untrained_phi):
-                untrained = _pooled_nll(composer, batches, placement, latents=True)[0]
+        passes = 1 + int(baselines) + int(baselines and untrained_phi is not None)
+        with Progress(TextColumn("held-out NLL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True, disable=console is None) as bar:
+            task = bar.add_task("batches", total=passes * len(batches))
+            advance = lambda: bar.advance(task)  # noqa: E731
+            trained, tokens = _pooled_nll(composer, batches, placement, True, advance)
+            none = _pooled_nll(composer, batches, placement, False, advance)[0] if baselines else math.nan
+            untrained = None
+            if untrained_phi is not None and baselines:
+                with swapped_phi(composer, untrained_phi):
+                    untrained = _pooled_nll(composer, batches, placement, True, advance)[0]
     finally:
         composer.backbone.train(was_training)
     return HeldoutResult(nll_no_latents=none, nll_untrained=untrained, nll_trained=trained,
