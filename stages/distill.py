@@ -324,7 +324,15 @@ class Distiller:
         self.optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {"loss": 0.0, "action_tokens": 0.0}
         finite = True
-        for span in sharding.micro_batches(self.world, len(rows), c.micro_batch, padded=self.shard is not None):
+        spans = sharding.micro_batches(self.world, len(rows), c.micro_batch, padded=self.shard is not None)
+        mine = [span for span in spans if span is not None]
+        begun = self.shard is None and bool(mine)
+        if begun:
+            t0 = time.perf_counter()
+            lo, hi = mine[0][0], mine[-1][1]  # this process's contiguous share
+            self.method.begin_update(rows[lo:hi], batch.extras[lo:hi])
+            self._phases["forward_s"] += time.perf_counter() - t0
+        for span in spans:
             if span is None or not finite:  # sharded: every rank runs as many backwards as the others
                 self.shard.idle_pass(self.student.tokenizer.pad_token_id)
                 continue
@@ -338,11 +346,7 @@ class Distiller:
                 break
             if not finite:  # a sharded backward is a collective: run it (the step then fails below)
                 loss = loss * 0.0
-            # peft's set_adapter/disable_adapter flip requires_grad of the other adapters, and autograd
-            # reads the flag at backward: re-assert it, or an adapter silently gets no gradient
-            for params in self.groups.values():
-                for p in params:
-                    p.requires_grad_(True)
+            self._assert_requires_grad()
             t0 = time.perf_counter()
             loss.backward()
             self._phases["backward_s"] += time.perf_counter() - t0
@@ -350,6 +354,11 @@ class Distiller:
                 sums[k] = sums.get(k, 0.0) + v
             sums["loss"] += float(loss.detach())
             sums["action_tokens"] += sum(int(r.mask_T.sum()) for r in part)
+        if begun and finite:
+            self._assert_requires_grad()
+            t0 = time.perf_counter()
+            self.method.end_update()
+            self._phases["backward_s"] += time.perf_counter() - t0
         if distributed.any_rank(not finite, self.world):
             raise FloatingPointError(f"non-finite loss at step {step}; last good checkpoint: "
                                      f"{ckpt.latest_checkpoint(self.out) or 'none'}")
@@ -371,6 +380,13 @@ class Distiller:
             self.optimizer.step()
         self._phases["optimizer_s"] += time.perf_counter() - t0
         return sums, norms
+
+    def _assert_requires_grad(self) -> None:
+        """peft's set_adapter/disable_adapter flip requires_grad of the other adapters, and autograd
+        reads the flag at backward: re-assert it, or an adapter silently gets no gradient."""
+        for params in self.groups.values():
+            for p in params:
+                p.requires_grad_(True)
 
     def _defaults(self) -> dict[str, float]:
         """0.0 for every method metric, so each row has all of them (also on an empty step)."""

@@ -399,6 +399,7 @@ def test_resume_may_switch_the_logger_and_wandb_runs_offline(assets, tmp_path, m
     fake = types.ModuleType("wandb")
     fake.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
     fake.init = lambda **kw: calls["init"].append(kw) or FakeRun()
+    fake.Table = lambda columns, data: {"columns": columns, "data": data}
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
@@ -411,8 +412,9 @@ def test_resume_may_switch_the_logger_and_wandb_runs_offline(assets, tmp_path, m
     assert "log none -> wandb" in out.getvalue()
     (init,) = calls["init"]
     assert init["mode"] == "offline" and init["id"] == "lopd-test" and init["dir"] == str(tmp_path / "logswitch")
-    assert [step for step, _ in calls["log"]] == [2] and calls["finish"] == 1
+    assert [step for step, _ in calls["log"]] == [2, 2] and calls["finish"] == 1  # scalars, then samples
     assert "distill/reward_mean" in calls["log"][0][1] and "distill/step" not in calls["log"][0][1]
+    assert calls["log"][1][1]["distill/samples"]["columns"][:3] == ["step", "roles", "task_id"]
 
 
 def test_old_tensorboard_setting_reads_as_log():

@@ -175,9 +175,19 @@ class Method:
         """Per row, the privileged context the loss needs (default: nothing)."""
         return [None] * len(batch.rows)
 
+    def begin_update(self, rows: list[TrainRow], extras: list[Any]) -> None:
+        """Before the micro-batches of one optimizer update: this process's rows of it and their
+        extras (default: nothing; LOPD encodes each distinct composer input once here). Not
+        called for a sharded student, whose ranks must run the same collectives."""
+
     def loss(self, rows: list[TrainRow], extras: list[Any], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss of one micro-batch times ``weight`` (its share of the step's rows), and its metrics."""
         raise NotImplementedError
+
+    def end_update(self) -> None:
+        """After every micro-batch's backward of an update begun with :meth:`begin_update`, before
+        the gradients are reduced over processes and clipped (default: nothing; LOPD's composer
+        backward runs here)."""
 
     def after_step(self, sums: dict[str, float]) -> dict[str, float]:
         """Called after each optimizer step with the summed loss metrics; returns extra metrics."""

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from stages.core.data.rows import TrainRow
-from stages.core.latent.contexts import build_batch, retrieve_experiences, shift_for_loss
+from stages.core.data.rows import TrainRow, pad_id
+from stages.core.latent.contexts import build_batch, encode_experiences, retrieve_experiences, shift_for_loss
 from stages.core.models.assembly import load_models
 from stages.core.models.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
 from stages.core.run.resources import check_step_memory, shape_of
@@ -28,6 +28,7 @@ from stages.core.losses.lopd import (
     dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
 )
 from stages.core.latent.placements import get_placement
+from stages.core.latent.shared import SharedLatents
 from stages.core.latent.teacher import latent_teacher_logits
 from stages.core.models.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, Student, register
@@ -85,6 +86,7 @@ class LOPD(Method):
         self.composer_cfg = read_composer_config(options.composer)
         self.placement = get_placement(self.composer_cfg.get("placement", "prefix"))
         self.beta = state.get("beta", options.beta0)
+        self.shared: SharedLatents | None = None  # the current update's latents (begin_update)
         super().__init__(options, config, resume_from, state)
 
     @classmethod
@@ -142,20 +144,42 @@ class LOPD(Method):
         return retrieve_experiences(context.retriever, [r.trajectory for r in batch.rows], self.options.J,
                                     split="train", exclude_same_task=self.options.exclude_same_task)
 
+    def begin_update(self, rows: list[TrainRow], extras: list[list]) -> None:
+        """Encode each distinct composer input of the update once (:class:`SharedLatents`): the G
+        rollouts of a task retrieve the same experiences, so without this the composer would
+        encode them G times."""
+        o = self.options
+        encoded = [encode_experiences(self.student.tokenizer, r.trajectory.prompt, exps, o.J, o.max_exp_tokens)
+                   for r, exps in zip(rows, extras)]
+        self.shared = SharedLatents(self.composer, self.anchor, rows, encoded, self.config.micro_batch,
+                                    trainable=not o.freeze_composer, pad_token_id=pad_id(self.student.tokenizer),
+                                    device=self.device)
+
+    def end_update(self) -> None:
+        """The composer's backward for the whole update (:meth:`SharedLatents.backward`)."""
+        if self.shared is not None:
+            self.shared.backward()
+        self.shared = None
+
     def loss(self, rows: list[TrainRow], extras: list[list], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
         """Eq. 13 on one micro-batch times ``weight``.
 
         Every row holds action tokens, so the per-row means of Eq. 10 / Eq. 12 and the
-        anchor's batch mean all accumulate exactly over micro-batches with this weight.
+        anchor's batch mean all accumulate exactly over micro-batches with this weight. The
+        latents come from the update's :class:`SharedLatents` when :meth:`begin_update` ran, else
+        the composer encodes this micro-batch's inputs (a sharded student).
         """
         o, s = self.options, self.student
         batch = build_batch(s.tokenizer, rows, extras, J=o.J, max_exp_tokens=o.max_exp_tokens,
                             framed=self.placement.needs_frame_ids).to(self.device)
         exp = (batch.exp_ids_BJL, batch.exp_mask_BJL)
-        with torch.set_grad_enabled(not o.freeze_composer):
-            c_phi = self.composer(*exp)  # (B, J*K, d)
-        with torch.no_grad():
-            c_phi0 = c_phi.detach() if self.anchor is None else self.anchor(*exp)
+        if self.shared is not None:
+            c_phi, c_phi0 = self.shared.take(rows)
+        else:
+            with torch.set_grad_enabled(not o.freeze_composer):
+                c_phi = self.composer(*exp)  # (B, J*K, d)
+            with torch.no_grad():
+                c_phi0 = c_phi.detach() if self.anchor is None else self.anchor(*exp)
         ids, attn = batch.input_ids_BT, batch.attn_mask_BT
         s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
         t_logits = latent_teacher_logits(self.composer.backbone, batch, c_phi, self.placement)
