@@ -54,6 +54,12 @@ def _root(
     # no weight-loading bar on every model load (transformers reads this when first imported); ours stay
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
+    warnings.showwarning = _one_line_warning
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A Python warning as one ``warning:`` line on stderr (no source file and line of code)."""
+    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True)
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
@@ -303,6 +309,11 @@ def distill(
 
     given, _ = given_flags(ctx, exclude=("option", "resume", "nproc"))
     flags = {**given, **parse_options(option)}
+    if isinstance(flags.get("model"), str):  # a misspelt --model first, before the method's own options
+        from stages.core.models.backbone import DEFAULT_MODEL, resolve_model
+
+        if flags["model"] != DEFAULT_MODEL:
+            resolve_model(flags["model"])
     run_config = settings(flags, config, resume)
     if nproc > 1:  # every check that needs no model, here, before torchrun starts N processes
         from stages.core.run import distributed

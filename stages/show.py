@@ -8,6 +8,7 @@ experience store folder (``collect``/``distill`` rollouts): each trajectory with
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,15 @@ from rich.panel import Panel
 from rich.text import Text
 
 _ROLE_STYLE = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "yellow"}
+# characters of model output that would drive the terminal (escape sequences, carriage returns,
+# bidirectional overrides): shown as \xNN / \uNNNN instead of being sent to it
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal control character (but newline and tab) written as an escape."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
 
 
 def select(rows: list[dict[str, Any]], task: str | None = None, failed: bool = False,
@@ -45,20 +55,21 @@ def render_task(row: dict[str, Any]) -> Panel:
     parts: list[Any] = []
     for m in row.get("messages") or []:
         role = str(m.get("role", "?"))
-        body = Text(f"[{role}{'/' + m['name'] if m.get('name') else ''}] ", style=_ROLE_STYLE.get(role, "bold"))
-        body.append(str(m.get("content", "")))
+        name = f"/{m['name']}" if m.get("name") else ""
+        body = Text(printable(f"[{role}{name}] "), style=_ROLE_STYLE.get(role, "bold"))
+        body.append(printable(str(m.get("content", ""))))
         for call in m.get("tool_calls") or []:
-            body.append(f"\n  -> {call.get('name')}({_arguments(call.get('arguments'))})", style="magenta")
+            body.append(printable(f"\n  -> {call.get('name')}({_arguments(call.get('arguments'))})"), style="magenta")
         parts.append(body)
     if not row.get("messages"):
         parts.append(Text("(no transcript in this report: rerun lopd evaluate to keep one)", style="dim"))
     info = {k: v for k, v in (row.get("info") or {}).items() if v not in (None, "", [], {})}
     verdict = Text(f"reward {row.get('reward', 0.0):.3f}  success {bool(row.get('success'))}", style="bold")
     if info:
-        verdict.append("  checker: " + json.dumps(info, ensure_ascii=False, default=str)[:600], style="")
+        verdict.append(printable("  checker: " + json.dumps(info, ensure_ascii=False, default=str)[:600]), style="")
     parts.append(verdict)
     mark = "[green]ok[/]" if row.get("success") else "[red]failed[/]"
-    return Panel(Group(*parts), title=f"{escape(str(row.get('task_id')))} {mark}", title_align="left")
+    return Panel(Group(*parts), title=f"{escape(printable(str(row.get('task_id'))))} {mark}", title_align="left")
 
 
 def store_rows(opened: Any, run_id: str | None = None, env: str | None = None,
@@ -73,6 +84,13 @@ def store_rows(opened: Any, run_id: str | None = None, env: str | None = None,
                      "success": t.success, "info": info if isinstance(info, dict) else {"info": info},
                      "run_id": t.run_id, "policy": t.policy})
     return rows
+
+
+def _filters(run_id: str | None, env: str | None, split: str | None, failed: bool, task: str | None) -> str:
+    """The filters given, as flags (e.g. ``--failed --split test``)."""
+    given = [f"--run-id {run_id}" if run_id else "", f"--env {env}" if env else "", f"--split {split}" if split else "",
+             "--failed" if failed else "", f"--task {task}" if task else ""]
+    return escape(" ".join(g for g in given if g) or "the filters")
 
 
 def run(report: str | Path, task: str | None = None, failed: bool = False, limit: int | None = 5,
@@ -103,6 +121,9 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
         if run_id and run_id not in counts:
             console.print(f"note: no run {escape(run_id)!r} in this store; pass one of the runs above to --run-id",
                           soft_wrap=True)
+        elif not chosen and counts:
+            console.print(f"note: none of the store's {sum(counts.values())} trajectories matches "
+                          f"{_filters(run_id, env, split, failed, task)}", soft_wrap=True)
         for row in chosen:
             console.print(render_task({**row, "task_id": f"{row['task_id']} [{row['run_id']}]"}))
         return len(chosen)

@@ -91,6 +91,14 @@ def test_every_failing_check_runs_before_any_model_loads(assets, tmp_path, no_mo
     assert case == "out-holds-a-run" or not (tmp_path / "run").exists()
 
 
+def test_a_misspelt_model_is_named_before_the_method_s_own_options(tmp_path, no_model):
+    """No --composer given (LOPD needs one): the misspelt --model is still the error shown."""
+    line = _one_error_line(runner.invoke(app, ["distill", "--env", "lopd-bed", "--model", "smollm2-135",
+                                               "--store", str(tmp_path / "s"), "--out", str(tmp_path / "o")]))
+    assert "did you mean 'smollm2-135m'?" in line and "--composer" not in line
+    assert not (tmp_path / "o").exists()
+
+
 def test_missing_store_is_refused_and_new_store_starts_one(assets, tmp_path):
     fresh = tmp_path / "fresh-store"
     line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, store=str(fresh))))
@@ -154,3 +162,14 @@ def test_version_and_the_bfcl_limit_help():
     assert result.exit_code == 0 and result.output.strip() == f"lopd {version('lopd')}"
     text = " ".join(runner.invoke(app, ["evaluate", "--help"]).output.split())  # help lines wrap
     assert "bfcl-v3: N per category, of its 4 (base, miss_func, miss_param, long_context), so --limit 1 runs 4 tasks" in text
+
+
+def test_python_warnings_print_as_one_line(tmp_path, capsys):
+    import warnings
+
+    runner.invoke(app, ["store", "versions", "--store", str(tmp_path / "none")])  # any command sets it up
+    from lopd_cli.main import _one_line_warning
+
+    assert warnings.showwarning is _one_line_warning
+    warnings.showwarning(UserWarning("rows re-tokenized [from text]"), UserWarning, "/x/rows.py", 125)
+    assert capsys.readouterr().err == "warning: rows re-tokenized [from text]\n"

@@ -98,3 +98,28 @@ def test_tool_call_arguments_show_as_json_not_as_an_escaped_string():
     assert '-> add({"a": 1, "b": "x"})' in shown('{"a": 1, "b": "x"}')  # stored as a JSON string
     assert '-> add({"a": 1})' in shown({"a": 1})
     assert "-> add(a=1, b)" in shown("a=1, b")  # not JSON: as the model wrote it
+
+
+def test_terminal_control_characters_of_model_output_are_escaped():
+    from rich.console import Console
+
+    from stages.show import printable, render_task
+
+    hostile = "ok\x1b[2J\x1b]0;pwned\x07\rback\u202eevil\nnext\tline"
+    assert printable(hostile) == "ok\\x1b[2J\\x1b]0;pwned\\x07\\x0dback\\u202eevil\nnext\tline"
+    console = Console(record=True, width=200, force_terminal=True)
+    console.print(render_task({"task_id": "t\x1b", "messages": [
+        {"role": "assistant", "content": hostile, "tool_calls": [{"name": "f\x1b", "arguments": {"a": "\x07"}}]}],
+        "info": {"error": "\x1b[31m"}}))
+    text = console.export_text()
+    assert "\x1b[2J" not in text and "\x07" not in text and "\r" not in text and "\u202e" not in text
+    assert "\\x1b[2J" in text and "f\\x1b(" in text
+
+
+def test_a_filter_that_matches_nothing_says_so(tmp_path):
+    from tests.test_coldstart import make_traj
+    from stages.core.data.store import ExperienceStore
+
+    ExperienceStore.open(tmp_path / "store").append([make_traj("a", 1, 2), make_traj("b", 3, 4)])
+    out = runner.invoke(app, ["show", str(tmp_path / "store"), "--failed"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and "note: none of the store's 2 trajectories matches --failed" in out.output
