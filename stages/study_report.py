@@ -349,9 +349,10 @@ def write_files(out: Path, results: dict[str, Any]) -> None:
 
 def write_plots(config: Any, out: Path, evals: list[dict], training: list[dict], key: str) -> list[str]:
     """Draw the plots of the finished runs' ``evals`` and ``training`` rows into ``out``; returns their names."""
-    plots = ["heldout.png", "train_reward.png"]
+    plots = ["heldout.png"]
     _plot_curves(out / "heldout.png", evals, "generations", key, f"held-out {key}", f"{config.bench}: held-out score")
     if training:
+        plots.append("train_reward.png")
         _plot_curves(out / "train_reward.png", training, "generations", "reward_mean", "training reward",
                      "training reward (mean over the step's rollouts)")
     if any(e.get("reference_nll") is not None for e in evals):

@@ -401,6 +401,7 @@ def test_sft_and_rft_entries_train_at_the_study_budget_and_are_evaluated_inside(
     config = tmp_path / "study.toml"
     config.write_text(f"""
 out = "{tmp_path / 'study'}"
+results = "{tmp_path / 'committed'}"
 env = "{ENV}"
 store = "{store}"
 bench = "bfcl-single"
@@ -446,6 +447,9 @@ method = "vanilla"
     assert rows["sft"]["generations"] == 8 and rows["sft"]["train_reward"] is None
     assert not [t for t in results["training"] if t["run"] in ("sft", "rft")]
     assert sorted(r["run"] for r in results["final_table"]) == ["rft", "sft", "vanilla"]
+    # no distill run, no training reward: the results folder gets what was drawn
+    assert results["plots"] == ["heldout.png", "heldout_nll.png"] and (tmp_path / "committed" / "heldout.png").is_file()
+    assert not (tmp_path / "committed" / "train_reward.png").exists()
     with pytest.raises(ValueError, match="study run 'sft': steps is set by the study"):
         study.run_study(study.load_study(config).model_copy(update={"runs": [
             study.StudyRun(name="sft", method="sft", settings={"steps": 3})]}))

@@ -72,8 +72,10 @@ class SDPOOptions(BaseModel):
     ema_rate: float = Field(0.05, ge=0.0, le=1.0, description="Teacher EMA rate per step.")
     success_threshold: float = Field(1.0, ge=0.0, le=1.0, description="The reward a sibling rollout needs to be "
                                      "shown as a solution (upstream yaml 0.5, TRL 1.0).")
-    feedback: Literal["observation", "env", "none"] = Field("env", description="The fallback context of a failed "
-                                                            "attempt with no successful sibling (module docstring).")
+    feedback: Literal["observation", "env", "none"] = Field("env", description="The teacher's context for a failed "
+                                                            "attempt with no successful sibling: env = its last non-empty "
+                                                            "observation, else the checker's error details; observation = "
+                                                            "the observation text only; none = siblings only (B.1).")
     max_context_chars: int = Field(4000, ge=1, description="Characters kept of the teacher's extra context.")
     is_clip: float | None = Field(2.0, gt=0.0, description="Importance-ratio clip (None: no ratio).")
     alpha: float = Field(1.0, ge=0.0, le=1.0, description="1 = reverse KL (B.1), 0.5 = the upstream JSD.")
