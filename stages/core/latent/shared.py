@@ -97,9 +97,9 @@ def _stack(inputs: list[tuple[Tensor, Tensor]], pad_token_id: int, device: str |
     """``(ids_NJL, mask_NJL)`` of ``inputs`` right-padded to their longest row."""
     J = inputs[0][0].shape[0]
     L = max(ids.shape[1] for ids, _ in inputs)
-    ids_NJL = torch.full((len(inputs), J, L), pad_token_id, dtype=torch.long)
-    mask_NJL = torch.zeros((len(inputs), J, L), dtype=torch.bool)
+    ids_NJL = torch.full((len(inputs), J, L), pad_token_id, dtype=torch.long, device=device)
+    mask_NJL = torch.zeros((len(inputs), J, L), dtype=torch.bool, device=device)
     for n, (ids, mask) in enumerate(inputs):
-        ids_NJL[n, :, :ids.shape[1]] = ids
-        mask_NJL[n, :, :mask.shape[1]] = mask
-    return ids_NJL.to(device), mask_NJL.to(device)
+        ids_NJL[n, :, :ids.shape[1]] = ids.to(device)
+        mask_NJL[n, :, :mask.shape[1]] = mask.to(device)
+    return ids_NJL, mask_NJL
