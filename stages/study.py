@@ -378,7 +378,7 @@ def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
     from stages.study_report import write_results
 
     results = write_results(config, commit=git_commit(), budget=check_budget(config))
-    if config.results:
+    if config.results and Path(config.results).resolve() != Path(config.out).resolve():
         dest = Path(config.results)
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("results.json", "results.csv", "table.md", *results["plots"]):
