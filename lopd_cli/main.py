@@ -86,8 +86,10 @@ def friendly(fn: Callable) -> Callable:
                 if first["type"] == "value_error":  # our own one-line message, without pydantic's prefix
                     msg = str(first.get("ctx", {}).get("error", first["msg"]))
                     msg = f"invalid option {where}: {msg}" if where else msg
-                else:
-                    msg = f"invalid option {where}: {first['msg']}"
+                else:  # pydantic's own message, with the value given (cut to one short line)
+                    given = repr(first.get("input"))
+                    given = given if len(given) <= 60 else given[:57] + "..."
+                    msg = f"invalid option {where}: {first['msg']} (got {given})"
             else:
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
             # soft_wrap: the error stays one line (rich would break it at the terminal width)
@@ -379,7 +381,7 @@ def study(
     config: str = typer.Option(..., "--config", help="Study file (TOML): store, bench, seeds, a `distill` table of shared settings and `runs` entries (name, method, seeds, settings). See examples/study/."),
     out: Optional[str] = typer.Option(None, "--out", help="Study folder (default: the file's `out`, else runs/study)."),
     report_only: bool = typer.Option(False, "--report-only", help="Train and evaluate nothing: write the results of what the study folder holds (unfinished runs show as pending); a folder with a results.json and no run folders (a committed docs/results/... one) is redrawn from results.json alone."),
-    only: Optional[list[str]] = typer.Option(None, "--only", help="Train only this run, NAME or NAME:SEED (repeatable; the others are left as they are): run a study in parts, in any order."),
+    only: Optional[list[str]] = typer.Option(None, "--only", metavar="NAME[:SEED]", help="Train only this run, NAME or NAME:SEED (repeatable; the others are left as they are): run a study in parts, in any order."),
 ) -> None:
     """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,
     then results.json/.csv, a markdown table and plots in the study folder. Rerun to resume."""

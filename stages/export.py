@@ -230,6 +230,9 @@ def run(config: ExportConfig, console: Console | None = None) -> Path:
     what = "LoRA adapter" if kind == "adapter" else "merged model" if (source / ADAPTER_CONFIG).is_file() else "model"
     console.print(f"exported the {label} student of {run_dir} ({what}, base {base}) to {out}: "
                   f"lopd evaluate --model {out} ...", soft_wrap=True)
+    if config.merge and not (source / ADAPTER_CONFIG).is_file():
+        console.print(f"note: --merge has nothing to merge: the {label} student is a whole model "
+                      "(full fine-tuning, or an adapter the run already merged), written as it is", soft_wrap=True)
     if local and kind == "adapter":
         console.print(f"note: the base is a local folder ({base}): the adapter loads only where it exists; "
                       "--merge writes a self-contained model", soft_wrap=True)

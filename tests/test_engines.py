@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stages.engines import ENGINES, Generation, SamplingParams, make_engine
-from stages.engines.hf import HFRolloutEngine
+from stages.engines.hf import HFRolloutEngine, generation_config
 from tests.tiny import tiny_model, tiny_tokenizer
 
 PROMPTS = [
@@ -81,6 +81,15 @@ def test_batched_greedy_equals_unbatched_and_is_deterministic(engine, ids):
     for g in batch:
         assert g.num_tokens == len(g.token_ids) <= GREEDY.max_new_tokens
         assert g.finish_reason == ("length" if g.num_tokens == GREEDY.max_new_tokens else "eos")
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=0.7, max_new_tokens=4),
+                                    SamplingParams(temperature=1.0, top_k=5, top_p=0.9, max_new_tokens=4)])
+def test_the_generation_config_is_valid_as_transformers_checks_it(params):
+    config = generation_config(params, 0, [1])
+    config.validate(strict=True)  # raises where transformers would warn of a flag it ignores (top_k when greedy)
+    assert config.do_sample == (params.temperature > 0)
+    assert config.top_k == (params.top_k if params.temperature > 0 else None)
 
 
 def test_mini_batches_match_one_batch(tok, engine, ids):

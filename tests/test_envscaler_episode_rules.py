@@ -251,7 +251,7 @@ def test_episode_rules_flag_is_refused_where_an_environment_has_one_set(tmp_path
     result = CliRunner().invoke(app, ["collect", "--env", "lopd-bed", "--episode-rules", "strict",
                                       "--store", str(tmp_path / "s")])
     assert result.exit_code != 0 and "Traceback" not in result.output
-    assert "invalid option --episode-rules: Input should be 'official' or 'lenient'" in result.output
+    assert "invalid option --episode-rules: Input should be 'official' or 'lenient' (got 'strict')" in result.output
     assert not (tmp_path / "s").exists()
     ruled = CollectConfig(env="lopd-bed", store=str(tmp_path / "s"), episode_rules="official")
     assert ruled.model_dump()["episode_rules"] == "official"

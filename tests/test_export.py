@@ -83,6 +83,15 @@ def test_without_step_the_final_student_is_exported_with_the_run_s_evaluations(l
                                logits(AutoModelForCausalLM.from_pretrained(lora_run / "final/student")))
 
 
+def test_merge_of_a_whole_model_says_it_has_nothing_to_merge(lora_run, tmp_path):
+    result = runner.invoke(app, ["export", str(lora_run), "--merge", "--out", str(tmp_path / "w")])
+    assert result.exit_code == 0, result.output
+    assert "note: --merge has nothing to merge: the final student is a whole model" in " ".join(result.output.split())
+    assert (tmp_path / "w" / "config.json").is_file()
+    result = runner.invoke(app, ["export", str(lora_run), "--step", "1", "--merge", "--out", str(tmp_path / "m")])
+    assert result.exit_code == 0 and "nothing to merge" not in result.output
+
+
 def test_bad_run_step_or_out_is_one_line(lora_run, tmp_path):
     def line(*args):
         result = runner.invoke(app, ["export", *args])

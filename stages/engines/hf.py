@@ -91,6 +91,20 @@ def _clean_defaults(model: nn.Module):
         hf.generation_config = saved
 
 
+def generation_config(params: SamplingParams, pad_token_id: int | None, eos_ids: list[int]) -> GenerationConfig:
+    """The ``GenerationConfig`` of one ``generate`` call: every field set, so that the processors
+    are exactly the temperature / top-k / top-p warpers ``params`` asks for (nothing from the
+    checkpoint). Greedy sets no top_k: transformers warns, on every call, of a flag it will not use.
+    """
+    sample = params.temperature > 0
+    config = GenerationConfig()
+    config.update(**_NEUTRAL, max_new_tokens=params.max_new_tokens, do_sample=sample,
+                  temperature=params.temperature if sample else 1.0, top_p=params.top_p if sample else 1.0,
+                  top_k=params.top_k if sample else None, pad_token_id=pad_token_id,
+                  eos_token_id=eos_ids, stop_strings=params.stop or None)
+    return config
+
+
 class HFRolloutEngine:
     """Rollouts with transformers ``generate``: mini-batches, left padding, KV cache.
 
@@ -181,14 +195,7 @@ class HFRolloutEngine:
         return out
 
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, index: int) -> list[Generation]:
-        sample = params.temperature > 0
-        # a clean config with every field set: the processors are exactly the recorder and the
-        # temperature / top-k / top-p warpers asked for (nothing from the checkpoint)
-        config = GenerationConfig()
-        config.update(**_NEUTRAL, max_new_tokens=params.max_new_tokens, do_sample=sample,
-                      temperature=params.temperature if sample else 1.0, top_p=params.top_p if sample else 1.0,
-                      top_k=params.top_k if sample else 0, pad_token_id=self.tokenizer.pad_token_id,
-                      eos_token_id=self.eos_ids, stop_strings=params.stop or None)
+        config = generation_config(params, self.tokenizer.pad_token_id, self.eos_ids)
         recorder = _SampledLogprobs(params.temperature)
         kwargs = {"logits_processor": LogitsProcessorList([recorder])}
         if params.stop:
