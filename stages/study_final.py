@@ -67,20 +67,28 @@ def final_rows(config: StudyConfig, base: dict[str, dict], runs: dict[str, dict[
     reward and success (averaged over seeds first), the seeds' spread of the mean success, and the
     paired difference to the base model over the same tasks.
 
+    Every other trained run is also paired against the study's first ``lopd`` entry (the
+    method under test): ``success_vs_lopd`` and its SE, tasks higher and lower, and the entry's
+    name as ``lopd_run``.
+
     ``base``: the base model's ``{bench: kept report}``; ``runs``: ``{"NAME-seedS": {bench: kept
     report}}`` of the finished trained runs.
     """
+    def reports_of(run: Any, bench: str) -> list[dict[str, Any]]:
+        if run.method == VANILLA:
+            return [base[bench]]
+        return [runs[f"{run.name}-seed{s}"][bench] for s in config.seeds_of(run)
+                if bench in runs.get(f"{run.name}-seed{s}", {})]
+
+    lopd = next((run for run in config.runs if run.method == "lopd"), None)
     rows = []
     for final in config.final_evals:
         bench = final.bench
         if bench not in base:
             continue
+        lopd_tasks = _per_task(reports_of(lopd, bench), "success") if lopd else []
         for run in config.runs:
-            if run.method == VANILLA:
-                reports = [base[bench]]
-            else:
-                reports = [runs[f"{run.name}-seed{s}"][bench] for s in config.seeds_of(run)
-                           if bench in runs.get(f"{run.name}-seed{s}", {})]
+            reports = reports_of(run, bench)
             if not reports:
                 continue
             row: dict[str, Any] = {"bench": bench, "run": run.name, "method": run.method, "seeds": len(reports),
@@ -97,6 +105,12 @@ def final_rows(config: StudyConfig, base: dict[str, dict], runs: dict[str, dict[
                     diff = paired_difference(_per_task([base[bench]], key), tasks, key)
                     if diff:
                         row[f"{key}_delta"], row[f"{key}_delta_se"], _, row[f"{key}_higher"], row[f"{key}_lower"] = diff
+            versus = (paired_difference(lopd_tasks, _per_task(reports, "success"), "success")
+                      if lopd_tasks and run.method != VANILLA and run is not lopd else None)
+            if versus:
+                row["lopd_run"] = lopd.name
+                (row["success_vs_lopd"], row["success_vs_lopd_se"], _, row["success_vs_lopd_higher"],
+                 row["success_vs_lopd_lower"]) = versus
             rows.append(row)
     return rows
 
@@ -109,11 +123,12 @@ def _cell(row: dict[str, Any], key: str) -> str:
 
 
 def _delta(row: dict[str, Any], key: str) -> str:
-    if f"{key}_delta" not in row:
+    if key not in row:
         return "-"
-    d, se = row[f"{key}_delta"], row[f"{key}_delta_se"]
+    d, se = row[key], row[f"{key}_se"]
     sigmas = f", {d / se:+.1f} SE" if se > 0 else ""
-    return f"{d:+.3f} ± {se:.3f}{sigmas} ({row[f'{key}_higher']} higher / {row[f'{key}_lower']} lower)"
+    prefix = key.removesuffix("_delta")
+    return f"{d:+.3f} ± {se:.3f}{sigmas} ({row[f'{prefix}_higher']} higher / {row[f'{prefix}_lower']} lower)"
 
 
 def final_markdown(rows: list[dict[str, Any]]) -> str:
@@ -124,15 +139,19 @@ def final_markdown(rows: list[dict[str, Any]]) -> str:
              "Mean over tasks ± standard error over tasks (a run with several seeds: each task's value "
              "averaged over the seeds first; the seeds' own means in brackets). Paired Δ: per task, the "
              "run's value minus the base model's, mean ± SE over the tasks both scored, and how many tasks "
-             "went up and down; '+2.0 SE': the difference is twice its standard error."]
+             "went up and down; '+2.0 SE': the difference is twice its standard error. Δ vs the study's first "
+             "LOPD entry: the same, paired against that run instead of the base model."]
     for bench in dict.fromkeys(r["bench"] for r in rows):
         mine = [r for r in rows if r["bench"] == bench]
+        lopd = next((r["lopd_run"] for r in mine if "lopd_run" in r), None)
+        versus = f" Δ success vs {lopd} (paired) |" if lopd else ""
         lines += ["", f"### {bench} ({mine[0]['tasks']} tasks)", "",
                   "| run | method | seeds | success | Δ success vs vanilla (paired) | reward | "
-                  "Δ reward vs vanilla (paired) |", "|---|---|---|---|---|---|---|"]
+                  f"Δ reward vs vanilla (paired) |{versus}", "|---|---|---|---|---|---|---|" + ("---|" if lopd else "")]
         for r in mine:
-            lines.append(f"| {r['run']} | {r['method']} | {r['seeds']} | {_cell(r, 'success')} | {_delta(r, 'success')} "
-                         f"| {_cell(r, 'reward')} | {_delta(r, 'reward')} |")
+            lines.append(f"| {r['run']} | {r['method']} | {r['seeds']} | {_cell(r, 'success')} "
+                         f"| {_delta(r, 'success_delta')} | {_cell(r, 'reward')} | {_delta(r, 'reward_delta')} |"
+                         + (f" {_delta(r, 'success_vs_lopd')} |" if lopd else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -369,8 +369,8 @@ def write_plots(config: Any, out: Path, evals: list[dict], training: list[dict],
 def rerender(config: Any, saved: dict[str, Any], out: Path) -> dict[str, Any]:
     """Write table.md, the plots, results.csv and results.json into ``out`` again from a study's
     ``results.json`` (``saved``) alone: no run folder or evaluate report is read. The table rows,
-    evaluations, training rows, budget and wall time are the saved ones; the table text and plots
-    are drawn anew. Returns the results written.
+    evaluations, training rows, budget and wall time are the saved ones; the final table is paired
+    anew from the saved per-task rows; the table text and plots are drawn anew. Returns the results written.
 
     Raises:
         ValueError: ``saved`` lacks a field a results.json has (names it).
@@ -381,10 +381,13 @@ def rerender(config: Any, saved: dict[str, Any], out: Path) -> dict[str, Any]:
     except (KeyError, StopIteration) as err:
         raise ValueError(f"{out}: results.json has no {err or 'base model evaluation'}") from None
     table = markdown(config, rows, key, base["tasks"], base[key], saved["budget"])
-    table += final_markdown(saved.get("final_table", []))
+    finals = (final_rows(config, saved["base_finals"], {name: f.get("finals", {}) for name, f in
+                                                        saved.get("finished", {}).items()})
+              if saved.get("base_finals") else saved.get("final_table", []))  # the kept per-task rows, paired anew
+    table += final_markdown(finals)
     table += f"\nWall time of the finished parts: {wall_time(saved.get('seconds', 0.0))}.\n"
     plots = write_plots(config, out, finished_only(evals, rows), finished_only(training, rows), key)
-    results = {**saved, "table_markdown": table, "plots": plots}
+    results = {**saved, "final_table": finals, "table_markdown": table, "plots": plots}
     write_files(out, results)
     return results
 

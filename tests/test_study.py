@@ -171,8 +171,19 @@ def test_final_evaluations_score_every_student_and_the_base_model_paired(straigh
         assert rows[name]["reward"] == pytest.approx(sum(means) / 3)
         assert rows[name]["reward_delta"] == pytest.approx(rows[name]["reward"] - rows["vanilla"]["reward"])
         assert rows[name]["reward_higher"] + rows[name]["reward_lower"] <= 3
+    # grpo paired against the first lopd entry: per task, grpo's success (over its seeds) minus lopd's
+    lopd_success = {t["task_id"]: float(t["success"])
+                    for t in results["finished"]["lopd-seed0"]["finals"]["bfcl-single"]["per_task"]}
+    grpo_success = [[float(t["success"]) for t in results["finished"][s]["finals"]["bfcl-single"]["per_task"]]
+                    for s in ("grpo-seed0", "grpo-seed1")]
+    ids = [t["task_id"] for t in base]
+    diffs = [sum(col) / 2 - lopd_success[task] for task, col in zip(ids, zip(*grpo_success))]
+    assert rows["grpo"]["lopd_run"] == "lopd" and rows["grpo"]["success_vs_lopd"] == pytest.approx(sum(diffs) / 3)
+    assert rows["grpo"]["success_vs_lopd_higher"] == sum(d > 0 for d in diffs)
+    assert "success_vs_lopd" not in rows["lopd"] and "success_vs_lopd" not in rows["vanilla"]
     table = (straight / "table.md").read_text()
     assert "### bfcl-single (3 tasks)" in table and "| grpo | grpo | 2 | " in table
+    assert "Δ success vs lopd (paired) |" in table
 
 
 def test_rerun_reuses_everything(straight, assets):
@@ -453,3 +464,31 @@ method = "vanilla"
     with pytest.raises(ValueError, match="study run 'sft': steps is set by the study"):
         study.run_study(study.load_study(config).model_copy(update={"runs": [
             study.StudyRun(name="sft", method="sft", settings={"steps": 3})]}))
+
+
+def test_report_only_pairs_the_committed_bed_finals_against_lopd_anew(tmp_path):
+    """The committed bed study redrawn from its results.json: the final table is paired anew from
+    the kept per-task rows, so each finished run's success minus LOPD's shows."""
+    copy = tmp_path / "bed-cpu"
+    shutil.copytree(ROOT / "docs" / "results" / "bed-cpu", copy)
+    toml = "\n".join(line for line in (copy / "study.toml").read_text().splitlines()
+                     if not line.startswith("results ="))  # drawn here, not into the repository's folder
+    (copy / "study.toml").write_text(toml)
+    result = runner.invoke(app, ["study", "--config", str(copy / "study.toml"), "--out", str(copy), "--report-only"])
+    assert result.exit_code == 0, result.output
+    results = _results(copy)
+    finished = results["finished"]
+
+    def per_task(run: str) -> dict[str, float]:  # each task's success, averaged over the run's seeds
+        seeds = [f["finals"]["lopd-bed"]["per_task"] for name, f in finished.items() if name.startswith(f"{run}-seed")]
+        return {t["task_id"]: sum(float(s[i]["success"]) for s in seeds) / len(seeds) for i, t in enumerate(seeds[0])}
+
+    lopd, grpo = per_task("lopd"), per_task("grpo")
+    diffs = [grpo[task] - lopd[task] for task in lopd]
+    row = next(r for r in results["final_table"] if r["bench"] == "lopd-bed" and r["run"] == "grpo")
+    assert row["success_vs_lopd"] == pytest.approx(sum(diffs) / len(diffs))
+    assert (row["success_vs_lopd_higher"], row["success_vs_lopd_lower"]) == (
+        sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))
+    assert row["lopd_run"] == "lopd" and len(diffs) == 300
+    assert "| Δ success vs lopd (paired) |" in (copy / "table.md").read_text()
+
