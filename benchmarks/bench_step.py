@@ -412,6 +412,8 @@ def step(bench: Bench, index: int) -> dict:
     sums: dict[str, float] = {"loss": 0.0}
     for _ in range(method.update_epochs):  # as Distiller._update: exact accumulation over micro-batches
         b.optimizer.zero_grad(set_to_none=True)
+        if b.args.shared_latents:  # as Distiller._update: LOPD encodes each distinct composer input once
+            meter.timed("forward", method.begin_update)(rows, batch.extras)
         for lo in range(0, len(rows), c.micro_batch):
             part = rows[lo:lo + c.micro_batch]
             loss, metrics = loss_fn(part, batch.extras[lo:lo + c.micro_batch], len(part) / len(rows))
@@ -423,6 +425,10 @@ def step(bench: Bench, index: int) -> dict:
             sums["loss"] += float(loss.detach())
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + v / method.update_epochs
+        if b.args.shared_latents:
+            for p in b.groups:
+                p.requires_grad_(True)
+            meter.timed("backward", method.end_update)()
         meter.timed("optimizer", _clip_and_step)(b.groups, b.optimizer, c.grad_clip)  # as Distiller._update
     t0 = _now()
     method.after_step(sums)
@@ -506,6 +512,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--batch", type=int, default=32, help="rollouts per step (the paper's batch)")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (B.1's G)")
     parser.add_argument("--micro-batch", type=int, default=4, help="training rows per forward/backward")
+    parser.add_argument("--shared-latents", action=argparse.BooleanOptionalAction, default=True,
+                        help="LOPD: each distinct composer input encoded once per update, as distill does "
+                             "(--no-shared-latents: once per micro-batch row, the path before)")
     parser.add_argument("--J", type=int, default=3)
     parser.add_argument("--K", type=int, default=32)
     parser.add_argument("--M", type=int, default=20)
@@ -530,7 +539,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         t0 = time.perf_counter()
         bench = build(args, Path(scratch))
         with bench.patches:
-            lopd = f", J={args.J} K={args.K} M={args.M} depth {args.depth}, composer inputs <= {args.exp_tokens} tokens"
+            lopd = f", J={args.J} K={args.K} M={args.M} depth {args.depth}, composer inputs <= {args.exp_tokens} tokens, " + \
+                ("each encoded once per update" if args.shared_latents else "encoded per micro-batch row")
             print(f"settings: {args.batch} rollouts ({len(bench.tasks)} tasks x G {min(args.group_size, args.batch)}), "
                   f"prompt {args.prompt_len} (task {args.task_len or args.prompt_len}), prefix cache "
                   f"{args.prefix_cache_tokens} tokens, response <= {args.response_len}, micro-batch {args.micro_batch}, LoRA "

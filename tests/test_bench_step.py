@@ -22,12 +22,12 @@ def bench():
     del sys.modules["bench_step"]
 
 
-@pytest.mark.parametrize("method", ["lopd", "opsd"])
-def test_one_small_step_trains_on_the_sampled_tokens(bench, method, capsys):
+@pytest.mark.parametrize("method, extra", [("lopd", []), ("lopd", ["--no-shared-latents"]), ("opsd", [])])
+def test_one_small_step_trains_on_the_sampled_tokens(bench, method, extra, capsys):
     rows = bench.main(["--shape", "smollm2-135m", "--method", method, "--device", "cpu", "--layers", "1",
                        "--prompt-len", "16", "--response-len", "4", "--batch", "2", "--warmup", "0",
                        "--steps", "1", "--J", "2", "--K", "4", "--depth", "1", "--exp-tokens", "32",
-                       "--matmul-n", "64"])
+                       "--matmul-n", "64", *extra])
     out = capsys.readouterr().out
     (row,) = rows
     assert row["rows"] == 2 and row["generated"] > 0
