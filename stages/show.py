@@ -29,6 +29,11 @@ def printable(text: str) -> str:
                         text)
 
 
+def _safe(value: Any) -> str:
+    """``value`` as text for a rich line: terminal control characters escaped, markup escaped."""
+    return escape(printable(str(value)))
+
+
 def select(rows: list[dict[str, Any]], task: str | None = None, failed: bool = False,
            limit: int | None = None) -> list[dict[str, Any]]:
     """The ``per_task`` rows whose task id contains ``task``, only unsuccessful ones with
@@ -69,7 +74,7 @@ def render_task(row: dict[str, Any]) -> Panel:
         verdict.append(printable("  checker: " + json.dumps(info, ensure_ascii=False, default=str)[:600]), style="")
     parts.append(verdict)
     mark = "[green]ok[/]" if row.get("success") else "[red]failed[/]"
-    return Panel(Group(*parts), title=f"{escape(printable(str(row.get('task_id'))))} {mark}", title_align="left")
+    return Panel(Group(*parts), title=f"{_safe(row.get('task_id'))} {mark}", title_align="left")
 
 
 def store_rows(opened: Any, run_id: str | None = None, env: str | None = None,
@@ -90,7 +95,8 @@ def _filters(run_id: str | None, env: str | None, split: str | None, failed: boo
     """The filters given, as flags (e.g. ``--failed --split test``)."""
     given = [f"--run-id {run_id}" if run_id else "", f"--env {env}" if env else "", f"--split {split}" if split else "",
              "--failed" if failed else "", f"--task {task}" if task else ""]
-    return escape(" ".join(g for g in given if g) or "the filters")
+    return _safe(" ".join(g for g in given if g) or "the filters")
+
 
 
 def run(report: str | Path, task: str | None = None, failed: bool = False, limit: int | None = 5,
@@ -116,10 +122,10 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
         chosen = select(rows, task, failed, limit)
         counts = opened.run_counts()
         listed = ", ".join(f"{name} ({n})" for name, n in counts.items())
-        console.print(f"[bold]store {escape(str(path))}[/]: {len(chosen)} of {len(rows)} trajectories shown; "
-                      f"runs in the store (trajectories): {escape(listed or 'none')}", soft_wrap=True)
+        console.print(f"[bold]store {_safe(path)}[/]: {len(chosen)} of {len(rows)} trajectories shown; "
+                      f"runs in the store (trajectories): {_safe(listed or 'none')}", soft_wrap=True)
         if run_id and run_id not in counts:
-            console.print(f"note: no run {escape(run_id)!r} in this store; pass one of the runs above to --run-id",
+            console.print(f"note: no run {_safe(repr(run_id))} in this store; pass one of the runs above to --run-id",
                           soft_wrap=True)
         elif not chosen and counts:
             console.print(f"note: none of the store's {sum(counts.values())} trajectories matches "
@@ -138,9 +144,15 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
         raise ValueError(f"{path}: not a JSON report ({err})") from None
     if not isinstance(data, dict) or not isinstance(data.get("per_task"), list):
         raise ValueError(f"{path}: field 'per_task' is missing: not an evaluation report")
-    rows = select(data["per_task"], task, failed, limit)
-    console.print(f"[bold]{escape(str(data.get('bench')))}[/] - {escape(str(data.get('model')))}: "
-                  f"{len(rows)} of {len(data['per_task'])} tasks shown", soft_wrap=True)
+    matching = select(data["per_task"], task, failed)
+    rows = matching[:limit] if limit is not None else matching
+    matched = (f" ({len(matching)} match {_filters(None, None, None, failed, task)})"
+               if (task or failed) and matching else "")
+    console.print(f"[bold]{_safe(data.get('bench'))}[/] - {_safe(data.get('model'))}: "
+                  f"{len(rows)} of {len(data['per_task'])} tasks shown{matched}", soft_wrap=True)
+    if not matching and data["per_task"]:
+        console.print(f"note: none of the report's {len(data['per_task'])} tasks matches "
+                      f"{_filters(None, None, None, failed, task)}", soft_wrap=True)
     for row in rows:
         console.print(render_task(row))
     return len(rows)

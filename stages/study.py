@@ -408,7 +408,7 @@ def _rerender(config: StudyConfig, console: Console) -> dict[str, Any]:
         raise ValueError(f"{folder / 'results.json'}: written by a study with other settings "
                          f"({', '.join(changed)} differ); use its study file")
     results = rerender(config, saved, folder)
-    console.print(results["table_markdown"])
+    console.print(results["table_markdown"], markup=False, highlight=False, soft_wrap=True)  # as table.md
     console.print(f"study redrawn from {folder / 'results.json'} (no run folders): table.md, results.csv, "
                   + ", ".join(results["plots"]))
     return results
@@ -419,7 +419,7 @@ def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
 
     out = Path(config.out)
     results = _publish(config, console)
-    console.print(results["table_markdown"])
+    console.print(results["table_markdown"], markup=False, highlight=False, soft_wrap=True)  # as table.md
     console.print(f"study written to {out}: results.json, results.csv, table.md, "
                   + ", ".join(results["plots"]))
     if (out / "runs").is_dir():  # the trained runs' curves (losses, gradient norms, time, memory)

@@ -163,7 +163,7 @@ def test_refusals_name_the_fix():
     two = World(rank=0, size=2)
     with pytest.raises(ValueError, match="skill-sd.*cannot train data-parallel"):
         distributed.check_split(two, get_method("skill-sd"), tasks_per_step=4)
-    with pytest.raises(ValueError, match="tasks_per_step 1 < 2 processes"):
+    with pytest.raises(ValueError, match="--tasks-per-step 1 < 2 processes"):
         distributed.check_split(two, get_method("lopd"), tasks_per_step=1)
     distributed.check_split(two, get_method("grpo"), tasks_per_step=2)
     with pytest.raises(ValueError, match=r"ck/state.json: field 'world_size' is 1, but this run has 2"):

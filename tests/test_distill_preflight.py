@@ -61,6 +61,18 @@ def test_tensorboard_check_looks_for_the_tensorboard_package(monkeypatch):
     check_logger("none")
 
 
+def test_a_logger_package_that_fails_to_import_is_one_line_too(monkeypatch, tmp_path):
+    """An installed but broken package (its import raises) is caught by the same check."""
+    (tmp_path / "tensorboard").mkdir()
+    (tmp_path / "tensorboard" / "__init__.py").write_text("raise ImportError('libfoo.so: cannot open')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tensorboard", raising=False)
+    with pytest.raises(ValueError, match=r"--log tensorboard needs the `tensorboard` package \(installed, but "
+                                         r"importing tensorboard fails: libfoo.so: cannot open\)") as err:
+        check_logger("tensorboard")
+    assert "\n" not in str(err.value)
+
+
 def test_log_tensorboard_without_the_package_fails_before_loading(assets, tmp_path, monkeypatch, no_model):
     monkeypatch.setitem(sys.modules, "tensorboard", None)
     line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, "--log", "tensorboard")))
@@ -114,7 +126,7 @@ def test_nproc_checks_everything_before_starting_torchrun(assets, tmp_path, monk
     launched = []
     monkeypatch.setattr(distributed, "launch", lambda n, argv: launched.append((n, argv)) or 0)
     line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, "--nproc", "2", "--tasks-per-step", "1")))
-    assert "tasks_per_step 1 < 2 processes" in line and launched == []
+    assert "--tasks-per-step 1 < 2 processes" in line and launched == []
     line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, "--nproc", "2", store=str(tmp_path / "nope"))))
     assert "no experience store" in line and launched == []
     result = runner.invoke(app, _args(assets, tmp_path, "--nproc", "2"))

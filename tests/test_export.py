@@ -136,6 +136,9 @@ def test_the_embedded_model_exports_under_its_hub_id():
     card = export.model_card(stage="sft", settings={"model": "smollm2-135m"}, base="HuggingFaceTB/SmolLM2-135M-Instruct",
                              source="final", kind="adapter", metrics=None)
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "Q4_1" in card
+    whole = export.model_card(stage="sft", settings={"model": "smollm2-135m"}, base="HuggingFaceTB/SmolLM2-135M-Instruct",
+                              source="final", kind="model", metrics=None)
+    assert "Q4_1" not in whole and "its weights are in this folder" in whole  # no adapter caveat on a whole model
 
 
 def test_a_distill_checkpoint_exports_merged_and_as_an_adapter(straight, assets, tmp_path):  # noqa: F811

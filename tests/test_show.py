@@ -36,7 +36,10 @@ def test_report_keeps_each_tasks_transcript_and_show_filters_it(tmp_path):
     assert "3 of 3 tasks shown" in shown.output and "I do not know." in shown.output
     failed = runner.invoke(app, ["show", str(path), "--failed"], env={"COLUMNS": "200"})
     n_failed = sum(not r["success"] for r in rows.values())
-    assert f"{n_failed} of 3 tasks shown" in failed.output and "I do not know." in failed.output
+    assert f"{n_failed} of 3 tasks shown ({n_failed} match --failed)" in failed.output
+    assert "I do not know." in failed.output
+    first = runner.invoke(app, ["show", str(path), "--failed", "--limit", "1"], env={"COLUMNS": "200"})
+    assert f"1 of 3 tasks shown ({n_failed} match --failed)" in first.output
     assert all(task_id in failed.output for task_id, r in rows.items() if not r["success"])
     one = runner.invoke(app, ["show", str(path), "--task", "functional"], env={"COLUMNS": "200"})
     assert "1 of 3 tasks shown" in one.output and "lcbfx_functional" in one.output and "lcbfx_stdin" not in one.output
@@ -123,3 +126,15 @@ def test_a_filter_that_matches_nothing_says_so(tmp_path):
     ExperienceStore.open(tmp_path / "store").append([make_traj("a", 1, 2), make_traj("b", 3, 4)])
     out = runner.invoke(app, ["show", str(tmp_path / "store"), "--failed"], env={"COLUMNS": "200"})
     assert out.exit_code == 0 and "note: none of the store's 2 trajectories matches --failed" in out.output
+
+
+def test_a_report_filter_that_matches_nothing_says_so_and_the_header_is_terminal_safe(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"bench": "b\x1b[2J", "model": "m\u202e[bold]x[/]",
+                                "per_task": [{"task_id": "t1", "success": True, "reward": 1.0}]}))
+    out = runner.invoke(app, ["show", str(path), "--task", "zzz"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and "0 of 1 tasks shown" in out.output
+    assert "note: none of the report's 1 tasks matches --task zzz" in out.output
+    assert "\x1b" not in out.output and "\u202e" not in out.output
+    assert "b\\x1b[2J - m\\u202e[bold]x[/]" in out.output  # escaped, and markup printed as text
+

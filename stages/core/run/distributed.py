@@ -115,7 +115,7 @@ def check_split(w: World, method_cls: Any, tasks_per_step: int) -> None:
     store) or the batch (fewer tasks per step than processes) cannot split.
 
     Raises:
-        ValueError: one line naming the method or ``tasks_per_step``.
+        ValueError: one line naming the method or the --tasks-per-step flag.
     """
     if w.size == 1:
         return
@@ -123,7 +123,7 @@ def check_split(w: World, method_cls: Any, tasks_per_step: int) -> None:
         raise ValueError(f"method {method_cls.name!r} cannot train data-parallel (its step writes the "
                          "store): run it in one process")
     if tasks_per_step < w.size:
-        raise ValueError(f"tasks_per_step {tasks_per_step} < {w.size} processes: every process needs "
+        raise ValueError(f"--tasks-per-step {tasks_per_step} < {w.size} processes: every process needs "
                          "at least one task per step")
 
 

@@ -9,6 +9,7 @@ W&B runs offline (files under ``OUT/wandb``, `wandb sync` later) unless ``WANDB_
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from pathlib import Path
@@ -32,12 +33,18 @@ def check_logger(kind: str) -> None:
     if kind == "none":
         return
     extra, modules = _PACKAGE[kind]
-    if not all(_importable(m) for m in modules):
-        raise ValueError(f"--log {kind} needs the `{extra}` package: pip install -e '.[{extra}]' "
-                         "(or --log none; metrics.jsonl is written either way)")
+    for module in modules:  # imported here, so that a broken install fails before any model loads too
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            found = _findable(module)
+            raise ValueError(f"--log {kind} needs the `{extra}` package"
+                             + (f" (installed, but importing {module} fails: {err})" if found else "")
+                             + f": pip install -e '.[{extra}]' (or --log none; metrics.jsonl is written either way)"
+                             ) from None
 
 
-def _importable(module: str) -> bool:
+def _findable(module: str) -> bool:
     """Whether ``module`` can be found without importing it."""
     try:
         return importlib.util.find_spec(module) is not None
