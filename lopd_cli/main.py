@@ -355,7 +355,7 @@ def evaluate(
     composer: Optional[str] = typer.Option(None, "--composer", help="Composer folder (coldstart/distill output): condition the frozen --model on latents of experiences retrieved from --store, placed as the composer was trained (the paper's base + composer row)."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store the --composer's experiences come from (successful train-split rows of other tasks)."),
     compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),
-    reports: Optional[list[str]] = typer.Argument(None, help="Report files for --compare.", show_default=False),
+    reports: Optional[list[str]] = typer.Argument(None, metavar="REPORT", help="Report files for --compare.", show_default=False),
     unsafe_exec: bool = UNSAFE_EXEC,
 ) -> None:
     """Score a model on a benchmark with its official checker, or compare reports side by side."""
@@ -393,7 +393,7 @@ def study(
 @app.command()
 @friendly
 def report(
-    runs: list[str] = typer.Argument(..., help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out).", show_default=False),
+    runs: list[str] = typer.Argument(..., metavar="RUN", help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out).", show_default=False),
     out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report)."),
     samples_steps: int = typer.Option(3, "--samples-steps", min=0, help="Sample rollouts (first, best, worst) of the last N steps of each distill run in summary.md, from its experience store; 0 = none."),
 ) -> None:
@@ -407,7 +407,7 @@ def report(
 @app.command()
 @friendly
 def show(
-    report: str = typer.Argument(..., help="Evaluation report JSON (lopd evaluate --out), or an experience store "
+    report: str = typer.Argument(..., metavar="REPORT", help="Evaluation report JSON (lopd evaluate --out), or an experience store "
                                  "folder (its collect/distill rollouts).", show_default=False),
     task: Optional[str] = typer.Option(None, "--task", help="Only tasks whose id contains this text."),
     failed: bool = typer.Option(False, "--failed", help="Only tasks the checker failed."),
@@ -426,7 +426,7 @@ def show(
 @app.command()
 @friendly
 def export(
-    run: str = typer.Argument(..., help="Run folder of lopd sft or lopd distill (its --out).", show_default=False),
+    run: str = typer.Argument(..., metavar="RUN", help="Run folder of lopd sft or lopd distill (its --out).", show_default=False),
     out: str = typer.Option(..., "--out", help="Folder to write (new or empty): model or adapter, tokenizer, README.md model card."),
     step: Optional[int] = typer.Option(None, "--step", help="Export checkpoints/step-N instead of final/student (default: final, else the newest checkpoint)."),
     merge: bool = typer.Option(False, "--merge", help="Merge a LoRA adapter into its base and write a whole model (default: the adapter alone, on the base's Hugging Face id)."),

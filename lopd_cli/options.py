@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import types
 from collections.abc import Sequence
@@ -73,12 +74,18 @@ def _flag_type(annotation: Any) -> Any:
     return Optional[annotation if annotation in (bool, int, float, str) else str]
 
 
-def option_help(field: Any, fallback: str) -> str:
+def option_help(field: Any, fallback: str, as_value: bool = False) -> str:
     """The help of an option (a pydantic ``FieldInfo``): its description (``fallback`` without
-    one), its default appended unless the description names it or the field is required."""
+    one), its default appended unless the description names it or the field is required; with
+    ``as_value`` the default is written as ``-o KEY=VALUE`` takes it (JSON: ``true``, ``null``;
+    floats to 6 significant digits)."""
     text = field.description or fallback
     if "(default" not in text and not field.is_required():
-        text = f"{text} (default {field.default})".strip()
+        default = field.default
+        if as_value:
+            default = f"{default:.6g}" if isinstance(default, float) else (
+                default if isinstance(default, str) else json.dumps(default, default=str))
+        text = f"{text} (default {default})".strip()
     return text
 
 
@@ -105,7 +112,7 @@ def method_options_help(method: str) -> tuple[str, list[tuple[str, str]]]:
     from stages.methods import get_method
 
     model = get_method(method).Options
-    rows = [(f"{name}: {_type_text(field.annotation)}", option_help(field, ""))
+    rows = [(f"{name}: {_type_text(field.annotation)}", option_help(field, "", as_value=True))
             for name, field in model.model_fields.items()]
     docs = [inspect.cleandoc(c.__doc__) for c in model.__mro__
             if c.__doc__ and hasattr(c, "model_fields") and c.__module__.startswith("stages.")]

@@ -158,7 +158,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     out = Path(config.out or f"runs/eval/{config.bench}-{model_slug(config.model)}.json")
     params = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                             max_new_tokens=config.max_new_tokens, seed=config.seed)
-    console.print(f"[bold]evaluate[/] {config.bench}: {len(prepared.tasks)} tasks, model={config.model}, "
+    console.print(f"[bold]evaluate[/] {config.bench}: {len(prepared.tasks)} task{'' if len(prepared.tasks) == 1 else 's'}, model={config.model}, "
                   f"protocol {config.protocol}: temperature={params.temperature}, top_p={params.top_p}, "
                   f"top_k={params.top_k}, max_new_tokens={params.max_new_tokens}, max_turns={config.max_turns}")
     for note in prepared.notes:

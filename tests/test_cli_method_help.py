@@ -28,6 +28,9 @@ def test_help_of_a_method_lists_its_options_with_defaults():
                 "loss_constant: int | None", "drop_zero_var: bool"):
         assert row in text, row
     assert "--margin" in text  # the command's own help is all still there
+    flat = " ".join(text.split())
+    assert "(default true)" in flat and "(default True)" not in flat  # as -o takes it: JSON
+    assert "(default 1.41421)" in " ".join(_help("--method", "skill-sd").split())  # ucb_c, 6 digits
     text = _help("--method=sdft")
     assert "Options of method sdft" in text and "teacher: frozen | ema | current" in text
     assert "the verified reference in the teacher's context" in " ".join(text.split())  # the model it extends

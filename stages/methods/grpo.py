@@ -41,7 +41,7 @@ from stages.methods import Method, StepBatch, StepContext, register
 
 
 class GRPOOptions(BaseModel):
-    """GRPO's options (defaults = B.1 of the LOPD paper where it says; otherwise beta 0, std on, token-mean)."""
+    """GRPO's options (defaults = B.1 of the LOPD paper where it says; otherwise kl_coef 0, scale_std on, token-mean)."""
 
     model_config = ConfigDict(extra="forbid")
 
