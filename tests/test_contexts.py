@@ -193,7 +193,7 @@ def test_retrieve_experiences_arguments():
 
 def test_lopd_retrieval_follows_its_exclude_same_task_option():
     """LOPD's teacher context: train-split experiences only; the trajectory's own task is left
-    out exactly when ``exclude_same_task`` (coldstart's setting) is on; off by default."""
+    out exactly when ``exclude_same_task`` (coldstart's setting) is on; on by default."""
     from types import SimpleNamespace
 
     from stages.methods import StepContext
@@ -205,7 +205,7 @@ def test_lopd_retrieval_follows_its_exclude_same_task_option():
         me = SimpleNamespace(options=LOPDOptions(composer="c", J=2, exclude_same_task=flag))
         assert len(LOPD.prepare(me, batch, StepContext(None, r, None, 1))[0]) == 2
         assert r.calls[-1][2]["exclude_task_ids"] == tasks and r.calls[-1][2]["split"] == "train"
-    assert LOPDOptions(composer="c").exclude_same_task is False
+    assert LOPDOptions(composer="c").exclude_same_task is True  # the paper's framing: other tasks only
 
 
 def test_lookup_tools_falls_back_to_the_environment_tasks():
