@@ -98,7 +98,6 @@ def _filters(run_id: str | None, env: str | None, split: str | None, failed: boo
     return _safe(" ".join(g for g in given if g) or "the filters")
 
 
-
 def run(report: str | Path, task: str | None = None, failed: bool = False, limit: int | None = 5,
         console: Console | None = None, run_id: str | None = None, env: str | None = None,
         split: str | None = None) -> int:
@@ -146,13 +145,12 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
         raise ValueError(f"{path}: field 'per_task' is missing: not an evaluation report")
     matching = select(data["per_task"], task, failed)
     rows = matching[:limit] if limit is not None else matching
-    matched = (f" ({len(matching)} match {_filters(None, None, None, failed, task)})"
-               if (task or failed) and matching else "")
+    filters = _filters(None, None, None, failed, task)
+    matched = f" ({len(matching)} match {filters})" if (task or failed) and matching else ""
     console.print(f"[bold]{_safe(data.get('bench'))}[/] - {_safe(data.get('model'))}: "
                   f"{len(rows)} of {len(data['per_task'])} tasks shown{matched}", soft_wrap=True)
     if not matching and data["per_task"]:
-        console.print(f"note: none of the report's {len(data['per_task'])} tasks matches "
-                      f"{_filters(None, None, None, failed, task)}", soft_wrap=True)
+        console.print(f"note: none of the report's {len(data['per_task'])} tasks matches {filters}", soft_wrap=True)
     for row in rows:
         console.print(render_task(row))
     return len(rows)

@@ -87,14 +87,15 @@ def final_rows(config: StudyConfig, base: dict[str, dict], runs: dict[str, dict[
         if bench not in base:
             continue
         lopd_tasks = _per_task(reports_of(lopd, bench), "success") if lopd else []
+        base_tasks = {key: _per_task([base[bench]], key) for key in ("reward", "success")}
         for run in config.runs:
             reports = reports_of(run, bench)
             if not reports:
                 continue
             row: dict[str, Any] = {"bench": bench, "run": run.name, "method": run.method, "seeds": len(reports),
                                    "tasks": len(reports[0]["per_task"])}
-            for key in ("reward", "success"):
-                tasks = _per_task(reports, key)
+            per_key = {key: _per_task(reports, key) for key in ("reward", "success")}
+            for key, tasks in per_key.items():
                 if not tasks:
                     continue
                 values = [t[key] for t in tasks]
@@ -102,10 +103,10 @@ def final_rows(config: StudyConfig, base: dict[str, dict], runs: dict[str, dict[
                 seeds = [float(np.mean([float(t[key]) for t in r["per_task"] if key in t])) for r in reports]
                 row[f"{key}_seed_min"], row[f"{key}_seed_max"] = min(seeds), max(seeds)
                 if run.method != VANILLA:
-                    diff = paired_difference(_per_task([base[bench]], key), tasks, key)
+                    diff = paired_difference(base_tasks[key], tasks, key)
                     if diff:
                         row[f"{key}_delta"], row[f"{key}_delta_se"], _, row[f"{key}_higher"], row[f"{key}_lower"] = diff
-            versus = (paired_difference(lopd_tasks, _per_task(reports, "success"), "success")
+            versus = (paired_difference(lopd_tasks, per_key["success"], "success")
                       if lopd_tasks and run.method != VANILLA and run is not lopd else None)
             if versus:
                 row["lopd_run"] = lopd.name
