@@ -23,7 +23,9 @@ from stages.core.data.rows import TrainRow, pad_id
 from stages.core.latent.contexts import build_batch, encode_experiences, retrieve_experiences, shift_for_loss
 from stages.core.models.assembly import load_models
 from stages.core.models.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
+from stages.core.models.head import output_head
 from stages.core.run.resources import check_step_memory, shape_of
+from stages.core.losses.head import head_token_logprobs, head_topm_tail_reverse_kl
 from stages.core.losses.lopd import (
     dual_update, latent_anchor, privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl,
 )
@@ -79,6 +81,10 @@ class LOPD(Method):
     Options = LOPDOptions
     metrics = ("reverse_kl", "Delta", "beta", "anchor", "margin_term", "latent_norm", "grad_norm_composer")
     needs_composer = True
+    # apply the LM heads only at supervised positions (stages.core.losses.head) where both models'
+    # logits are their head on the last hidden state (stages.core.models.head.output_head); False:
+    # full (B, T, V) logits, the same values at a higher memory cost
+    head_at_supervised = True
 
     def __init__(self, options: LOPDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
         self.composer_cfg = read_composer_config(options.composer)
@@ -179,21 +185,36 @@ class LOPD(Method):
             with torch.no_grad():
                 c_phi0 = c_phi.detach() if self.anchor is None else self.anchor(*exp)
         ids, attn = batch.input_ids_BT, batch.attn_mask_BT
-        s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
-        t_logits = latent_teacher_logits(self.composer.backbone, batch, c_phi, self.placement)
-        s_logits, targets, mask = shift_for_loss(s_logits, batch)
-        t_logits = shift_for_loss(t_logits, batch)[0]
-        kl, kl_m = topm_tail_reverse_kl(s_logits, t_logits, mask, M=o.M)
-        with torch.no_grad():
-            s_logp = sampled_token_logprobs(s_logits, targets)  # sg[log p_S(a)] of Eq. 11
-        margin_term, margin_m = privileged_margin(sampled_token_logprobs(t_logits, targets), s_logp,
-                                                  mask, batch.rewards_B, o.margin, self.beta)
+        heads = self._heads()
+        s_out = student_logits(s.model, ids, attn, adapter=s.adapter, hidden=heads is not None)
+        t_out = latent_teacher_logits(self.composer.backbone, batch, c_phi, self.placement, hidden=heads is not None)
+        s_out, targets, mask = shift_for_loss(s_out, batch)
+        t_out = shift_for_loss(t_out, batch)[0]
+        if heads is None:  # (B, T-1, V) logits
+            kl, kl_m = topm_tail_reverse_kl(s_out, t_out, mask, M=o.M)
+            with torch.no_grad():
+                s_logp = sampled_token_logprobs(s_out, targets)  # sg[log p_S(a)] of Eq. 11
+            t_logp = sampled_token_logprobs(t_out, targets)
+        else:  # (B, T-1, d) hidden states: logits only at the action tokens
+            kl, kl_m = head_topm_tail_reverse_kl(s_out, t_out, mask, *heads, M=o.M)
+            with torch.no_grad():
+                s_logp = head_token_logprobs(s_out, heads[0], targets, mask)
+            t_logp = head_token_logprobs(t_out, heads[1], targets, mask)
+        margin_term, margin_m = privileged_margin(t_logp, s_logp, mask, batch.rewards_B, o.margin, self.beta)
         anchor_term, anchor_m = latent_anchor(c_phi, c_phi0, o.lam)
         loss = weight * (kl + margin_term + anchor_term)
         metrics = {"reverse_kl": weight * kl_m["reverse_kl"], "Delta": weight * margin_m["Delta"],
                    "margin_term": weight * margin_m["margin_term"], "anchor": weight * anchor_m["anchor"],
                    "latent_norm": weight * float(c_phi.detach().norm(dim=-1).mean())}
         return loss, metrics
+
+    def _heads(self) -> tuple | None:
+        """(student head, teacher head) for the hidden-state losses, or None for the logits path."""
+        if not self.head_at_supervised:
+            return None
+        student = output_head(self.student.model)
+        teacher = None if student is None else output_head(self.composer.backbone)
+        return None if teacher is None else (student, teacher)
 
     def after_step(self, sums: dict[str, float]) -> dict[str, float]:
         """Projected dual step of Eq. 13 on the step's Delta; reports beta after the update."""

@@ -58,12 +58,14 @@ class Placement:
         return "frame_ids" in self.batch_fields
 
     def teacher_logits(self, teacher: nn.Module, input_ids_BT: Tensor, attn_mask_BT: Tensor, latents_BNd: Tensor,
-                       **fields: Any) -> Tensor:
+                       *, hidden: bool = False, **fields: Any) -> Tensor:
         """Teacher logits_BTV (B, T, V) with the latents (B, N, d) placed, aligned with the student.
 
         Args:
             teacher: the frozen model (run with every adapter disabled).
             input_ids_BT: LongTensor (B, T), right-padded; attn_mask_BT: (B, T) bool or 0/1.
+            hidden: return the decoder's last hidden states (B, T, d) at the same positions
+                instead of logits (the LM head not applied).
             fields: the batch fields, by name (:attr:`batch_fields` must be given and not None;
                 others are ignored).
 
@@ -73,11 +75,11 @@ class Placement:
         """
         if any(fields.get(f) is None for f in self.batch_fields):
             raise ValueError(f"placement {self.name!r} needs {' and '.join(self.batch_fields)}")
-        return self._logits(teacher, input_ids_BT, attn_mask_BT, latents_BNd,
+        return self._logits(teacher, input_ids_BT, attn_mask_BT, latents_BNd, hidden,
                             *(fields[f] for f in self.batch_fields))
 
     def _logits(self, teacher: nn.Module, input_ids_BT: Tensor, attn_mask_BT: Tensor, latents_BNd: Tensor,
-                *batch_fields: Any) -> Tensor:
+                hidden: bool, *batch_fields: Any) -> Tensor:
         raise NotImplementedError
 
     def opening(self, tokenizer: PreTrainedTokenizerBase, messages: list[Message], tools: list[dict],
@@ -104,8 +106,8 @@ class Prefix(Placement):
     name = "prefix"
     batch_fields = ("insert_at_B",)
 
-    def _logits(self, teacher, input_ids_BT, attn_mask_BT, latents_BNd, insert_at_B):
-        return spliced_logits(teacher, input_ids_BT, attn_mask_BT, latents_BNd, insert_at_B)
+    def _logits(self, teacher, input_ids_BT, attn_mask_BT, latents_BNd, hidden, insert_at_B):
+        return spliced_logits(teacher, input_ids_BT, attn_mask_BT, latents_BNd, insert_at_B, hidden=hidden)
 
 
 class PerTurn(Placement):
@@ -114,7 +116,7 @@ class PerTurn(Placement):
     name = "per-turn"
     batch_fields = ("action_starts",)
 
-    def _logits(self, teacher, input_ids_BT, attn_mask_BT, latents_BNd, action_starts):
+    def _logits(self, teacher, input_ids_BT, attn_mask_BT, latents_BNd, hidden, action_starts):
         """Turn t of each row is scored with the latents right before its action."""
         B, T = input_ids_BT.shape
         if len(action_starts) != B or any(not s for s in action_starts):
@@ -129,8 +131,8 @@ class PerTurn(Placement):
             rows_R = torch.tensor(rows, device=input_ids_BT.device)
             starts_R = torch.tensor([action_starts[b][t] for b in rows], device=input_ids_BT.device)
             logits_RSV = spliced_logits(
-                teacher, input_ids_BT[rows_R, :span], attn_mask_BT[rows_R, :span], latents_BNd[rows_R], starts_R
-            )
+                teacher, input_ids_BT[rows_R, :span], attn_mask_BT[rows_R, :span], latents_BNd[rows_R], starts_R,
+                hidden=hidden)
             if out_BTV is None:
                 out_BTV = logits_RSV.new_zeros(B, T, logits_RSV.shape[-1])
             for r, b in enumerate(rows):
@@ -156,7 +158,7 @@ class Framed(Placement):
     name = "framed"
     batch_fields = ("frame_ids", "insert_at_B")
 
-    def _logits(self, teacher, input_ids_BT, attn_mask_BT, latents_BNd, frame_ids, insert_at_B):
+    def _logits(self, teacher, input_ids_BT, attn_mask_BT, latents_BNd, hidden, frame_ids, insert_at_B):
         """Teacher logits on ``head_b ; c_phi ; tail_b ; completion_b``, aligned with the student."""
         B, T = input_ids_BT.shape
         if len(frame_ids) != B:
@@ -164,7 +166,7 @@ class Framed(Placement):
         ids_BS, mask_BS, shift_B = reprefixed(input_ids_BT, attn_mask_BT, insert_at_B,
                                               [head + tail for head, tail in frame_ids])
         head_B = torch.tensor([len(head) for head, _ in frame_ids], device=input_ids_BT.device)
-        return aligned(spliced_logits(teacher, ids_BS, mask_BS, latents_BNd, head_B), shift_B, T)
+        return aligned(spliced_logits(teacher, ids_BS, mask_BS, latents_BNd, head_B, hidden=hidden), shift_B, T)
 
     def opening(self, tokenizer, messages, tools, env, prompt_ids):
         """The opening prompt re-rendered with the framing (:func:`stages.core.latent.framing.framed_opening_ids`)."""

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from stages.core.models.composer import adapter_scope
+from stages.core.models.head import forward_outputs
 
 
 def check_right_padded(attn_mask_BT: Tensor) -> Tensor:
@@ -35,13 +36,15 @@ def check_right_padded(attn_mask_BT: Tensor) -> Tensor:
 
 
 def spliced_logits(
-    teacher: nn.Module, input_ids_BT: Tensor, attn_mask_BT: Tensor, latents_BNd: Tensor, insert_at_B: Tensor
+    teacher: nn.Module, input_ids_BT: Tensor, attn_mask_BT: Tensor, latents_BNd: Tensor, insert_at_B: Tensor,
+    *, hidden: bool = False,
 ) -> Tensor:
     """Teacher logits_BTV (B, T, V) with latents_BNd (B, N, d) inserted before token insert_at_B[b].
 
     Runs ``teacher`` with every adapter disabled on the token embeddings with the N latents
     spliced in; the output is aligned with the student (module docstring). N = 0 gives the
-    plain model's logits.
+    plain model's logits. With ``hidden``: the decoder's last hidden states (B, T, d) at the same
+    positions instead (:func:`stages.core.models.head.forward_outputs`).
 
     Raises:
         ValueError: a mask that is not right-padded, latents not (B, N, d), or an insertion
@@ -60,7 +63,8 @@ def spliced_logits(
         )
     with adapter_scope(teacher, None):
         if N == 0:
-            return teacher(input_ids=input_ids_BT, attention_mask=attn_mask_BT.long(), use_cache=False).logits
+            return forward_outputs(teacher, hidden, input_ids=input_ids_BT, attention_mask=attn_mask_BT.long(),
+                                   use_cache=False)
         embeds_BTd = teacher.get_input_embeddings()(input_ids_BT)
         d = embeds_BTd.shape[-1]
         S = T + N
@@ -73,12 +77,8 @@ def spliced_logits(
         latents_BSd = latents_BNd.to(embeds_BTd.dtype).gather(1, latent_idx_BS.unsqueeze(-1).expand(B, S, d))
         spliced_BSd = torch.where(is_latent_BS.unsqueeze(-1), latents_BSd, tokens_BSd)
         mask_BS = is_latent_BS | attn_mask_BT.bool().gather(1, real_idx_BS)
-        logits_BSV = teacher(
-            inputs_embeds=spliced_BSd,
-            attention_mask=mask_BS.long(),
-            position_ids=j_1S.expand(B, S),
-            use_cache=False,
-        ).logits
+        logits_BSV = forward_outputs(teacher, hidden, inputs_embeds=spliced_BSd, attention_mask=mask_BS.long(),
+                                     position_ids=j_1S.expand(B, S), use_cache=False)
     i_1T = torch.arange(T, device=input_ids_BT.device).unsqueeze(0)
     out_idx_BT = i_1T + N * (i_1T >= p_B1 - 1)  # last spliced position before token i + 1
     return logits_BSV[torch.arange(B, device=logits_BSV.device).unsqueeze(1), out_idx_BT]

@@ -83,13 +83,14 @@ def teacher_logits(
 
 
 def latent_teacher_logits(backbone: nn.Module, batch: LatentBatch, latents_BNd: Tensor, placement: str | Placement,
-                          *, teacher_model: nn.Module | None = None) -> Tensor:
+                          *, teacher_model: nn.Module | None = None, hidden: bool = False) -> Tensor:
     """:func:`teacher_logits` on a :class:`stages.core.latent.contexts.LatentBatch`: the placement reads
     its own batch fields (:attr:`stages.core.latent.placements.Placement.batch_fields`).
 
     Returns:
         (B, T, V) logits aligned with the student (shift with
-        :func:`stages.core.latent.contexts.shift_for_loss`).
+        :func:`stages.core.latent.contexts.shift_for_loss`); with ``hidden`` the teacher
+        decoder's last hidden states (B, T, d) at the same positions (the LM head not applied).
 
     Raises:
         ValueError: see :func:`teacher_logits` (a framed placement needs a batch built with
@@ -97,7 +98,7 @@ def latent_teacher_logits(backbone: nn.Module, batch: LatentBatch, latents_BNd: 
     """
     chosen = get_placement(placement) if isinstance(placement, str) else placement
     teacher = _frozen_teacher(backbone, teacher_model)
-    return chosen.teacher_logits(teacher, batch.input_ids_BT, batch.attn_mask_BT, latents_BNd,
+    return chosen.teacher_logits(teacher, batch.input_ids_BT, batch.attn_mask_BT, latents_BNd, hidden=hidden,
                                  **{f: getattr(batch, f) for f in chosen.batch_fields})
 
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from stages.core.models.composer import adapter_scope
+from stages.core.models.head import forward_outputs
 
 STUDENT_ADAPTER = "student"
 
 
 def student_logits(
-    backbone: nn.Module, input_ids_BT: Tensor, attn_mask_BT: Tensor, adapter: str | None = STUDENT_ADAPTER
+    backbone: nn.Module, input_ids_BT: Tensor, attn_mask_BT: Tensor, adapter: str | None = STUDENT_ADAPTER,
+    *, hidden: bool = False,
 ) -> Tensor:
-    """Student logits_BTV (B, T, V) of pi_theta^S on right-padded token ids.
+    """Student logits_BTV (B, T, V) of pi_theta^S on right-padded token ids; with ``hidden`` the
+    decoder's last hidden states (B, T, d) instead, the LM head not applied
+    (:mod:`stages.core.models.head`).
 
     Args:
         backbone: shared peft backbone, or a plain model (full fine-tuning).
@@ -29,4 +33,5 @@ def student_logits(
         ValueError: ``adapter`` is not an adapter of ``backbone``.
     """
     with adapter_scope(backbone, adapter):
-        return backbone(input_ids=input_ids_BT, attention_mask=attn_mask_BT.long(), use_cache=False).logits
+        return forward_outputs(backbone, hidden, input_ids=input_ids_BT, attention_mask=attn_mask_BT.long(),
+                               use_cache=False)

@@ -1,0 +1,163 @@
+"""LOPD's losses on hidden states: the LM head applied per chunk of supervised positions.
+
+The functions of :mod:`stages.core.losses.lopd` take (B, T, V) logits, which a model's LM head
+computes at every position before the loss sees them (and their gradient is as large again).
+These take the decoder's last hidden states (B, T, d) and the head's tensors instead: only the
+masked positions are gathered, and each chunk of at most ``chunk_size`` of them computes its
+logits ``h @ W.T + b``, its loss terms and nothing else, under activation checkpointing, so
+neither the forward nor the backward ever holds more than one chunk's (chunk_size x V) logits;
+the backward recomputes each chunk's logits once (one more head matmul per supervised position).
+Values and gradients equal the logits functions on ``head(h)`` (tests/test_head_losses.py).
+Liger-Kernel's fused linear losses do the same on CUDA (Triton); these run on any device.
+
+Alignment as in :mod:`stages.core.losses.lopd`: ``h[b, t]`` is the hidden state whose logits
+score ``token_ids[b, t]`` and ``mask[b, t]`` says whether that position is supervised (callers
+shift HF outputs first). Every loss returns ``(loss, metrics)``.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+from torch import Tensor
+from torch.nn.functional import linear
+from torch.utils.checkpoint import checkpoint
+
+from stages.core.losses.lopd import (
+    DEFAULT_CHUNK_SIZE, Reduction, _check_chunk_size, _check_token_ids, _mask_positions, _reduction_weights,
+    _token_logprobs, _topm_tail_kl_rows,
+)
+
+
+class LMHead(NamedTuple):
+    """An output embedding as tensors: ``logits = h @ weight_Vd.T + bias_V``."""
+
+    weight_Vd: Tensor  # (V, d), the model's dtype; requires grad when the head is trained
+    bias_V: Tensor | None  # (V,) or None
+
+
+def _check_hidden(h_BTd: Tensor, head: LMHead, name: str) -> None:
+    if h_BTd.dim() != 3:
+        raise ValueError(f"{name} hidden states must be (B, T, d), got {tuple(h_BTd.shape)}")
+    w = head.weight_Vd
+    if w.dim() != 2 or w.shape[1] != h_BTd.shape[-1]:
+        raise ValueError(f"{name} head weight must be (V, d={h_BTd.shape[-1]}), got {tuple(w.shape)}")
+    if head.bias_V is not None and tuple(head.bias_V.shape) != (w.shape[0],):
+        raise ValueError(f"{name} head bias must be (V={w.shape[0]},), got {tuple(head.bias_V.shape)}")
+
+
+def _chunks(fn: Callable[..., tuple[Tensor, ...]], chunk_size: int, rows: tuple[Tensor, ...],
+            shared: tuple[Tensor | None, ...]) -> list[tuple[Tensor, ...]]:
+    """``fn(*row_chunk, *shared)`` per chunk of ``chunk_size`` rows, under activation checkpointing
+    when a gradient is needed (the chunk's logits are recomputed in the backward, never kept)."""
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*rows, *shared))
+    out = []
+    for parts in zip(*(r.split(chunk_size) for r in rows)):
+        out.append(checkpoint(fn, *parts, *shared, use_reentrant=False) if grad else fn(*parts, *shared))
+    return out
+
+
+def head_topm_tail_reverse_kl(
+    student_h_BTd: Tensor,
+    teacher_h_BTd: Tensor,
+    mask_BT: Tensor,
+    student_head: LMHead,
+    teacher_head: LMHead,
+    M: int = 20,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    reduction: Reduction = "trajectory",
+) -> tuple[Tensor, dict[str, float]]:
+    """Eq. 9-10 of the LOPD paper (top-M + tail reverse KL) from hidden states and LM heads.
+
+    Equal to :func:`stages.core.losses.lopd.topm_tail_reverse_kl` on the logits
+    ``student_head(student_h)`` and ``teacher_head(teacher_h)``, in value, metrics and gradient,
+    without computing logits at unsupervised positions or holding more than one chunk of them.
+    Gradient reaches both hidden states and any head tensor that requires grad (a fully
+    fine-tuned student's head; LOPD's teacher head is frozen, its hidden states carry the
+    composer's gradient).
+
+    Args:
+        student_h_BTd, teacher_h_BTd: float hidden states (B, T, d), aligned with ``mask_BT``.
+        mask_BT: bool or 0/1 float (B, T), 1 on supervised action tokens.
+        student_head, teacher_head: :class:`LMHead` of each model, weights (V, d) of one V.
+        M: teacher top-M support size (paper default 20), >= 1.
+        chunk_size: supervised positions per chunk, >= 1.
+        reduction: "trajectory" (Eq. 10) or "token".
+
+    Returns:
+        loss: scalar float32 (float64 for float64 inputs) tensor, in nats.
+        metrics: reverse_kl, teacher_tail_mass, student_tail_mass, num_tokens (as the logits function).
+
+    Raises:
+        ValueError: hidden states not (B, T, d) of one shape, head shapes that do not fit, wrong
+            mask shape or values, M < 1, chunk_size < 1, unknown reduction.
+    """
+    _check_hidden(student_h_BTd, student_head, "student")
+    _check_hidden(teacher_h_BTd, teacher_head, "teacher")
+    if student_h_BTd.shape != teacher_h_BTd.shape or student_head.weight_Vd.shape[0] != teacher_head.weight_Vd.shape[0]:
+        raise ValueError(f"student/teacher shapes differ: hidden {tuple(student_h_BTd.shape)} vs "
+                         f"{tuple(teacher_h_BTd.shape)}, vocabulary {student_head.weight_Vd.shape[0]} vs "
+                         f"{teacher_head.weight_Vd.shape[0]}")
+    if M < 1:
+        raise ValueError(f"M must be >= 1, got {M}")
+    _check_chunk_size(chunk_size)
+    B, T, _ = student_h_BTd.shape
+    b_idx, t_idx = _mask_positions(mask_BT, (B, T))
+    dtype = torch.float64 if student_h_BTd.dtype == torch.float64 else torch.float32
+    weights_N = _reduction_weights(b_idx, B, reduction, dtype)
+
+    def rows_fn(s_cd: Tensor, t_cd: Tensor, ws: Tensor, bs: Tensor | None, wt: Tensor, bt: Tensor | None):
+        return _topm_tail_kl_rows(linear(s_cd, ws, bs), linear(t_cd, wt, bt), M)
+
+    num_tokens = b_idx.numel()
+    if not num_tokens:  # 0 with a defined, all-zero gradient
+        zero = (student_h_BTd.sum() + teacher_h_BTd.sum()).to(dtype) * 0.0
+        return zero, {"reverse_kl": 0.0, "teacher_tail_mass": 0.0, "student_tail_mass": 0.0, "num_tokens": 0.0}
+    parts = _chunks(rows_fn, chunk_size, (student_h_BTd[b_idx, t_idx], teacher_h_BTd[b_idx, t_idx]),
+                    (*student_head, *teacher_head))
+    kl_N, t_tail_N, s_tail_N = (torch.cat(p) for p in zip(*parts))
+    loss = (kl_N * weights_N).sum()
+    return loss, {"reverse_kl": float(loss.detach()), "teacher_tail_mass": float(t_tail_N.mean()),
+                  "student_tail_mass": float(s_tail_N.mean()), "num_tokens": float(num_tokens)}
+
+
+def head_token_logprobs(
+    h_BTd: Tensor, head: LMHead, token_ids_BT: Tensor, mask_BT: Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> Tensor:
+    """log_softmax(head(h))[id] at the masked positions, 0 elsewhere: the gather behind delta in
+    Eq. 11 of the LOPD paper, with the head applied only where ``mask_BT`` is set.
+
+    Equal at masked positions to :func:`stages.core.losses.lopd.sampled_token_logprobs` on
+    ``head(h)``; differentiable w.r.t. ``h_BTd`` and the head tensors; one chunk of (chunk_size x
+    V) logits at a time (recomputed in the backward).
+
+    Args:
+        h_BTd: float hidden states (B, T, d), aligned with ``token_ids_BT``.
+        head: :class:`LMHead`, weight (V, d).
+        token_ids_BT: int64 ids (B, T); in [0, V) where ``mask_BT`` is set (others are ignored).
+        mask_BT: bool or 0/1 float (B, T).
+        chunk_size: positions per chunk, >= 1.
+
+    Returns:
+        logp_BT: (B, T) log-probabilities in nats, float32 (float64 for float64 inputs); 0 where
+        the mask is 0.
+
+    Raises:
+        ValueError: shapes that do not fit, a non-0/1 mask, an id outside [0, V) at a masked
+            position, chunk_size < 1.
+    """
+    _check_hidden(h_BTd, head, "")
+    _check_chunk_size(chunk_size)
+    if tuple(token_ids_BT.shape) != tuple(h_BTd.shape[:2]):
+        raise ValueError(f"expected ids (B, T) = {tuple(h_BTd.shape[:2])}, got {tuple(token_ids_BT.shape)}")
+    b_idx, t_idx = _mask_positions(mask_BT, tuple(token_ids_BT.shape))
+    ids_N = token_ids_BT[b_idx, t_idx]
+    _check_token_ids(ids_N, head.weight_Vd.shape[0])
+    dtype = torch.float64 if h_BTd.dtype == torch.float64 else torch.float32
+
+    def rows_fn(h_cd: Tensor, ids_c: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor]:
+        return (_token_logprobs(linear(h_cd, w, b), ids_c),)
+
+    parts = _chunks(rows_fn, chunk_size, (h_BTd[b_idx, t_idx], ids_N), tuple(head))
+    logp_N = torch.cat([p[0] for p in parts]) if parts else h_BTd.new_zeros(0, dtype=dtype)
+    return h_BTd.new_zeros(token_ids_BT.shape, dtype=dtype).index_put((b_idx, t_idx), logp_N)

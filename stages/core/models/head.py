@@ -1,0 +1,89 @@
+"""The LM head split off a causal LM: its decoder's last hidden states, and the head that turns
+them into logits, so a loss can apply the head only at the positions it supervises.
+
+A Hugging Face causal LM computes ``logits = lm_head(decoder(...).last_hidden_state)``; some
+architectures then change the logits (soft-capping, a logit scale or divisor). :func:`output_head`
+checks, once per model, that the model's logits ARE its output embedding applied to the
+decoder's last hidden state (a 2-token forward compared both ways), and returns the head's
+weight and bias only then; :func:`forward_outputs` runs either the whole model (logits) or the
+decoder alone (hidden states) with the same arguments. A model whose logits differ, whose head
+is not a plain ``nn.Linear`` (a LoRA-adapted head) or whose weights are sharded (FSDP2
+DTensors) gets ``None``: its callers keep the full-logits path.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from peft import PeftModel
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
+
+from stages.core.losses.head import LMHead
+from stages.core.models.composer import adapter_scope
+
+
+_CHECKED: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
+def _causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers causal LM inside ``model`` (a peft wrapper's base model, with its LoRA
+    layers injected in place)."""
+    return model.get_base_model() if isinstance(model, PeftModel) else model
+
+
+def _decoder(model: nn.Module) -> nn.Module:
+    lm = _causal_lm(model)
+    decoder = getattr(lm, "base_model", None)
+    if decoder is None or decoder is lm:
+        raise ValueError(f"{type(lm).__name__} has no separate decoder module (base_model)")
+    return decoder
+
+
+def forward_outputs(model: nn.Module, hidden: bool, **inputs: Any) -> Tensor:
+    """The model's logits (B, T, V), or with ``hidden`` its decoder's last hidden states (B, T, d).
+
+    ``inputs`` are the keyword arguments of the model's forward (``input_ids`` or
+    ``inputs_embeds``, ``attention_mask``, ``position_ids``, ``use_cache``); the active adapter is
+    the caller's. With ``hidden`` the LM head is not applied: :func:`output_head` gives it.
+
+    Raises:
+        ValueError: ``hidden`` for a model without a separate decoder module.
+    """
+    if not hidden:
+        return model(**inputs).logits
+    return _decoder(model)(**inputs).last_hidden_state
+
+
+def output_head(model: nn.Module) -> LMHead | None:
+    """The output embedding of ``model`` as an :class:`LMHead`, or None where the model's logits
+    are not exactly that head applied to its decoder's last hidden state.
+
+    Checked once per model object (a no-grad forward of 2 tokens through the whole model and
+    through the decoder + head, with every adapter disabled; relative tolerance 1e-4); later
+    calls only re-read the head's tensors, so a trained head is returned as it is now.
+    Never checked (None at once): a head that is not a plain ``nn.Linear``, or DTensor weights.
+    """
+    lm = _causal_lm(model)
+    head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
+    if type(head) is not nn.Linear or isinstance(head.weight, DTensor):
+        return None
+    if model not in _CHECKED:
+        _CHECKED[model] = _head_reproduces_logits(model, head)
+    return LMHead(head.weight, head.bias) if _CHECKED[model] else None
+
+
+def _head_reproduces_logits(model: nn.Module, head: nn.Linear) -> bool:
+    try:
+        decoder = _decoder(model)
+    except ValueError:
+        return False
+    ids_12 = torch.tensor([[0, 1]], device=head.weight.device)
+    with torch.no_grad(), adapter_scope(model, None):
+        logits_12V = model(input_ids=ids_12, use_cache=False).logits
+        hidden_12d = decoder(input_ids=ids_12, use_cache=False).last_hidden_state
+        rebuilt_12V = nn.functional.linear(hidden_12d, head.weight, head.bias)
+    scale = float(logits_12V.float().abs().max()) or 1.0
+    return logits_12V.shape == rebuilt_12V.shape and bool(
+        ((logits_12V.float() - rebuilt_12V.float()).abs().max() <= 1e-4 * scale))

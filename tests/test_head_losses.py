@@ -1,0 +1,179 @@
+"""LOPD's losses on hidden states with the LM head applied per chunk of supervised positions
+(stages/core/losses/head.py) against the logits functions of stages/core/losses/lopd.py on
+``head(h)``; the head split off real models (stages/core/models/head.py); whole LOPD steps on the
+tiny model through both paths."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from torch.nn.functional import linear
+from transformers import Gemma2Config, Gemma2ForCausalLM
+
+from stages.core.losses.head import LMHead, head_token_logprobs, head_topm_tail_reverse_kl
+from stages.core.losses.lopd import sampled_token_logprobs, topm_tail_reverse_kl
+from stages.core.models.head import forward_outputs, output_head
+from stages.distill import Distiller
+from stages.methods import lopd as lopd_method
+from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
+from tests.tiny import tiny_model, tiny_tokenizer
+
+B, T, D, V = 3, 7, 5, 40
+
+
+def _leaves(seed: int = 1, bias: bool = True) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = {name: torch.randn(*shape, dtype=torch.float64, generator=g)
+           for name, shape in (("hs", (B, T, D)), ("ht", (B, T, D)), ("ws", (V, D)), ("wt", (V, D)), ("bs", (V,)))}
+    if not bias:
+        out.pop("bs")
+    return {k: v.requires_grad_() for k, v in out.items()}
+
+
+def _mask(seed: int = 2) -> torch.Tensor:
+    mask = torch.rand(B, T, generator=torch.Generator().manual_seed(seed)) > 0.4
+    mask[1] = False  # a row without supervised tokens
+    mask[0, 0] = True
+    return mask
+
+
+@pytest.mark.parametrize("M", [6, V])  # V: no tail bucket (the full reverse KL)
+@pytest.mark.parametrize("reduction", ["trajectory", "token"])
+@pytest.mark.parametrize("chunk_size", [1, 3, 1000])
+def test_head_reverse_kl_equals_the_logits_function(M, reduction, chunk_size):
+    mask = _mask()
+    ref = _leaves()
+    loss_ref, m_ref = topm_tail_reverse_kl(linear(ref["hs"], ref["ws"], ref["bs"]), linear(ref["ht"], ref["wt"]),
+                                           mask, M=M, reduction=reduction)
+    loss_ref.backward()
+    new = _leaves()
+    loss, m = head_topm_tail_reverse_kl(new["hs"], new["ht"], mask, LMHead(new["ws"], new["bs"]),
+                                        LMHead(new["wt"], None), M=M, chunk_size=chunk_size, reduction=reduction)
+    loss.backward()
+    assert loss.dtype == torch.float64 and loss.item() > 0
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-12, atol=1e-14)
+    assert m == pytest.approx(m_ref, rel=1e-12, abs=1e-14)
+    for name in ref:  # hidden states and both heads get the same gradient
+        torch.testing.assert_close(new[name].grad, ref[name].grad, rtol=1e-10, atol=1e-13, msg=name)
+    assert new["hs"].grad[1].abs().max() == 0  # the unsupervised row gets none
+
+
+def test_head_reverse_kl_hand_values_and_edge_cases():
+    # one position, V = 2, M = 1: buckets (top-1, tail); student logits (0, 0), teacher (log 3, 0)
+    h = torch.tensor([[[1.0, 0.0]]], dtype=torch.float64, requires_grad=True)
+    student = LMHead(torch.zeros(2, 2, dtype=torch.float64), None)
+    teacher = LMHead(torch.tensor([[math.log(3.0), 0.0], [0.0, 0.0]], dtype=torch.float64), None)
+    loss, m = head_topm_tail_reverse_kl(h, h.detach(), torch.ones(1, 1, dtype=torch.bool), student, teacher, M=1)
+    # KL((1/2, 1/2) || (3/4, 1/4)) = 1/2 log(2/3) + 1/2 log 2
+    assert loss.item() == pytest.approx(0.5 * math.log(2 / 3) + 0.5 * math.log(2.0), rel=1e-12)
+    assert m["teacher_tail_mass"] == pytest.approx(0.25) and m["student_tail_mass"] == pytest.approx(0.5)
+    # p = q: 0, and a zero gradient
+    x = _leaves()
+    same, _ = head_topm_tail_reverse_kl(x["hs"], x["hs"], _mask(), LMHead(x["ws"], None), LMHead(x["ws"], None), M=4)
+    same.backward()
+    assert same.item() == pytest.approx(0.0, abs=1e-14) and x["hs"].grad.abs().max() < 1e-12
+    # nothing supervised: 0 with a defined all-zero gradient, never NaN
+    y = _leaves()
+    empty, m = head_topm_tail_reverse_kl(y["hs"], y["ht"], torch.zeros(B, T), LMHead(y["ws"], None), LMHead(y["wt"], None))
+    empty.backward()
+    assert empty.item() == 0.0 and m["num_tokens"] == 0.0 and torch.equal(y["ht"].grad, torch.zeros(B, T, D))
+
+
+def test_head_reverse_kl_refuses_shapes_that_do_not_fit():
+    x = _leaves()
+    head = LMHead(x["ws"], None)
+    with pytest.raises(ValueError, match="hidden states must be"):
+        head_topm_tail_reverse_kl(x["hs"][0], x["ht"][0], _mask()[0], head, head)
+    with pytest.raises(ValueError, match="head weight must be"):
+        head_topm_tail_reverse_kl(x["hs"], x["ht"], _mask(), LMHead(x["ws"][:, :3], None), head)
+    with pytest.raises(ValueError, match="differ"):
+        head_topm_tail_reverse_kl(x["hs"], x["ht"], _mask(), LMHead(x["ws"][:5], None), head)
+    with pytest.raises(ValueError, match="M must be"):
+        head_topm_tail_reverse_kl(x["hs"], x["ht"], _mask(), head, head, M=0)
+    with pytest.raises(ValueError, match="token ids"):
+        head_token_logprobs(x["hs"], head, torch.full((B, T), V), _mask())
+
+
+def test_head_token_logprobs_equal_the_logits_gather_at_masked_positions():
+    mask, ids = _mask(), torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(3))
+    ids[~mask] = -100  # ignored where unsupervised
+    ref, new = _leaves(), _leaves()
+    logp_ref = sampled_token_logprobs(linear(ref["ht"], ref["wt"], ref["bs"]), ids.clamp(min=0))
+    (logp_ref * mask).sum().backward()
+    logp = head_token_logprobs(new["ht"], LMHead(new["wt"], new["bs"]), ids, mask, chunk_size=2)
+    logp.sum().backward()
+    torch.testing.assert_close(logp[mask], logp_ref[mask], rtol=1e-12, atol=1e-14)
+    assert torch.equal(logp[~mask], torch.zeros(int((~mask).sum()), dtype=torch.float64))
+    for name in ("ht", "wt", "bs"):
+        torch.testing.assert_close(new[name].grad, ref[name].grad, rtol=1e-10, atol=1e-13, msg=name)
+
+
+def test_no_full_logits_are_kept_for_the_backward():
+    """Autograd saves no tensor with more than one chunk of vocabulary rows (logits are recomputed)."""
+    x = _leaves()
+    chunk = 2
+    saved: list[tuple[int, ...]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss, _ = head_topm_tail_reverse_kl(x["hs"], x["ht"], torch.ones(B, T, dtype=torch.bool),
+                                            LMHead(x["ws"], None), LMHead(x["wt"], None), M=4, chunk_size=chunk)
+        logp = head_token_logprobs(x["ht"], LMHead(x["wt"], None), torch.zeros(B, T, dtype=torch.long),
+                                   torch.ones(B, T, dtype=torch.bool), chunk_size=chunk)
+    (loss + logp.sum()).backward()
+    vocab_rows = [s for s in saved if s and s[-1] == V and len(s) == 2 and s != (V, D)]
+    assert saved and not vocab_rows  # neither (N, V) logits nor a chunk's: only inputs are saved
+    assert x["hs"].grad.abs().max() > 0
+
+
+def test_output_head_of_real_models():
+    model = tiny_model(tiny_tokenizer())
+    head = output_head(model)
+    assert head is not None and head.weight_Vd is model.get_output_embeddings().weight
+    ids = torch.tensor([[5, 9, 17, 3]])
+    with torch.no_grad():
+        hidden = forward_outputs(model, True, input_ids=ids, use_cache=False)
+        logits = forward_outputs(model, False, input_ids=ids, use_cache=False)
+    assert hidden.shape == (1, 4, model.config.hidden_size)
+    torch.testing.assert_close(linear(hidden, *head), logits)
+    # peft-wrapped: the same head through the wrapper
+    wrapped = get_peft_model(tiny_model(tiny_tokenizer()), LoraConfig(r=2, target_modules=["q_proj"]))
+    assert output_head(wrapped) is not None
+    # a LoRA-adapted head is no plain Linear: the logits path
+    lora_head = get_peft_model(tiny_model(tiny_tokenizer()), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
+    assert output_head(lora_head) is None
+    # soft-capped logits are not head(hidden): the logits path
+    config = Gemma2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=8, final_logit_softcapping=0.5)
+    assert output_head(Gemma2ForCausalLM(config).eval()) is None
+    config.final_logit_softcapping = None
+    assert output_head(Gemma2ForCausalLM(config).eval()) is not None
+
+
+@pytest.mark.parametrize("lora_rank", [4, 0])  # 0: full fine-tuning, the student's head trained
+def test_lopd_steps_equal_through_hidden_states_and_logits(assets, tmp_path, monkeypatch, lora_rank):
+    """Two LOPD steps (student LoRA or full fine-tuning, composer trained): metrics and weights of
+    the head-at-supervised-positions path equal the full-logits path."""
+    def run(name: str) -> tuple[list[dict], dict[str, torch.Tensor]]:
+        trainer = Distiller(make_config(assets, tmp_path, name, steps=2, checkpoint_every=2, student_lora_rank=lora_rank))
+        trainer.fit()
+        assert (trainer.method._heads() is not None) == lopd_method.LOPD.head_at_supervised
+        weights = {f"student.{n}": p.detach().clone() for n, p in trainer.student.model.named_parameters()
+                   if p.requires_grad}
+        weights.update({f"composer.{i}": p.detach().clone() for i, p in enumerate(trainer.method.composer_params)})
+        return metrics(trainer.out), weights
+
+    head_rows, head_weights = run("head")
+    monkeypatch.setattr(lopd_method.LOPD, "head_at_supervised", False)
+    logit_rows, logit_weights = run("logits")
+    for a, b in zip(logit_rows, head_rows):
+        for key in ("loss", "reverse_kl", "Delta", "anchor", "latent_norm", "grad_norm_student", "grad_norm_composer"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    assert any(r["grad_norm_composer"] > 0 for r in head_rows) and all(r["reverse_kl"] > 0 for r in head_rows)
+    for name, value in logit_weights.items():  # two Adam steps at lr 1e-2; float32 summation order
+        torch.testing.assert_close(head_weights[name], value, rtol=1e-3, atol=2e-5, msg=lambda m: f"{name}: {m}")
