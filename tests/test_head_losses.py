@@ -5,6 +5,7 @@ tiny model through both paths."""
 from __future__ import annotations
 
 import math
+import shutil
 
 import pytest
 import torch
@@ -13,11 +14,13 @@ from torch.nn.functional import linear
 from transformers import Gemma2Config, Gemma2ForCausalLM
 
 from stages.core.losses.head import LMHead, head_token_logprobs, head_topm_tail_reverse_kl
+from stages.core.losses.kd import generalized_jsd
+from stages.core.losses.sdpo import sdpo_topk_loss
 from stages.core.losses.lopd import sampled_token_logprobs, topm_tail_reverse_kl
 from stages.core.models.head import forward_outputs, output_head
-from stages.distill import Distiller
-from stages.methods import lopd as lopd_method
-from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
+from stages.distill import DistillConfig, Distiller
+from stages.methods import Method
+from tests.test_distill import ENV, _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 from tests.tiny import tiny_model, tiny_tokenizer
 
 B, T, D, V = 3, 7, 5, 40
@@ -162,14 +165,14 @@ def test_lopd_steps_equal_through_hidden_states_and_logits(assets, tmp_path, mon
     def run(name: str) -> tuple[list[dict], dict[str, torch.Tensor]]:
         trainer = Distiller(make_config(assets, tmp_path, name, steps=2, checkpoint_every=2, student_lora_rank=lora_rank))
         trainer.fit()
-        assert (trainer.method._heads() is not None) == lopd_method.LOPD.head_at_supervised
+        assert (trainer.method._heads() is not None) == Method.head_at_supervised
         weights = {f"student.{n}": p.detach().clone() for n, p in trainer.student.model.named_parameters()
                    if p.requires_grad}
         weights.update({f"composer.{i}": p.detach().clone() for i, p in enumerate(trainer.method.composer_params)})
         return metrics(trainer.out), weights
 
     head_rows, head_weights = run("head")
-    monkeypatch.setattr(lopd_method.LOPD, "head_at_supervised", False)
+    monkeypatch.setattr(Method, "head_at_supervised", False)
     logit_rows, logit_weights = run("logits")
     for a, b in zip(logit_rows, head_rows):
         for key in ("loss", "reverse_kl", "Delta", "anchor", "latent_norm", "grad_norm_student", "grad_norm_composer"):
@@ -177,3 +180,70 @@ def test_lopd_steps_equal_through_hidden_states_and_logits(assets, tmp_path, mon
     assert any(r["grad_norm_composer"] > 0 for r in head_rows) and all(r["reverse_kl"] > 0 for r in head_rows)
     for name, value in logit_weights.items():  # two Adam steps at lr 1e-2; float32 summation order
         torch.testing.assert_close(head_weights[name], value, rtol=1e-3, atol=2e-5, msg=lambda m: f"{name}: {m}")
+
+
+def _method_config(assets, tmp_path, method: str, name: str, **options) -> DistillConfig:
+    model_dir, _, store_template = assets
+    store = tmp_path / f"store-{name}"
+    shutil.copytree(store_template, store)
+    return DistillConfig(method=method, env=ENV, store=str(store), out=str(tmp_path / name), model=str(model_dir),
+                         lr=1e-2, steps=2, tasks_per_step=2, group_size=2, max_new_tokens=8, temperature=1.0,
+                         student_lora_rank=4, micro_batch=2, max_len=256, checkpoint_every=2, run_id=name,
+                         options=options)
+
+
+@pytest.mark.parametrize("method,options,keys", [
+    ("grpo", {"kl_coef": 0.1}, ("loss", "pg_loss", "kl_ref")),
+    ("skill-sd", {}, ("loss", "pg_loss", "sdl")),
+    ("opsd", {}, ("loss", "kd_loss")),
+    ("sdft", {}, ("loss", "forward_kl", "reverse_kl")),
+    ("sdpo", {}, ("loss", "distill_loss", "reverse_kl")),
+])
+def test_every_method_steps_equal_through_hidden_states_and_logits(assets, tmp_path, monkeypatch, method, options, keys):
+    """Two steps of each baseline: metrics and student weights of the head-at-supervised-positions
+    path equal the full-logits path (the same rollouts: same seed)."""
+    def run(name: str) -> tuple[list[dict], dict[str, torch.Tensor]]:
+        trainer = Distiller(_method_config(assets, tmp_path, method, name, **options))
+        trainer.fit()
+        assert (trainer.method.output_head(trainer.student.model) is not None) == Method.head_at_supervised
+        return metrics(trainer.out), {n: p.detach().clone() for n, p in trainer.student.model.named_parameters()
+                                      if p.requires_grad}
+
+    head_rows, head_weights = run("head")
+    monkeypatch.setattr(Method, "head_at_supervised", False)
+    logit_rows, logit_weights = run("logits")
+    assert len(head_rows) == len(logit_rows) == 2
+    for a, b in zip(logit_rows, head_rows):
+        for key in (*keys, "grad_norm_student"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    assert any(r["grad_norm_student"] > 0 for r in head_rows)
+    for name, value in logit_weights.items():
+        torch.testing.assert_close(head_weights[name], value, rtol=1e-3, atol=2e-5, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("loss_name", ["jsd", "sdpo"])
+def test_baseline_losses_with_heads_equal_them_on_logits(loss_name):
+    """generalized_jsd (OPSD, SDFT) and sdpo_topk_loss given hidden states and heads: the values,
+    metrics and student-side gradients (hidden states, a trained head) of the logits call."""
+    mask = _mask()
+    ids = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(4))
+    old = torch.randn(B, T, dtype=torch.float64, generator=torch.Generator().manual_seed(5)) - 3.0
+
+    def call(x: dict, heads: bool):
+        s, t = (x["hs"], x["ht"]) if heads else (linear(x["hs"], x["ws"], x["bs"]), linear(x["ht"], x["wt"]))
+        pair = (LMHead(x["ws"], x["bs"]), LMHead(x["wt"], None)) if heads else None
+        if loss_name == "jsd":
+            return generalized_jsd(s, t, mask, 0.3, temperature=1.5, chunk_size=2, heads=pair)
+        return sdpo_topk_loss(s, t, ids, mask, old, k=5, alpha=0.5, temperature=1.5, chunk_size=2, heads=pair)
+
+    ref, new = _leaves(), _leaves()
+    loss_ref, m_ref = call(ref, False)
+    loss_ref.backward()
+    loss, m = call(new, True)
+    loss.backward()
+    assert loss.item() > 0
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-12, atol=1e-14)
+    assert m == pytest.approx(m_ref, rel=1e-10, abs=1e-13)
+    for name in ("hs", "ws", "bs"):
+        torch.testing.assert_close(new[name].grad, ref[name].grad, rtol=1e-10, atol=1e-13, msg=name)
+    assert new["ht"].grad is None and new["wt"].grad is None  # the teacher is detached in both

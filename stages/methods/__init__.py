@@ -29,6 +29,7 @@ from schemas import Trajectory
 from stages.core.data.rows import TrainRow
 from stages.core.models.assembly import load_student
 from stages.core.models.backbone import resolve_device_dtype
+from stages.core.models.head import LMHead, output_head
 from stages.core.registry import Registry
 
 # Registry line per method module: importing it registers its class.
@@ -140,6 +141,9 @@ class Method:
     data_parallel: ClassVar[bool] = True
     name: ClassVar[str] = ""
     update_epochs: int = 1  # optimizer updates per step on the same rollouts (PPO epochs)
+    # losses take hidden states and apply the LM head only where they read it; False: full
+    # (B, T, V) logits everywhere (the same values, more memory and time; tests compare the two)
+    head_at_supervised: ClassVar[bool] = True
 
     def __init__(self, options: BaseModel, config: Any, resume_from: Path | None, state: dict) -> None:
         self.options, self.config = options, config
@@ -151,6 +155,12 @@ class Method:
         """Fill option defaults that depend on files (e.g. a checkpoint's values) before the
         run's settings are frozen or compared on resume; raises ValueError on a mismatch."""
         return options
+
+    def output_head(self, model: nn.Module) -> LMHead | None:
+        """``model``'s LM head for a loss that applies it only at supervised positions
+        (:mod:`stages.core.losses.head`), or None: the full-logits path (a model whose logits are
+        not its head on its last hidden state, a sharded head, or ``head_at_supervised`` off)."""
+        return output_head(model) if self.head_at_supervised else None
 
     def build_student(self, resume_from: Path | None) -> Student:
         """The student: a LoRA adapter (or a full copy) on ``config.model``, fresh or restored."""

@@ -190,11 +190,12 @@ class TextTeacher:
             p.requires_grad_(False)
 
     def logits(self, input_ids_BT: Tensor, attn_mask_BT: Tensor, insert_at_B: Tensor,
-               prefix_ids: list[list[int]]) -> Tensor:
-        """Teacher logits_BTV (B, T, V) of the rows' completions under ``prefix_ids`` (no grad;
+               prefix_ids: list[list[int]], hidden: bool = False) -> Tensor:
+        """Teacher logits_BTV (B, T, V) of the rows' completions under ``prefix_ids``, or with
+        ``hidden`` its last hidden states (B, T, d) (no grad;
         :func:`stages.core.latent.teacher.context_teacher_logits`)."""
         return context_teacher_logits(self.model, input_ids_BT, attn_mask_BT, insert_at_B, prefix_ids,
-                                      adapter=self.adapter)
+                                      adapter=self.adapter, hidden=hidden)
 
     @torch.no_grad()
     def update(self) -> None:
@@ -313,13 +314,17 @@ class ReferenceMethod(Method):
                                requires_grad=True)
             return zero, dict.fromkeys(self.loss_metrics, 0.0)
         ids_BT, attn_BT, mask_BT, _, insert_B = pad_rows(s.tokenizer, [rows[i] for i in keep], self.device)
-        s_logits = student_logits(s.model, ids_BT, attn_BT, adapter=s.adapter)
-        t_logits = self.teacher.logits(ids_BT, attn_BT, insert_B, [extras[i].prefix_ids for i in keep])
+        s_head = self.output_head(s.model)
+        t_head = None if s_head is None else self.output_head(self.teacher.model)
+        heads = None if t_head is None else (s_head, t_head)  # (B, T, d) hidden states, else logits
+        s_out = student_logits(s.model, ids_BT, attn_BT, adapter=s.adapter, hidden=heads is not None)
+        t_out = self.teacher.logits(ids_BT, attn_BT, insert_B, [extras[i].prefix_ids for i in keep],
+                                    hidden=heads is not None)
         first = extras[keep[0]]
-        loss, m = generalized_jsd(s_logits[:, :-1], t_logits[:, :-1], mask_BT[:, 1:], o.beta,
+        loss, m = generalized_jsd(s_out[:, :-1], t_out[:, :-1], mask_BT[:, 1:], o.beta,
                                   temperature=o.loss_temperature, chunk_size=o.chunk_size,
                                   reduction=o.reduction, num_sequences=first.step_sequences,
-                                  num_tokens=first.step_tokens)
+                                  num_tokens=first.step_tokens, heads=heads)
         return loss, {k: m[k] for k in self.loss_metrics}
 
     def after_step(self, sums: dict[str, float]) -> dict[str, float]:

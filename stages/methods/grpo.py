@@ -29,12 +29,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from stages.core.data.rows import TrainRow, pad_rows
+from stages.core.losses.head import head_token_logprobs
 from stages.core.losses.pg import group_advantages, k3_kl, ppo_clip_loss, token_logprobs
 from stages.core.models.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, register
@@ -147,8 +148,8 @@ class GRPO(Method):
         ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, rows, self.device)
         keep_B1 = torch.tensor([e.keep for e in extras], dtype=torch.bool, device=self.device).unsqueeze(1)
         mask = (mask & keep_B1)[:, 1:]
-        logits = student_logits(s.model, ids, attn, adapter=s.adapter)
-        logp = token_logprobs(logits[:, :-1], ids[:, 1:], self.temperature)
+        logp = self.sampled_logprobs(s.model, lambda hidden: student_logits(s.model, ids, attn, adapter=s.adapter,
+                                                                            hidden=hidden), ids, mask)
         old = old[:, 1:].to(logp.dtype)
         old = torch.where(mask & torch.isnan(old), logp.detach(), old)  # no recorded log-prob: ratio 1
         adv = torch.tensor([e.advantage for e in extras], dtype=logp.dtype, device=logp.device)
@@ -160,9 +161,9 @@ class GRPO(Method):
                                                ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean")}}
         if o.kl_coef > 0:
             with torch.no_grad():
-                ref_logits = (student_logits(s.model, ids, attn, adapter=None) if self.reference_policy is None
-                              else student_logits(self.reference_policy, ids, attn, adapter=None))
-                ref_logp = token_logprobs(ref_logits[:, :-1], ids[:, 1:], self.temperature)
+                ref = s.model if self.reference_policy is None else self.reference_policy
+                ref_logp = self.sampled_logprobs(ref, lambda hidden: student_logits(ref, ids, attn, adapter=None,
+                                                                                    hidden=hidden), ids, mask)
             kl, km = k3_kl(logp, ref_logp, mask, aggregation=o.aggregation, denominator=denom)
             loss = loss + o.kl_coef * kl
             metrics["kl_ref"] = km["kl_ref"]
@@ -171,6 +172,20 @@ class GRPO(Method):
             loss = loss + extra
         metrics.update(extra_m)
         return loss, metrics
+
+    def sampled_logprobs(self, model: torch.nn.Module, forward: Callable[[bool], torch.Tensor], ids: torch.Tensor,
+                         mask: torch.Tensor) -> torch.Tensor:
+        """(B, T-1) log-probs of ``ids[:, 1:]`` at the sampling temperature under ``model``.
+
+        ``forward(hidden)`` runs the model on the batch: (B, T, V) logits, or with ``hidden`` its
+        last hidden states (B, T, d); where :meth:`output_head` gives the head, it is applied at the
+        supervised positions ``mask`` (B, T-1) only and other positions hold 0.
+        """
+        head = self.output_head(model)
+        out = forward(head is not None)[:, :-1]
+        if head is None:
+            return token_logprobs(out, ids[:, 1:], self.temperature)
+        return head_token_logprobs(out, head, ids[:, 1:], mask, temperature=self.temperature)
 
     def extra_terms(self, rows: list[TrainRow], extras: list[PGExtra], ids: torch.Tensor, attn: torch.Tensor,
                     insert_at: torch.Tensor, mask: torch.Tensor, logp: torch.Tensor, old: torch.Tensor,

@@ -23,7 +23,6 @@ from stages.core.data.rows import TrainRow, pad_id
 from stages.core.latent.contexts import build_batch, encode_experiences, retrieve_experiences, shift_for_loss
 from stages.core.models.assembly import load_models
 from stages.core.models.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
-from stages.core.models.head import output_head
 from stages.core.run.resources import check_step_memory, shape_of
 from stages.core.losses.head import head_token_logprobs, head_topm_tail_reverse_kl
 from stages.core.losses.lopd import (
@@ -81,10 +80,6 @@ class LOPD(Method):
     Options = LOPDOptions
     metrics = ("reverse_kl", "Delta", "beta", "anchor", "margin_term", "latent_norm", "grad_norm_composer")
     needs_composer = True
-    # apply the LM heads only at supervised positions (stages.core.losses.head) where both models'
-    # logits are their head on the last hidden state (stages.core.models.head.output_head); False:
-    # full (B, T, V) logits, the same values at a higher memory cost
-    head_at_supervised = True
 
     def __init__(self, options: LOPDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
         self.composer_cfg = read_composer_config(options.composer)
@@ -210,10 +205,8 @@ class LOPD(Method):
 
     def _heads(self) -> tuple | None:
         """(student head, teacher head) for the hidden-state losses, or None for the logits path."""
-        if not self.head_at_supervised:
-            return None
-        student = output_head(self.student.model)
-        teacher = None if student is None else output_head(self.composer.backbone)
+        student = self.output_head(self.student.model)
+        teacher = None if student is None else self.output_head(self.composer.backbone)
         return None if teacher is None else (student, teacher)
 
     def after_step(self, sums: dict[str, float]) -> dict[str, float]:

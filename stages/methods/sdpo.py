@@ -229,15 +229,18 @@ class SDPO(Method):
         part = [rows[i] for i in keep]
         ctx = [extras[i] for i in keep]
         ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, part, self.device)
-        s_logits = student_logits(s.model, ids, attn, adapter=s.adapter)
-        t_logits = context_teacher_logits(self.teacher_model, ids, attn, insert_at,
-                                          [c.prefix_ids for c in ctx], adapter=self.teacher_adapter)
+        s_head = self.output_head(s.model)
+        t_head = None if s_head is None else self.output_head(self.teacher_model)
+        heads = None if t_head is None else (s_head, t_head)  # (B, T, d) hidden states, else logits
+        s_logits = student_logits(s.model, ids, attn, adapter=s.adapter, hidden=heads is not None)
+        t_logits = context_teacher_logits(self.teacher_model, ids, attn, insert_at, [c.prefix_ids for c in ctx],
+                                          adapter=self.teacher_adapter, hidden=heads is not None)
         denominator = ctx[0].tokens if o.reduction == "token" else ctx[0].rows
         temperature = self.config.temperature if self.config.temperature > 0 else 1.0
         loss, m = sdpo_topk_loss(s_logits[:, :-1], t_logits[:, :-1], ids[:, 1:], mask[:, 1:], old[:, 1:],
                                  k=o.k, alpha=o.alpha, add_tail=o.add_tail, is_clip=o.is_clip,
                                  temperature=temperature, loss_temperature=o.loss_temperature or temperature,
-                                 reduction=o.reduction, denominator=denominator)
+                                 reduction=o.reduction, denominator=denominator, heads=heads)
         share = m["num_tokens"] / ctx[0].tokens  # token means of the whole step add up over micro-batches
         metrics = {"distill_loss": m["loss"], "reverse_kl": share * m["divergence"],
                    "is_ratio": share * m["is_ratio"], "is_clip_frac": share * m["is_clip_frac"],

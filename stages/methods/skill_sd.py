@@ -55,7 +55,7 @@ from stages.core.data.rows import TrainRow
 from stages.core.data.store import ExperienceStore, StoreError, sql_str
 from stages.core.latent.privileged import privileged_prefix
 from stages.core.latent.teacher import context_teacher_logits
-from stages.core.losses.pg import sampled_token_sdl, token_logprobs
+from stages.core.losses.pg import sampled_token_sdl
 from stages.core.models.assembly import copy_adapter_, ema_update_, frozen_teacher_copy
 from stages.methods import StepBatch, StepContext, Student, register
 from stages.methods.grpo import GRPO, GRPOOptions, PGExtra
@@ -390,9 +390,8 @@ class SkillSD(GRPO):
         model, adapter = ((self.student.model, TEACHER_ADAPTER) if self.teacher_model is None
                           else (self.teacher_model, None))
         with torch.no_grad():
-            t_logits = context_teacher_logits(model, ids, attn, insert_at, prefixes, adapter=adapter)
-            t_logp = token_logprobs(t_logits[:, :-1], ids[:, 1:], self.temperature)
-        del t_logits
+            t_logp = self.sampled_logprobs(model, lambda hidden: context_teacher_logits(
+                model, ids, attn, insert_at, prefixes, adapter=adapter, hidden=hidden), ids, mask)
         sdl, m = sampled_token_sdl(logp, t_logp, old, mask, ratio_clip=o.sdl_ratio_clip,
                                    aggregation=o.aggregation, denominator=denom)
         share = float(mask.sum()) / max(self.step_tokens, 1)

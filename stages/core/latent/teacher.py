@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from stages.core.latent.placements import Placement, get_placement
 from stages.core.latent.splice import aligned, reprefixed
 from stages.core.models.composer import adapter_scope, base_parameters
+from stages.core.models.head import forward_outputs
 
 if TYPE_CHECKING:
     from stages.core.latent.contexts import LatentBatch
@@ -110,8 +111,10 @@ def context_teacher_logits(
     prefix_ids: list[list[int]] | None = None,
     *,
     adapter: str | None = None,
+    hidden: bool = False,
 ) -> Tensor:
-    """Teacher logits_BTV (B, T, V) under a privileged TEXT context, aligned with the student's.
+    """Teacher logits_BTV (B, T, V) under a privileged TEXT context, aligned with the student's
+    (with ``hidden``: the decoder's last hidden states (B, T, d) at the same positions).
 
     The teacher views used by the text-context baselines (B.1 of the LOPD paper: OPSD's
     reference in the system message, SDFT's demonstration, SDPO's sibling or feedback): row b's
@@ -136,5 +139,5 @@ def context_teacher_logits(
         raise ValueError(f"expected {B} prefixes, got {len(prefixes)}")
     ids_BS, mask_BS, shift_B = reprefixed(input_ids_BT, attn_mask_BT, insert_at_B, prefixes)
     with torch.no_grad(), adapter_scope(model, adapter):
-        logits_BSV = model(input_ids=ids_BS, attention_mask=mask_BS.long(), use_cache=False).logits
-    return aligned(logits_BSV, shift_B, T)
+        out_BS = forward_outputs(model, hidden, input_ids=ids_BS, attention_mask=mask_BS.long(), use_cache=False)
+    return aligned(out_BS, shift_B, T)

@@ -8,7 +8,9 @@ logits ``h @ W.T + b``, its loss terms and nothing else, under activation checkp
 neither the forward nor the backward ever holds more than one chunk's (chunk_size x V) logits;
 the backward recomputes each chunk's logits once (one more head matmul per supervised position).
 Values and gradients equal the logits functions on ``head(h)`` (tests/test_head_losses.py).
-Liger-Kernel's fused linear losses do the same on CUDA (Triton); these run on any device.
+The baselines' losses take the same route through their ``heads=`` argument
+(:func:`stages.core.losses.kd.generalized_jsd`, :func:`stages.core.losses.sdpo.sdpo_topk_loss`).
+Liger-Kernel's fused linear losses do this on CUDA only (Triton kernels); these run on any device.
 
 Alignment as in :mod:`stages.core.losses.lopd`: ``h[b, t]`` is the hidden state whose logits
 score ``token_ids[b, t]`` and ``mask[b, t]`` says whether that position is supervised (callers
@@ -36,7 +38,8 @@ class LMHead(NamedTuple):
     bias_V: Tensor | None  # (V,) or None
 
 
-def _check_hidden(h_BTd: Tensor, head: LMHead, name: str) -> None:
+def check_head(h_BTd: Tensor, head: LMHead, name: str) -> None:
+    """ValueError unless ``h_BTd`` is (B, T, d) and ``head`` a (V, d) weight with a (V,) bias or none."""
     if h_BTd.dim() != 3:
         raise ValueError(f"{name} hidden states must be (B, T, d), got {tuple(h_BTd.shape)}")
     w = head.weight_Vd
@@ -92,8 +95,8 @@ def head_topm_tail_reverse_kl(
         ValueError: hidden states not (B, T, d) of one shape, head shapes that do not fit, wrong
             mask shape or values, M < 1, chunk_size < 1, unknown reduction.
     """
-    _check_hidden(student_h_BTd, student_head, "student")
-    _check_hidden(teacher_h_BTd, teacher_head, "teacher")
+    check_head(student_h_BTd, student_head, "student")
+    check_head(teacher_h_BTd, teacher_head, "teacher")
     if student_h_BTd.shape != teacher_h_BTd.shape or student_head.weight_Vd.shape[0] != teacher_head.weight_Vd.shape[0]:
         raise ValueError(f"student/teacher shapes differ: hidden {tuple(student_h_BTd.shape)} vs "
                          f"{tuple(teacher_h_BTd.shape)}, vocabulary {student_head.weight_Vd.shape[0]} vs "
@@ -122,14 +125,17 @@ def head_topm_tail_reverse_kl(
 
 
 def head_token_logprobs(
-    h_BTd: Tensor, head: LMHead, token_ids_BT: Tensor, mask_BT: Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE
+    h_BTd: Tensor, head: LMHead, token_ids_BT: Tensor, mask_BT: Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE,
+    temperature: float = 1.0,
 ) -> Tensor:
-    """log_softmax(head(h))[id] at the masked positions, 0 elsewhere: the gather behind delta in
-    Eq. 11 of the LOPD paper, with the head applied only where ``mask_BT`` is set.
+    """log_softmax(head(h) / temperature)[id] at the masked positions, 0 elsewhere: the gather
+    behind delta in Eq. 11 of the LOPD paper and behind the policy-gradient ratio, with the head
+    applied only where ``mask_BT`` is set.
 
-    Equal at masked positions to :func:`stages.core.losses.lopd.sampled_token_logprobs` on
-    ``head(h)``; differentiable w.r.t. ``h_BTd`` and the head tensors; one chunk of (chunk_size x
-    V) logits at a time (recomputed in the backward).
+    Equal at masked positions to :func:`stages.core.losses.lopd.sampled_token_logprobs` (and, with
+    a temperature, :func:`stages.core.losses.pg.token_logprobs`) on ``head(h)``; differentiable
+    w.r.t. ``h_BTd`` and the head tensors; one chunk of (chunk_size x V) logits at a time
+    (recomputed in the backward).
 
     Args:
         h_BTd: float hidden states (B, T, d), aligned with ``token_ids_BT``.
@@ -137,6 +143,7 @@ def head_token_logprobs(
         token_ids_BT: int64 ids (B, T); in [0, V) where ``mask_BT`` is set (others are ignored).
         mask_BT: bool or 0/1 float (B, T).
         chunk_size: positions per chunk, >= 1.
+        temperature: > 0, divides the logits (the sampling temperature of a policy's log-prob).
 
     Returns:
         logp_BT: (B, T) log-probabilities in nats, float32 (float64 for float64 inputs); 0 where
@@ -144,10 +151,12 @@ def head_token_logprobs(
 
     Raises:
         ValueError: shapes that do not fit, a non-0/1 mask, an id outside [0, V) at a masked
-            position, chunk_size < 1.
+            position, chunk_size < 1, temperature <= 0.
     """
-    _check_hidden(h_BTd, head, "")
+    check_head(h_BTd, head, "")
     _check_chunk_size(chunk_size)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     if tuple(token_ids_BT.shape) != tuple(h_BTd.shape[:2]):
         raise ValueError(f"expected ids (B, T) = {tuple(h_BTd.shape[:2])}, got {tuple(token_ids_BT.shape)}")
     b_idx, t_idx = _mask_positions(mask_BT, tuple(token_ids_BT.shape))
@@ -156,7 +165,8 @@ def head_token_logprobs(
     dtype = torch.float64 if h_BTd.dtype == torch.float64 else torch.float32
 
     def rows_fn(h_cd: Tensor, ids_c: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor]:
-        return (_token_logprobs(linear(h_cd, w, b), ids_c),)
+        logits_cV = linear(h_cd, w, b)
+        return (_token_logprobs(logits_cV / temperature if temperature != 1.0 else logits_cV, ids_c),)
 
     parts = _chunks(rows_fn, chunk_size, (h_BTd[b_idx, t_idx], ids_N), tuple(head))
     logp_N = torch.cat([p[0] for p in parts]) if parts else h_BTd.new_zeros(0, dtype=dtype)

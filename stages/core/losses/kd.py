@@ -41,7 +41,9 @@ from typing import Literal
 
 import torch
 from torch import Tensor
+from torch.nn.functional import linear
 
+from stages.core.losses.head import LMHead, check_head
 from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows
 
 KDReduction = Literal["sequence", "token"]
@@ -93,6 +95,7 @@ def generalized_jsd(
     reduction: KDReduction = "sequence",
     num_sequences: int | None = None,
     num_tokens: int | None = None,
+    heads: tuple[LMHead, LMHead] | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Generalised JSD_beta between teacher and student over the full vocabulary.
 
@@ -113,6 +116,10 @@ def generalized_jsd(
         temperature: > 0, divides both logits before the softmax.
         chunk_size: positions per chunk of full-vocabulary work, >= 1.
         reduction, num_sequences, num_tokens: see the module docstring.
+        heads: (student head, teacher head): the two inputs are then last hidden states (B, T, d)
+            and each chunk of supervised positions computes its logits ``h @ W.T + b`` itself
+            (recomputed in the backward), so no (B, T, V) logits exist; same values and gradient
+            (w.r.t. the student's hidden states and a trained student head) as on the logits.
 
     Returns:
         loss: scalar (float32, float64 for float64 inputs), nats.
@@ -126,6 +133,9 @@ def generalized_jsd(
     if student_logits.dim() != 3 or student_logits.shape != teacher_logits.shape:
         raise ValueError(f"student/teacher logits must both be (B, T, V), got {tuple(student_logits.shape)}"
                          f" and {tuple(teacher_logits.shape)}")
+    if heads is not None:
+        check_head(student_logits, heads[0], "student")
+        check_head(teacher_logits, heads[1], "teacher")
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"beta must lie in [0, 1], got {beta}")
     if not temperature > 0.0:
@@ -133,13 +143,16 @@ def generalized_jsd(
     if reduction not in ("sequence", "token"):
         raise ValueError(f"reduction must be 'sequence' or 'token', got {reduction!r}")
     _check_chunk_size(chunk_size)
-    B, T, V = student_logits.shape
+    B, T, _ = student_logits.shape
     b_idx, t_idx = _mask_positions(mask, (B, T))
     teacher_BTV = teacher_logits.detach()
-    student_NV = student_logits[b_idx, t_idx]  # (N, V): the rows the gradient flows through
+    student_NV = student_logits[b_idx, t_idx]  # (N, V) or (N, d): the rows the gradient flows through
 
     def chunk_fn(s_cV: Tensor, b_c: Tensor, t_c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return _divergence_rows(s_cV, teacher_BTV[b_c, t_c], beta, temperature)
+        t_cV = teacher_BTV[b_c, t_c]
+        if heads is not None:
+            s_cV, t_cV = linear(s_cV, *heads[0]), linear(t_cV, *(x.detach() if x is not None else x for x in heads[1]))
+        return _divergence_rows(s_cV, t_cV, beta, temperature)
 
     parts = [_run_chunk(chunk_fn, s, b, t) for s, b, t in
              zip(student_NV.split(chunk_size), b_idx.split(chunk_size), t_idx.split(chunk_size))]

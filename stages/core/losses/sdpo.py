@@ -23,7 +23,9 @@ from typing import Literal
 
 import torch
 from torch import Tensor
+from torch.nn.functional import linear
 
+from stages.core.losses.head import LMHead, check_head
 from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows
 
 Reduction = Literal["token", "trajectory"]
@@ -111,6 +113,7 @@ def sdpo_topk_loss(
     reduction: Reduction = "token",
     denominator: float | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    heads: tuple[LMHead, LMHead] | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """SDPO's self-distillation loss on the student's top-k + tail, importance-weighted.
 
@@ -148,6 +151,9 @@ def sdpo_topk_loss(
         reduction: "token" or "trajectory" (see above).
         denominator: normaliser of the sum (> 0), default from this batch (see above).
         chunk_size: masked positions per chunk of full-vocabulary work (>= 1).
+        heads: (student head, teacher head): the two inputs are then last hidden states (B, T, d)
+            and each chunk of masked positions computes its logits ``h @ W.T + b`` (recomputed in
+            the backward): no (B, T, V) logits exist; same values and gradient as on the logits.
 
     Returns:
         loss: scalar float32 (float64 for float64 logits) tensor, nats.
@@ -164,7 +170,11 @@ def sdpo_topk_loss(
     if student_logits_BTV.dim() != 3 or student_logits_BTV.shape != teacher_logits_BTV.shape:
         raise ValueError(f"student/teacher logits must both be (B, T, V), got {tuple(student_logits_BTV.shape)}"
                          f" and {tuple(teacher_logits_BTV.shape)}")
-    B, T, V = student_logits_BTV.shape
+    if heads is not None:
+        check_head(student_logits_BTV, heads[0], "student")
+        check_head(teacher_logits_BTV, heads[1], "teacher")
+    B, T = student_logits_BTV.shape[:2]
+    V = student_logits_BTV.shape[-1] if heads is None else heads[0].weight_Vd.shape[0]
     for name, tensor in (("token_ids", token_ids_BT), ("old_logprobs", old_logprobs_BT)):
         if tensor is not None and tuple(tensor.shape) != (B, T):
             raise ValueError(f"{name} must be ({B}, {T}), got {tuple(tensor.shape)}")
@@ -198,6 +208,8 @@ def sdpo_topk_loss(
                       "student_tail_mass": 0.0, "teacher_tail_mass": 0.0, "num_tokens": 0.0}
 
     def rows_fn(s: Tensor, t: Tensor, ids: Tensor, old: Tensor) -> tuple[Tensor, ...]:
+        if heads is not None:
+            s, t = linear(s, *heads[0]), linear(t, *(x.detach() if x is not None else x for x in heads[1]))
         return _rows(s, t, ids, old, k, alpha, add_tail, is_clip, temperature, loss_temperature)
 
     parts = [_run_chunk(rows_fn, *chunk) for chunk in zip(

@@ -84,6 +84,7 @@ def _head_reproduces_logits(model: nn.Module, head: nn.Linear) -> bool:
         logits_12V = model(input_ids=ids_12, use_cache=False).logits
         hidden_12d = decoder(input_ids=ids_12, use_cache=False).last_hidden_state
         rebuilt_12V = nn.functional.linear(hidden_12d, head.weight, head.bias)
-    scale = float(logits_12V.float().abs().max()) or 1.0
-    return logits_12V.shape == rebuilt_12V.shape and bool(
-        ((logits_12V.float() - rebuilt_12V.float()).abs().max() <= 1e-4 * scale))
+    if logits_12V.shape != rebuilt_12V.shape:
+        return False
+    scale = float(logits_12V.abs().max()) or 1.0
+    return float((logits_12V - rebuilt_12V).abs().max()) <= 1e-4 * scale
