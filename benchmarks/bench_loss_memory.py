@@ -29,6 +29,13 @@ both losses is (positions x V) or (positions x M), so the memory scales linearly
 
     PYTHONPATH=. python benchmarks/bench_loss_memory.py --lengths 256 1024 --vocab 151936
     PYTHONPATH=. python benchmarks/bench_loss_memory.py --lengths 1024 4096 16384 --vocab 9496
+    PYTHONPATH=. python benchmarks/bench_loss_memory.py --hidden 576 --impls head topm full --lengths 1024 --vocab 9496
+
+With ``--hidden d`` every case starts from hidden states and a frozen LM head instead (what a
+model hands a loss when its head is applied inside the loss): ``full`` and ``topm`` then make
+their (1, T, V) logits in the measurement, and ``head`` is the hidden-state loss
+(:func:`stages.core.losses.head.head_topm_tail_reverse_kl`), which never holds more than one
+chunk of logits; its memory is not linear in V (the hidden states' gradients do not grow with V).
 """
 from __future__ import annotations
 
@@ -43,6 +50,9 @@ from pathlib import Path
 
 import torch
 
+from torch.nn.functional import linear
+
+from stages.core.losses.head import LMHead, head_topm_tail_reverse_kl
 from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, topm_tail_reverse_kl
 
 MIB = 2**20
@@ -62,17 +72,29 @@ def _proc_kib(field: str) -> int:
 
 
 def run_case(impl: str, T: int, V: int, M: int, chunk_size: int, dtype: torch.dtype, device: str,
-             teacher_grad: bool) -> dict:
-    """One forward+backward in this process; peak memory beyond the inputs in MiB, and seconds."""
+             teacher_grad: bool, hidden: int = 0) -> dict:
+    """One forward+backward in this process; peak memory beyond the inputs in MiB, and seconds.
+
+    ``hidden`` > 0: the inputs are hidden states (1, T, hidden) of student and teacher and one
+    frozen LM head (V, hidden); ``full`` and ``topm`` compute their logits from them inside the
+    measurement, ``head`` is :func:`stages.core.losses.head.head_topm_tail_reverse_kl`."""
     def topm(s: torch.Tensor, t: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         return topm_tail_reverse_kl(s, t, m, M=M, chunk_size=chunk_size)[0]
 
-    loss_fn = {"topm": topm, "full": full_vocab_reverse_kl}[impl]
-    warm_BTV = torch.zeros(1, 4, V, device=device, dtype=dtype, requires_grad=True)
-    loss_fn(warm_BTV, warm_BTV, torch.ones(1, 4, dtype=torch.bool, device=device)).backward()  # loads code pages
+    loss_fn = {"topm": topm, "full": full_vocab_reverse_kl}.get(impl)
+    width = hidden or V
     g = torch.Generator(device=device).manual_seed(0)
-    student_BTV = (torch.randn(1, T, V, generator=g, device=device, dtype=dtype)).requires_grad_(True)
-    teacher_BTV = torch.randn(1, T, V, generator=g, device=device, dtype=dtype).requires_grad_(teacher_grad)
+    if hidden:
+        head = LMHead(torch.randn(V, hidden, generator=g, device=device, dtype=dtype) / hidden**0.5, None)
+        if impl == "head":
+            loss_fn = lambda s, t, m: head_topm_tail_reverse_kl(s, t, m, head, head, M=M, chunk_size=chunk_size)[0]  # noqa: E731
+        else:
+            logits_loss = loss_fn
+            loss_fn = lambda s, t, m: logits_loss(linear(s, head.weight_Vd), linear(t, head.weight_Vd), m)  # noqa: E731
+    warm_BTW = torch.zeros(1, 4, width, device=device, dtype=dtype, requires_grad=True)
+    loss_fn(warm_BTW, warm_BTW, torch.ones(1, 4, dtype=torch.bool, device=device)).backward()  # loads code pages
+    student_BTV = (torch.randn(1, T, width, generator=g, device=device, dtype=dtype)).requires_grad_(True)
+    teacher_BTV = torch.randn(1, T, width, generator=g, device=device, dtype=dtype).requires_grad_(teacher_grad)
     mask_BT = torch.ones(1, T, dtype=torch.bool, device=device)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -90,7 +112,7 @@ def run_case(impl: str, T: int, V: int, M: int, chunk_size: int, dtype: torch.dt
     else:
         peak = _proc_kib("VmHWM") * 1024
     seconds = time.perf_counter() - t0
-    input_mib = T * V * student_BTV.element_size() / MIB
+    input_mib = T * width * student_BTV.element_size() / MIB
     return {"impl": impl, "T": T, "V": V, "dtype": str(dtype).removeprefix("torch."), "device": device,
             "teacher_grad": teacher_grad, "input_mib": input_mib, "extra_mib": (peak - base) / MIB,
             "floor_mib": input_mib * (2 if teacher_grad else 1), "seconds": seconds, "loss": float(loss)}
@@ -103,7 +125,10 @@ def main() -> None:
     parser.add_argument("--extrapolate-to", type=int, default=151936, help="also print extra memory scaled to this V")
     parser.add_argument("--M", type=int, default=20)
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="topm's positions per chunk")
-    parser.add_argument("--impls", nargs="+", default=["topm", "full"], choices=["topm", "full"])
+    parser.add_argument("--impls", nargs="+", default=["topm", "full"], choices=["topm", "full", "head"],
+                        help="head: the LM head per chunk of positions (needs --hidden)")
+    parser.add_argument("--hidden", type=int, default=0,
+                        help="d > 0: every case starts from (1, T, d) hidden states and a (V, d) LM head")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--teacher-grad", default="on", choices=["on", "off"],
@@ -112,13 +137,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.case:
         result = run_case(args.impls[0], args.lengths[0], args.vocab, args.M, args.chunk_size, getattr(torch, args.dtype),
-                          args.device, args.teacher_grad == "on")
+                          args.device, args.teacher_grad == "on", args.hidden)
         print(json.dumps(result))
         return
     scale = args.extrapolate_to / args.vocab
     print(f"device {args.device}, dtype {args.dtype}, batch 1, M={args.M}, chunk {args.chunk_size}, teacher grad {args.teacher_grad};"
           f" extra = peak beyond the inputs; floor = the inputs' gradients; MiB")
-    header = ("| T | V | impl | input (B,T,V) | extra | extra / input | floor | s fwd+bwd |"
+    if "head" in args.impls and not args.hidden:
+        parser.error("--impls head needs --hidden d")
+    if args.hidden:
+        print(f"inputs: hidden states (1, T, {args.hidden}) of student and teacher and a frozen ({args.vocab}, {args.hidden})"
+              " LM head; full and topm make their logits inside the measurement")
+    header = (f"| T | V | impl | input (B,T,{'d' if args.hidden else 'V'}) | extra | extra / input | floor | s fwd+bwd |"
               + (f" extra at V={args.extrapolate_to} (extrapolated) |" if scale != 1 else ""))
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -126,12 +156,13 @@ def main() -> None:
         for impl in args.impls:
             cmd = [sys.executable, __file__, "--case", "--impls", impl, "--lengths", str(T), "--vocab",
                    str(args.vocab), "--M", str(args.M), "--chunk-size", str(args.chunk_size), "--dtype", args.dtype, "--device", args.device,
-                   "--teacher-grad", args.teacher_grad]
+                   "--teacher-grad", args.teacher_grad, "--hidden", str(args.hidden)]
             r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                env={**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MIB)}).stdout.splitlines()[-1])
             row = (f"| {T} | {args.vocab} | {impl} | {r['input_mib']:.0f} | {r['extra_mib']:.0f} |"
                    f" {r['extra_mib'] / r['input_mib']:.2f} | {r['floor_mib']:.0f} | {r['seconds']:.1f} |")
-            print(row + (f" {r['extra_mib'] * scale:.0f} |" if scale != 1 else ""), flush=True)
+            scaled = "- (not linear in V: measure it) |" if impl == "head" else f" {r['extra_mib'] * scale:.0f} |"
+            print(row + (scaled if scale != 1 else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,9 @@ from torch import nn
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.data.rows import training_rows
 from stages.core.envs.base import StepResult
+import stages.core.losses.head
+import stages.core.losses.kd
+import stages.core.losses.sdpo
 import stages.core.models.assembly
 import stages.core.models.backbone
 from stages.core.models.backbone import resolve_device_dtype
@@ -53,7 +56,7 @@ from stages.core.models.composer import Composer, base_model, enable_activation_
 from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
-from stages.methods import StepBatch, StepContext, get_method
+from stages.methods import Method, StepBatch, StepContext, get_method
 
 # config.json numbers of the public checkpoints (hidden size, layers, heads, kv heads, MLP width, vocab)
 SHAPES = {
@@ -228,7 +231,8 @@ class Meter:
     """Forward tokens per backbone and timed calls of the step's forwards.
 
     Every distinct backbone gets hooks on its decoder body and its LM head that count the
-    positions they compute (padding included: it is computed); a forward counts as trained when
+    positions they compute (padding included: it is computed), and the hidden-state losses' head
+    calls count theirs (:meth:`head_linear`); a forward counts as trained when
     autograd records it (its graph is backpropagated: the student, the composer encoder,
     LOPD's teacher), else as forward-only (rollouts, frozen teachers, the anchor composer).
     """
@@ -259,6 +263,18 @@ class Meter:
         x = args[0] if args else next(kwargs[k] for k in ("input_ids", "inputs_embeds") if kwargs.get(k) is not None)
         trained = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         self.tokens[(part, trained)] += x.shape[:2].numel()  # (B, S) ids, or (B, S, d) embeddings / hidden states
+
+    def head_linear(self, fn):
+        """``fn`` (``torch.nn.functional.linear`` as the hidden-state losses call it: the LM head on
+        a chunk of supervised positions) counting its positions as head positions; the call that
+        recomputes a chunk inside a backward pass is not counted (it is above the bound)."""
+        @functools.wraps(fn)
+        def wrapper(x, weight, bias=None):
+            if torch._C._current_graph_task_id() == -1:
+                trained = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+                self.tokens[("head", trained)] += x.shape[0]
+            return fn(x, weight, bias)
+        return wrapper
 
     def timed(self, name: str, fn):
         """``fn`` with its wall time (device-synchronised) added to ``seconds[name]``, its CPU
@@ -370,6 +386,9 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
                           ("latent_teacher_logits", "teacher"), ("context_teacher_logits", "teacher")):
             if hasattr(module, fn):
                 patches.enter_context(mock.patch.object(module, fn, meter.timed(label, getattr(module, fn))))
+    patches.enter_context(mock.patch.object(Method, "head_at_supervised", args.head_at_supervised))
+    for losses in (stages.core.losses.head, stages.core.losses.kd, stages.core.losses.sdpo):
+        patches.enter_context(mock.patch.object(losses, "linear", meter.head_linear(losses.linear)))
     for composer in (getattr(method, "composer", None), getattr(method, "anchor", None)):
         if composer is not None:
             composer.forward = meter.timed("composer", composer.forward)
@@ -512,6 +531,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--batch", type=int, default=32, help="rollouts per step (the paper's batch)")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per task (B.1's G)")
     parser.add_argument("--micro-batch", type=int, default=4, help="training rows per forward/backward")
+    parser.add_argument("--head-at-supervised", action=argparse.BooleanOptionalAction, default=True,
+                        help="losses apply the LM head only at supervised positions, as distill does "
+                             "(--no-head-at-supervised: full (B, T, V) logits, the path before)")
     parser.add_argument("--shared-latents", action=argparse.BooleanOptionalAction, default=True,
                         help="LOPD: each distinct composer input encoded once per update, as distill does "
                              "(--no-shared-latents: once per micro-batch row, the path before)")
@@ -544,7 +566,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"settings: {args.batch} rollouts ({len(bench.tasks)} tasks x G {min(args.group_size, args.batch)}), "
                   f"prompt {args.prompt_len} (task {args.task_len or args.prompt_len}), prefix cache "
                   f"{args.prefix_cache_tokens} tokens, response <= {args.response_len}, micro-batch {args.micro_batch}, LoRA "
-                  f"rank {args.lora_rank}, activation checkpointing {'on' if args.activation_checkpointing else 'off'}"
+                  f"rank {args.lora_rank}, activation checkpointing {'on' if args.activation_checkpointing else 'off'}, "
+                  f"LM head {'at supervised positions' if args.head_at_supervised else 'at every position'}"
                   f"{lopd if args.method == 'lopd' else ''}; set-up {time.perf_counter() - t0:.1f} s")
             rows = []
             for i in range(args.warmup + args.steps):

@@ -182,7 +182,7 @@ def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
                         turns=[Turn(action=r)], reward=1.0, success=True, num_steps=1, num_tool_calls=0,
                         run_id="seed") for i, (p, r) in enumerate(zip(prompts, references))]
     embedder = load_embedder()
-    for name in ("lopd-opsd", "lopd-lopd"):
+    for name in ("lopd-opsd", "lopd-opsd-logits", "lopd-lopd"):
         store = ExperienceStore.open(root / f"store-{name}")
         store.append(seeds)
         index_new(store, embedder)
@@ -208,18 +208,24 @@ def _step_result(t0: float, tokens: int, extra: dict | None = None) -> dict:
 
 
 def lopd_worker(method: str, spec: Spec, conn) -> None:
-    """A Distiller of ``method`` on the bench env; one ``train_step`` per "step" message."""
+    """A Distiller of ``method`` on the bench env; one ``train_step`` per "step" message.
+    ``opsd-logits``: OPSD with (B, T, V) logits at every position (the path before the LM head
+    moved into the loss)."""
     from rich.console import Console
     from stages.distill import PHASE_FIELDS, DistillConfig, Distiller
+    from stages.methods import Method
 
     _set_threads(spec.threads)
     root = Path(spec.root)
+    store = root / f"store-lopd-{method}"
+    if method == "opsd-logits":
+        Method.head_at_supervised, method = False, "opsd"
     options = {"opsd": {"reduction": "sequence"}, "lopd": {"composer": str(root / "composer"), "M": 20}}[method]
-    config = DistillConfig(method=method, env=BENCH_ENV, data_dir=str(root), store=str(root / f"store-lopd-{method}"),
-                           out=str(root / f"out-{method}"), model=spec.model_path, lr=spec.lr, steps=spec.steps,
+    config = DistillConfig(method=method, env=BENCH_ENV, data_dir=str(root), store=str(store),
+                           out=str(root / f"out-{store.name}"), model=spec.model_path, lr=spec.lr, steps=spec.steps,
                            tasks_per_step=spec.batch, group_size=1, max_turns=1, max_new_tokens=spec.response,
                            temperature=1.0, top_p=1.0, student_lora_rank=8, micro_batch=spec.batch,
-                           rollout_batch=spec.batch, checkpoint_every=spec.steps + 1, run_id=f"bench-{method}",
+                           rollout_batch=spec.batch, checkpoint_every=spec.steps + 1, run_id=f"bench-{store.name}",
                            **options)
     distiller = Distiller(config, console=Console(file=io.StringIO()))
     conn.send({"setup_rss_mb": _proc_mb("VmRSS")})
@@ -296,7 +302,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tools", nargs="+", default=["trl", "lopd-opsd", "lopd-lopd"],
-                        choices=["trl", "lopd-opsd", "lopd-lopd"])
+                        choices=["trl", "lopd-opsd", "lopd-opsd-logits", "lopd-lopd"],
+                        help="lopd-opsd-logits: lopd's OPSD with full logits at every position (the path before)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: torch's default)")
     parser.add_argument("--json", help="also write every step's numbers here")
     args = parser.parse_args()

@@ -22,7 +22,8 @@ def bench():
     del sys.modules["bench_step"]
 
 
-@pytest.mark.parametrize("method, extra", [("lopd", []), ("lopd", ["--no-shared-latents"]), ("opsd", [])])
+@pytest.mark.parametrize("method, extra", [("lopd", []), ("lopd", ["--no-shared-latents"]), ("opsd", []),
+                                           ("lopd", ["--no-head-at-supervised"])])
 def test_one_small_step_trains_on_the_sampled_tokens(bench, method, extra, capsys):
     rows = bench.main(["--shape", "smollm2-135m", "--method", method, "--device", "cpu", "--layers", "1",
                        "--prompt-len", "16", "--response-len", "4", "--batch", "2", "--warmup", "0",
@@ -39,3 +40,7 @@ def test_one_small_step_trains_on_the_sampled_tokens(bench, method, extra, capsy
         assert tokens[("body", True)] >= 2 * row["trained"] + 2 * 2 * 4 + 2 * 2 * 16  # + teacher, latents, composer
         assert {"student_s", "teacher_s", "composer_s"} <= set(row)
     assert row["flops"] > 0 and "FLOP-bound time:" in out and "peak memory: RSS" in out
+    if "--no-head-at-supervised" in extra:  # logits at every position the student's forward computes
+        assert tokens[("head", True)] >= row["trained"]
+    else:  # the losses' heads only at the sampled tokens (LOPD: student KL, teacher KL and log-probs)
+        assert 0 < tokens[("head", True)] <= 3 * row["generated"] < row["trained"]

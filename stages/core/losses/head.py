@@ -4,9 +4,12 @@ The functions of :mod:`stages.core.losses.lopd` take (B, T, V) logits, which a m
 computes at every position before the loss sees them (and their gradient is as large again).
 These take the decoder's last hidden states (B, T, d) and the head's tensors instead: only the
 masked positions are gathered, and each chunk of at most ``chunk_size`` of them computes its
-logits ``h @ W.T + b``, its loss terms and nothing else, under activation checkpointing, so
-neither the forward nor the backward ever holds more than one chunk's (chunk_size x V) logits;
-the backward recomputes each chunk's logits once (one more head matmul per supervised position).
+logits ``h @ W.T + b`` and its loss terms, so neither the forward nor the backward ever holds
+more than one chunk's (chunk_size x V) logits. With frozen heads (a LoRA student, LOPD's teacher)
+the reverse KL takes each chunk's gradient w.r.t. its hidden states right in the forward (as
+:func:`stages.core.losses.lopd.topm_tail_reverse_kl` does for logits); otherwise, and for the
+log-probs, each chunk runs under activation checkpointing and the backward recomputes its logits
+once (one more head matmul per supervised position).
 Values and gradients equal the logits functions on ``head(h)`` (tests/test_head_losses.py).
 The baselines' losses take the same route through their ``heads=`` argument
 (:func:`stages.core.losses.kd.generalized_jsd`, :func:`stages.core.losses.sdpo.sdpo_topk_loss`).
@@ -26,7 +29,7 @@ from torch.nn.functional import linear
 from torch.utils.checkpoint import checkpoint
 
 from stages.core.losses.lopd import (
-    DEFAULT_CHUNK_SIZE, Reduction, _check_chunk_size, _check_token_ids, _mask_positions, _reduction_weights,
+    DEFAULT_CHUNK_SIZE, Reduction, _ChunkedRowsLoss, _check_chunk_size, _check_token_ids, _mask_positions, _reduction_weights,
     _token_logprobs, _topm_tail_kl_rows,
 )
 
@@ -116,10 +119,17 @@ def head_topm_tail_reverse_kl(
     if not num_tokens:  # 0 with a defined, all-zero gradient
         zero = (student_h_BTd.sum() + teacher_h_BTd.sum()).to(dtype) * 0.0
         return zero, {"reverse_kl": 0.0, "teacher_tail_mass": 0.0, "student_tail_mass": 0.0, "num_tokens": 0.0}
-    parts = _chunks(rows_fn, chunk_size, (student_h_BTd[b_idx, t_idx], teacher_h_BTd[b_idx, t_idx]),
-                    (*student_head, *teacher_head))
-    kl_N, t_tail_N, s_tail_N = (torch.cat(p) for p in zip(*parts))
-    loss = (kl_N * weights_N).sum()
+    if any(x is not None and x.requires_grad for x in (*student_head, *teacher_head)):  # a trained head
+        parts = _chunks(rows_fn, chunk_size, (student_h_BTd[b_idx, t_idx], teacher_h_BTd[b_idx, t_idx]),
+                        (*student_head, *teacher_head))
+        kl_N, t_tail_N, s_tail_N = (torch.cat(p) for p in zip(*parts))
+        loss = (kl_N * weights_N).sum()
+    else:  # frozen heads: each chunk's gradient w.r.t. its hidden states taken in the forward, no recompute
+        needs_grad = (torch.is_grad_enabled() and student_h_BTd.requires_grad,
+                      torch.is_grad_enabled() and teacher_h_BTd.requires_grad)
+        loss, t_tail_N, s_tail_N = _ChunkedRowsLoss.apply(
+            student_h_BTd, teacher_h_BTd, b_idx, t_idx, weights_N,
+            lambda s_cd, t_cd: rows_fn(s_cd, t_cd, *student_head, *teacher_head), chunk_size, needs_grad)
     return loss, {"reverse_kl": float(loss.detach()), "teacher_tail_mass": float(t_tail_N.mean()),
                   "student_tail_mass": float(s_tail_N.mean()), "num_tokens": float(num_tokens)}
 
