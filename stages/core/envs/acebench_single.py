@@ -205,7 +205,11 @@ def category_accuracy(category: str, valid: dict[str, bool]) -> float:
 
     Args:
         category: a normal or special category.
-        valid: task id -> whether the reply was valid (at least one task).
+        valid: task id -> whether the reply was valid (at least one task; ``normal_multi_turn_*`` ids
+            end in ``_<dialogue>_<turn>``, as :func:`load_single_turn` checks).
+
+    Returns:
+        The accuracy in [0, 1]: rounded to 3 decimals for normal categories, not for special ones.
     """
     if category.startswith("normal_multi_turn"):
         dialogues: dict[str, list[bool]] = {}
