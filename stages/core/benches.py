@@ -21,6 +21,10 @@ acebench        acebench multi-step (20)   ACEBench's agent score ``end_to_end``
                 a simulated user)          = mean of the parts'; per part (multi_step_*,
                                            multi_turn_*), rounded to 3 decimals as ACEBench
                                            does; ``pooled_*`` over all tasks (lopd's extra)
+                when in the data folder:   first ``summary``, ACEBench's overall: 0.2676
+                its 12 normal and 3        special + 0.578 normal + 0.1545 agent, each the
+                special categories (one    mean of its categories' accuracies
+                reply each)                (``*_summary``), then each category's accuracy
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
 lopd-bed        lopd's study bed, held-out mean reward, success rate (all checks passed),
                 tasks of the train envs    their standard errors over tasks
@@ -48,6 +52,8 @@ from typing import Any, Callable
 from schemas import Task, Trajectory
 from stages.core.data.inputs import hub_dataset_id
 from stages.core.envs import EnvError, make_env
+from stages.core.envs.acebench_ast import NORMAL, SPECIAL
+from stages.core.envs.acebench_single import category_of, single_turn_scores
 from stages.core.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
 from stages.core.envs.livecodebench import RELEASE_WINDOWS, official_testing_util
 from stages.core.registry import Registry
@@ -128,7 +134,8 @@ def _simple(env: str, split: str = "test", **kwargs: Any) -> Callable[[Any], Ben
             probe.close()
         source = getattr(probe, "data_source", None)
         rules = getattr(probe, "episode_rules", None)
-        return BenchRun(factory, tasks, [f"data: {source}"] if source else [], getattr(probe, "fixtures", False),
+        notes = ([f"data: {source}"] if source else []) + list(getattr(probe, "data_notes", []))
+        return BenchRun(factory, tasks, notes, getattr(probe, "fixtures", False),
                         f"{env} episode rules: {rules}" if rules else "")
 
     return prepare
@@ -374,25 +381,43 @@ def _acebench_prepare(config: Any) -> BenchRun:
     named = getattr(config, "user_model", None)
     user = named or config.model
     run = _simple("acebench", user_model=user)(config.model_copy(update={"data_dir": str(data)}))
-    metas = [t.meta for t in run.tasks]
+    metas = [t.meta for t in run.tasks if t.meta["part"] in ("multi_step", "multi_turn")]
     turns = sum(m["part"] == "multi_turn" for m in metas)
     travel = sum("Travel" in m["involved_classes"] for m in metas)
+    present = {t.meta.get("category") for t in run.tasks}
+    single = [c for c in NORMAL + SPECIAL if c in present]
+    if single:
+        scored = (f"normal and special categories: {len(run.tasks) - len(metas)} tasks in {len(single)} of 15 "
+                  f"categories ({', '.join(single)}); first score: summary, ACEBench's weighted overall, when all 17 "
+                  "categories are played")
+    else:
+        scored = (f"scored: the agent categories only (no normal or special tasks: no data_normal_* / data_special_* "
+                  f"files in {data}); ACEBench's overall (summary) needs its 12 normal and 3 special categories too")
     notes = [f"data: {data} ({len(metas) - turns} multi-step, {turns} multi-turn tasks, {travel} of them on Travel)",
              f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
              "user rules by task)",
-             "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py"]
+             "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py", scored,
+             *run.notes]
     who = named if named else f"{user} (the evaluated model: no --user-model given; ACEBench's runs use an API model)"
     rules = f"{run.rules} (ACEBench's checker, exact process strings, its nudge); simulated user: {who}"
+    if single:
+        rules += "; normal and special: ACEBench's AST checker and string rules (stages/core/envs/acebench_ast.py)"
     return BenchRun(run.env_factory, run.tasks, notes, rules=rules)
 
 
-def _acebench_score(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
-    """ACEBench's agent scores: per part (multi-step, multi-turn) the end-to-end and process accuracy
+def _acebench_score(_config: Any, run: BenchRun | None,
+                    trajs: list[Trajectory]) -> tuple[dict[str, float], dict[str, dict]]:
+    """ACEBench's scores. Agent: per part (multi-step, multi-turn) the end-to-end and process accuracy
     rounded to 3 decimals (``agent_eval`` / ``agent_eval_process`` in eval_main.py), the agent score
     ``end_to_end`` = their plain mean rounded to 3 (``calculate_unweighted_accuracy`` in
     model_eval/evaluation_helper.py), ``process_accuracy`` the same mean of the parts' process
-    accuracies; ``pooled_*``: over all tasks at once (lopd's extra, not ACEBench's)."""
+    accuracies; ``pooled_*``: over all agent tasks at once (lopd's extra, not ACEBench's). With
+    normal and special tasks, first ACEBench's overall ``summary``, the group summaries and each
+    category's accuracy (:func:`stages.core.envs.acebench_single.single_turn_scores`; its notes go
+    to ``run.notes``)."""
     infos = {t.task_id: json.loads(t.info) for t in trajs}
+    single = {task_id: info.get("valid") is True for task_id, info in infos.items() if category_of(task_id)}
+    infos = {task_id: info for task_id, info in infos.items() if task_id not in single}
     scores: dict[str, float] = {}
     for part, prefix in (("multi_step_", "agent_multi_step"), ("multi_turn_", "agent_multi_turn")):
         chosen = [i for task_id, i in infos.items() if task_id.startswith(prefix)]
@@ -404,7 +429,12 @@ def _acebench_score(_config: Any, _run: BenchRun, trajs: list[Trajectory]) -> tu
     scores["process_accuracy"] = round(_mean([scores[f"{p}process_accuracy"] for p in parts]), 3)
     scores["pooled_end_to_end"] = _mean([float(bool(i.get("end_to_end"))) for i in infos.values()])
     scores["pooled_process_accuracy"] = _mean([float(i.get("process_accuracy", 0.0)) for i in infos.values()])
-    return scores, {}
+    if not single:
+        return scores, {}
+    head, notes = single_turn_scores(single, scores["end_to_end"] if len(parts) == 2 else None)
+    if run is not None:
+        run.notes.extend(notes)
+    return {**head, **scores}, {}
 
 
 def _livecodebench_prepare(config: Any) -> BenchRun:

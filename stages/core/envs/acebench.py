@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
+from stages.core.envs import acebench_single
 from stages.core.envs.acebench_prompts import FINISH_RULE, agent_policy
 from stages.core.envs.acebench_score import (end_to_end, official_end_to_end, official_process, official_result,
                                              process_accuracy, step_text)
@@ -361,7 +362,9 @@ def load_tasks(data_dir: Path | None, part: str = "multi_step") -> list[Task]:
 
 @register("acebench")
 class AceBenchEnv:
-    """ACEBench agent episodes on :class:`PhonePlatform`, or on the Travel platform for tasks involving "Travel".
+    """ACEBench agent episodes on :class:`PhonePlatform`, or on the Travel platform for tasks involving "Travel";
+    tasks of the normal and special categories, when their files are in the data folder, are one reply each
+    (:mod:`.acebench_single`, checked by :mod:`.acebench_ast`).
 
     An action with tool calls is executed (one tool message per call). An action without calls:
     in a multi-turn episode it goes to the simulated user, whose answer is the next user message;
@@ -392,9 +395,11 @@ class AceBenchEnv:
         self.episode_rules = episode_rules
         self._task: Task | None = None
         self._user = None
+        self.data_notes: list[str] = []  # rows of the single-turn files left out, one line each
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
-        """The multi-step tasks, then (with a user model) the multi-turn ones; only ``split="test"`` exists.
+        """The multi-step tasks, then (with a user model) the multi-turn ones, then the normal and special
+        ones found in the data folder; only ``split="test"`` exists.
 
         Raises:
             EnvError: another split, or missing/malformed data.
@@ -404,6 +409,8 @@ class AceBenchEnv:
         tasks = load_tasks(self.data_dir)
         if self.user_model:
             tasks += load_tasks(self.data_dir, "multi_turn")
+        single, self.data_notes = acebench_single.load_single_turn(self.data_dir)
+        tasks += single
         return tasks[:limit] if limit is not None else tasks
 
     def reset(self, task: Task) -> list[Message]:
@@ -414,6 +421,8 @@ class AceBenchEnv:
             EnvError: a multi-turn task without a user model.
         """
         self._task, self._steps, self._texts, self._called, self._user = task, [], [], False, None
+        if task.meta.get("part") in acebench_single.PARTS:
+            return acebench_single.opening(task)
         classes = task.meta.get("involved_classes", [])
         travel = "Travel" in classes
         platform = TravelPlatform if travel else PhonePlatform
@@ -438,6 +447,8 @@ class AceBenchEnv:
         """Execute the action's calls, or answer / score an action without calls (class docstring)."""
         if self._task is None:
             raise EnvError("acebench: step() before reset()")
+        if self._task.meta.get("part") in acebench_single.PARTS:  # one reply, checked by ACEBench's rules
+            return acebench_single.judge(self._task, action)
         official = self.episode_rules == "official"
         turn = len(self._steps) + 1
         if official and turn > 1 and FINISH in action:  # ACEBench ends on it before executing anything

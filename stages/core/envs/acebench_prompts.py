@@ -7,6 +7,9 @@ in model_inference/prompt_en.py). The rules below carry the same facts and dutie
 time, logging in with ``login_device()`` before reading messages, asking which message to delete
 when the inbox is full, the booking, change, cancellation, baggage and compensation rules. The
 multi-step agent gets no such policy upstream, so multi-step tasks get none here.
+
+The single-turn categories (normal, special; :mod:`.acebench_single`) get ACEBench's own prompts
+instead, word for word (below), because its checker looks for their phrases in the reply.
 """
 from __future__ import annotations
 
@@ -45,3 +48,65 @@ def agent_policy(involved_classes: Sequence[str]) -> str:
     parts = ([TRAVEL_POLICY] if "Travel" in involved_classes else []) + (
         [PHONE_POLICY] if "BaseApi" in involved_classes else [])
     return "\n\n".join(parts)
+
+
+# ---- the single-turn categories (normal, special): ACEBench's own wording --------------------------
+# The checker looks for this wording in the reply ("Missing necessary parameters", "There is incorrect
+# value", "the limitations of the function"), so these prompts are ACEBench's text as released (MIT
+# licence), model_inference/prompt_en.py at e6db74b; placeholders {time}, {profile}, {function}.
+
+NORMAL_PROMPT = """You are an AI assistant with the role name "assistant." Based on the provided API specifications and conversation history from steps 1 to t, generate the API requests that the assistant should call in step t+1. The API requests should be output in the format [ApiName(key1='value1', key2='value2', ...)], replacing ApiName with the actual API name, key1, key2, etc., with the actual parameter names, and value1, value2, etc., with the actual parameter values. The output should start with a square bracket "[" and end with a square bracket "]".
+If there are multiple API requests, separate them with commas, for example: [ApiName(key1='value1', key2='value2', ...), ApiName(key1='value1', key2='value2', ...), ...]. Do not include any other explanations, prompts, or API call results in the output.
+If the API parameter description does not specify otherwise, the parameter is optional (parameters mentioned in the user input need to be included in the output; if not mentioned, they do not need to be included).
+If the API parameter description does not specify the required format for the value, use the user's original text for the parameter value.
+If the API requires no parameters, output the API request directly in the format [ApiName()], and do not invent any nonexistent parameter names.
+
+{time}
+
+Role Descriptions:
+user: User
+assistant: The AI assistant role that makes API requests
+tool: Provides the results returned from tool calls
+
+API Specifications:
+{function}"""
+
+PREFERENCE_PROMPT = """You are an AI assistant, and your role is called assistant. Based on the given API description, dialogue history 1..t, and character profile, generate the API requests that the assistant should call in step t+1. The API requests should be output in the format [ApiName(key1='value1', key2='value2', ...)], where ApiName is replaced with the actual API name, and key1, key2, etc., are replaced with the actual parameter names, and value1, value2 are replaced with the actual parameter values. The output should start with a "[" and end with a "]".
+If there are multiple API requests, they should be separated by commas, e.g., [ApiName(key1='value1', key2='value2', ...), ApiName(key1='value1', key2='value2', ...), ...]. Do not output any other explanations, hints, or results of the API calls in the output.
+If the API parameter description does not specify special instructions, the parameter is optional (parameters mentioned in the user input or character profile should be included in the output, and if not mentioned, they should not be included).
+If the API parameter description does not specify the format for the parameter value, the parameter value should be taken from the user's original text or character profile.
+If the API requires no parameters, the API request should be output as [ApiName()], with no fabricated parameter names.
+
+Character Profile:
+{profile}
+
+Role Description:
+user: User
+assistant: AI assistant performing API calls
+tool: Provides the results of tool calls
+
+API Description:
+{function}"""
+
+SPECIAL_PROMPT = """You are an AI assistant with the role name "assistant". Based on the provided API specifications and conversation history from steps 1 to t, generate the API requests that the assistant should call in step t+1. Below are two specific scenarios:
+1. When the information provided by the user is clear and unambiguous, and the problem can be resolved using the list of candidate functions:
+   - If the API parameter description does not specify the required format for the value, use the user's original text for the parameter value.
+   - When multiple tools in the candidate list can satisfy the user's needs, output all API requests.
+   - API requests should be output in the format [ApiName(key1='value1', key2='value2', ...), ApiName(key1='value1', key2='value2', ...), ...], replacing ApiName with the actual API name, key1, key2, etc., with the actual parameter names, and value1, value2, etc., with the actual parameter values. The output should start with a square bracket "[" and end with a square bracket "]". At this time, the output must not contain any other content.
+
+2. When the information provided by the user is unclear, incomplete, or incorrect, or the user's question exceeds the capabilities of the provided functions, you need to clearly point out these issues. The following is your strategy:
+   (1) If the user's instructions include the key details required to call the API, but the type or form of the parameter values does not match the API's definitions, ask in-depth questions to clarify and correct the details. The output format should be: ["There is incorrect value (value) for the parameters (key) in the conversation history."]
+   (2) If the user's instructions lack the key details required by the API, ask questions to obtain the necessary information. The output format should be: ["Missing necessary parameters (key1, key2, ...) for the api (ApiName)"], replacing key1, key2 with the names of the missing parameters and ApiName with the actual API name.
+   (3) If the user's request exceeds the current capabilities of your APIs, inform them that you cannot fulfill the request. The output format should be: ["Due to the limitations of the function, I cannot solve this problem."]
+   Note: The above steps have a priority order. You need to first determine whether scenario (1) applies. If it does, output according to the requirements in (1). Pay attention to distinguishing between scenarios (1) and (2).
+
+{time}
+
+Role Descriptions:
+user: User
+assistant: The AI assistant role that makes API requests
+
+API Specifications:
+{function}"""
+
+USER_PROMPT = "Conversation history 1..t:\n{question}"

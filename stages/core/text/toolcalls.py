@@ -34,7 +34,8 @@ from schemas import ToolCall
 from stages.core.text.pycall_reader import MAX_NESTING, PyCallError, PySyntaxError, read_call_list
 
 __all__ = ["MAX_ACTION_CHARS", "MAX_NESTING", "ToolCallParseError", "UnsafeCallError", "parse_tool_calls",
-           "format_python_call", "format_python_calls", "check_python_call", "unknown_schema_types"]
+           "format_python_call", "format_python_calls", "check_python_call", "strip_thinking",
+           "unknown_schema_types"]
 
 MAX_ACTION_CHARS = 262_144
 """Longest action text :func:`parse_tool_calls` reads (characters, 256 Ki). Model actions are a few
@@ -86,7 +87,7 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
 
 
 def _parse(text: str) -> list[ToolCall]:
-    text = _strip_thinking(text)
+    text = strip_thinking(text)
     if "<tool_call>" in text:
         return _parse_tagged(text)
     text = _FENCE.sub("\n", text).strip()
@@ -221,7 +222,7 @@ def unknown_schema_types(schema: Any, known: Collection[str] = _JSON_TYPES) -> l
     return found
 
 
-def _strip_thinking(text: str) -> str:
+def strip_thinking(text: str) -> str:
     """Drop ``<think>...</think>`` blocks (one linear pass of ``str.find``, no regex backtracking)."""
     kept, i = [], 0
     while (start := text.find("<think>", i)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
