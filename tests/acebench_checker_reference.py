@@ -13,7 +13,9 @@ Transcribed, logic unchanged (error texts shortened; the results' bookkeeping le
 * eval_main.py: the per-row verdict of ``normal_single_turn_eval``, ``special_eval`` and the dialogue
   grouping of ``normal_multi_turn_eval``;
 * model_eval/evaluation_helper.py: ``multiplt_turn_accuracy``, ``calculate_unweighted_accuracy``
-  and the ``summary`` line of ``generate_result_csv``.
+  and the ``summary`` line of ``generate_result_csv``;
+* model_inference/common_inference.py: the language branch of ``single_turn_inference`` (which of
+  ACEBench's prompts a single-turn row gets, en or zh; the prompt texts are passed in).
 """
 from __future__ import annotations
 
@@ -441,3 +443,29 @@ def summary_of(special_total: dict, normal_total: dict, agent_total: dict) -> fl
     """The ``summary`` line of ``generate_result_csv``."""
     summary = special_total["accuracy"] * 0.2676 + normal_total["accuracy"] * 0.578 + agent_total["accuracy"] * 0.1545
     return round(summary, 3)
+
+
+# ---- model_inference/common_inference.py (single_turn_inference: the prompts by language) ---------------
+# ``prompts`` maps the names of model_inference/prompt_en.py / prompt_zh.py to their text.
+
+def single_turn_inference_prompts(language, prompts, question, functions, time, profile, id):
+    category = id.rsplit("_", 1)[0]
+    if language == "zh":
+        if "special" in category:
+            system_prompt = prompts["SYSTEM_PROMPT_FOR_SPECIAL_DATA_ZH"].format(time = time ,function = functions)
+        elif "preference" in category:
+            system_prompt = prompts["SYSTEM_PROMPT_FOR_PREFERENCE_DATA_ZH"].format(profile = profile ,function = functions)
+        else:
+            system_prompt = prompts["SYSTEM_PROMPT_FOR_NORMAL_DATA_ZH"].format(time = time ,function = functions)
+        user_prompt = prompts["USER_PROMPT_ZH"].format(question = question)
+
+    elif language == "en":
+        if "special" in category:
+            system_prompt = prompts["SYSTEM_PROMPT_FOR_SPECIAL_DATA_EN"].format(time=time, function=functions)
+
+        elif "preference" in category:
+            system_prompt = prompts["SYSTEM_PROMPT_FOR_PREFERENCE_DATA_EN"].format(profile=profile, function=functions)
+        else:
+            system_prompt = prompts["SYSTEM_PROMPT_FOR_NORMAL_DATA_EN"].format(time=time, function=functions)
+        user_prompt = prompts["USER_PROMPT_EN"].format(question=question)
+    return system_prompt, user_prompt

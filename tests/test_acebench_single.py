@@ -301,7 +301,7 @@ def test_evaluate_reports_acebench_overall(tmp_path, monkeypatch):
     assert scores["multi_step_end_to_end"] == 1.0 and scores["multi_turn_end_to_end"] == 0.0
     assert scores["end_to_end"] == 0.5 and scores["pooled_end_to_end"] == 0.5  # over the agent tasks only
     assert any(n.startswith("normal and special categories: 20 tasks in 15 of 15 categories") for n in report["notes"])
-    assert report["rules"].endswith("normal and special: ACEBench's AST checker and string rules "
+    assert report["rules"].endswith("normal and special: ACEBench's en prompts, its AST checker and string rules "
                                     "(stages/core/envs/acebench_ast.py)")
     rows = {r["task_id"]: r for r in report["per_task"]}
     assert rows["normal_atom_enum_0"]["info"]["error_type"] == "value_error:string"

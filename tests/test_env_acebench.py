@@ -123,6 +123,6 @@ def test_multi_turn_with_the_tiny_model_as_agent_and_user(tmp_path):
                                 max_new_tokens=4, max_turns=2, out=str(tmp_path / "r.json")),
                  Console(file=open("/dev/null", "w")))
     assert {"end_to_end", "multi_step_end_to_end", "multi_turn_end_to_end", "multi_turn_process_accuracy"} <= set(report["scores"])
-    assert f"data: {DATA} (20 multi-step, 1 multi-turn tasks, 0 of them on Travel)" in report["notes"]
+    assert f"data: {DATA}, language en (20 multi-step, 1 multi-turn tasks, 0 of them on Travel)" in report["notes"]
     with pytest.raises(EnvError, match="needs a user model"):
         make_env("acebench", data_dir=DATA).reset(turn[0])

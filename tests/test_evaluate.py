@@ -164,7 +164,7 @@ def test_acebench_possible_answers_score_full_process_accuracy(tmp_path):
     assert empty["scores"] == {"end_to_end": 0.0, "process_accuracy": 0.0, "multi_step_end_to_end": 0.0,
                                "multi_step_process_accuracy": 0.0, "pooled_end_to_end": 0.0,
                                "pooled_process_accuracy": 0.0}
-    assert f"data: {SHARED / 'acebench'} (3 multi-step, 0 multi-turn tasks, 0 of them on Travel)" in empty["notes"]
+    assert f"data: {SHARED / 'acebench'}, language en (3 multi-step, 0 multi-turn tasks, 0 of them on Travel)" in empty["notes"]
 
 
 def test_envscaler_oracle_actions_score_full(tmp_path):

@@ -25,6 +25,11 @@ acebench        acebench multi-step (20)   ACEBench's agent score ``end_to_end``
                 its 12 normal and 3        special + 0.578 normal + 0.1545 agent, each the
                 special categories (one    mean of its categories' accuracies
                 reply each)                (``*_summary``), then each category's accuracy
+                ``--language zh``:         the normal and special
+                ACEBench's data_zh, its    categories' accuracies and
+                Chinese prompts; no agent  their group summaries (no
+                task (no Chinese           ``summary``: it needs the
+                platforms)                 agent score)
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
 lopd-bed        lopd's study bed, held-out mean reward, success rate (all checks passed),
                 tasks of the train envs    their standard errors over tasks
@@ -377,10 +382,11 @@ def _envscaler_prepare(config: Any) -> BenchRun:
 # ---- acebench, livecodebench --------------------------------------------------------------------
 
 def _acebench_prepare(config: Any) -> BenchRun:
-    data = _require_dir(config, "<ACEBench>/data_all/data_en (git clone github.com/ACEBench/ACEBench)")
+    language = getattr(config, "language", None) or "en"
+    data = _require_dir(config, f"<ACEBench>/data_all/data_{language} (git clone github.com/ACEBench/ACEBench)")
     named = getattr(config, "user_model", None)
     user = named or config.model
-    run = _simple("acebench", user_model=user)(config.model_copy(update={"data_dir": str(data)}))
+    run = _simple("acebench", user_model=user, language=language)(config.model_copy(update={"data_dir": str(data)}))
     metas = [t.meta for t in run.tasks if t.meta["part"] in ("multi_step", "multi_turn")]
     turns = sum(m["part"] == "multi_turn" for m in metas)
     travel = sum("Travel" in m["involved_classes"] for m in metas)
@@ -393,15 +399,20 @@ def _acebench_prepare(config: Any) -> BenchRun:
     else:
         scored = (f"scored: the agent categories only (no normal or special tasks: no data_normal_* / data_special_* "
                   f"files in {data}); ACEBench's overall (summary) needs its 12 normal and 3 special categories too")
-    notes = [f"data: {data} ({len(metas) - turns} multi-step, {turns} multi-turn tasks, {travel} of them on Travel)",
+    notes = [f"data: {data}, language {language} ({len(metas) - turns} multi-step, {turns} multi-turn tasks, "
+             f"{travel} of them on Travel)",
              f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
              "user rules by task)",
              "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py", scored,
              *run.notes]
     who = named if named else f"{user} (the evaluated model: no --user-model given; ACEBench's runs use an API model)"
     rules = f"{run.rules} (ACEBench's checker, exact process strings, its nudge); simulated user: {who}"
+    if not metas:  # --language zh: no agent task
+        notes = [f"data: {data}, language {language}", scored, *run.notes]
+        rules = f"{run.rules}; no agent task played"
     if single:
-        rules += "; normal and special: ACEBench's AST checker and string rules (stages/core/envs/acebench_ast.py)"
+        rules += (f"; normal and special: ACEBench's {language} prompts, its AST checker and string rules "
+                  "(stages/core/envs/acebench_ast.py)")
     return BenchRun(run.env_factory, run.tasks, notes, rules=rules)
 
 
@@ -425,6 +436,11 @@ def _acebench_score(_config: Any, run: BenchRun | None,
             scores[f"{part}end_to_end"] = round(_mean([float(bool(i.get("end_to_end"))) for i in chosen]), 3)
             scores[f"{part}process_accuracy"] = round(_mean([float(i.get("process_accuracy", 0.0)) for i in chosen]), 3)
     parts = [p for p in ("multi_step_", "multi_turn_") if f"{p}end_to_end" in scores]
+    if not parts:  # no agent task played (--language zh): no agent score
+        head, notes = single_turn_scores(single, None)
+        if run is not None:
+            run.notes.extend(notes)
+        return head, {}
     scores["end_to_end"] = round(_mean([scores[f"{p}end_to_end"] for p in parts]), 3)
     scores["process_accuracy"] = round(_mean([scores[f"{p}process_accuracy"] for p in parts]), 3)
     scores["pooled_end_to_end"] = _mean([float(bool(i.get("end_to_end"))) for i in infos.values()])

@@ -135,19 +135,26 @@ class AceBenchEnv:
         max_turns: agent actions per episode (20 = ACEBench's 40 dialogue messages).
         user_model: the simulated user's model; None: multi-step tasks only.
         episode_rules: ``"official"`` (ACEBench's) or ``"lenient"`` (module docstring).
+        language: ``"en"`` (``data_en``) or ``"zh"`` (``data_zh``): the normal and special tasks get
+            ACEBench's prompts of that language; the agent tasks are English only (lopd has no copy of
+            ACEBench's Chinese platforms), so with "zh" they are not served and a data note says so.
 
     Raises:
-        EnvError: an unknown ``episode_rules``.
+        EnvError: an unknown ``episode_rules`` or ``language``.
     """
 
     name = "acebench"
     default_rules = "official"
 
     def __init__(self, data_dir: Path | None = None, max_turns: int = 20, user_model: str | None = None,
-                 episode_rules: str = "official"):
+                 episode_rules: str = "official", language: str = "en"):
         if episode_rules not in EPISODE_RULES:
             raise EnvError(f"acebench: episode_rules must be one of {', '.join(EPISODE_RULES)}, got {episode_rules!r}")
+        if language not in acebench_single.LANGUAGES:
+            raise EnvError(f"acebench: language must be one of {', '.join(acebench_single.LANGUAGES)}, "
+                           f"got {language!r}")
         self.data_dir, self.max_turns, self.user_model = data_dir, max_turns, user_model
+        self.language = language
         self.episode_rules = episode_rules
         self._task: Task | None = None
         self._user = None
@@ -155,17 +162,26 @@ class AceBenchEnv:
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """The multi-step tasks, then (with a user model) the multi-turn ones, then the normal and special
-        ones found in the data folder; only ``split="test"`` exists.
+        ones found in the data folder; only ``split="test"`` exists. With ``language="zh"`` only the
+        normal and special ones (class docstring).
 
         Raises:
             EnvError: another split, or missing/malformed data.
         """
         if split != "test":
             raise EnvError(f"acebench: only split 'test' exists, got {split!r}")
-        tasks = load_tasks(self.data_dir)
-        if self.user_model:
-            tasks += load_tasks(self.data_dir, "multi_turn")
-        single, self.data_notes = acebench_single.load_single_turn(self.data_dir)
+        if self.data_dir is None:
+            raise EnvError(f"acebench: no data; {_HINT}")
+        tasks = []
+        if self.language == "en":
+            tasks = load_tasks(self.data_dir)
+            if self.user_model:
+                tasks += load_tasks(self.data_dir, "multi_turn")
+        single, self.data_notes = acebench_single.load_single_turn(self.data_dir, self.language)
+        if self.language == "zh":
+            self.data_notes.insert(0, f"{self.data_dir}: the agent tasks (data_agent_multi_step / multi_turn) are not "
+                                      "played in Chinese: lopd has no copy of ACEBench's Chinese phone and Travel "
+                                      "platforms (scenarioszh)")
         tasks += single
         return tasks[:limit] if limit is not None else tasks
 

@@ -10,7 +10,9 @@ is not served. A malformed row is left out with one line naming the file, the ro
 Episode (``generate_singal`` and ``single_turn_inference`` in ACEBench's generate.py and
 model_inference/common_inference.py): the system prompt is ACEBench's for the category (special,
 preference, or normal; :mod:`.acebench_prompts`) with the row's time or profile and its function
-list written as Python text, the user message ``"Conversation history 1..t:\\n" + question``. The
+list written as Python text, the user message ``"Conversation history 1..t:\\n" + question``; with
+``language="zh"`` (ACEBench's ``data_zh``) its Chinese prompts (:mod:`.acebench_prompts_zh`), the checker
+unchanged (ACEBench's eval_main.py has no language branch in its checks). The
 first reply ends the episode and is checked by :mod:`.acebench_ast`: reward 1 when valid, else 0.
 The two ``normal_multi_turn_*`` categories are single replies too (the dialogue so far is in the
 question); ACEBench scores them per dialogue (below).
@@ -33,6 +35,8 @@ from typing import Any
 from schemas import Message, Task, ToolCall
 from stages.core.envs.acebench_ast import NORMAL, SPECIAL, check_normal, check_special, decode_reply, find_description
 from stages.core.envs.acebench_prompts import NORMAL_PROMPT, PREFERENCE_PROMPT, SPECIAL_PROMPT, USER_PROMPT
+from stages.core.envs.acebench_prompts_zh import (NORMAL_PROMPT_ZH, PREFERENCE_PROMPT_ZH, SPECIAL_PROMPT_ZH,
+                                                  USER_PROMPT_ZH)
 from stages.core.envs.base import StepResult
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,13 @@ PARTS = ("normal", "special")
 """``Task.meta["part"]`` of the single-turn tasks."""
 WEIGHTS = {"special": 0.2676, "normal": 0.578, "agent": 0.1545}
 """ACEBench's weights of its three groups in the overall ``summary`` (generate_result_csv)."""
+LANGUAGES = ("en", "zh")
+"""ACEBench's two data languages (``data_all/data_en``, ``data_all/data_zh``)."""
+PROMPTS = {"en": {"normal": NORMAL_PROMPT, "preference": PREFERENCE_PROMPT, "special": SPECIAL_PROMPT,
+                  "user": USER_PROMPT},
+           "zh": {"normal": NORMAL_PROMPT_ZH, "preference": PREFERENCE_PROMPT_ZH, "special": SPECIAL_PROMPT_ZH,
+                  "user": USER_PROMPT_ZH}}
+"""ACEBench's single-turn prompts per language (``single_turn_inference`` picks them by ``language``)."""
 _ID = re.compile(r"(?P<category>[a-z_]+?)_(?P<turn>\d+_)?\d+")
 
 
@@ -53,16 +64,23 @@ class _BadRow(ValueError):
         self.in_answer = in_answer
 
 
-def load_single_turn(data_dir: Path) -> tuple[list[Task], list[str]]:
+def load_single_turn(data_dir: Path, language: str = "en") -> tuple[list[Task], list[str]]:
     """The normal and special tasks found in ``data_dir``, in ACEBench's category order.
 
     Args:
-        data_dir: a folder laid out like ACEBench's ``data_all/data_en``.
+        data_dir: a folder laid out like ACEBench's ``data_all/data_en`` (or ``data_zh``).
+        language: "en" or "zh" (:data:`LANGUAGES`): which of ACEBench's prompts the tasks get
+            (model_inference/prompt_en.py or prompt_zh.py); the checker is the same for both.
 
     Returns:
         (tasks, problems): ``problems`` holds one line per row or file left out, naming the file,
         the row and the field. Never raises for a malformed file or row.
+
+    Raises:
+        ValueError: ``language`` is not one of :data:`LANGUAGES`.
     """
+    if language not in LANGUAGES:
+        raise ValueError(f"acebench: language must be one of {', '.join(LANGUAGES)}, got {language!r}")
     tasks: list[Task] = []
     problems: list[str] = []
     for category in NORMAL + SPECIAL:
@@ -75,7 +93,7 @@ def load_single_turn(data_dir: Path) -> tuple[list[Task], list[str]]:
         for number, row in rows:
             answer_number, answer = by_id.get(row.get("id"), (0, None))
             try:
-                tasks.append(_task(category, row, answer))
+                tasks.append(_task(category, row, answer, language))
             except _BadRow as err:
                 where = f"{answer_path} row {answer_number}" if err.in_answer else f"{path} row {number}"
                 problems.append(f"{where} (id {row.get('id')!r}): {err}; row left out")
@@ -109,7 +127,7 @@ def _rows(path: Path, problems: list[str]) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _task(category: str, row: dict[str, Any], answer: dict[str, Any] | None) -> Task:
+def _task(category: str, row: dict[str, Any], answer: dict[str, Any] | None, language: str) -> Task:
     """One row as a task.
 
     Raises:
@@ -133,16 +151,18 @@ def _task(category: str, row: dict[str, Any], answer: dict[str, Any] | None) -> 
     if answer is None or "ground_truth" not in answer:
         raise _BadRow(f"no row with this id and a field 'ground_truth' in possible_answer/data_{category}.json")
     truth = answer["ground_truth"]
+    prompts = PROMPTS[language]
     if category in SPECIAL:
         _check_special_truth(category, truth)  # raises _BadRow(in_answer=True)
-        template = SPECIAL_PROMPT
+        template = prompts["special"]
     else:
         _check_normal_truth(functions, truth)  # raises _BadRow(in_answer=True)
-        template = PREFERENCE_PROMPT if category == "normal_preference" else NORMAL_PROMPT
+        template = prompts["preference" if category == "normal_preference" else "normal"]
     system = template.format(**{context: row[context]}, function=str(functions))
     return Task(task_id=task_id, env="acebench", split="test", prompt=question,
                 metadata=json.dumps({"part": "special" if category in SPECIAL else "normal", "category": category,
-                                     "system": system, "functions": functions, "ground_truth": truth}))
+                                     "system": system, "functions": functions, "ground_truth": truth,
+                                     "language": language}))
 
 
 def _check_normal_truth(functions: list[dict[str, Any]], truth: Any) -> None:
@@ -163,9 +183,11 @@ def _check_special_truth(category: str, truth: Any) -> None:
 
 
 def opening(task: Task) -> list[Message]:
-    """The episode's messages: ACEBench's system prompt for the category and the question."""
+    """The episode's messages: ACEBench's system prompt for the category and the question, in the
+    task's language (English for tasks without one)."""
+    user = PROMPTS[task.meta.get("language", "en")]["user"]
     return [Message(role="system", content=task.meta["system"]),
-            Message(role="user", content=USER_PROMPT.format(question=task.prompt))]
+            Message(role="user", content=user.format(question=task.prompt))]
 
 
 def judge(task: Task, reply: str) -> StepResult:
