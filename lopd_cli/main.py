@@ -339,7 +339,7 @@ def evaluate(
     out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench)."),
     release: str = typer.Option("v6", "--release", help="LiveCodeBench release window: v5 or v6."),
-    language: str = typer.Option("en", "--language", help="acebench: the language of --data-dir, en (ACEBench's data_en) or zh (data_zh: its Chinese prompts, the normal and special categories only)."),
+    language: str = typer.Option("en", "--language", help="acebench: the language of --data-dir, en (ACEBench's data_en) or zh (data_zh: its Chinese prompts and Chinese agent platforms)."),
     protocol: str = typer.Option("greedy", "--protocol", help="Decoding protocol: greedy (temperature 0, the bench's budget and step cap) or paper (Table 5 of the LOPD paper: temperature 0.7, top-p 0.95, top-k 20, its budgets and step caps). Flags below override it."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Override the protocol's decoding temperature."),
     top_p: Optional[float] = typer.Option(None, "--top-p", help="Override the protocol's nucleus mass."),

@@ -67,7 +67,7 @@ class EvaluateConfig(BaseModel):
     out: str | None = None
     data_dir: str | None = None
     release: Literal["v5", "v6"] = "v6"
-    language: Literal["en", "zh"] = "en"  # acebench: data_en or data_zh (its Chinese prompts; normal and special only)
+    language: Literal["en", "zh"] = "en"  # acebench: data_en or data_zh (its Chinese prompts and agent platforms)
     protocol: Literal["greedy", "paper"] = "greedy"
     temperature: float | None = Field(default=None, ge=0.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)

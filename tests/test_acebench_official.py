@@ -285,12 +285,12 @@ def test_multi_turn_prompt_policy_and_user_settings(scripted):
     env = make_env("acebench", data_dir=DATA, user_model="scripted")
     system = env.reset(phone)[0].content
     assert "June 11, 2024, 16:00" in system and "login_device()" in system and "Memory is full" in system
-    assert ScriptedUser.settings == {"max_new_tokens": 1000, "whole_reply": True}
+    assert ScriptedUser.settings == {"max_new_tokens": 1000, "whole_reply": True, "language": "en"}
     system = env.reset(travel)[0].content
     assert "July 15, 2024, 08:00" in system and "50 yuan" in system and "login_device()" not in system
     lenient = make_env("acebench", data_dir=DATA, user_model="scripted", episode_rules="lenient")
     assert "login_device()" not in lenient.reset(phone)[0].content
-    assert ScriptedUser.settings == {"max_new_tokens": 64, "whole_reply": False}
+    assert ScriptedUser.settings == {"max_new_tokens": 64, "whole_reply": False, "language": "en"}
     with pytest.raises(EnvError, match="episode_rules must be one of official, lenient"):
         make_env("acebench", data_dir=DATA, episode_rules="strict")
 

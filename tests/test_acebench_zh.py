@@ -27,7 +27,7 @@ from tests import acebench_checker_reference as ref
 FIXTURES = Path(__file__).parent / "fixtures" / "acebench_zh"
 TASKS = {t.task_id: t for t in load_single_turn(FIXTURES, "zh")[0]}
 ROWS = {json.loads(line)["id"]: json.loads(line) for f in FIXTURES.glob("data_*.json")
-        for line in f.read_text(encoding="utf-8").splitlines()}
+        if not f.name.startswith("data_agent_") for line in f.read_text(encoding="utf-8").splitlines()}
 PROMPTS = {"SYSTEM_PROMPT_FOR_NORMAL_DATA_ZH": NORMAL_PROMPT_ZH,
            "SYSTEM_PROMPT_FOR_PREFERENCE_DATA_ZH": PREFERENCE_PROMPT_ZH,
            "SYSTEM_PROMPT_FOR_SPECIAL_DATA_ZH": SPECIAL_PROMPT_ZH, "USER_PROMPT_ZH": USER_PROMPT_ZH,
@@ -115,6 +115,12 @@ def test_language_is_checked():
         make_env("acebench", data_dir=FIXTURES, language="fr")
 
 
+AGENT_SCRIPT = {  # the scripted model's replies per agent task (tests/test_acebench_zh_agent.py: a user that ends at once)
+    "agent_multi_step_0": ["[login_food_platform(username='Eve', password='password123')]",
+                           "[add_food_delivery_order(username='Eve', merchant_name='达美乐', "
+                           "items=[{'product': '超级至尊披萨', 'quantity': 1}])]", "finish conversation"],  # passes
+    "agent_multi_turn_0": ["请问您的用户ID和预订ID是什么？"],  # no call: fails
+}
 SCRIPT = {  # the scripted model's reply per task
     "normal_single_turn_single_function_0": "[weather_forecast(city='北京', days=3)]",
     "normal_single_turn_parallel_function_0": "[weather_forecast(city='上海'), weather_forecast(city='广州')]",
@@ -137,18 +143,23 @@ SCRIPT = {  # the scripted model's reply per task
 }
 
 
-def test_evaluate_language_zh_reports_acebench_scores(tmp_path):
-    """`evaluate --bench acebench --language zh` on the zh fixtures: category and group scores as the
-    transcription computes them from the same replies; no summary (no agent task), and notes say why."""
+def test_evaluate_language_zh_reports_acebench_scores(tmp_path, monkeypatch):
+    """`evaluate --bench acebench --language zh` on the zh fixtures, agent tasks included (scripted model and
+    user): category, group and agent scores and ACEBench's weighted ``summary`` as the transcription computes
+    them from the same replies."""
+    from stages.core.envs import acebench_multi
     from stages.evaluate import EvaluateConfig, run
+    from tests.test_acebench_zh_agent import RecordingUser
     from tests.test_evaluate import SequentialEngine
     from tests.tiny import tiny_tokenizer
 
-    order = [t.task_id for t in make_env("acebench", data_dir=FIXTURES, language="zh").tasks("test")]
-    assert sorted(order) == sorted(SCRIPT)
+    monkeypatch.setattr(acebench_multi, "SimulatedUser", RecordingUser)
+    order = [t.task_id for t in make_env("acebench", data_dir=FIXTURES, user_model="scripted", language="zh").tasks("test")]
+    assert order[:2] == ["agent_multi_step_0", "agent_multi_turn_0"] and sorted(order[2:]) == sorted(SCRIPT)
+    replies = {**AGENT_SCRIPT, **{t: [reply] for t, reply in SCRIPT.items()}}
     report = run(EvaluateConfig(bench="acebench", data_dir=str(FIXTURES), language="zh", batch_size=1,
                                 out=str(tmp_path / "r.json")),
-                 Console(file=open("/dev/null", "w")), engine=SequentialEngine([[SCRIPT[t]] for t in order]),
+                 Console(file=open("/dev/null", "w")), engine=SequentialEngine([replies[t] for t in order]),
                  tokenizer=tiny_tokenizer())
     scores = report["scores"]
     accuracy = {}
@@ -163,9 +174,11 @@ def test_evaluate_language_zh_reports_acebench_scores(tmp_path):
     special = ref.calculate_unweighted_accuracy([{"accuracy": accuracy[c]} for c in SPECIAL])["accuracy"]
     assert {c: scores[c] for c in NORMAL + SPECIAL} == accuracy
     assert (scores["normal_summary"], scores["special_summary"]) == (normal, special) == (0.75, 0.667)
-    assert "summary" not in scores and "end_to_end" not in scores and "agent_summary" not in scores
-    assert any("agent tasks (data_agent_multi_step / multi_turn) are not played in Chinese" in n
-               for n in report["notes"])
-    assert any("summary (ACEBench's overall) not reported" in n and n.endswith("agent") for n in report["notes"])
-    assert "ACEBench's zh prompts" in report["rules"] and "no agent task played" in report["rules"]
+    agent = ref.calculate_unweighted_accuracy([{"accuracy": 1.0}, {"accuracy": 0.0}])
+    assert list(scores)[0] == "summary" and scores["summary"] == ref.summary_of(
+        {"accuracy": special}, {"accuracy": normal}, agent)
+    assert scores["multi_step_end_to_end"] == 1.0 and scores["multi_turn_end_to_end"] == 0.0
+    assert scores["agent_summary"] == scores["end_to_end"] == 0.5
+    assert any("1 multi-step, 1 multi-turn tasks, 1 of them on Travel" in n for n in report["notes"])
+    assert "ACEBench's zh prompts" in report["rules"]
     assert report["config"]["language"] == "zh"  # recorded in the report

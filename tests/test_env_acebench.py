@@ -90,7 +90,7 @@ def test_ground_truth_state_matches_and_empty_answer_scores_zero():
 
 
 def test_missing_data_names_the_flag(tmp_path):
-    with pytest.raises(EnvError, match=r"--data-dir <ACEBench>/data_all/data_en \(git clone github.com/ACEBench"):
+    with pytest.raises(EnvError, match=r"--data-dir <ACEBench>/data_all/data_en or data_zh \(git clone github.com/ACEBench"):
         make_env("acebench").tasks("test")
     with pytest.raises(EnvError, match="data_agent_multi_step.json not found"):
         make_env("acebench", data_dir=tmp_path).tasks("test")

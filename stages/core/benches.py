@@ -25,11 +25,10 @@ acebench        acebench multi-step (20)   ACEBench's agent score ``end_to_end``
                 its 12 normal and 3        special + 0.578 normal + 0.1545 agent, each the
                 special categories (one    mean of its categories' accuracies
                 reply each)                (``*_summary``), then each category's accuracy
-                ``--language zh``:         the normal and special
-                ACEBench's data_zh, its    categories' accuracies and
-                Chinese prompts; no agent  their group summaries (no
-                task (no Chinese           ``summary``: it needs the
-                platforms)                 agent score)
+                ``--language zh``:         the same scores
+                ACEBench's data_zh, its
+                Chinese prompts and
+                platforms
 envscaler       envscaler test (held out)  mean reward (share of checks passed), success rate
 lopd-bed        lopd's study bed, held-out mean reward, success rate (all checks passed),
                 tasks of the train envs    their standard errors over tasks
@@ -402,14 +401,11 @@ def _acebench_prepare(config: Any) -> BenchRun:
     notes = [f"data: {data}, language {language} ({len(metas) - turns} multi-step, {turns} multi-turn tasks, "
              f"{travel} of them on Travel)",
              f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
-             "user rules by task)",
-             "ACEBench phone platform and Travel API re-implemented; see stages/core/envs/acebench.py", scored,
-             *run.notes]
+             f"user rules by task, in {language})",
+             f"ACEBench phone platform and Travel API re-implemented ({language}); see stages/core/envs/acebench.py",
+             scored, *run.notes]
     who = named if named else f"{user} (the evaluated model: no --user-model given; ACEBench's runs use an API model)"
     rules = f"{run.rules} (ACEBench's checker, exact process strings, its nudge); simulated user: {who}"
-    if not metas:  # --language zh: no agent task
-        notes = [f"data: {data}, language {language}", scored, *run.notes]
-        rules = f"{run.rules}; no agent task played"
     if single:
         rules += (f"; normal and special: ACEBench's {language} prompts, its AST checker and string rules "
                   "(stages/core/envs/acebench_ast.py)")
@@ -436,7 +432,7 @@ def _acebench_score(_config: Any, run: BenchRun | None,
             scores[f"{part}end_to_end"] = round(_mean([float(bool(i.get("end_to_end"))) for i in chosen]), 3)
             scores[f"{part}process_accuracy"] = round(_mean([float(i.get("process_accuracy", 0.0)) for i in chosen]), 3)
     parts = [p for p in ("multi_step_", "multi_turn_") if f"{p}end_to_end" in scores]
-    if not parts:  # no agent task played (--language zh): no agent score
+    if not parts:  # no agent task among the trajectories: no agent score
         head, notes = single_turn_scores(single, None)
         if run is not None:
             run.notes.extend(notes)

@@ -8,7 +8,7 @@ such as ``"[login_food_platform(username='Eve', password='password123')]"``, or 
 lists when several paths are accepted).
 
 Two platforms, picked by the task's involved classes:
-:class:`stages.core.envs.acebench_phone.PhonePlatform` re-implements the four English ``phone_platform``
+:class:`stages.core.envs.acebench_phone.PhonePlatform` re-implements the four ``phone_platform``
 classes of ACEBench's repository (BaseApi, MessageApi, ReminderApi, FoodPlatform);
 :class:`stages.core.envs.acebench_travel.TravelPlatform` re-implements its ``Travel``
 class (flights, reservations; multi-turn tasks 20-29). Scoring (:mod:`stages.core.envs.acebench_score`)
@@ -28,6 +28,12 @@ Multi-turn tasks are served when the environment has a ``user_model``: a simulat
 (:mod:`stages.core.envs.acebench_multi`, with ACEBench's phone or travel user rules) opens the
 dialogue and answers every agent message without a tool call; "finish conversation" or the step
 cap ends it, scored like multi-step. All 30 multi-turn tasks run (20 phone, 10 Travel).
+
+``language="zh"`` (``data_zh``) plays the same tasks on ACEBench's Chinese platforms (scenarioszh: the
+same classes with Chinese data and messages, ``language`` of both platforms); the agent gets ACEBench's
+Chinese system prompt word for word (:func:`.acebench_prompts_zh.agent_prompt_zh`: its format rules,
+plus the airline / phone policy in multi-turn tasks) and the user its Chinese rules; the nudge and the
+checker are the English ones, as upstream (neither has a language branch).
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ from schemas import Message, Task, ToolCall
 from stages.core.envs import acebench_single
 from stages.core.envs.acebench_phone import PhonePlatform
 from stages.core.envs.acebench_prompts import FINISH_RULE, agent_policy
+from stages.core.envs.acebench_prompts_zh import agent_prompt_zh
 from stages.core.envs.acebench_score import (end_to_end, official_end_to_end, official_process, official_result,
                                              process_accuracy, step_text)
 from stages.core.data.inputs import read_utf8
@@ -49,7 +56,7 @@ from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.envs.envscaler_rules import EPISODE_RULES
 from stages.core.text.toolcalls import ToolCallParseError, parse_tool_calls
 
-_HINT = "pass --data-dir <ACEBench>/data_all/data_en (git clone github.com/ACEBench/ACEBench)"
+_HINT = "pass --data-dir <ACEBench>/data_all/data_en or data_zh (git clone github.com/ACEBench/ACEBench)"
 SYSTEM_PROMPT = "You are an AI agent operating a phone for the user with the tools you are given. " + AGENTIC_RULES
 NUDGE = "Please do not ask me any questions, use the known conditions to solve the problem"  # ACEBench's words
 FINISH = "finish conversation"
@@ -131,13 +138,12 @@ class AceBenchEnv:
     rules.
 
     Args:
-        data_dir: ACEBench's ``data_en`` folder.
+        data_dir: ACEBench's ``data_en`` (or ``data_zh``) folder.
         max_turns: agent actions per episode (20 = ACEBench's 40 dialogue messages).
         user_model: the simulated user's model; None: multi-step tasks only.
         episode_rules: ``"official"`` (ACEBench's) or ``"lenient"`` (module docstring).
-        language: ``"en"`` (``data_en``) or ``"zh"`` (``data_zh``): the normal and special tasks get
-            ACEBench's prompts of that language; the agent tasks are English only (lopd has no copy of
-            ACEBench's Chinese platforms), so with "zh" they are not served and a data note says so.
+        language: ``"en"`` (``data_en``) or ``"zh"`` (``data_zh``): every task gets ACEBench's prompts of
+            that language and the agent tasks its platforms of that language (module docstring).
 
     Raises:
         EnvError: an unknown ``episode_rules`` or ``language``.
@@ -162,8 +168,7 @@ class AceBenchEnv:
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """The multi-step tasks, then (with a user model) the multi-turn ones, then the normal and special
-        ones found in the data folder; only ``split="test"`` exists. With ``language="zh"`` only the
-        normal and special ones (class docstring).
+        ones found in the data folder; only ``split="test"`` exists.
 
         Raises:
             EnvError: another split, or missing/malformed data.
@@ -172,16 +177,10 @@ class AceBenchEnv:
             raise EnvError(f"acebench: only split 'test' exists, got {split!r}")
         if self.data_dir is None:
             raise EnvError(f"acebench: no data; {_HINT}")
-        tasks = []
-        if self.language == "en":
-            tasks = load_tasks(self.data_dir)
-            if self.user_model:
-                tasks += load_tasks(self.data_dir, "multi_turn")
+        tasks = load_tasks(self.data_dir)
+        if self.user_model:
+            tasks += load_tasks(self.data_dir, "multi_turn")
         single, self.data_notes = acebench_single.load_single_turn(self.data_dir, self.language)
-        if self.language == "zh":
-            self.data_notes.insert(0, f"{self.data_dir}: the agent tasks (data_agent_multi_step / multi_turn) are not "
-                                      "played in Chinese: lopd has no copy of ACEBench's Chinese phone and Travel "
-                                      "platforms (scenarioszh)")
         tasks += single
         return tasks[:limit] if limit is not None else tasks
 
@@ -198,10 +197,13 @@ class AceBenchEnv:
         classes = task.meta.get("involved_classes", [])
         travel = "Travel" in classes
         platform = TravelPlatform if travel else PhonePlatform
-        self.platform = platform(copy.deepcopy(task.meta["initial_config"]))
+        self.platform = platform(copy.deepcopy(task.meta["initial_config"]), language=self.language)
+        zh = self.language == "zh"
         prompt = TRAVEL_SYSTEM_PROMPT if travel else SYSTEM_PROMPT
         if self.episode_rules == "official":  # ACEBench's episodes end on "finish conversation"
             prompt = prompt.replace(AGENTIC_RULES, FINISH_RULE)
+        if zh:  # ACEBench's own Chinese prompt (with the multi-turn policy), under either rules
+            prompt = agent_prompt_zh(task.meta["part"], classes)
         if task.meta.get("part") == "multi_turn":
             if not self.user_model:
                 raise EnvError(f"{task.task_id}: a multi-turn task needs a user model (--user-model)")
@@ -209,8 +211,8 @@ class AceBenchEnv:
 
             official = self.episode_rules == "official"
             self._user = SimulatedUser(self.user_model, task.prompt, classes, max_new_tokens=1000 if official else 64,
-                                       whole_reply=official)
-            policy = agent_policy(classes) if official else ""
+                                       whole_reply=official, language=self.language)
+            policy = agent_policy(classes) if official and not zh else ""
             system = Message(role="system", content=f"{prompt}\n\n{policy}" if policy else prompt)
             return [system, Message(role="user", content=self._user.opening())]
         return [Message(role="system", content=prompt), Message(role="user", content=task.prompt)]

@@ -11,12 +11,16 @@ task's involved classes the same way). The user model is any causal LM ``lopd`` 
 embedded one, an HF id or a folder), greedy (ACEBench samples at temperature 0.001), loaded once
 per process. ACEBench's user writes up to 1,000 tokens and its whole reply is kept
 (``max_new_tokens=1000, whole_reply=True``); the lenient setting keeps the first line of 64 tokens.
+With ``language="zh"`` the user gets ACEBench's Chinese rules and opening word for word
+(:func:`stages.core.envs.acebench_prompts_zh.user_prompt_zh`, ``OPENING_ZH``).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
+
+from stages.core.envs.acebench_prompts_zh import OPENING_ZH, user_prompt_zh
 
 USER_PROMPT = """You are a user talking to an assistant agent that operates your phone for you.
 
@@ -50,8 +54,12 @@ OPENING = "Is there anything you need help with today?"
 FINISH = "finish conversation"
 
 
-def user_prompt(instruction: str, involved_classes: Sequence[str]) -> str:
-    """The simulated user's system prompt: the travel rules for tasks on the Travel class, else the phone rules."""
+def user_prompt(instruction: str, involved_classes: Sequence[str], language: str = "en") -> str:
+    """The simulated user's system prompt: English, the travel rules for tasks on the Travel class, else the
+    phone rules; "zh": ACEBench's Chinese prompt (:func:`.acebench_prompts_zh.user_prompt_zh`, which raises
+    ValueError for a task on neither BaseApi nor Travel)."""
+    if language == "zh":
+        return user_prompt_zh(instruction, involved_classes)
     rules = TRAVEL_USER_PROMPT if "Travel" in involved_classes else USER_PROMPT
     return rules.format(instruction=instruction)
 
@@ -64,19 +72,20 @@ def _load(name: str) -> tuple[Any, Any]:
 
 
 class SimulatedUser:
-    """One dialogue's user, played by ``model`` (module docstring); ``involved_classes`` picks its rules.
+    """One dialogue's user, played by ``model`` (module docstring); ``involved_classes`` and ``language``
+    ("en" or "zh") pick its rules and opening.
 
     Raises:
         FileNotFoundError: the model cannot be found (see :func:`stages.core.models.backbone.load_policy`).
     """
 
     def __init__(self, model: str, instruction: str, involved_classes: Sequence[str] = (), max_new_tokens: int = 64,
-                 whole_reply: bool = False):
+                 whole_reply: bool = False, language: str = "en"):
         self.model, self.tokenizer = _load(model)
         self.max_new_tokens, self.whole_reply = max_new_tokens, whole_reply
         # the user model's own view: the agent speaks as "user", the simulated user as "assistant"
-        self.messages = [{"role": "system", "content": user_prompt(instruction, involved_classes)},
-                         {"role": "user", "content": OPENING}]
+        self.messages = [{"role": "system", "content": user_prompt(instruction, involved_classes, language)},
+                         {"role": "user", "content": OPENING_ZH if language == "zh" else OPENING}]
 
     def opening(self) -> str:
         """The user's first message (its answer to the opening question)."""

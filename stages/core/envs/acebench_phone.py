@@ -1,16 +1,21 @@
-"""ACEBench's English phone platform (BaseApi, MessageApi, ReminderApi, FoodPlatform) as one executable
-state, played by :class:`stages.core.envs.acebench.AceBenchEnv`.
+"""ACEBench's phone platform (BaseApi, MessageApi, ReminderApi, FoodPlatform) as one executable
+state, played by :class:`stages.core.envs.acebench.AceBenchEnv`, in English or Chinese.
 
 Re-implements the four ``phone_platform`` classes of ACEBench's repository
-(model_inference/multi_step/scenariosen/phone_platform/) with the same initial data, functions,
-return values and error messages (simplification: wifi / device login are one shared device state
-instead of a copy per class instance).
+(model_inference/multi_step/scenariosen/phone_platform/ and, for ``language="zh"``, scenarioszh/) with
+the same initial data, functions, return values and error messages (simplification: wifi / device
+login are one shared device state instead of a copy per class instance). The Chinese classes differ
+from the English ones in data and messages (:mod:`.acebench_platforms_zh`) and in three points of
+logic, kept here: ReminderApi also has ``mark_as_notified`` and ``search_reminders``, an order needs
+a balance above (not just up to) its total, and ``search_orders`` matches merchant names only.
 """
 from __future__ import annotations
 
 import json
 from datetime import datetime
 from typing import Any
+
+from stages.core.envs.acebench_platforms_zh import INBOX_ZH, MENUS_ZH, PHONE_TEXT_ZH, REMINDERS_ZH
 
 _USERS = {"Eve": ("USR100", "U100", "password123", 500.0), "Frank": ("USR101", "U101", "password456", 300.0),
           "Grace": ("USR102", "U102", "password789", 150.0), "Helen": ("USR103", "U103", "password321", 800.0),
@@ -32,13 +37,54 @@ _REMINDERS = [
      'Packs." Then, send a message to Frank saying, "The price of the purchased goods is () yuan." Replace the '
      "parentheses with the actual amount, keeping one decimal place.", "2024-07-16 11:00"),
 ]
-_MENUS = {"Domino's": ("M100", "Pizza", {"Margherita Pizza": 68.0, "Super Supreme Pizza": 88.0}),
-          "Rice Village Bibimbap": ("M101", "Bibimbap", {"Stone Pot Bibimbap": 35.0, "Korean Beef Bibimbap": 45.0}),
-          "Haidilao": ("M102", "Hotpot", {"Beef Rolls": 68.0, "Seafood Platter": 88.0}),
-          "Heytea": ("M103", "Milk Tea", {"Cheese Milk Tea": 25.0, "Four Seasons Spring Milk Tea": 22.0}),
-          "Hema Fresh": ("M104", "Fresh Grocery", {"Organic Vegetable Pack": 15.0, "Fresh Gift Pack": 99.0}),
-          "Jiutian BBQ": ("M105", "BBQ", {"Korean Grilled Beef": 128.0, "Grilled Pork Belly": 78.0})}
+_MENUS = {"Domino's": {"Margherita Pizza": 68.0, "Super Supreme Pizza": 88.0},
+          "Rice Village Bibimbap": {"Stone Pot Bibimbap": 35.0, "Korean Beef Bibimbap": 45.0},
+          "Haidilao": {"Beef Rolls": 68.0, "Seafood Platter": 88.0},
+          "Heytea": {"Cheese Milk Tea": 25.0, "Four Seasons Spring Milk Tea": 22.0},
+          "Hema Fresh": {"Organic Vegetable Pack": 15.0, "Fresh Gift Pack": 99.0},
+          "Jiutian BBQ": {"Korean Grilled Beef": 128.0, "Grilled Pork Belly": 78.0}}
+_TEXT = {
+    "wifi_on": "Wi-Fi has been turned on", "device_on": "Device has been logged in",
+    "send_offline": "Device not logged in, unable to send message",
+    "send_no_wifi": "Wi-Fi is turned off, cannot send messages at this time",
+    "inbox_full": "Inbox capacity is full. You need to ask the user which message to delete.",
+    "no_pair": "Sender or receiver does not exist", "sent": "Message successfully sent to {receiver}.",
+    "delete_offline": "Device not logged in, unable to delete message", "no_message_id": "Message ID does not exist",
+    "message_deleted": "Message ID {message_id} has been successfully deleted.",
+    "view_offline": "Device not logged in, unable to view message information", "no_sender": "Sender does not exist",
+    "no_receiver": "Receiver does not exist", "no_records": "No related message records found",
+    "no_user": "User does not exist", "no_keyword": "No messages found containing the keyword",
+    "latest_offline": "Device not logged in, unable to retrieve the latest sent message ID.",
+    "earliest_offline": "Device not logged in, unable to retrieve the earliest sent message ID.",
+    "no_messages": "No message records found", "latest_is": "The latest message ID is {message_id}",
+    "earliest_is": "The earliest message ID is {message_id}",
+    "reminder_offline": "The device is not logged in, so you cannot view notifications",
+    "no_title": "No reminder found with the title '{title}'.",
+    "add_offline": "Device not logged in. Unable to add a new reminder.",
+    "reminders_full": "Reminder capacity is full. Unable to add a new reminder.",
+    "reminder_added": "Reminder '{title}' was successfully added.",
+    "remove_offline": "Device not logged in. Unable to delete the specified reminder.",
+    "no_reminder_id": "Reminder ID does not exist.", "reminder_deleted": "Reminder ID {reminder_id} was successfully deleted.",
+    "no_reminders": "No reminders found.",
+    "food_no_wifi": "Wi-Fi is not enabled, unable to login", "wrong_password": "Incorrect password",
+    "already_in": "{username} is already logged in", "logged_in": "User {username} has successfully logged in!",
+    "nobody_in": "No users are currently logged in to the food platform",
+    "not_in": "User {username} is not logged in to the food platform", "no_merchant": "Merchant does not exist",
+    "bad_quantity": "Invalid quantity {quantity} for product {product}",
+    "no_product": "Product {product} does not exist in {merchant}'s menu",
+    "too_poor": "Insufficient balance to place the order",
+    "ordered": "Food delivery order successfully placed with {merchant}. Total amount: {total} yuan",
+    "unknown_merchant": "Merchant '{merchant}' does not exist", "no_orders": "User has no order records",
+    "no_match": "No matching orders found",
+}
+_DATA = {"en": (_INBOX, _REMINDERS, _MENUS, _TEXT), "zh": (INBOX_ZH, REMINDERS_ZH, MENUS_ZH, PHONE_TEXT_ZH)}
 _CAPACITY = 6
+_FUNCTIONS = ("turn_on_wifi", "login_device", "send_message", "delete_message", "view_messages_between_users",
+              "search_messages", "get_latest_message_id", "get_earliest_message_id", "view_reminder_by_title",
+              "add_reminder", "delete_reminder", "view_all_reminders",
+              "login_food_platform", "view_logged_in_users", "check_balance", "add_food_delivery_order",
+              "get_products", "view_orders", "search_orders")
+_FUNCTIONS_ZH = _FUNCTIONS + ("mark_as_notified", "search_reminders")  # only the Chinese ReminderApi has them
 
 
 def _err(message: str) -> dict[str, Any]:
@@ -50,28 +96,31 @@ class PhonePlatform:
 
     The public methods are the platform's functions (documented by the tool schemas in the data);
     each returns ACEBench's result value (``{"status": bool, ...}`` dicts, lists, or a balance).
-    Deviation: messages sent during the episode carry no time and are skipped by
-    ``get_latest_message_id`` / ``get_earliest_message_id`` (upstream crashes on them).
+    Deviations: messages sent during the episode carry no time and are skipped by
+    ``get_latest_message_id`` / ``get_earliest_message_id`` (upstream crashes on them); where the
+    Chinese classes raise (``search_reminders`` finding a reminder, ``search_orders`` reaching an order
+    of another merchant), the call returns an error result naming upstream's exception.
 
     Args:
         initial_config: the task's ``initial_config`` (``{"BaseApi": {"wifi", "logged_in"}}``;
             ``FoodPlatform.logged_in_users`` is honoured too).
+        language: "en" (scenariosen) or "zh" (scenarioszh): data, messages and the points of logic
+            of the module docstring.
+
+    Raises:
+        KeyError: another language.
     """
 
-    FUNCTIONS = ("turn_on_wifi", "login_device", "send_message", "delete_message", "view_messages_between_users",
-                 "search_messages", "get_latest_message_id", "get_earliest_message_id", "view_reminder_by_title",
-                 "add_reminder", "delete_reminder", "view_all_reminders",
-                 "login_food_platform", "view_logged_in_users", "check_balance", "add_food_delivery_order",
-                 "get_products", "view_orders", "search_orders")
-
-    def __init__(self, initial_config: dict[str, Any]):
+    def __init__(self, initial_config: dict[str, Any], language: str = "en"):
+        inbox, reminders, self.menus, self.text = _DATA[language]
+        self.zh, self.functions = language == "zh", _FUNCTIONS_ZH if language == "zh" else _FUNCTIONS
         base = initial_config.get("BaseApi", {})
         self.wifi, self.logged_in = bool(base.get("wifi", False)), bool(base.get("logged_in", True))
         self.inbox = {i + 1: {"sender_id": s, "receiver_id": r, "message": m, "time": t}
-                      for i, (s, r, m, t) in enumerate(_INBOX)}
+                      for i, (s, r, m, t) in enumerate(inbox)}
         self.message_id_counter = len(self.inbox)
         self.reminder_list = {i + 1: {"reminder_id": rid, "title": t, "description": d, "time": tm, "notified": False}
-                              for i, (rid, t, d, tm) in enumerate(_REMINDERS)}
+                              for i, (rid, t, d, tm) in enumerate(reminders)}
         self.reminder_id_counter = len(self.reminder_list)
         self.users = {n: {"user_id": fid, "password": pw, "balance": bal} for n, (_, fid, pw, bal) in _USERS.items()}
         self.logged_in_users = list(initial_config.get("FoodPlatform", {}).get("logged_in_users", []))
@@ -88,76 +137,85 @@ class PhonePlatform:
 
     def call(self, name: str, args: dict[str, Any]) -> Any:
         """Execute one function; unknown names and bad arguments come back as error results."""
-        if name not in self.FUNCTIONS:
+        if name not in self.functions:
             return _err(f"Function {name} does not exist")
         try:
             return getattr(self, name)(**args)
         except TypeError as err:
             return _err(f"Invalid arguments for {name}: {err}")
 
+    def _say(self, key: str, **values: Any) -> str:
+        return self.text[key].format(**values)
+
+    def _ok(self, key: str, **values: Any) -> dict[str, Any]:
+        return {"status": True, "message": self._say(key, **values)}
+
+    def _no(self, key: str, **values: Any) -> dict[str, Any]:
+        return _err(self._say(key, **values))
+
     def turn_on_wifi(self):
         self.wifi = True
-        return {"status": True, "message": "Wi-Fi has been turned on"}
+        return self._ok("wifi_on")
 
     def login_device(self):
         self.logged_in = True
-        return {"status": True, "message": "Device has been logged in"}
+        return self._ok("device_on")
 
     def _uid(self, name):
         return _USERS[name][0] if name in _USERS else None
 
     def send_message(self, sender_name, receiver_name, message):
         if not self.logged_in:
-            return _err("Device not logged in, unable to send message")
+            return self._no("send_offline")
         if not self.wifi:
-            return _err("Wi-Fi is turned off, cannot send messages at this time")
+            return self._no("send_no_wifi")
         if len(self.inbox) >= _CAPACITY:
-            return _err("Inbox capacity is full. You need to ask the user which message to delete.")
+            return self._no("inbox_full")
         if sender_name not in _USERS or receiver_name not in _USERS:
-            return _err("Sender or receiver does not exist")
+            return self._no("no_pair")
         self.message_id_counter += 1
         self.inbox[self.message_id_counter] = {"sender_id": self._uid(sender_name),
                                                "receiver_id": self._uid(receiver_name), "message": message}
-        return {"status": True, "message": f"Message successfully sent to {receiver_name}."}
+        return self._ok("sent", receiver=receiver_name)
 
     def delete_message(self, message_id):
         if not self.logged_in:
-            return _err("Device not logged in, unable to delete message")
+            return self._no("delete_offline")
         if message_id not in self.inbox:
-            return _err("Message ID does not exist")
+            return self._no("no_message_id")
         del self.inbox[message_id]
-        return {"status": True, "message": f"Message ID {message_id} has been successfully deleted."}
+        return self._ok("message_deleted", message_id=message_id)
 
     def view_messages_between_users(self, sender_name, receiver_name):
         if not self.logged_in:
-            return _err("Device not logged in, unable to view message information")
+            return self._no("view_offline")
         if sender_name not in _USERS:
-            return _err("Sender does not exist")
+            return self._no("no_sender")
         if receiver_name not in _USERS:
-            return _err("Receiver does not exist")
+            return self._no("no_receiver")
         found = [{"id": i, "sender": sender_name, "receiver": receiver_name, "message": m["message"]}
                  for i, m in self.inbox.items()
                  if m["sender_id"] == self._uid(sender_name) and m["receiver_id"] == self._uid(receiver_name)]
-        return {"status": True, "messages": found} if found else _err("No related message records found")
+        return {"status": True, "messages": found} if found else self._no("no_records")
 
     def search_messages(self, user_name, keyword):
         if user_name not in _USERS:
-            return _err("User does not exist")
+            return self._no("no_user")
         uid = self._uid(user_name)
         found = [{"id": i, **{k: m[k] for k in ("sender_id", "receiver_id", "message")}}
                  for i, m in self.inbox.items()
                  if uid in (m["sender_id"], m["receiver_id"]) and str(keyword).lower() in m["message"].lower()]
-        return {"status": True, "messages": found} if found else _err("No messages found containing the keyword")
+        return {"status": True, "messages": found} if found else self._no("no_keyword")
 
     def _extreme_message_id(self, latest: bool):
         which = "latest" if latest else "earliest"
         if not self.logged_in:
-            return _err(f"Device not logged in, unable to retrieve the {which} sent message ID.")
+            return self._no(f"{which}_offline")
         dated = [(datetime.strptime(m["time"], "%Y-%m-%d"), i) for i, m in self.inbox.items() if "time" in m]
         if not dated:
-            return _err("No message records found")
+            return self._no("no_messages")
         pick = (max if latest else min)(dated, key=lambda x: x[0])[1]
-        return {"status": True, "message": f"The {which} message ID is {pick}", "message_id": pick}
+        return {"status": True, "message": self._say(f"{which}_is", message_id=pick), "message_id": pick}
 
     def get_latest_message_id(self):
         return self._extreme_message_id(latest=True)
@@ -167,48 +225,61 @@ class PhonePlatform:
 
     def view_reminder_by_title(self, title):
         if not self.logged_in:
-            return _err("The device is not logged in, so you cannot view notifications")
+            return self._no("reminder_offline")
         hit = next((r for r in self.reminder_list.values() if r["title"] == title), None)
-        return {"status": True, "reminder": hit} if hit else _err(f"No reminder found with the title '{title}'.")
+        return {"status": True, "reminder": hit} if hit else self._no("no_title", title=title)
 
     def add_reminder(self, title, description, time):
         if not self.logged_in:
-            return _err("Device not logged in. Unable to add a new reminder.")
+            return self._no("add_offline")
         if len(self.reminder_list) >= _CAPACITY:
-            return _err("Reminder capacity is full. Unable to add a new reminder.")
+            return self._no("reminders_full")
         self.reminder_id_counter += 1
         rid = self.reminder_id_counter
         self.reminder_list[rid] = {"reminder_id": rid, "title": title, "description": description, "time": time,
                                    "notified": False}
-        return {"status": True, "message": f"Reminder '{title}' was successfully added."}
+        return self._ok("reminder_added", title=title)
 
     def delete_reminder(self, reminder_id):
         if not self.logged_in:
-            return _err("Device not logged in. Unable to delete the specified reminder.")
+            return self._no("remove_offline")
         if reminder_id not in self.reminder_list:
-            return _err("Reminder ID does not exist.")
+            return self._no("no_reminder_id")
         del self.reminder_list[reminder_id]
-        return {"status": True, "message": f"Reminder ID {reminder_id} was successfully deleted."}
+        return self._ok("reminder_deleted", reminder_id=reminder_id)
 
     def view_all_reminders(self):
         items = [{k: r[k] for k in ("title", "description", "time", "notified")} for r in self.reminder_list.values()]
-        return {"status": True, "reminders": items} if items else _err("No reminders found.")
+        return {"status": True, "reminders": items} if items else self._no("no_reminders")
+
+    def mark_as_notified(self, reminder_id):
+        if reminder_id not in self.reminder_list:
+            return self._no("no_reminder_id")
+        self.reminder_list[reminder_id]["notified"] = True
+        return self._ok("notified", reminder_id=reminder_id)
+
+    def search_reminders(self, keyword):
+        kw = str(keyword).lower()
+        if any(kw in r["title"].lower() or kw in r["description"].lower() for r in self.reminder_list.values()):
+            # upstream formats each hit's time with strftime, but the times are strings
+            return _err("Error during execution: 'str' object has no attribute 'strftime'")
+        return self._no("no_reminder_keyword")
 
     def login_food_platform(self, username, password):
         if not self.wifi:
-            return _err("Wi-Fi is not enabled, unable to login")
+            return self._no("food_no_wifi")
         if username not in self.users:
-            return _err("User does not exist")
+            return self._no("no_user")
         if self.users[username]["password"] != password:
-            return _err("Incorrect password")
+            return self._no("wrong_password")
         if username in self.logged_in_users:
-            return _err(f"{username} is already logged in")
+            return self._no("already_in", username=username)
         self.logged_in_users.append(username)
-        return {"status": True, "message": f"User {username} has successfully logged in!"}
+        return self._ok("logged_in", username=username)
 
     def view_logged_in_users(self):
         if not self.logged_in_users:
-            return _err("No users are currently logged in to the food platform")
+            return self._no("nobody_in")
         return {"status": True, "logged_in_users": self.logged_in_users}
 
     def check_balance(self, user_name):
@@ -216,9 +287,9 @@ class PhonePlatform:
 
     def add_food_delivery_order(self, username, merchant_name, items):
         if username not in self.logged_in_users:
-            return _err(f"User {username} is not logged in to the food platform")
-        if merchant_name not in _MENUS:
-            return _err("Merchant does not exist")
+            return self._no("not_in", username=username)
+        if merchant_name not in self.menus:
+            return self._no("no_merchant")
         if not isinstance(items, (list, dict, str)):  # upstream iterates items: other types raise
             return _err(f"Invalid items {items!r}: expected a list of objects with product and quantity")
         total, lines = 0.0, []
@@ -227,31 +298,34 @@ class PhonePlatform:
                 return _err(f"Invalid item {item!r}: expected an object with product and quantity")
             product, quantity = item.get("product"), item.get("quantity", 1)
             if not isinstance(quantity, int) or quantity <= 0:
-                return _err(f"Invalid quantity {quantity} for product {product}")
-            price = _MENUS[merchant_name][2].get(product)
+                return self._no("bad_quantity", quantity=quantity, product=product)
+            price = self.menus[merchant_name].get(product)
             if price is None:
-                return _err(f"Product {product} does not exist in {merchant_name}'s menu")
+                return self._no("no_product", product=product, merchant=merchant_name)
             total += price * quantity
             lines.append({"product": product, "quantity": quantity, "price_per_unit": price})
-        if total > self.users[username]["balance"]:
-            return _err("Insufficient balance to place the order")
+        balance = self.users[username]["balance"]
+        if total > balance or (self.zh and total == balance):  # the Chinese class refuses an order of the whole balance
+            return self._no("too_poor")
         self.users[username]["balance"] -= total
         self.orders.append({"user_name": username, "merchant_name": merchant_name, "items": lines,
                             "total_price": total})
-        return {"status": True,
-                "message": f"Food delivery order successfully placed with {merchant_name}. Total amount: {total} yuan"}
+        return self._ok("ordered", merchant=merchant_name, total=total)
 
     def get_products(self, merchant_name):
-        if merchant_name not in _MENUS:
-            return _err(f"Merchant '{merchant_name}' does not exist")
-        return [{"product": p, "price": v} for p, v in _MENUS[merchant_name][2].items()]
+        if merchant_name not in self.menus:
+            return self._no("unknown_merchant", merchant=merchant_name)
+        return [{"product": p, "price": v} for p, v in self.menus[merchant_name].items()]
 
     def view_orders(self, user_name):
         mine = [o for o in self.orders if o["user_name"] == user_name]
-        return {"status": True, "orders": mine} if mine else _err("User has no order records")
+        return {"status": True, "orders": mine} if mine else self._no("no_orders")
 
     def search_orders(self, keyword):
         kw = str(keyword).lower()
+        if self.zh and any(kw not in o["merchant_name"].lower() and o["items"] for o in self.orders):
+            # the Chinese class lower()s each item of another merchant's order, and the items are objects
+            return _err("Error during execution: 'dict' object has no attribute 'lower'")
         hits = [o for o in self.orders if kw in o["merchant_name"].lower()
                 or any(kw in i["product"].lower() for i in o["items"])]
-        return {"status": True, "orders": hits} if hits else _err("No matching orders found")
+        return {"status": True, "orders": hits} if hits else self._no("no_match")

@@ -1,7 +1,8 @@
 """ACEBench's Travel API (the airline of its agent multi-turn tasks 20-29) as a deterministic state machine.
 
-Re-implements the English ``Travel`` class of github.com/ACEBench/ACEBench (``scenariosen/travel.py``
-under ``model_inference``): three users (id, password, cash and bank balance, membership level),
+Re-implements the ``Travel`` class of github.com/ACEBench/ACEBench (``scenariosen/travel.py`` under
+``model_inference``; for ``language="zh"`` ``scenarioszh/travel.py``: the same logic with Chinese city
+and cabin names, cancellation reason and messages, :mod:`.acebench_platforms_zh`): three users (id, password, cash and bank balance, membership level),
 eleven flights, four reservations, and the functions get_user_details, get_flight_details,
 get_reservation_details, find_transfer_flights, reserve_flight, modify_flight and cancel_reservation
 with the same rules, return values and messages:
@@ -19,7 +20,7 @@ with the same rules, return values and messages:
 
 Deviations, so that bad arguments give an error result where upstream crashes or silently
 mis-prices: arguments are checked before anything changes (strings, integer bag counts >= 0,
-cabins "Economy Class" / "Business Class", payment methods "cash" / "bank"), and a failed login or
+cabins "Economy Class" / "Business Class" (zh: "经济舱" / "商务舱"), payment methods "cash" / "bank"), and a failed login or
 an unknown flight in reserve_flight is an error result. Seats are not checked (upstream neither).
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from stages.core.envs.acebench_platforms_zh import AIRLINE_CANCELLED_ZH, CABINS_ZH, CITIES_ZH, TRAVEL_TEXT_ZH
 from stages.core.envs.base import AGENTIC_RULES
 
 SYSTEM_PROMPT = ("You are an AI airline agent: you book, change and cancel flight reservations for the user with "
@@ -59,10 +61,36 @@ _RESERVATIONS = [
     ("res_3", "user2", "MH1765", "bank", "Business Class", 1, "Xiamen", "Chengdu"),
     ("res_4", "user2", "MU2616", "bank", "Business Class", 1, "Chengdu", "Xiamen"),
 ]
-_FREE_BAGS = {"regular": {"Economy Class": 1, "Business Class": 2}, "silver": {"Economy Class": 2, "Business Class": 3},
-              "gold": {"Economy Class": 3, "Business Class": 3}}
+_FREE_BAGS = {"regular": (1, 2), "silver": (2, 3), "gold": (3, 3)}  # (economy, business)
 _BAG_FEE = 50
 _CABINS = ("Economy Class", "Business Class")
+_TEXT = {
+    "no_direct": "There are no direct flights that meet the criteria.", "bad_login": "Incorrect username or password.",
+    "no_id": "Please provide a valid reservation ID or user ID",
+    "no_transfer": "No connecting flights that meet the criteria were found.",
+    "auth_failed": "Authentication failed. Please check your user ID and password.",
+    "too_poor": "Your {method} balance is insufficient. Please consider using another payment method.",
+    "booked": "Booking successful. Reservation ID: {reservation_id}. Total cost: {cost} yuan (including baggage fees).",
+    "no_reservation": "Reservation not found or user ID does not match.", "no_flight": "Flight information not found.",
+    "flight_changed": "Flight number has been changed.",
+    "change_failed": "Flight change failed: Invalid new flight number or destination does not match.",
+    "cabin_paid": "Cabin change successful. Price difference paid: {amount}.",
+    "cabin_too_poor": "Insufficient balance to pay the cabin price difference.",
+    "cabin_refunded": "Cabin change successful. Price difference refunded: {amount}.",
+    "bags_paid": "Baggage has been added. Additional fee to be paid: {amount}.",
+    "bags_too_poor": "Insufficient balance to pay the additional baggage fees.",
+    "no_fee": "Modification completed with no additional fees.", "bad_user": "Invalid user ID.",
+    "not_yours": "Invalid reservation ID or it does not belong to the user.", "bad_flight": "Invalid flight information.",
+    "flown": "The flight segment has been used and cannot be canceled.",
+    "airline_cancelled": "The flight has been canceled. Your reservation will be canceled free of charge, and {price} "
+                         "yuan has been refunded.",
+    "free_cancel": "More than 24 hours before departure. Free cancellation successful, {price} yuan has been refunded.",
+    "fee_cancel": "Less than 24 hours before departure. A cancellation fee of {fee} yuan has been deducted, and "
+                  "{refund} yuan has been refunded.",
+}
+# per language: messages, (economy, business) cabin names, the free-cancellation reason, city names
+_LANGUAGE = {"en": (_TEXT, _CABINS, "The airline has canceled the flight.", {}),
+             "zh": (TRAVEL_TEXT_ZH, CABINS_ZH, AIRLINE_CANCELLED_ZH, CITIES_ZH)}
 _PAYMENTS = ("cash", "bank")
 _INT_ARGS = ("baggage_count", "add_baggage")
 _CLOCK = datetime(2024, 7, 14, 6, 0, 0)  # upstream's "now" for cancellations
@@ -81,19 +109,29 @@ class TravelPlatform:
 
     Args:
         initial_config: the task's ``initial_config`` (empty for every Travel task; unused, as upstream).
+        language: "en" (scenariosen) or "zh" (scenarioszh: Chinese cities, cabins "经济舱" / "商务舱", the
+            reason "航空公司取消航班", Chinese messages).
+
+    Raises:
+        KeyError: another language.
     """
 
     FUNCTIONS = ("get_user_details", "get_flight_details", "get_reservation_details", "find_transfer_flights",
                  "reserve_flight", "modify_flight", "cancel_reservation")
 
-    def __init__(self, initial_config: dict[str, Any] | None = None):
+    def __init__(self, initial_config: dict[str, Any] | None = None, language: str = "en"):
+        self.text, self.cabins, self.airline_cancelled, cities = _LANGUAGE[language]
         self.users = {uid: {"user_name": n, "password": pw, "cash_balance": cash, "bank_balance": bank,
                             "membership_level": level} for uid, (n, pw, cash, bank, level) in _USERS.items()}
         self.flights = [{"flight_no": no, "origin": o, "destination": d, "depart_time": dep, "arrival_time": arr,
                          "status": "available", "seats_available": seats, "economy_price": eco,
                          "business_price": bus} for no, o, d, dep, arr, seats, eco, bus in _FLIGHTS]
+        for row in self.flights:
+            row["origin"], row["destination"] = cities.get(row["origin"], row["origin"]), cities.get(
+                row["destination"], row["destination"])
         self.reservations = [{"reservation_id": rid, "user_id": uid, "flight_no": no, "payment_method": pay,
-                              "cabin": cabin, "baggage": bags, "origin": o, "destination": d}
+                              "cabin": self.cabins[_CABINS.index(cabin)], "baggage": bags, "origin": cities.get(o, o),
+                              "destination": cities.get(d, d)}
                              for rid, uid, no, pay, cabin, bags, o, d in _RESERVATIONS]
 
     def state(self) -> dict[str, dict[str, Any]]:
@@ -118,7 +156,7 @@ class TravelPlatform:
                     return _error(f"Invalid arguments for {name}: {key} must be a whole number >= 0, got {value!r}")
             elif not isinstance(value, str):
                 return _error(f"Invalid arguments for {name}: {key} must be a string, got {value!r}")
-        for key, allowed in (("cabin", _CABINS), ("new_cabin", _CABINS), ("payment_method", _PAYMENTS),
+        for key, allowed in (("cabin", self.cabins), ("new_cabin", self.cabins), ("payment_method", _PAYMENTS),
                              ("new_payment_method", _PAYMENTS)):
             if key in given and given[key] not in allowed:
                 return _error(f"Invalid arguments for {name}: {key} must be one of {', '.join(allowed)}")
@@ -135,13 +173,13 @@ class TravelPlatform:
     def get_user_details(self, user_id, password):
         user = self.users.get(user_id)
         if user is None or user["password"] != password:
-            return _error("Incorrect username or password.")
+            return _error(self.text["bad_login"])
         return {k: v for k, v in user.items() if k != "password"}
 
     def get_flight_details(self, origin=None, destination=None):
         hits = [dict(f) for f in self.flights
                 if (not origin or f["origin"] == origin) and (not destination or f["destination"] == destination)]
-        return hits or "There are no direct flights that meet the criteria."
+        return hits or self.text["no_direct"]
 
     def get_reservation_details(self, reservation_id=None, user_id=None):
         if reservation_id:
@@ -149,7 +187,7 @@ class TravelPlatform:
         elif user_id:
             mine = [r for r in self.reservations if r["user_id"] == user_id]
         else:
-            return _error("Please provide a valid reservation ID or user ID")
+            return _error(self.text["no_id"])
         return [{**r, "flight_info": copy.deepcopy(self._flight(r["flight_no"]))} for r in mine]
 
     def find_transfer_flights(self, origin_city, transfer_city, destination_city):
@@ -158,30 +196,33 @@ class TravelPlatform:
                  for a in legs if a["origin"] == origin_city and a["destination"] == transfer_city
                  for b in legs if b["origin"] == transfer_city and b["destination"] == destination_city
                  and datetime.strptime(a["arrival_time"], _TIME) < datetime.strptime(b["depart_time"], _TIME)]
-        return pairs or "No connecting flights that meet the criteria were found."
+        return pairs or self.text["no_transfer"]
 
-    def _bag_fee(self, user: dict[str, Any], cabin: str, bags: int) -> int:
-        return max(bags - _FREE_BAGS[user["membership_level"]][cabin], 0) * _BAG_FEE
+    def _free_bags(self, user: dict[str, Any], cabin: str) -> int:
+        """The free allowance of the user's level in ``cabin``; 0 for a cabin of neither name (as upstream)."""
+        return _FREE_BAGS[user["membership_level"]][self.cabins.index(cabin)] if cabin in self.cabins else 0
+
+    def _price(self, flight: dict[str, Any], cabin: str) -> int:
+        """The ticket price: the economy price for the economy cabin, else the business one (as upstream)."""
+        return flight["economy_price" if cabin == self.cabins[0] else "business_price"]
 
     def reserve_flight(self, user_id, password, flight_no, cabin, payment_method, baggage_count):
         user = self.users.get(user_id)
         if user is None or user["password"] != password:
-            return "Authentication failed. Please check your user ID and password."
+            return self.text["auth_failed"]
         flight = self._flight(flight_no, available=True)
         if flight is None:
             return _error(f"Flight {flight_no} does not exist or is not available.")
-        cost = flight["economy_price" if cabin == "Economy Class" else "business_price"]
-        cost += self._bag_fee(user, cabin, baggage_count)
+        cost = self._price(flight, cabin) + max(baggage_count - self._free_bags(user, cabin), 0) * _BAG_FEE
         balance = f"{payment_method}_balance"
         if cost > user[balance]:
-            return f"Your {payment_method} balance is insufficient. Please consider using another payment method."
+            return self.text["too_poor"].format(method=payment_method)
         user[balance] -= cost
         flight["seats_available"] -= 1
         reservation_id = f"res_{len(self.reservations) + 1}"
         self.reservations.append({"reservation_id": reservation_id, "user_id": user_id, "flight_no": flight_no,
                                   "payment_method": payment_method, "cabin": cabin, "baggage": baggage_count})
-        return (f"Booking successful. Reservation ID: {reservation_id}. Total cost: {cost} yuan "
-                "(including baggage fees).")
+        return self.text["booked"].format(reservation_id=reservation_id, cost=cost)
 
     def _pay(self, user: dict[str, Any], method: str, amount: float) -> bool:
         """Take ``amount`` (negative: refund) from the method's balance; False when it would go below 0."""
@@ -194,59 +235,56 @@ class TravelPlatform:
                       new_payment_method=None):
         reservation = self._reservation(user_id, reservation_id)
         if reservation is None:
-            return "Reservation not found or user ID does not match."
+            return self.text["no_reservation"]
         current = self._flight(reservation["flight_no"])
         if current is None:
-            return "Flight information not found."
+            return self.text["no_flight"]
         method, user, said = new_payment_method or reservation["payment_method"], self.users[user_id], []
         if new_flight_no and new_flight_no != reservation["flight_no"]:
             new = self._flight(new_flight_no)
             if new is None or (new["origin"], new["destination"]) != (current["origin"], current["destination"]):
-                return "Flight change failed: Invalid new flight number or destination does not match."
+                return self.text["change_failed"]
             reservation["flight_no"] = new_flight_no
-            said.append("Flight number has been changed.")
+            said.append(self.text["flight_changed"])
         if new_cabin and new_cabin != reservation["cabin"]:
-            prices = {"Economy Class": current["economy_price"], "Business Class": current["business_price"]}
+            prices = dict(zip(self.cabins, (current["economy_price"], current["business_price"])))
             difference = prices[new_cabin] - prices.get(reservation["cabin"], 0)
             reservation["cabin"] = new_cabin
             if difference > 0:
-                said.append(f"Cabin change successful. Price difference paid: {difference}."
-                            if self._pay(user, method, difference)
-                            else "Insufficient balance to pay the cabin price difference.")
+                said.append(self.text["cabin_paid"].format(amount=difference) if self._pay(user, method, difference)
+                            else self.text["cabin_too_poor"])
             elif difference < 0:
                 self._pay(user, method, difference)
-                said.append(f"Cabin change successful. Price difference refunded: {-difference}.")
+                said.append(self.text["cabin_refunded"].format(amount=-difference))
         if add_baggage > 0:
             total = reservation.get("baggage", 0) + add_baggage
-            fee = max(0, total - _FREE_BAGS[user["membership_level"]].get(reservation["cabin"], 0)) * _BAG_FEE
+            fee = max(0, total - self._free_bags(user, reservation["cabin"])) * _BAG_FEE
             if fee > 0:
-                said.append(f"Baggage has been added. Additional fee to be paid: {fee}." if self._pay(user, method, fee)
-                            else "Insufficient balance to pay the additional baggage fees.")
+                said.append(self.text["bags_paid"].format(amount=fee) if self._pay(user, method, fee)
+                            else self.text["bags_too_poor"])
             reservation["baggage"] = total
-        return " ".join(said) or "Modification completed with no additional fees."
+        return " ".join(said) or self.text["no_fee"]
 
     def cancel_reservation(self, user_id, reservation_id, reason):
         user = self.users.get(user_id)
         if user is None:
-            return "Invalid user ID."
+            return self.text["bad_user"]
         reservation = self._reservation(user_id, reservation_id)
         if reservation is None:
-            return "Invalid reservation ID or it does not belong to the user."
+            return self.text["not_yours"]
         flight = self._flight(reservation["flight_no"])
         if flight is None:
-            return "Invalid flight information."
+            return self.text["bad_flight"]
         departure = datetime.strptime(flight["depart_time"], _TIME)
         if _CLOCK > departure:
-            return "The flight segment has been used and cannot be canceled."
-        price = flight["economy_price" if reservation["cabin"] == "Economy Class" else "business_price"]
-        if reason == "The airline has canceled the flight.":
+            return self.text["flown"]
+        price = self._price(flight, reservation["cabin"])
+        if reason == self.airline_cancelled:
             user["cash_balance"] += price
-            return (f"The flight has been canceled. Your reservation will be canceled free of charge, and {price} yuan "
-                    "has been refunded.")
+            return self.text["airline_cancelled"].format(price=price)
         if departure - _CLOCK > timedelta(days=1):
             user["cash_balance"] += price
-            return f"More than 24 hours before departure. Free cancellation successful, {price} yuan has been refunded."
+            return self.text["free_cancel"].format(price=price)
         fee = price * 0.1
         user["cash_balance"] += price - fee
-        return (f"Less than 24 hours before departure. A cancellation fee of {fee} yuan has been deducted, and "
-                f"{price - fee} yuan has been refunded.")
+        return self.text["fee_cancel"].format(fee=fee, refund=price - fee)
