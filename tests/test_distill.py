@@ -239,14 +239,14 @@ def test_resume_after_kill_matches_straight_run(straight, assets, tmp_path, monk
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(assets, tmp_path, monkeypatch):
     config = make_config(assets, tmp_path, "nan", steps=2, checkpoint_every=1, micro_batch=4)
-    real_kl, calls = lopd_method.topm_tail_reverse_kl, []
+    real_kl, calls = lopd_method.head_topm_tail_reverse_kl, []
 
     def kl_nan_on_step_2(*args, **kwargs):
         calls.append(1)
         loss, m = real_kl(*args, **kwargs)
         return (loss * float("nan"), m) if len(calls) == 2 else (loss, m)
 
-    monkeypatch.setattr(lopd_method, "topm_tail_reverse_kl", kl_nan_on_step_2)
+    monkeypatch.setattr(lopd_method, "head_topm_tail_reverse_kl", kl_nan_on_step_2)
     expected = r"non-finite loss at step 2; last good checkpoint: .*step-1"
     with pytest.raises(FloatingPointError, match=expected):
         Distiller(config).fit()
