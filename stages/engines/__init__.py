@@ -11,6 +11,9 @@
   vLLM's offline ``LLM`` on a GPU, the extra ``pip install '.[vllm]'``); :func:`check_engine`
   refuses an unusable name, or a temperature vLLM would not sample as asked, before any model is
   loaded.
+* :func:`row_seed` / :func:`row_seeds`: the seed each prompt of a call is sampled under (a
+  rollout's seed is a function of its task, sample and turn), so a completion never depends on
+  the prompts batched beside it or on the number of processes.
 * :func:`finish_generation`: the one rule that turns sampled ids into a :class:`Generation`
   (eos, stop strings, length), so every engine records the same thing for the same ids.
 
