@@ -215,14 +215,12 @@ class Distiller:
         """Play the step's tasks with the current student; rows get deterministic ids.
 
         Data-parallel: each rank plays its contiguous share of the tasks and every rank gets all
-        of the step's trajectories, in rank order. Row seeds come from the step's seed and each
-        rollout's position in the step's whole task list (:func:`stages.engines.rollout.play`), so
-        the sampled rollouts are those of one process, whatever the number of processes.
+        of the step's trajectories, in rank order. A rollout's seed comes from the step and its
+        place in the step's whole task list (:func:`stages.engines.rollout.play`), never the rank.
         """
         c = self.config
-        seed = c.seed * 1_000_003 + step * 10_007
         params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
-                                max_new_tokens=c.max_new_tokens, seed=seed)
+                                max_new_tokens=c.max_new_tokens, seed=c.seed * 1_000_003 + step * 10_007)
         factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_turns=c.max_turns,
                                    episode_rules=c.episode_rules)  # noqa: E731
         self.student.model.eval()
