@@ -57,7 +57,6 @@ COMMON_FIELDS = (
 PHASE_FIELDS = ("rollout_s", "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s")
 TIMING_FIELDS = ("tokens_per_s", "train_s", "seconds", "peak_rss_mb", "rss_mb", *PHASE_FIELDS,
                  "gather_s")  # gather_s: a sharded run's all-gather of the full student for the rollout
-RANK_SEED_STRIDE = 100_003  # rank r of a data-parallel run samples with seeds offset by r x this
 ZERO_GRAD_WARN_AFTER = 2  # zero-gradient steps before the run warns that nothing is learned
 
 
@@ -215,22 +214,22 @@ class Distiller:
     def _rollout(self, step: int, stats: RolloutStats) -> list[Trajectory]:
         """Play the step's tasks with the current student; rows get deterministic ids.
 
-        Data-parallel: each rank plays its contiguous share of the tasks (sampling seeds offset
-        by rank) and every rank gets all of the step's trajectories, in rank order.
+        Data-parallel: each rank plays its contiguous share of the tasks and every rank gets all
+        of the step's trajectories, in rank order. A rollout's seed comes from the step and its
+        place in the step's whole task list (:func:`stages.engines.rollout.play`), never the rank.
         """
         c = self.config
-        seed = c.seed * 1_000_003 + step * 10_007 + self.world.rank * RANK_SEED_STRIDE
         params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
-                                max_new_tokens=c.max_new_tokens, seed=seed)
+                                max_new_tokens=c.max_new_tokens, seed=c.seed * 1_000_003 + step * 10_007)
         factory = lambda: make_env(c.env, data_dir=self._data_dir(), max_turns=c.max_turns,
                                    episode_rules=c.episode_rules)  # noqa: E731
         self.student.model.eval()
+        tasks = self.tasks_for(self.cursor)
         with self.shard.gathered() if self.shard else contextlib.nullcontext():
-            played = list(play(self.engine, self.student.tokenizer, factory,
-                               distributed.share(self.tasks_for(self.cursor), self.world),
+            played = list(play(self.engine, self.student.tokenizer, factory, distributed.share(tasks, self.world),
                                samples_per_task=c.group_size, params=params, policy_id=c.model,
                                run_id=c.run_id, git_commit=self.commit, max_concurrent=c.rollout_batch,
-                               stats=stats))
+                               stats=stats, task_offset=self.world.span(len(tasks))[0]))
         return experience_rows.tag_step_rows(distributed.gather_lists(played, self.world), c.run_id, step)
 
     def _retriever(self) -> Retriever | None:

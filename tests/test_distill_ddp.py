@@ -8,8 +8,10 @@ checkpoint is written, resumes it with a second torchrun, and compares the resul
 and the trainable weights (student LoRA and composer). The second torchrun then trains SDPO
 (whose loss is a token mean over the step's distilled tokens and whose EMA teacher moves every
 step) and it is compared the same way (one torchrun start-up for both: they are the slow part).
-Decoding is greedy, so both runs sample the same tokens and the comparison is of the
-training math alone (an odd number of rows: the ranks' shares differ).
+LOPD decodes greedily, so its comparison is of the training math alone (an odd number of rows:
+the ranks' shares differ); SDPO samples its groups (temperature 1): each rollout's row seed
+depends on its position in the step's whole task list, not on the rank, so the ranks sample the
+rollouts one process samples.
 """
 from __future__ import annotations
 
@@ -53,8 +55,8 @@ def _config(assets, tmp: Path, name: str):
 
 
 def _sdpo_config(assets, tmp: Path, name: str) -> DistillConfig:
-    # groups of 2: a success's sibling or a failure's feedback as context (6 rows, 3 per rank)
-    lopd = make_config(assets, tmp, name, **{**SPLIT, "group_size": 2}).flat()
+    # sampled groups of 2: a success's sibling or a failure's feedback as context (6 rows, 3 per rank)
+    lopd = make_config(assets, tmp, name, **{**SPLIT, "group_size": 2, "temperature": 1.0}).flat()
     common = {k: v for k, v in lopd.items() if k in DistillConfig.model_fields and k != "options"}
     return DistillConfig(**{**common, "method": "sdpo", "run_id": "lopd-test"})
 

@@ -5,10 +5,10 @@ LOPD: a REAL 2-process ``torchrun`` run (each process runs ``python -m tests.dis
 the CLI with the test doubles of tests/test_distill.py) is SIGKILLed once step 1's checkpoint
 (a DCP folder) is written, resumed by a second torchrun, and compared with a 1-process run of
 the same global batch (greedy decoding: both runs sample the same tokens): metrics, store rows,
-the step-2 weights and the exported final student. GRPO (whose advantages need sampled groups,
-so the ranks' rollouts differ from one process's) is compared with the plain data-parallel run
-of the same 2 processes (same seeds per rank, so the same rollouts), itself tested equal to one
-process by tests/test_distill_ddp.py; it is killed and resumed the same way. Multi-node: two
+the step-2 weights and the exported final student. GRPO samples its groups (temperature 1);
+each rollout's row seed depends on its position in the step's whole task list, not on the rank
+(stages/engines/rollout.py), so the sharded run, killed and resumed the same way, equals a
+1-process run too. Multi-node: two
 torchrun launchers of one process each (c10d rendezvous over loopback) train step 1, and three
 processes resume the DCP checkpoint (resharded) for step 2: equal to the 1-process run too.
 """
@@ -119,14 +119,15 @@ def lopd_one(assets, tmp_path_factory) -> DistillConfig:
 
 def test_fsdp_two_processes_equal_one_lopd_and_grpo_killed_and_resumed(assets, lopd_one, tmp_path):
     lopd, grpo = _lopd(assets, tmp_path, "lopd-fsdp", shard="fsdp"), _grpo(assets, tmp_path, "grpo-fsdp", shard="fsdp")
-    grpo_dp = _grpo(assets, tmp_path, "grpo-dp")
+    grpo_one = _grpo(assets, tmp_path, "grpo-one")
+    Distiller(grpo_one).fit()
     _run_killed_after_step_1(lopd, tmp_path)
     _run_killed_after_step_1(grpo, tmp_path)
     _torchrun(["--config", str(_config_file(lopd, tmp_path)), "--resume"],
-              ["--config", str(_config_file(grpo, tmp_path)), "--resume"],
-              ["--config", str(_config_file(grpo_dp, tmp_path))])
+              ["--config", str(_config_file(grpo, tmp_path)), "--resume"])
     _assert_same(lopd, lopd_one)
-    _assert_same(grpo, grpo_dp)
+    _assert_same(grpo, grpo_one)
+    assert 0 < metrics(Path(grpo_one.out))[0]["reward_mean"] < 1  # rewards vary: GRPO has advantages to learn from
     for config in (lopd, grpo):
         _assert_sharded_checkpoint(Path(config.out))
     assert "gather_s" not in metrics(Path(lopd_one.out))[0]

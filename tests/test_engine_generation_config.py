@@ -13,7 +13,7 @@ from transformers import (
 
 from stages.core.models.backbone import load_policy
 from stages.engines import SamplingParams
-from stages.engines.hf import HFRolloutEngine, _SampledLogprobs
+from stages.engines.hf import HFRolloutEngine, _RowSampler, _SampledLogprobs
 from tests.tiny import save_tiny
 
 PROMPTS = ["<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n", "The quick brown fox"]
@@ -70,8 +70,10 @@ def test_processors_are_exactly_those_asked_for(loaded, params, warpers):
     assert len(calls) == 1
     procs = calls[0]
     assert isinstance(procs[0], _SampledLogprobs)  # the recorder sees the raw logits
+    # generate builds nothing from the config: sampling is the engine's _RowSampler, last, with its warpers
+    assert [type(p) for p in procs[1:]] == ([_RowSampler] if params.temperature > 0 else [])
     got = [(type(p), getattr(p, "temperature", None) or getattr(p, "top_k", None) or getattr(p, "top_p", None))
-           for p in procs[1:]]
+           for p in (procs[1].warpers if params.temperature > 0 else [])]
     assert got == [(cls, pytest.approx(value)) for cls, value in warpers]
     assert model.generation_config.min_p == 0.2 and model.generation_config.min_length == 40  # restored
 

@@ -165,6 +165,8 @@ def test_generate_hands_vllm_the_prompts_and_one_seed_per_prompt(fake_vllm, tok,
     assert lora is None and len(gens) == 3
     engine.generate([ids, ids], params.model_copy(update={"seed": None}))
     assert [s.kwargs["seed"] for s in FakeLLM.last.generated[-1][1]] == [None, None]
+    engine.generate([ids, ids], params.model_copy(update={"seeds": [7, 5]}))  # row seeds win over seed
+    assert [s.kwargs["seed"] for s in FakeLLM.last.generated[-1][1]] == [7, 5]
     assert engine.generate([], params) == []
     with pytest.raises(ValueError, match="empty prompt"):
         engine.generate([ids, []], params)

@@ -7,7 +7,7 @@ import pytest
 
 from schemas import Message, Task, ToolCall
 from stages.core.envs import StepResult
-from stages.engines import Generation, SamplingParams
+from stages.engines import Generation, SamplingParams, row_seed
 from stages.engines.rollout import RolloutStats, play
 from tests.tiny import tiny_tokenizer
 
@@ -52,7 +52,7 @@ class ScriptedEngine:
         self.incs, self.calls = incs, []
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        self.calls.append((len(prompts), params.seed))
+        self.calls.append((len(prompts), params.seeds))
         tok = tiny_tokenizer()
         out = []
         for p in prompts:
@@ -98,11 +98,13 @@ def test_multi_turn_episode_records_turns_and_reward():
     assert sorted(t.trajectory_id for t in again) == sorted(t.trajectory_id for t in trajs)
 
 
-def test_wrong_policy_gets_zero_and_seeds_advance():
+def test_wrong_policy_gets_zero_and_each_turn_gets_its_row_seed():
     engine = ScriptedEngine(incs=1)
     trajs, _ = _play(engine, CounterEnv, _tasks(2), samples_per_task=1, seed=10)
     assert [t.reward for t in trajs] == [0.0, 0.0] and not any(t.success for t in trajs)
-    assert [seed for _, seed in engine.calls] == [10, 11]
+    # row_seed(seed, task position, sample, turn)
+    assert [seeds for _, seeds in engine.calls] == [[row_seed(10, 0, 0, 0), row_seed(10, 1, 0, 0)],
+                                                   [row_seed(10, 0, 0, 1), row_seed(10, 1, 0, 1)]]
 
 
 def test_step_cap_ends_episode_without_reward():

@@ -11,6 +11,9 @@
   vLLM's offline ``LLM`` on a GPU, the extra ``pip install '.[vllm]'``); :func:`check_engine`
   refuses an unusable name, or a temperature vLLM would not sample as asked, before any model is
   loaded.
+* :func:`row_seed` / :func:`row_seeds`: the seed each prompt of a call is sampled under (a
+  rollout's seed is a function of its task, sample and turn), so a completion never depends on
+  the prompts batched beside it or on the number of processes.
 * :func:`finish_generation`: the one rule that turns sampled ids into a :class:`Generation`
   (eos, stop strings, length), so every engine records the same thing for the same ids.
 
@@ -21,6 +24,7 @@ This module is light (no torch import), so the CLI can import it cheaply.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol
@@ -46,7 +50,12 @@ class SamplingParams(BaseModel):
         top_k: keep only the k most likely tokens when sampling (0 = off); applied before top_p.
         max_new_tokens: cap on generated tokens per completion.
         stop: strings that end a completion; the text is cut before the first one.
-        seed: seed for sampling; same seed + same prompts -> same completions (None: unseeded).
+        seed: seed for sampling: prompt i of the call is sampled under the row seed ``seed + i``
+            (None: unseeded, unless ``seeds`` is set).
+        seeds: one row seed per prompt of the call (overrides ``seed``). Each prompt is sampled
+            from its own random stream seeded by its row seed, so its completion depends on its
+            row seed, its prompt and the weights only: not on the other prompts of the call nor on
+            how the engine batches them (up to the float noise of batched logits).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -57,6 +66,29 @@ class SamplingParams(BaseModel):
     max_new_tokens: int = Field(256, ge=1)
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     seed: int | None = None
+    seeds: list[int] | None = None
+
+
+def row_seed(seed: int, task: int, sample: int, turn: int) -> int:
+    """The row seed of turn ``turn`` of sample ``sample`` of the task at position ``task`` of a
+    run's task list, under the run's sampling seed ``seed``: a 63-bit non-negative int hashed from
+    the four (so distinct rows get unrelated random streams)."""
+    key = f"{seed}/{task}/{sample}/{turn}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
+
+
+def row_seeds(params: SamplingParams, n: int) -> list[int] | None:
+    """The row seeds of a call with ``n`` prompts: ``params.seeds``, else ``seed + i`` for prompt i,
+    else None (unseeded).
+
+    Raises:
+        ValueError: ``params.seeds`` does not hold one seed per prompt.
+    """
+    if params.seeds is not None:
+        if len(params.seeds) != n:
+            raise ValueError(f"SamplingParams.seeds holds {len(params.seeds)} seeds for {n} prompts")
+        return list(params.seeds)
+    return None if params.seed is None else [params.seed + i for i in range(n)]
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,14 @@ Optional prefix caching (:mod:`stages.engines.prefix_cache`) encodes only the pa
 that no earlier call already encoded, and a prefix that rows of one call share (the G rollouts of
 one task: their whole prompt) once.
 
+Sampling: ``generate`` runs greedy (``do_sample=False``) and :class:`_RowSampler`, the last
+logits processor, draws each row's token itself: the temperature / top-k / top-p warpers as
+transformers builds them, then Gumbel-max with noise from the row's own ``torch.Generator``
+seeded by its row seed (:func:`stages.engines.row_seeds`). A row's tokens therefore depend on its
+seed and its own logits only, never on the rows batched beside it or on ``batch_size``.
+
 Log-probs of the sampled tokens come from the raw logits ``generate`` computes at each step:
-:class:`_SampledLogprobs` is a logits processor that runs before the temperature / top-k / top-p
-warpers (transformers applies user processors first), keeps ``log_softmax(raw / T)`` of the
+:class:`_SampledLogprobs` is the first logits processor, keeps ``log_softmax(raw / T)`` of the
 current step only (one [batch x vocab] tensor), and gathers it at the token the next step shows
 was sampled. So no [steps x vocab] tensor is ever held (``output_logits=True`` would keep all of
 them until ``generate`` returns), and both the plain and the prefix-cached path share the code.
@@ -18,19 +23,21 @@ import functools
 
 import torch
 from torch import nn
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import (
+    GenerationConfig, LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+)
 
 from stages.core.losses.lopd import upcast_dtype
-from stages.engines import Generation, SamplingParams, eos_token_ids, finish_generation
+from stages.engines import Generation, SamplingParams, eos_token_ids, finish_generation, row_seeds
 from stages.engines.prefix_cache import PrefixCache, generate_cached
 
 
 class _SampledLogprobs(LogitsProcessor):
     """Records ``log_softmax(raw_logits / T)`` at every sampled token (T = 1 when greedy).
 
-    Must see the raw logits, i.e. run before the warpers: transformers puts processors passed to
-    ``generate(logits_processor=...)`` before the ones built from the temperature / top-k / top-p
-    settings. Scores are returned unchanged.
+    Must see the raw logits, i.e. run before :class:`_RowSampler` (the engine passes it first in
+    ``generate(logits_processor=...)``; greedy ``generate`` builds no processor of its own from
+    the neutral config). Scores are returned unchanged.
     """
 
     def __init__(self, temperature: float):
@@ -55,6 +62,43 @@ class _SampledLogprobs(LogitsProcessor):
         if len(self.steps) < n:
             raise RuntimeError(f"log-probs of {len(self.steps)} steps recorded for {n} generated tokens")
         return torch.stack(self.steps[:n], dim=1).cpu()
+
+
+class _RowSampler(LogitsProcessor):
+    """Samples every row's next token from the row's own random stream (Gumbel-max).
+
+    The (B, V) scores are warped as transformers' sampling would warp them (temperature, then
+    top-k, then top-p, at least one token kept); each row draws V uniforms u in [0, 1) in float64
+    from its ``torch.Generator`` (seeded by its row seed, on the scores' device; one draw of V per
+    generated token) and takes the argmax of ``warped - log(-log(u))``: an exact sample of
+    ``softmax(warped)``. The returned scores are 0 at that token and -inf elsewhere, so
+    ``generate``'s greedy choice takes it.
+
+    Args:
+        params: the call's sampling settings (``temperature`` > 0).
+        seeds: one row seed per row of the batch, in row order.
+    """
+
+    def __init__(self, params: SamplingParams, seeds: list[int]):
+        self.warpers = LogitsProcessorList()
+        if params.temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k > 0:
+            self.warpers.append(TopKLogitsWarper(params.top_k, min_tokens_to_keep=1))
+        if params.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(params.top_p, min_tokens_to_keep=1))
+        self.seeds = seeds
+        self.generators: list[torch.Generator] = []  # made on the first call, on the scores' device
+
+    def __call__(self, input_ids: torch.LongTensor, scores_BV: torch.FloatTensor) -> torch.FloatTensor:
+        device, V = scores_BV.device, scores_BV.shape[1]
+        if not self.generators:
+            self.generators = [torch.Generator(device=device).manual_seed(s) for s in self.seeds]
+        warped_BV = self.warpers(input_ids, scores_BV.to(torch.float64))
+        uniform_BV = torch.stack([torch.rand(V, generator=g, dtype=torch.float64, device=device)
+                                  for g in self.generators])
+        choice_B1 = (warped_BV - torch.log(-torch.log(uniform_BV))).argmax(dim=1, keepdim=True)
+        return torch.full_like(scores_BV, float("-inf")).scatter_(1, choice_B1, 0.0)
 
 
 # Every GenerationConfig field that adds a logits processor / warper, at the value that adds none.
@@ -92,16 +136,14 @@ def _clean_defaults(model: nn.Module):
 
 
 def generation_config(params: SamplingParams, pad_token_id: int | None, eos_ids: list[int]) -> GenerationConfig:
-    """The ``GenerationConfig`` of one ``generate`` call: every field set, so that the processors
-    are exactly the temperature / top-k / top-p warpers ``params`` asks for (nothing from the
-    checkpoint). Greedy sets no top_k: transformers warns, on every call, of a flag it will not use.
+    """The ``GenerationConfig`` of one ``generate`` call: greedy, every field set so that
+    ``generate`` builds no logits processor (nothing from the checkpoint). Sampling is done by
+    :class:`_RowSampler`, passed as a logits processor; no top_k is set: transformers warns, on
+    every call, of a flag it will not use.
     """
-    sample = params.temperature > 0
     config = GenerationConfig()
-    config.update(**_NEUTRAL, max_new_tokens=params.max_new_tokens, do_sample=sample,
-                  temperature=params.temperature if sample else 1.0, top_p=params.top_p if sample else 1.0,
-                  top_k=params.top_k if sample else None, pad_token_id=pad_token_id,
-                  eos_token_id=eos_ids, stop_strings=params.stop or None)
+    config.update(**_NEUTRAL, max_new_tokens=params.max_new_tokens, do_sample=False, temperature=1.0, top_p=1.0,
+                  top_k=None, pad_token_id=pad_token_id, eos_token_id=eos_ids, stop_strings=params.stop or None)
     return config
 
 
@@ -174,14 +216,20 @@ class HFRolloutEngine:
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Complete each prompt (token ids of the rendered prompt; nothing is added to them).
 
-        Sampling with ``params.seed`` set is reproducible for the same prompts, batch size and
-        device: mini-batch b is sampled under seed ``seed + b`` without touching the global RNG.
+        Prompt i is sampled from its own random stream seeded by its row seed
+        (:func:`stages.engines.row_seeds`: ``params.seeds[i]``, else ``params.seed + i``), without
+        touching the global RNG: the same prompt, row seed, weights and device give the same
+        completion whatever the other prompts and ``batch_size`` (up to the float noise of
+        batched logits). Unseeded sampling draws the row seeds from torch's global RNG.
 
         Raises:
-            ValueError: an empty prompt.
+            ValueError: an empty prompt, or ``params.seeds`` not one per prompt.
         """
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("HFRolloutEngine.generate: empty prompt")
+        seeds = row_seeds(params, len(prompt_ids))
+        if seeds is None and params.temperature > 0:
+            seeds = torch.randint(0, 2**62, (len(prompt_ids),), device="cpu").tolist()
         out: list[Generation] = []
         scope = contextlib.nullcontext()
         if self.adapter is not None:
@@ -191,20 +239,21 @@ class HFRolloutEngine:
         with scope:
             for b in range(0, len(prompt_ids), self.batch_size):
                 batch = [list(p) for p in prompt_ids[b : b + self.batch_size]]
-                out += self._generate_batch(batch, params, b // self.batch_size)
+                out += self._generate_batch(batch, params, None if seeds is None else seeds[b : b + self.batch_size])
         return out
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, index: int) -> list[Generation]:
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams,
+                        seeds: list[int] | None) -> list[Generation]:
+        """Complete one mini-batch; ``seeds``: its rows' seeds (None when greedy)."""
         config = generation_config(params, self.tokenizer.pad_token_id, self.eos_ids)
         recorder = _SampledLogprobs(params.temperature)
-        kwargs = {"logits_processor": LogitsProcessorList([recorder])}
+        processors = LogitsProcessorList([recorder])
+        if params.temperature > 0:
+            processors.append(_RowSampler(params, seeds))
+        kwargs = {"logits_processor": processors}
         if params.stop:
             kwargs["tokenizer"] = self.tokenizer
-        device = self.device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.inference_mode(), \
-                _clean_defaults(self.model):
-            if params.seed is not None:
-                torch.manual_seed(params.seed + index)
+        with torch.inference_mode(), _clean_defaults(self.model):
             new = self._new_tokens(prompts, config, kwargs)
             logprobs = recorder.finish(new)
         return [self._finish(ids, lps, params) for ids, lps in zip(new.tolist(), logprobs.tolist())]

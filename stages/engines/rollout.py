@@ -23,12 +23,13 @@ from typing import Callable, Iterable, Iterator
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.envs import Environment
 from stages.core.text.chat import context_after_action, render_prompt, tokenizer_fingerprint
-from stages.engines import Generation, RolloutEngine, SamplingParams
+from stages.engines import Generation, RolloutEngine, SamplingParams, row_seed
 
 
 @dataclass
 class _Episode:
     task: Task
+    position: int  # the task's position in the run's task list (row seeds)
     sample: int
     env: Environment
     messages: list[Message]
@@ -67,6 +68,7 @@ def play(
     stats: RolloutStats | None = None,
     reference: bool = False,
     on_step: Callable[[RolloutStats], None] | None = None,
+    task_offset: int = 0,
 ) -> Iterator[Trajectory]:
     """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
 
@@ -78,8 +80,11 @@ def play(
         make_env: builds a fresh environment; called once per episode (no state is shared).
         tasks: tasks to play, in order.
         samples_per_task: G, independent episodes per task.
-        params: sampling parameters; ``params.seed`` (if set) is offset per generate call so a
-            run is reproducible while samples differ.
+        params: sampling parameters; with ``params.seed`` set, turn t of sample g of the task at
+            position p (``task_offset`` + its index in ``tasks``) is sampled under the row seed
+            :func:`stages.engines.row_seed` ``(seed, p, g, t)``: the rollouts depend on neither
+            ``max_concurrent``, nor the engine's batching, nor how a run's tasks are split
+            between calls or processes (up to the float noise of batched logits).
         policy_id, run_id, git_commit: provenance written into every trajectory.
         max_concurrent: episodes advanced together in one batched generate call.
         stats: optional totals to update in place (tokens, seconds).
@@ -88,6 +93,8 @@ def play(
             environment and checker, so the reward is verified, not assumed.
         on_step: called with ``stats`` after every batched generate call (e.g. to refresh a
             progress bar while long episodes are still running).
+        task_offset: position of ``tasks``' first task in the run's whole task list (a
+            data-parallel rank's share starts there), so row seeds are those of the whole list.
 
     Yields:
         Trajectory rows with the environment's verified reward. Environment failures inside an
@@ -96,13 +103,12 @@ def play(
         unique and the same every time it is played.
     """
     stats = stats if stats is not None else RolloutStats()
-    queue = [(t, g) for t in tasks for g in range(samples_per_task)]
+    queue = [(t, task_offset + i, g) for i, t in enumerate(tasks) for g in range(samples_per_task)]
     queue.reverse()
     live: list[_Episode] = []
-    call = 0
     while queue or live:
         while queue and len(live) < max_concurrent:
-            task, sample = queue.pop()
+            task, position, sample = queue.pop()
             env = make_env()
             try:
                 opening = env.reset(task)
@@ -111,7 +117,7 @@ def play(
                 env.close()
                 yield _failed(task, sample, policy_id, run_id, git_commit, f"reset failed: {err}")
                 continue
-            ep = _Episode(task, sample, env, list(opening), task.tool_schemas, refs)
+            ep = _Episode(task, position, sample, env, list(opening), task.tool_schemas, refs)
             ep.ids = ep.context = _encode(tokenizer, render_prompt(tokenizer, ep.messages, ep.tools))
             if hasattr(engine, "begin_episode"):  # e.g. a latent-conditioned engine: per-task latents
                 try:
@@ -127,9 +133,9 @@ def play(
         if reference:
             generations = [_reference_generation(ep, tokenizer) for ep in live]
         else:
-            step_params = params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
-            generations = engine.generate([ep.ids for ep in live], step_params)
-        call += 1
+            seeds = None if params.seed is None else [row_seed(params.seed, ep.position, ep.sample, len(ep.turns))
+                                                      for ep in live]
+            generations = engine.generate([ep.ids for ep in live], params.model_copy(update={"seeds": seeds}))
         stats.generate_seconds += time.perf_counter() - t0
         stats.actions += len(generations)
         if on_step is not None:
@@ -232,6 +238,6 @@ def _trajectory(ep: _Episode, reward: float, policy_id: str, run_id: str, git_co
 
 
 def _failed(task: Task, sample: int, policy_id: str, run_id: str, git_commit: str, reason: str) -> Trajectory:
-    ep = _Episode(task, sample, None, [Message(role="user", content=task.prompt)], [])  # type: ignore[arg-type]
+    ep = _Episode(task, 0, sample, None, [Message(role="user", content=task.prompt)], [])  # type: ignore[arg-type]
     ep.info = {"error": reason, "success": False}
     return _trajectory(ep, 0.0, policy_id, run_id, git_commit)

@@ -59,7 +59,9 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from stages.engines import Generation, SamplingParams, check_engine, check_vllm_temperature, eos_token_ids
+from stages.engines import (
+    Generation, SamplingParams, check_engine, check_vllm_temperature, eos_token_ids, row_seeds,
+)
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 TRAINING_GPU_SHARE = 0.4  # GPU memory share of an engine that sits next to the trainer
@@ -188,14 +190,16 @@ class VLLMRolloutEngine:
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Complete each prompt (token ids of the rendered prompt; nothing is added to them).
 
-        With ``params.seed`` set, prompt i is sampled under seed ``seed + i`` (vLLM's
-        per-request generator): the same call (the same prompts in the same order, the same
-        weights) gives the same completions on the same GPU and vLLM version, with the engine
-        core in this process (module docstring). With a top-p / top-k truncation and a trained
+        Prompt i is sampled under its row seed (:func:`stages.engines.row_seeds`:
+        ``params.seeds[i]``, else ``params.seed + i``) by vLLM's per-request generator: the same
+        prompt and row seed (and weights) give the same completion on the same GPU and vLLM
+        version, with the engine core in this process (module docstring), up to the float noise
+        of the prompts batched beside it (``VLLM_BATCH_INVARIANT=1`` removes that). With a top-p / top-k truncation and a trained
         model, the log-probs are recomputed with the model (module docstring).
 
         Raises:
-            ValueError: an empty prompt, or a temperature vLLM would not sample as asked.
+            ValueError: an empty prompt, a temperature vLLM would not sample as asked, or
+                ``params.seeds`` not one per prompt.
             RuntimeError: vLLM aborted a request, returned no log-probs, or stopped on an id
                 that is not an eos id.
         """
@@ -203,8 +207,8 @@ class VLLMRolloutEngine:
             raise ValueError("VLLMRolloutEngine.generate: empty prompt")
         if not prompt_ids:
             return []
-        sampling = [self._vllm.SamplingParams(**vllm_sampling_kwargs(
-            params, self.eos_ids, None if params.seed is None else params.seed + i)) for i in range(len(prompt_ids))]
+        seeds = row_seeds(params, len(prompt_ids)) or [None] * len(prompt_ids)
+        sampling = [self._vllm.SamplingParams(**vllm_sampling_kwargs(params, self.eos_ids, seed)) for seed in seeds]
         prompts = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
         self._wake()
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora)

@@ -35,9 +35,9 @@ What a sharded step does differently (all of it here, used by :mod:`stages.disti
 - a sharded checkpoint resumes with another number of processes (> 1, sharded too): DCP
   reshards the student and the optimizer state on load (:func:`check_resume`); a rank without
   an RNG file of its own keeps its freshly seeded state (:func:`restore_rng`). The ranks then
-  roll out other shares of the tasks with other seeds, so with sampling the run continues
-  with other (equally distributed) rollouts than one resumed with the same N; greedy rollouts
-  are the same.
+  roll out other shares of the tasks, each rollout under the seed of its place in the step's
+  whole task list (:func:`stages.engines.rollout.play`), so the sampled rollouts do not
+  depend on N.
 
 With one process ``--shard fsdp`` shards nothing: the run is the plain single-process run.
 """
