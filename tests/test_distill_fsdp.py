@@ -31,7 +31,7 @@ from stages.core.run import checkpoint as ckpt
 from stages.core.run.sharding import DCP_FOLDER
 from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
-from tests.test_distill_ddp import _kill_tree, _rows
+from tests.test_distill_ddp import _kill_tree, _rows, one_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -113,14 +113,16 @@ def _assert_sharded_checkpoint(out: Path) -> None:
 def lopd_one(assets, tmp_path_factory) -> DistillConfig:
     """The 1-process LOPD run (full fine-tuning, not sharded) the sharded runs are compared with."""
     config = _lopd(assets, tmp_path_factory.mktemp("lopd-one"), "lopd-one")
-    Distiller(config).fit()
+    with one_thread():
+        Distiller(config).fit()
     return config
 
 
 def test_fsdp_two_processes_equal_one_lopd_and_grpo_killed_and_resumed(assets, lopd_one, tmp_path):
     lopd, grpo = _lopd(assets, tmp_path, "lopd-fsdp", shard="fsdp"), _grpo(assets, tmp_path, "grpo-fsdp", shard="fsdp")
     grpo_one = _grpo(assets, tmp_path, "grpo-one")
-    Distiller(grpo_one).fit()
+    with one_thread():
+        Distiller(grpo_one).fit()
     _run_killed_after_step_1(lopd, tmp_path)
     _run_killed_after_step_1(grpo, tmp_path)
     _torchrun(["--config", str(_config_file(lopd, tmp_path)), "--resume"],
