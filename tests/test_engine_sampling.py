@@ -12,9 +12,8 @@ import torch
 from stages.engines import Generation, SamplingParams, row_seed, row_seeds
 from stages.engines.hf import HFRolloutEngine, _RowSampler
 from stages.engines.rollout import play
-from tests.test_engines import PROMPTS, assert_same, teacher_forced
+from tests.test_engines import assert_same, ids, model, teacher_forced, tok  # noqa: F401 (fixtures)
 from tests.test_rollout import CounterEnv, _tasks
-from tests.tiny import tiny_model, tiny_tokenizer
 
 SEEDS = [101, 202, 303]
 SAMPLED = [
@@ -23,21 +22,6 @@ SAMPLED = [
     SamplingParams(temperature=1.0, top_p=1.0, top_k=5, max_new_tokens=12),
     SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=12),
 ]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model(tok):
-    return tiny_model(tok)
-
-
-@pytest.fixture(scope="module")
-def ids(tok):
-    return [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
 
 
 @pytest.mark.parametrize("params", SAMPLED, ids=["T1", "T1-top-p", "T1-top-k", "T0.7-top-k-top-p"])

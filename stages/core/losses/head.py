@@ -40,6 +40,10 @@ class LMHead(NamedTuple):
     weight_Vd: Tensor  # (V, d), the model's dtype; requires grad when the head is trained
     bias_V: Tensor | None  # (V,) or None
 
+    def detached(self) -> LMHead:
+        """The same head cut from the graph (a fixed teacher's)."""
+        return LMHead(self.weight_Vd.detach(), None if self.bias_V is None else self.bias_V.detach())
+
 
 def check_head(h_BTd: Tensor, head: LMHead, name: str) -> None:
     """ValueError unless ``h_BTd`` is (B, T, d) and ``head`` a (V, d) weight with a (V,) bias or none."""

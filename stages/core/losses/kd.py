@@ -151,7 +151,7 @@ def generalized_jsd(
     def chunk_fn(s_cV: Tensor, b_c: Tensor, t_c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         t_cV = teacher_BTV[b_c, t_c]
         if heads is not None:
-            s_cV, t_cV = linear(s_cV, *heads[0]), linear(t_cV, *(x.detach() if x is not None else x for x in heads[1]))
+            s_cV, t_cV = linear(s_cV, *heads[0]), linear(t_cV, *heads[1].detached())
         return _divergence_rows(s_cV, t_cV, beta, temperature)
 
     parts = [_run_chunk(chunk_fn, s, b, t) for s, b, t in

@@ -209,7 +209,7 @@ def sdpo_topk_loss(
 
     def rows_fn(s: Tensor, t: Tensor, ids: Tensor, old: Tensor) -> tuple[Tensor, ...]:
         if heads is not None:
-            s, t = linear(s, *heads[0]), linear(t, *(x.detach() if x is not None else x for x in heads[1]))
+            s, t = linear(s, *heads[0]), linear(t, *heads[1].detached())
         return _rows(s, t, ids, old, k, alpha, add_tail, is_clip, temperature, loss_temperature)
 
     parts = [_run_chunk(rows_fn, *chunk) for chunk in zip(
