@@ -62,7 +62,7 @@ from stages.core.models.composer import (
     Composer, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
 )
 from stages.core.models.assembly import load_composer
-from stages.core.run.resources import peak_rss_mb, release_free_memory, rss_mb
+from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory, rss_mb
 from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, freeze_config, read_metrics, start_run, truncate_metrics,
 )
@@ -386,6 +386,7 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
     Raises:
         StoreError, ValueError: see :class:`Coldstart`; RuntimeError: see :meth:`Coldstart.finish`.
     """
+    map_large_blocks()  # freed activations leave the resident set at once
     return Coldstart(config, console, embedder).run()
 
 

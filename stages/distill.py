@@ -116,6 +116,7 @@ class Distiller:
 
     def __init__(self, config: DistillConfig, console: Console | None = None) -> None:
         device = resolve_device_dtype(config.device, config.dtype)[0]  # gloo on the CPU, nccl on CUDA
+        resources.map_large_blocks()  # freed activations leave the resident set at once
         self.world = distributed.world(torch.device(device).type)
         self.console = (console or Console()) if self.world.is_main else Console(quiet=True)
         self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step

@@ -40,7 +40,7 @@ from stages.core.losses.lopd import masked_nll
 from stages.core.models.assembly import load_student, save_final, save_student
 from stages.core.models.backbone import DType, resolve_device_dtype
 from stages.core.run.provenance import config_run_id
-from stages.core.run.resources import peak_rss_mb, release_free_memory
+from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
 from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, describe_changes, freeze_config, open_run, seeded_stream,
     truncate_metrics,
@@ -131,6 +131,7 @@ def run(config: SftConfig, console: Console | None = None,
             (see :func:`stages.core.run.runs.open_run`), or no row fits ``max_len``.
     """
     console = console or Console()
+    map_large_blocks()  # freed activations leave the resident set at once
     out = Path(config.out)
     run_id = config_run_id("sft", config, _RUN_KEYS + (["from_run"] if config.from_run else []))  # ids of runs before it kept
     clean_partial(out)

@@ -1,9 +1,11 @@
-"""The step-memory estimate and the experience-count check of stages/core/run/resources.py."""
+"""The step-memory estimate, the experience-count check and the allocator settings of stages/core/run/resources.py."""
 from __future__ import annotations
 
-import pytest
+import os
+import subprocess
+import sys
 
-import torch
+import pytest
 
 from stages.core.run import resources
 from stages.core.run.resources import StepShape, check_experience_count, check_step_memory, step_memory_bytes
@@ -35,18 +37,49 @@ def test_checks_are_one_line_errors():
     assert check_step_memory(MEASURED_STEP, stage="distill", knobs="x", available=64 * GB) == step_memory_bytes(MEASURED_STEP)
 
 
+_FRAGMENTED_FREE = """
+import sys, torch
+from stages.core.run import resources
+big = torch.zeros(4_000_000); del big  # 16 MB: freeing it raises glibc's dynamic mmap threshold
+if sys.argv[1] == "map":
+    assert resources.map_large_blocks()
+sizes = torch.randint(300_000, 1_000_000, (300,), generator=torch.Generator().manual_seed(0)).tolist()
+tensors = [torch.ones(n) for n in sizes]  # 1.2-4 MB each
+held = resources.rss_mb()
+del tensors[::2]  # every other one: holes in the heap that no trim of its top returns
+at_free = held - resources.rss_mb()
+resources.release_free_memory()
+print(sum(sizes[::2]) * 4 / 2**20, at_free, held - resources.rss_mb())
+"""
+
+
+def _fragmented_free(mode: str) -> tuple[float, float, float]:
+    """MiB freed, MiB that left the resident set at the frees, and after release_free_memory, in a
+    fresh process (the allocator setting is process-wide)."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    done = subprocess.run([sys.executable, "-c", _FRAGMENTED_FREE, mode], env={**env, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, check=True)
+    freed, at_free, after_trim = map(float, done.stdout.split())
+    return freed, at_free, after_trim
+
+
 @pytest.mark.skipif(resources._glibc_malloc_trim() is None, reason="glibc malloc_trim only")
 def test_release_free_memory_hands_freed_tensor_memory_back():
-    """Freed mid-size tensors stay resident in glibc's arenas (the dynamic mmap threshold rose
+    """Freed mid-size tensors stay resident in glibc's arenas (its dynamic mmap threshold rose
     after one large free) until release_free_memory: the step-to-step RSS growth it fixes."""
-    gen = torch.Generator().manual_seed(0)
-    big = torch.zeros(2_000_000)  # 8 MB: freeing it raises glibc's mmap threshold
-    del big
-    sizes = torch.randint(25_000, 475_000, (600,), generator=gen).tolist()  # 0.1-1.9 MB each
-    tensors = [torch.zeros(n) for n in sizes]
-    live_mb = sum(sizes) * 4 / 2**20
-    del tensors
-    held = resources.rss_mb()
-    resources.release_free_memory()
-    after = resources.rss_mb()
-    assert held - after > 0.5 * live_mb, (held, after, live_mb)
+    freed, at_free, after_trim = _fragmented_free("glibc")
+    assert at_free < 0.2 * freed, (at_free, freed)
+    assert after_trim > 0.9 * freed, (after_trim, freed)
+
+
+@pytest.mark.skipif(resources._glibc_mallopt() is None, reason="glibc mallopt only")
+def test_map_large_blocks_returns_freed_blocks_at_once():
+    """With map_large_blocks each freed block of >= 1 MiB leaves the resident set when it is freed
+    (under glibc's own threshold the same frees stay resident: the test above)."""
+    freed, at_free, _ = _fragmented_free("map")
+    assert at_free > 0.9 * freed, (at_free, freed)
+
+
+def test_map_large_blocks_leaves_an_environment_setting_alone(monkeypatch):
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert resources.map_large_blocks() is False
