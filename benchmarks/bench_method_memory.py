@@ -2,7 +2,7 @@
 
 Each method runs ``--steps`` steps of `lopd distill` on BFCL (the defaults of `lopd distill`:
 SmolLM2-135M-Instruct, float32, LoRA rank 8, 2 tasks x 2 rollouts, 256 new tokens, micro-batch
-4, no ``max_len``; LOPD with its cold-start composer) in a child process of its own, once per
+4, no ``max_len``; LOPD with its cold-start composer and that composer's J and K) in a child process of its own, once per
 ``--mmap-thresholds`` value: ``glibc`` (glibc's own dynamic mmap threshold: lopd before it set
 one), ``lopd`` (what the training stages set, :func:`stages.core.run.resources.map_large_blocks`)
 or bytes for ``MALLOC_MMAP_THRESHOLD_`` (65536: every block above 64 KiB is a mapping of its own,
@@ -82,7 +82,10 @@ def child(args: argparse.Namespace) -> dict:
     root = Path(tempfile.mkdtemp(prefix="method-memory-"))
     store = root / "store"
     shutil.copytree(args.store, store)
-    options = {"composer": args.composer} if args.method == "lopd" else {}
+    options = {}
+    if args.method == "lopd":  # J and K of the composer's cold start
+        composer = json.loads((Path(args.composer) / "composer_config.json").read_text())
+        options = {"composer": args.composer, "J": composer["J"], "K": composer["K"]}
     config = distill.DistillConfig(env="bfcl", store=str(store), out=str(root / "run"), method=args.method,
                                    steps=args.steps, seed=0, checkpoint_every=args.steps + 1, **options)
     distiller = distill.Distiller(config)
