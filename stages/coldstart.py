@@ -260,7 +260,7 @@ class Coldstart:
         return 0
 
     def heldout_eval(self, baselines: bool) -> HeldoutResult | None:
-        """The held-out NLL (three ways with ``baselines``); None when nothing is held out."""
+        """The held-out NLL (four ways with ``baselines``); None when nothing is held out."""
         c, heldout = self.config, self.targets.heldout
         if not heldout:
             return None
@@ -273,7 +273,7 @@ class Coldstart:
     def loss_step(self, step: int) -> dict:
         """Train 0-based step ``step`` on its seeded batch; returns its metrics row (step + 1).
 
-        The held-out NLL joins the row every ``eval_every`` steps, three ways at the last step.
+        The held-out NLL joins the row every ``eval_every`` steps, four ways at the last step.
         """
         c, t0 = self.config, time.perf_counter()
         self.composer.backbone.train(c.activation_checkpointing)  # HF checkpoints layers in train mode only
@@ -293,11 +293,13 @@ class Coldstart:
         record = {"step": done, "loss": loss, "nll": m["nll"], "grad_norm": grad_norm,
                   "lr": self.optimizer.param_groups[0]["lr"], "tokens": int(m["num_tokens"]),
                   "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
-        if done == c.steps and self.targets.heldout:  # the final evaluation, three ways, on the curve too
+        if done == c.steps and self.targets.heldout:  # the final evaluation, four ways, on the curve too
             self.result = self.heldout_eval(baselines=True)
             record.update(heldout_nll=self.result.nll_trained, heldout_nll_no_latents=self.result.nll_no_latents)
             if self.result.nll_untrained is not None:
                 record["heldout_nll_untrained"] = self.result.nll_untrained
+            if self.result.nll_other_experiences is not None:
+                record["heldout_nll_other_experiences"] = self.result.nll_other_experiences
         elif done % c.eval_every == 0 and self.targets.heldout:
             record["heldout_nll"] = self.heldout_eval(baselines=False).nll_trained
         return record
@@ -404,6 +406,8 @@ def _print_summary(console: Console, r: ColdstartReport) -> None:
         table.add_row("held-out NLL, untrained composer",
                       "-" if h.nll_untrained is None else f"{h.nll_untrained:.4f}")
         table.add_row("held-out NLL, trained composer", f"{h.nll_trained:.4f}")
+        if h.nll_other_experiences is not None:
+            table.add_row("held-out NLL, trained composer, another task's experiences", f"{h.nll_other_experiences:.4f}")
         table.add_row("held-out action tokens", str(h.tokens))
     trained_now = r.start_step < r.steps
     table.add_row("s / step", f"{r.seconds_per_step:.2f}" if trained_now else "- (nothing left to train)")

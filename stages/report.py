@@ -31,7 +31,8 @@ from stages.report_samples import run_samples
 GROUPS = (
     ("reward", "rollout reward", ("reward_mean", "success_rate")),
     ("loss", "losses", ("loss", "nll", "reverse_kl", "forward_kl", "kd_loss", "distill_loss", "pg_loss", "kl_ref", "sdl")),
-    ("heldout", "held-out NLL of the teacher (coldstart)", ("heldout_nll", "heldout_nll_no_latents", "heldout_nll_untrained")),
+    ("heldout", "held-out NLL of the teacher (coldstart)", ("heldout_nll", "heldout_nll_no_latents", "heldout_nll_untrained",
+                                                              "heldout_nll_other_experiences")),
     ("dual", "privileged margin and dual variable (LOPD)", ("Delta", "beta", "margin_term")),
     ("anchor", "latent anchor", ("anchor", "latent_norm")),
     ("grad_norms", "gradient norms", ("grad_norm", "grad_norm_student", "grad_norm_composer")),

@@ -122,16 +122,17 @@ def test_training_lowers_nll_and_keeps_backbone(tmp_path, store_path, tiny_dir, 
     for name, before in held["before"].items():
         if name in after:
             assert torch.equal(after[name], before), name
-    # held-out evaluation: three numbers, reported and written
+    # held-out evaluation: four numbers, reported and written
     h = report.heldout
     assert h is not None and h.tokens > 0 and h.trajectories == report.heldout_trajectories
-    assert h.nll_untrained is not None
+    assert h.nll_untrained is not None and h.nll_other_experiences is not None
     assert json.loads((tmp_path / "out" / "heldout.json").read_text())["nll_trained"] == h.nll_trained
     assert (tmp_path / "out" / "manifest.json").is_file()
     assert "heldout_nll" in rows[2]  # eval_every=3
     # the final evaluation is on the curve too (lopd report plots it)
-    assert (rows[-1]["heldout_nll"], rows[-1]["heldout_nll_no_latents"], rows[-1]["heldout_nll_untrained"]) \
-        == (h.nll_trained, h.nll_no_latents, h.nll_untrained)
+    assert (rows[-1]["heldout_nll"], rows[-1]["heldout_nll_no_latents"], rows[-1]["heldout_nll_untrained"],
+            rows[-1]["heldout_nll_other_experiences"]) == (h.nll_trained, h.nll_no_latents, h.nll_untrained,
+                                                           h.nll_other_experiences)
 
 
 def test_checkpoints_and_round_trip(tmp_path, store_path, tiny_dir):
@@ -266,3 +267,30 @@ def test_too_little_data_warns_and_the_summary_says_how_many_steps_it_averages(t
     assert "warning: 12 training trajectories for --batch-size 16" in text
     assert "warning: 2 held-out task(s)" in text
     assert report.final_loss_steps == 2 and "mean of the last 2 steps" in text
+
+
+def test_other_task_shift_gives_every_target_another_tasks_experiences():
+    shift = coldstart_eval.other_task_shift
+    assert shift(["a", "a", "b", "b"], [{"x"}] * 4) == 2  # 1 pairs a with a
+    assert shift(["a", "b", "c"], [{"c"}, {"x"}, {"x"}]) == 2  # 1 hands a's list to c, which holds c
+    assert shift(["a", "a"], [set(), set()]) is None  # one task: no other task's list exists
+    assert shift(["a", "b"], [{"b"}, {"a"}]) is None  # each list holds the other target's task
+
+
+def test_heldout_other_experiences_is_the_trained_composer_on_moved_lists(tmp_path, store_path, tiny_dir):
+    """(d) equals (c) when every target's experiences are the same list (moving them changes
+    nothing), and differs when they differ; a single task leaves (d) out."""
+    from stages.core.models.backbone import load_policy
+
+    report = run(cfg(tmp_path, store_path, tiny_dir, steps=2, heldout_fraction=0.0))
+    composer = load_composer(load_policy(tiny_dir)[0], report.final, trainable=False, backbone_id=report.backbone_id)
+    tok = tiny_tokenizer()
+    trajs = [make_traj(f"h{i}", a, b) for i, (a, b) in enumerate([(50, 1), (51, 2), (52, 3)])]
+    pool = [make_traj(f"e{i}", a, b) for i, (a, b) in enumerate([(60, 4), (61, 5), (62, 6), (63, 7)])]
+    kw = dict(J=2, max_exp_tokens=96, max_len=1024, batch_size=2)
+    same = coldstart_eval.evaluate_heldout(composer, tok, trajs, [pool[:2]] * 3, **kw)
+    assert same.nll_other_experiences == pytest.approx(same.nll_trained, abs=1e-6)
+    moved = coldstart_eval.evaluate_heldout(composer, tok, trajs, [pool[:2], pool[2:], pool[1:3]], **kw)
+    assert moved.nll_other_experiences is not None and moved.nll_other_experiences != moved.nll_trained
+    one_task = [make_traj(f"s{i}", 50, 1) for i in range(2)]
+    assert coldstart_eval.evaluate_heldout(composer, tok, one_task, [pool[:2]] * 2, **kw).nll_other_experiences is None
