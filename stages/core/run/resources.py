@@ -73,9 +73,10 @@ def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     Why: glibc raises its mmap threshold to up to 32 MiB after the first large free, from then on
     a training step's activations come from the heap arenas, and the arenas keep what the step
     freed while the next micro-batch allocates other shapes: a 2-task GRPO step on BFCL (135M,
-    micro-batch 4, 915-token rows) peaked at 7.9 GB resident for 5.4 GB of live memory
+    micro-batch 4, 915-token rows) peaked at 7.7 GiB resident, 5.3 GiB with this
     (docs/results/method-memory.md). A fixed threshold also stops glibc's adjustment. Cost: a
-    mapping's pages are zeroed when first touched (a few percent of a CPU step there). Called at
+    mapping's pages are zeroed when first touched (expected: a few percent of a CPU step;
+    not resolved on a shared machine). Called at
     the start of the training stages; ``MALLOC_MMAP_THRESHOLD_`` set in the environment wins.
 
     Returns:
