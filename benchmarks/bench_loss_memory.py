@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -54,6 +53,7 @@ from torch.nn.functional import linear
 
 from stages.core.losses.head import LMHead, head_topm_tail_reverse_kl
 from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, topm_tail_reverse_kl
+from stages.core.run.resources import reset_peak_rss, status_mb
 
 MIB = 2**20
 
@@ -65,10 +65,6 @@ def full_vocab_reverse_kl(student_BTV: torch.Tensor, teacher_BTV: torch.Tensor, 
     kl_BT = (s_logp_BTV.exp() * (s_logp_BTV - t_logp_BTV)).sum(-1)
     mask = mask_BT.float()
     return (kl_BT * mask).sum() / mask.sum()
-
-
-def _proc_kib(field: str) -> int:
-    return int(re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1))
 
 
 def run_case(impl: str, T: int, V: int, M: int, chunk_size: int, dtype: torch.dtype, device: str,
@@ -101,8 +97,8 @@ def run_case(impl: str, T: int, V: int, M: int, chunk_size: int, dtype: torch.dt
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current VmRSS
-        base = _proc_kib("VmRSS") * 1024
+        reset_peak_rss()
+        base = status_mb("VmRSS") * MIB
     t0 = time.perf_counter()
     loss = loss_fn(student_BTV, teacher_BTV, mask_BT)
     loss.backward()
@@ -110,7 +106,7 @@ def run_case(impl: str, T: int, V: int, M: int, chunk_size: int, dtype: torch.dt
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
     else:
-        peak = _proc_kib("VmHWM") * 1024
+        peak = status_mb("VmHWM") * MIB
     seconds = time.perf_counter() - t0
     input_mib = T * width * student_BTV.element_size() / MIB
     return {"impl": impl, "T": T, "V": V, "dtype": str(dtype).removeprefix("torch."), "device": device,

@@ -34,18 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from stages.core.run.resources import reset_peak_rss, status_mb
+
 METHODS = ("lopd", "grpo", "opsd", "sdft", "sdpo", "skill-sd")
-
-
-def _proc_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(field)
-
-
-def _reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
 
 
 def _tensor_mb() -> float:
@@ -90,22 +81,22 @@ def child(args: argparse.Namespace) -> dict:
                                    steps=args.steps, seed=0, checkpoint_every=args.steps + 1, **options)
     distiller = distill.Distiller(config)
     gc.collect()
-    result = {"method": args.method, "setup_rss_mb": _proc_mb("VmRSS"), "tensors_mb": _tensor_mb(), "steps": []}
+    result = {"method": args.method, "setup_rss_mb": status_mb("VmRSS"), "tensors_mb": _tensor_mb(), "steps": []}
     rollout = distiller._rollout
     phases: dict[str, float] = {}
 
     def timed_rollout(step, stats):  # the rollout's own peak, then a fresh mark for the rest of the step
         trajectories = rollout(step, stats)
-        phases["rollout_peak_mb"] = _proc_mb("VmHWM")
-        _reset_peak()
+        phases["rollout_peak_mb"] = status_mb("VmHWM")
+        reset_peak_rss()
         return trajectories
 
     distiller._rollout = timed_rollout
     for step in range(1, args.steps + 1):
-        _reset_peak()
+        reset_peak_rss()
         cpu0 = time.process_time()
         row = distiller.train_step(step)
-        result["steps"].append({**phases, "train_peak_mb": _proc_mb("VmHWM"), "rss_after_mb": _proc_mb("VmRSS"),
+        result["steps"].append({**phases, "train_peak_mb": status_mb("VmHWM"), "rss_after_mb": status_mb("VmRSS"),
                                 "action_tokens": row["action_tokens"], "skipped_rows": row["skipped_rows"],
                                 "seconds": row["seconds"], "cpu_s": time.process_time() - cpu0,
                                 "longest_row": _longest_row(distiller)})

@@ -55,7 +55,6 @@ import io
 import json
 import multiprocessing as mp
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -65,6 +64,7 @@ from pathlib import Path
 
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.envs import StepResult, register
+from stages.core.run.resources import reset_peak_rss, status_mb
 
 BENCH_ENV = "bench-selfdistill"
 SYSTEM = "You are a helpful assistant."
@@ -118,14 +118,6 @@ def _set_threads(threads: int) -> None:
     import torch
     if threads > 0:
         torch.set_num_threads(threads)
-
-
-def _proc_mb(field: str) -> float:
-    return int(re.search(rf"{field}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
-
-
-def _reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
 
 
 def _words(n: int, offset: int) -> str:
@@ -203,7 +195,7 @@ def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
 
 
 def _step_result(t0: float, tokens: int, extra: dict | None = None) -> dict:
-    return {"seconds": time.perf_counter() - t0, "peak_rss_mb": _proc_mb("VmHWM"), "rss_mb": _proc_mb("VmRSS"),
+    return {"seconds": time.perf_counter() - t0, "peak_rss_mb": status_mb("VmHWM"), "rss_mb": status_mb("VmRSS"),
             "tokens": tokens, **(extra or {})}
 
 
@@ -228,10 +220,10 @@ def lopd_worker(method: str, spec: Spec, conn) -> None:
                            rollout_batch=spec.batch, checkpoint_every=spec.steps + 1, run_id=f"bench-{store.name}",
                            **options)
     distiller = Distiller(config, console=Console(file=io.StringIO()))
-    conn.send({"setup_rss_mb": _proc_mb("VmRSS")})
+    conn.send({"setup_rss_mb": status_mb("VmRSS")})
     for step in range(1, spec.steps + 1):
         conn.recv()
-        _reset_peak()
+        reset_peak_rss()
         t0 = time.perf_counter()
         row = distiller.train_step(step)
         conn.send(_step_result(t0, int(row["tokens"]), {k: row[k] for k in PHASE_FIELDS}))
@@ -269,7 +261,7 @@ def trl_worker(spec: Spec, conn) -> None:
 
         def on_step_begin(self, *_, **__):
             conn.recv()
-            _reset_peak()
+            reset_peak_rss()
             self.t0 = time.perf_counter()
 
         def on_step_end(self, *_, **__):
@@ -279,7 +271,7 @@ def trl_worker(spec: Spec, conn) -> None:
     lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     trainer = SDFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                           peft_config=lora, callbacks=[Gate()])
-    conn.send({"setup_rss_mb": _proc_mb("VmRSS")})
+    conn.send({"setup_rss_mb": status_mb("VmRSS")})
     trainer.train()
 
 

@@ -83,3 +83,21 @@ def test_map_large_blocks_returns_freed_blocks_at_once():
 def test_map_large_blocks_leaves_an_environment_setting_alone(monkeypatch):
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
     assert resources.map_large_blocks() is False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="Linux /proc only")
+def test_reset_peak_rss_makes_the_high_water_mark_one_phases_peak():
+    import torch
+
+    big = torch.ones(50_000_000)  # 190 MiB, touched
+    del big
+    resources.release_free_memory()
+    resources.reset_peak_rss()
+    assert resources.status_mb("VmHWM") - resources.status_mb("VmRSS") < 50  # the old peak is gone
+    phase = torch.ones(25_000_000)  # 95 MiB
+    assert resources.status_mb("VmHWM") - resources.status_mb("VmRSS") < 50
+    del phase
+    resources.release_free_memory()
+    assert resources.status_mb("VmHWM") - resources.status_mb("VmRSS") > 80  # this phase's peak is kept
+    with pytest.raises(KeyError):
+        resources.status_mb("NoSuchField")

@@ -20,6 +20,7 @@ import functools
 import os
 import resource
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -86,6 +87,30 @@ def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     if mallopt is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+
+
+def status_mb(field: str) -> float:
+    """A memory field of ``/proc/self/status`` in MiB: ``VmRSS`` (resident now), ``VmHWM`` (the
+    resident high-water mark since the start or the last :func:`reset_peak_rss`). Linux only.
+
+    Raises:
+        OSError: no ``/proc`` (not Linux). KeyError: no such field.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024  # the kernel writes kB
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> None:
+    """Set the kernel's resident high-water mark (``VmHWM``) to the resident size now, so that
+    ``status_mb("VmHWM")`` afterwards is the peak of what ran since (``/proc/self/clear_refs`` = 5).
+    Linux only; benchmarks use it to take one phase's peak.
+
+    Raises:
+        OSError: no ``/proc`` (not Linux).
+    """
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def peak_rss_mb() -> float:
