@@ -25,8 +25,8 @@ step "3/6 index: embeddings + full-text index for retrieval"
 lopd index --store "$RUN/store"
 
 step "4/6 coldstart: composer phi_0 on successful trajectories"
-lopd coldstart --experiences "$RUN/store" --out "$RUN/composer0" --steps 20 --J 2 --K 8 \
-  --depth 2 --max-exp-tokens 192 --lr 1e-3 --no-activation-checkpointing --checkpoint-every 10 \
+lopd coldstart --experiences "$RUN/store" --out "$RUN/composer0" --steps 10 --J 2 --K 8 \
+  --depth 2 --max-exp-tokens 192 --lr 1e-3 --no-activation-checkpointing --checkpoint-every 5 \
   --eval-every 10 --resume
 
 step "5/6 distill: LOPD on-policy self-distillation (Algorithm 1)"
