@@ -21,9 +21,10 @@ environment's tool docs) and a user message of ``--task-len`` words (the task te
 start of each composer input); ``--group-size`` rollouts of each task share the whole prompt.
 
 Printed: seconds per step and per phase, tokens/s per phase, peak memory (RSS on the CPU,
-``torch.cuda.max_memory_allocated`` on CUDA) and the FLOP-bound time: the FLOPs of the counted
-forward positions (2 x parameters each, x3 when the forward is backpropagated) divided by the
-rate of a square matmul in the same dtype, measured first. Every time is also taken as the
+``torch.cuda.max_memory_allocated`` on CUDA) and the FLOP-bound time: the step's matmul FLOPs,
+counted exactly where they run (``benchmarks/step_meter.py``: a frozen weight's backward costs
+its input gradient only), divided by the rate of a square matmul in the same dtype, measured
+first. Every time is also taken as the
 process's CPU time (``time.process_time``): with one thread (``OMP_NUM_THREADS=1``) on a shared
 machine, CPU seconds and the CPU-time matmul rate do not grow with the other processes' load.
 """
@@ -43,6 +44,7 @@ from unittest import mock
 import torch
 from torch import nn
 
+from benchmarks.step_meter import Meter, matmul_rate, now, since, sync
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.data.rows import training_rows
 from stages.core.envs.base import StepResult
@@ -193,113 +195,6 @@ def _solved(rng: random.Random, task_id: str, prompt: str, turns: int, length: i
 # --------------------------------------------------------------------------- measuring --
 
 
-def _sync(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _now() -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process), for differences."""
-    return time.perf_counter(), time.process_time()
-
-
-def _since(t0: tuple[float, float]) -> tuple[float, float]:
-    """Wall and CPU seconds since ``t0`` (from :func:`_now`)."""
-    wall, cpu = _now()
-    return wall - t0[0], cpu - t0[1]
-
-
-def matmul_rate(device: str, dtype: str, n: int, seconds: float = 1.0) -> tuple[float, float]:
-    """FLOP per wall second and per CPU second of an (n x n) @ (n x n) matmul in ``dtype`` on
-    ``device`` (2 n^3 per product)."""
-    a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
-    b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
-    a @ b
-    _sync(device)
-    done, t0 = 0, _now()
-    while _since(t0)[0] < seconds or done < 3:
-        a @ b
-        done += 1
-        if done % 8 == 0:
-            _sync(device)
-    _sync(device)
-    wall, cpu = _since(t0)
-    return 2 * n ** 3 * done / wall, 2 * n ** 3 * done / max(cpu, 1e-9)
-
-
-class Meter:
-    """Forward tokens per backbone and timed calls of the step's forwards.
-
-    Every distinct backbone gets hooks on its decoder body and its LM head that count the
-    positions they compute (padding included: it is computed), and the hidden-state losses' head
-    calls count theirs (:meth:`head_linear`); a forward counts as trained when
-    autograd records it (its graph is backpropagated: the student, the composer encoder,
-    LOPD's teacher), else as forward-only (rollouts, frozen teachers, the anchor composer).
-    """
-
-    def __init__(self, device: str):
-        self.device = device
-        self.tokens = {("body", True): 0, ("body", False): 0, ("head", True): 0, ("head", False): 0}
-        self.seconds: dict[str, float] = {}
-        self.cpu: dict[str, float] = {}  # CPU seconds of the same calls
-        self.params = {"body": 0, "head": 0}
-        self._seen: set[int] = set()
-
-    def watch(self, model: nn.Module) -> None:
-        """Count the forward tokens of ``model``'s decoder body and LM head (once per backbone)."""
-        hf = base_model(model)
-        if id(hf) in self._seen:
-            return
-        self._seen.add(id(hf))
-        body, head = hf.get_decoder(), hf.get_output_embeddings()
-        if not self.params["body"]:  # FLOPs per token: the matmul weights, not the embedding lookup
-            self.params["body"] = sum(p.numel() for n, p in body.named_parameters()
-                                      if "lora_" not in n and "embed_tokens" not in n)
-            self.params["head"] = head.weight.numel()
-        body.register_forward_hook(functools.partial(self._count, "body"), with_kwargs=True)
-        head.register_forward_hook(functools.partial(self._count, "head"), with_kwargs=True)
-
-    def _count(self, part: str, module, args, kwargs, output) -> None:
-        x = args[0] if args else next(kwargs[k] for k in ("input_ids", "inputs_embeds") if kwargs.get(k) is not None)
-        trained = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-        self.tokens[(part, trained)] += x.shape[:2].numel()  # (B, S) ids, or (B, S, d) embeddings / hidden states
-
-    def head_linear(self, fn):
-        """``fn`` (``torch.nn.functional.linear`` as the hidden-state losses call it: the LM head on
-        a chunk of supervised positions) counting its positions as head positions; the call that
-        recomputes a chunk inside a backward pass is not counted (it is above the bound)."""
-        @functools.wraps(fn)
-        def wrapper(x, weight, bias=None):
-            if torch._C._current_graph_task_id() == -1:
-                trained = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-                self.tokens[("head", trained)] += x.shape[0]
-            return fn(x, weight, bias)
-        return wrapper
-
-    def timed(self, name: str, fn):
-        """``fn`` with its wall time (device-synchronised) added to ``seconds[name]``, its CPU
-        time to ``cpu[name]``."""
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            _sync(self.device)
-            t0 = _now()
-            out = fn(*args, **kwargs)
-            _sync(self.device)
-            wall, cpu = _since(t0)
-            self.seconds[name] = self.seconds.get(name, 0.0) + wall
-            self.cpu[name] = self.cpu.get(name, 0.0) + cpu
-            return out
-        return wrapper
-
-    def flops(self) -> float:
-        """2 x params per counted position, x3 where the graph is backpropagated."""
-        return sum((3 if trained else 1) * 2 * self.params[part] * n for (part, trained), n in self.tokens.items())
-
-    def reset(self) -> None:
-        self.tokens = dict.fromkeys(self.tokens, 0)
-        self.seconds, self.cpu = {}, {}
-
-
 # ------------------------------------------------------------------------------- set-up --
 
 
@@ -392,6 +287,7 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
     for composer in (getattr(method, "composer", None), getattr(method, "anchor", None)):
         if composer is not None:
             composer.forward = meter.timed("composer", composer.forward)
+            meter.watch_compressor(composer.compressor)
     return Bench(args, config, tokenizer, method, optimizer, groups, engine, system, tasks, InMemoryMemory(pool),
                  meter, patches)
 
@@ -404,8 +300,8 @@ def step(bench: Bench, index: int) -> dict:
     b, c, meter = bench, bench.config, bench.meter
     method, student = b.method, b.method.student
     meter.reset()
-    _sync(c.device)
-    t_start = _now()
+    sync(c.device)
+    t_start = now()
     stats = RolloutStats()
     params = SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                             max_new_tokens=c.max_new_tokens, seed=index)
@@ -416,15 +312,15 @@ def step(bench: Bench, index: int) -> dict:
     trajectories = list(play(b.engine, b.tokenizer, env, b.tasks, params=params, stats=stats,
                              samples_per_task=min(b.args.group_size, b.args.batch), policy_id=c.model,
                              run_id="bench", max_concurrent=b.args.batch))
-    _sync(c.device)
-    rollout_s, rollout_cpu = _since(t_start)
-    t0 = _now()
+    sync(c.device)
+    rollout_s, rollout_cpu = since(t_start)
+    t0 = now()
     rows, _ = training_rows(b.tokenizer, [t for t in trajectories if t.turns], max_len=c.max_len)
     batch = StepBatch(rows, trajectories)
     batch.extras = method.prepare(batch, StepContext(b.memory, b.memory, b.engine, index))
     if hasattr(b.engine, "sleep"):  # as Distiller.train_step: the engine's caches go before the update
         b.engine.sleep()
-    prepare_s, prepare_cpu = _since(t0)
+    prepare_s, prepare_cpu = since(t0)
     student.model.train()
     method.train_mode()
     loss_fn, backward = meter.timed("forward", method.loss), meter.timed("backward", torch.Tensor.backward)
@@ -449,11 +345,11 @@ def step(bench: Bench, index: int) -> dict:
                 p.requires_grad_(True)
             meter.timed("backward", method.end_update)()
         meter.timed("optimizer", _clip_and_step)(b.groups, b.optimizer, c.grad_clip)  # as Distiller._update
-    t0 = _now()
+    t0 = now()
     method.after_step(sums)
     b.engine.sync_weights(student.model, student.adapter)
-    _sync(c.device)
-    (sync_s, sync_cpu), (seconds, cpu) = _since(t0), _since(t_start)
+    sync(c.device)
+    (sync_s, sync_cpu), (seconds, cpu) = since(t0), since(t_start)
     prompt = sum(len(t.turns[0].context_ids) for t in trajectories if t.turns)
     return {"seconds": seconds, "rollout_s": rollout_s, "prepare_s": prepare_s, "sync_s": sync_s,
             **{f"{k}_s": v for k, v in meter.seconds.items()}, "generated": stats.generated_tokens,
@@ -500,9 +396,11 @@ def report(bench: Bench, timed: list[dict], rate: tuple[float, float]) -> None:
     print(f"forward positions computed per step (padding included): backpropagated {tokens[('body', True)]:,.0f} "
           f"(LM head {tokens[('head', True)]:,.0f}), forward-only {tokens[('body', False)]:,.0f} "
           f"(LM head {tokens[('head', False)]:,.0f})")
-    print(f"FLOPs per step: {mean['flops'] / 1e12:.3f} TFLOP = sum over forwards of 2 x (P_layers "
-          f"{p['body'] / 1e6:.1f}M x positions + P_head {p['head'] / 1e6:.1f}M x LM-head positions), x3 for a "
-          "backpropagated forward (attention's S^2 term, the QFormer and the optimizer not counted)")
+    print(f"FLOPs per step: {mean['flops'] / 1e12:.3f} TFLOP, every matmul counted where it runs (P_layers "
+          f"{p['body'] / 1e6:.1f}M, P_head {p['head'] / 1e6:.1f}M): 2 x its weights per position forward; a backward "
+          "adds the input's gradient where the input needs one and the weight's where the weight is trained (x2 "
+          "for a frozen weight, x3 for a trained one); attention products over the causal pairs; the QFormer "
+          "(elementwise work, the optimizer and checkpointing's recomputes not counted)")
     bound, bound_cpu = mean["flops"] / rate[0], mean["flops"] / rate[1]
     print(f"FLOP-bound time: {bound:.2f} s/step at the measured matmul rate; measured / bound = "
           f"{mean['seconds'] / bound:.1f}x (CPU time: bound {bound_cpu:.2f} s, measured / bound "
