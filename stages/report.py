@@ -40,6 +40,9 @@ GROUPS = (
                                       "optimizer_s", "sync_s", "memory_s", "tokens_per_s")),
     ("memory", "memory (MB): resident now and peak", ("rss_mb", "peak_rss_mb", "peak_gpu_mb")),
 )
+# groups drawn in one panel: their metrics measure the same thing on one scale (the cold start's
+# held-out NLL without latents, untrained, trained and with another task's experiences)
+SHARED_PANEL = frozenset({"heldout"})
 # one colour per method in every study and report plot; a label takes the colour of the method it names
 METHOD_COLORS = {"vanilla": "#555555", "lopd": "C0", "grpo": "C1", "opsd": "C2", "sdft": "C4", "sdpo": "C3",
                  "skill-sd": "C5"}
@@ -209,7 +212,8 @@ def integer_ticks(ax: Any) -> None:
 
 def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[dict]], x: str,
                levels: dict[str, dict[str, float]] | None = None) -> None:
-    """One PNG: a panel per metric, a line per run (``x``: ``generations`` or ``step``);
+    """One PNG: a panel per metric, a line per run (``x``: ``generations`` or ``step``), or for a
+    group of :data:`SHARED_PANEL` (``path``'s stem) one panel with a line per run and metric;
     ``levels`` ``{metric: {name: value}}`` draws each distinct value dashed across its panel
     (e.g. the LOPD runs' margin m on the ``Delta`` panel)."""
     import matplotlib
@@ -217,10 +221,20 @@ def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    titles = {key: key for key in metrics}
+    if path.stem in SHARED_PANEL:  # one panel on one scale, a series per (run, metric)
+        shared = {}
+        for label, rows in runs.items():
+            for key in metrics:
+                name = f"{label}: {key}" if len(runs) > 1 else key
+                shared[name] = [{"step": r["step"], x: r.get(x, r["step"]), "value": r[key]} for r in rows if key in r]
+        styles = series_styles(list(shared), {name: method_of(name.split(": ")[0]) or "" for name in shared})
+        runs, metrics, titles = shared, ["value"], {"value": ""}
+    else:
+        styles = series_styles(list(runs))  # one style per run in every panel
     cols = min(len(metrics), 3)
     nrows = math.ceil(len(metrics) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
-    styles = series_styles(list(runs))  # one style per run in every panel
     for ax, key in zip(axes.flat, metrics):
         series = {}
         for label, rows in runs.items():
@@ -234,7 +248,7 @@ def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[
                         va="bottom")
         note_overlaps(ax, series)
         integer_ticks(ax)
-        ax.set_title(key, fontsize=10)
+        ax.set_title(titles[key], fontsize=10)
         ax.set_xlabel(x)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(metrics):]:

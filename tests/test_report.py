@@ -192,3 +192,58 @@ def test_the_delta_panel_gets_each_lopd_run_s_margin_as_a_dashed_line(tmp_path, 
                                    out=str(tmp_path / "out")))
     assert drawn["dual"] == {"Delta": {"lopd-a": 0.05, "lopd-m0": 0.0}}
     assert (tmp_path / "out" / "dual.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _coldstart_rows():
+    final = {"heldout_nll": 0.647, "heldout_nll_no_latents": 0.797, "heldout_nll_untrained": 0.910,
+             "heldout_nll_other_experiences": 0.6472}
+    return [{"step": 5, "loss": 0.9, "heldout_nll": 0.70}, {"step": 10, "loss": 0.8, **final}]
+
+
+def _drawn_axes(monkeypatch):
+    """The axes of every figure the report draws (kept after the figure is closed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn, real = [], plt.subplots
+
+    def spy(*args, **kwargs):
+        fig, axes = real(*args, **kwargs)
+        drawn.append(axes)
+        return fig, axes
+
+    monkeypatch.setattr(plt, "subplots", spy)
+    return drawn
+
+
+def test_the_cold_start_s_four_held_out_measures_share_one_panel(tmp_path, monkeypatch):
+    from stages import report
+
+    _write(tmp_path / "composer0", _coldstart_rows())
+    drawn = _drawn_axes(monkeypatch)
+    report.plot_group(tmp_path / "heldout.png", "held-out NLL", list(report.GROUPS[2][2]),
+                      {"composer0": _coldstart_rows()}, "step")
+    (axes,) = drawn
+    panels = [ax for ax in axes.flat if ax.axison]
+    assert len(panels) == 1  # one scale for the four numbers
+    points = [list(zip(line.get_xdata(), line.get_ydata())) for line in panels[0].lines]
+    assert points == [[(5, 0.70), (10, 0.647)], [(10, 0.797)], [(10, 0.910)], [(10, 0.6472)]]
+    legend = [t.get_text() for t in axes.flat[0].figure.legends[0].get_texts()]
+    assert legend == ["heldout_nll", "heldout_nll_no_latents", "heldout_nll_untrained", "heldout_nll_other_experiences"]
+    assert (tmp_path / "heldout.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_runs_of_a_shared_panel_are_told_apart_by_run_and_metric(tmp_path, monkeypatch):
+    from stages import report
+
+    drawn = _drawn_axes(monkeypatch)
+    report.plot_group(tmp_path / "heldout.png", "held-out NLL", ["heldout_nll", "heldout_nll_no_latents"],
+                      {"a/lopd": _coldstart_rows(), "b": _coldstart_rows()}, "step")
+    legend = [t.get_text() for t in drawn[0].flat[0].figure.legends[0].get_texts()]
+    assert legend == ["a/lopd: heldout_nll", "a/lopd: heldout_nll_no_latents", "b: heldout_nll",
+                      "b: heldout_nll_no_latents"]
+    drawn.clear()
+    report.plot_group(tmp_path / "loss.png", "losses", ["loss", "heldout_nll"], {"b": _coldstart_rows()}, "step")
+    assert len([ax for ax in drawn[0].flat if ax.axison]) == 2  # other groups keep a panel per metric
