@@ -67,21 +67,14 @@ def _recorded() -> bool:
     return torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
 
 
-def product_flops(forward: float, input_grad: bool, weight_grad: bool) -> float:
-    """FLOPs of a matmul whose forward costs ``forward``, with its backward when recorded: + the
-    same again for the input's gradient (``input_grad``) and for the weight's (``weight_grad``)."""
-    if not _recorded():
-        return forward
-    return forward * (1 + input_grad + weight_grad)
-
-
 class Meter:
     """Forward positions per backbone, exact matmul FLOPs and timed calls of the step's forwards.
 
     ``tokens[(part, trained)]`` counts the positions a watched backbone's decoder body ("body")
     and LM head ("head") compute (padding included), ``trained`` when autograd records the
     forward (the student, the composer encoder, LOPD's teacher) and not (rollouts, frozen
-    teachers, the anchor composer). ``matmul_flops`` is the exact count of the module docstring.
+    teachers, the anchor composer). ``forward_flops`` and ``backward_flops`` are the exact count
+    of the module docstring (a backward's FLOPs are counted when its forward runs).
     """
 
     def __init__(self, device: str):
@@ -89,7 +82,7 @@ class Meter:
         self.tokens = {("body", True): 0, ("body", False): 0, ("head", True): 0, ("head", False): 0}
         self.seconds: dict[str, float] = {}
         self.cpu: dict[str, float] = {}  # CPU seconds of the same calls
-        self.matmul_flops = 0.0
+        self.forward_flops = self.backward_flops = 0.0
         self.params = {"body": 0, "head": 0}
         self._seen: set[int] = set()
 
@@ -121,6 +114,13 @@ class Meter:
             elif isinstance(module, nn.Linear):  # an attention's out_proj is never called as a module
                 module.register_forward_hook(self._linear)
 
+    def _add(self, forward: float, input_grad: bool, weight_grad: bool) -> None:
+        """A matmul whose forward costs ``forward``; when autograd records it, its backward adds the
+        same again for the input's gradient (``input_grad``) and for the weight's (``weight_grad``)."""
+        self.forward_flops += forward
+        if _recorded():
+            self.backward_flops += forward * (input_grad + weight_grad)
+
     def _body(self, layers: int, width: int, module, args, kwargs, output) -> None:
         x = args[0] if args else next(kwargs[k] for k in ("input_ids", "inputs_embeds") if kwargs.get(k) is not None)
         B, S = x.shape[:2]
@@ -131,8 +131,8 @@ class Meter:
         past = int(cache.get_seq_length()) - S if cache is not None else 0  # the cache holds this call's keys already
         pairs = B * (S * past + S * (S + 1) // 2)  # query-key pairs under the causal mask
         hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
-        backward = hidden.requires_grad  # then dQ, dK, dV and the scores' gradient: 2 more times
-        self.matmul_flops += layers * 4 * width * pairs * (3 if backward and _recorded() else 1)
+        backward = hidden.requires_grad  # then the gradients of both operands of QK^T and PV
+        self._add(layers * 4 * width * pairs, backward, backward)
 
     def _head(self, module, args, output) -> None:
         self.tokens[("head", _recorded())] += args[0].shape[:-1].numel()
@@ -141,7 +141,7 @@ class Meter:
         if not _in_backward():
             x = args[0]
             forward = 2 * module.weight.numel() * (x.numel() // module.in_features)
-            self.matmul_flops += product_flops(forward, x.requires_grad, module.weight.requires_grad)
+            self._add(forward, x.requires_grad, module.weight.requires_grad)
 
     def _attention(self, module: nn.MultiheadAttention, args, output) -> None:
         if _in_backward():
@@ -149,10 +149,10 @@ class Meter:
         query, key = args[0], args[1]
         d, (B, Lq), Lk = module.embed_dim, query.shape[:2], key.shape[1]
         w = module.in_proj_weight.requires_grad
-        projections = (product_flops(2 * 2 * d * d * B * Lq, query.requires_grad, w)  # q in, out
-                       + product_flops(2 * 2 * d * d * B * Lk, key.requires_grad, w))  # k, v
-        products = 2 * 2 * d * B * Lq * Lk  # scores and the weighted sum, every head
-        self.matmul_flops += projections + (3 * products if output[0].requires_grad and _recorded() else products)
+        self._add(2 * 2 * d * d * B * Lq, query.requires_grad, w)  # the query's projection and the output's
+        self._add(2 * 2 * d * d * B * Lk, key.requires_grad, w)  # key and value projections
+        backward = output[0].requires_grad
+        self._add(2 * 2 * d * B * Lq * Lk, backward, backward)  # scores and the weighted sum, every head
 
     def head_linear(self, fn):
         """``fn`` (``torch.nn.functional.linear`` as the hidden-state losses call it: the LM head on
@@ -163,8 +163,7 @@ class Meter:
             if not _in_backward():
                 trained = _recorded() and (x.requires_grad or weight.requires_grad)
                 self.tokens[("head", trained)] += x.shape[0]
-                self.matmul_flops += product_flops(2 * weight.numel() * x.shape[0], x.requires_grad,
-                                                   weight.requires_grad)
+                self._add(2 * weight.numel() * x.shape[0], x.requires_grad, weight.requires_grad)
             return fn(x, weight, bias)
         return wrapper
 
@@ -184,9 +183,10 @@ class Meter:
         return wrapper
 
     def flops(self) -> float:
-        """The step's matmul FLOPs so far (module docstring)."""
-        return self.matmul_flops
+        """The matmul FLOPs counted so far, forward and backward (module docstring)."""
+        return self.forward_flops + self.backward_flops
 
     def reset(self) -> None:
         self.tokens = dict.fromkeys(self.tokens, 0)
-        self.seconds, self.cpu, self.matmul_flops = {}, {}, 0.0
+        self.seconds, self.cpu = {}, {}
+        self.forward_flops = self.backward_flops = 0.0

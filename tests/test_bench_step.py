@@ -44,3 +44,45 @@ def test_one_small_step_trains_on_the_sampled_tokens(bench, method, extra, capsy
         assert tokens[("head", True)] >= row["trained"]
     else:  # the losses' heads only at the sampled tokens (LOPD: student KL, teacher KL and log-probs)
         assert 0 < tokens[("head", True)] <= 3 * row["generated"] < row["trained"]
+
+
+@pytest.fixture(scope="module")
+def meter_module(bench):
+    return sys.modules["benchmarks.step_meter"]
+
+
+@pytest.mark.parametrize("x_grad, w_grad, mode, backward", [
+    (False, False, "grad", 0), (True, False, "grad", 120), (True, True, "grad", 240), (False, True, "grad", 120),
+    (True, True, "no_grad", 0), (True, True, "inference", 0)])
+def test_a_linear_layer_s_backward_counts_only_the_gradients_it_needs(meter_module, x_grad, w_grad, mode, backward):
+    import torch
+
+    layer = torch.nn.Linear(5, 4, bias=False).requires_grad_(w_grad)
+    meter = meter_module.Meter("cpu")
+    meter.watch_compressor(torch.nn.Sequential(layer))
+    x = torch.randn(3, 5, requires_grad=x_grad)
+    context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference": torch.inference_mode}[mode]
+    with context():
+        layer(x)
+    assert (meter.forward_flops, meter.backward_flops) == (2 * 5 * 4 * 3, backward)
+
+
+def test_bench_composer_counts_the_frozen_backbone_and_the_lora_exactly(bench):
+    spec = importlib.util.spec_from_file_location("bench_composer", BENCH.parent / "bench_composer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    J, L, K, depth = 2, 16, 4, 1
+    rows = {r["part"]: r["flops"] for r in module.main(["--layers", "1", "--J", str(J), "--tokens", str(L), "--K", str(K),
+                                                         "--depth", str(depth), "--repeats", "1", "--matmul-n", "64"])}
+    c = bench.SHAPES["smollm2-135m"][1]
+    d, kv, ff, r = c["hidden_size"], c["num_key_value_heads"] * c["head_dim"], c["intermediate_size"], 8
+    weights = 2 * d * d + 2 * d * kv + 3 * d * ff  # q, o; k, v; gate, up, down
+    attention = 4 * d * J * (L * (L + 1) // 2)  # QK^T and PV over the causal pairs of each input
+    assert rows["backbone forward, adapters off, no graph"] == 2 * weights * J * L + attention
+    lora = r * (4 * d + 2 * (d + kv) + 2 * (d + ff) + (ff + d))  # A and B of the seven projections
+    assert rows["encoder forward with psi, no graph"] == 2 * (weights + lora) * J * L + attention
+    assert rows["encoder forward with psi, graph (trained)"] == rows["encoder forward with psi, no graph"]
+    qformer = rows["QFormer forward (trained)"]
+    assert rows["anchor phi_0 forward, no graph"] == rows["encoder forward with psi, no graph"] + qformer
+    # layer 0's input (the frozen embeddings) needs no gradient: its base projections have no backward
+    assert 0 < rows["backward (encoder + QFormer)"] < 2 * (rows["encoder forward with psi, no graph"] + qformer)
