@@ -167,6 +167,33 @@ def test_a_bad_option_value_names_the_option(tmp_path):
     assert line.startswith("error: invalid option ppo_epochs: Input should be a valid integer")
 
 
+@pytest.mark.parametrize("text, flags, expected", [
+    ('steps = "three"', [], "{cfg}: key 'steps': Input should be a valid integer, unable to parse string as an "
+                            "integer (got 'three')"),
+    ('steps = "three"', ["--steps", "0"], "invalid option --steps: Input should be greater than or equal to 1 (got 0)"),
+    ('lambda = "x"', [], "{cfg}: key 'lambda': Input should be a valid number"),
+    ("lamda = 0.2", [], "{cfg}: unknown option 'lamda' for method 'lopd': did you mean 'lambda'? options of lopd: "),
+    ("stpes = 3", [], "{cfg}: unknown option 'stpes' for method 'lopd': did you mean 'steps'? "),
+    ("[distill]\nsteps = 3", [], "{cfg}: unknown table [distill]: lopd distill reads its settings from the top level"),
+])
+def test_a_config_file_error_names_the_file_and_its_key(tmp_path, no_model, text, flags, expected):
+    """A bad key or value of --config is named as the file's key (a flag given instead: as the flag);
+    an unknown key or table is reported before a missing --env."""
+    cfg = tmp_path / "run.toml"
+    env = "" if "[distill]" in text or "stpes" in text else f'env = "{ENV}"\ncomposer = "{tmp_path}"\n'
+    cfg.write_text(env + text + "\n")
+    line = _one_error_line(runner.invoke(app, ["distill", "--config", str(cfg), "--out", str(tmp_path / "o"), *flags]))
+    assert line.startswith("error: " + expected.format(cfg=cfg))
+    assert "lam=" not in line and not (tmp_path / "o").exists()
+    if "lamda" in text:
+        assert "lambda=0.2" in line
+
+
+def test_a_bad_method_flag_is_named_as_its_flag(tmp_path, no_model):
+    line = _one_error_line(runner.invoke(app, ["distill", "--env", ENV, "--composer", str(tmp_path), "--lambda", "-1"]))
+    assert line == "error: invalid option --lambda: Input should be greater than or equal to 0 (got -1.0)"
+
+
 def test_version_and_the_bfcl_limit_help():
     from importlib.metadata import version
 
