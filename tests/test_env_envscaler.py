@@ -367,6 +367,15 @@ def test_lopd_bed_prompt_lists_tool_signatures_and_offers_no_schema_block():
     bed.close()
 
 
+def test_unknown_split_names_the_environment_asked_for_and_its_splits():
+    for name in ("envscaler", "lopd-bed"):  # lopd-bed is an envscaler subclass: named as the user typed it
+        env = make_env(name, data_dir=FIXTURES_DIR)
+        splits = ", ".join(sorted(env.data.splits))
+        with pytest.raises(EnvError, match=f"^{name}: unknown split 'warm'; use one of: {splits}$"):
+            env.tasks("warm")
+        env.close()
+
+
 def test_a_misspelt_env_gets_the_closest_name_and_the_registry_list():
     from stages.core.envs import env_names
 
