@@ -29,6 +29,7 @@ from typing import Any, Callable, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
@@ -42,7 +43,7 @@ from stages.core.models.backbone import DType, resolve_device_dtype
 from stages.core.run.provenance import config_run_id
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
 from stages.core.run.runs import (
-    METRICS_FILE, RESUMABLE, append_metrics, describe_changes, freeze_config, open_run, seeded_stream,
+    METRICS_FILE, RESUMABLE, append_metrics, freeze_config, open_run, seeded_stream, start_note,
     truncate_metrics,
 )
 from stages.core.data.store import ExperienceStore, StoreError
@@ -136,8 +137,8 @@ def run(config: SftConfig, console: Console | None = None,
     run_id = config_run_id("sft", config, _RUN_KEYS + (["from_run"] if config.from_run else []))  # ids of runs before it kept
     clean_partial(out)
     folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE, path_fields=("store",))
-    if folder.changes:
-        console.print(describe_changes(folder.changes))
+    if note := start_note(folder, config.resume):
+        console.print(escape(note), soft_wrap=True)
     ckpt = latest_checkpoint(out) if config.resume else None
     trajectories = select(ExperienceStore.open(config.store, create=False), config)
 

@@ -116,8 +116,9 @@ def test_missing_store_is_refused_and_new_store_starts_one(assets, tmp_path):
     line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, store=str(fresh))))
     assert f"no experience store at {fresh}" in line and "--new-store" in line
     assert not fresh.exists() and not (tmp_path / "run").exists()
-    result = runner.invoke(app, _args(assets, tmp_path, "--new-store", store=str(fresh)))
+    result = runner.invoke(app, _args(assets, tmp_path, "--new-store", "--resume", store=str(fresh)))
     assert result.exit_code == 0, result.output
+    assert f"note: nothing to resume in {tmp_path / 'run'}: starting a new run" in " ".join(result.output.split())
     assert ExperienceStore.open(fresh, create=False).count(run_id="preflight") == 2 * 2  # B x G rollouts
     assert json.loads((tmp_path / "run" / "config.json").read_text())["new_store"] is True
 
