@@ -23,6 +23,7 @@ Run folder ``out`` (rules of :mod:`stages.core.run.runs`): ``config.json``, ``ma
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -92,16 +93,27 @@ def select(store: ExperienceStore, config: SftConfig) -> list[Trajectory]:
     from the asked ``source``; ordered by trajectory id (a stable order for the seeded stream).
 
     Raises:
-        StoreError: no row qualifies (the filters are named).
+        StoreError: no row qualifies (the filters are named; where other splits have rows that
+            would, their counts and the ``--split`` flag).
     """
-    rows = store.query(env=config.env, split=config.split, success=True, run_id=config.from_run)
-    rows = [t for t in rows if t.reward >= config.min_reward and (
-        config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))]
+    def qualifies(t: Trajectory) -> bool:
+        return t.reward >= config.min_reward and (
+            config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))
+
+    rows = [t for t in store.query(env=config.env, split=config.split, success=True, run_id=config.from_run)
+            if qualifies(t)]
     if not rows:
         where = (f"env {config.env!r}, " if config.env else "") + (f"run {config.from_run}, " if config.from_run else "")
-        raise StoreError(f"store {config.store}: no successful rows ({where}split {config.split!r}, source "
-                         f"{config.source}, reward >= {config.min_reward}) to fine-tune on: collect them first "
-                         f"(e.g. lopd collect --env lopd-bed --split {config.split} --reference --store {config.store})")
+        message = (f"store {config.store}: no successful rows ({where}split {config.split!r}, source "
+                   f"{config.source}, reward >= {config.min_reward}) to fine-tune on")
+        others = Counter(t.split for t in store.query(env=config.env, success=True, run_id=config.from_run)
+                         if qualifies(t))
+        if others:
+            counts = ", ".join(f"{split} {n}" for split, n in sorted(others.items()))
+            raise StoreError(f"{message}; successful rows by split: {counts}: pick one with --split "
+                             f"(e.g. --split {others.most_common(1)[0][0]})")
+        raise StoreError(f"{message}: collect them first (e.g. lopd collect --env lopd-bed --split {config.split} "
+                         f"--reference --store {config.store})")
     return sorted(rows, key=lambda t: t.trajectory_id)
 
 
