@@ -103,3 +103,13 @@ def test_every_stage_reads_a_config_file_that_flags_override(tmp_path):
     result = runner.invoke(app, ["collect"])
     assert result.exit_code == 2 and f"--env is required ({', '.join(env_names())})" in result.output
     assert len(env_names()) >= 7
+
+
+def test_the_methods_table_names_grpo_s_aggregations_as_the_option_takes_them():
+    from typing import get_args
+
+    from stages.methods import get_method
+
+    row = next(line for line in README.splitlines() if line.startswith("| `grpo` |"))
+    values = get_args(get_method("grpo").Options.model_fields["aggregation"].annotation)
+    assert values and all(f"`{value}`" in row for value in values), values
