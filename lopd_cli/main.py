@@ -9,7 +9,7 @@ import functools
 from typing import Callable, Optional
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -79,17 +79,11 @@ def friendly(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except _expected_errors() as err:
             if isinstance(err, ValidationError):
+                from stages.settings import error_text
+
                 first = err.errors()[0]
-                where = ".".join(map(str, first["loc"]))
-                if where in kwargs:  # a setting of the command's own flag: named as the flag
-                    where = "--" + where.replace("_", "-")
-                if first["type"] == "value_error":  # our own one-line message, without pydantic's prefix
-                    msg = str(first.get("ctx", {}).get("error", first["msg"]))
-                    msg = f"invalid option {where}: {msg}" if where else msg
-                else:  # pydantic's own message, with the value given (cut to one short line)
-                    given = repr(first.get("input"))
-                    given = given if len(given) <= 60 else given[:57] + "..."
-                    msg = f"invalid option {where}: {first['msg']} (got {given})"
+                where = _flag_of(kwargs, ".".join(map(str, first["loc"])))
+                msg = f"invalid option {where}: {error_text(first)}" if where else error_text(first)
             else:
                 msg = str(err).splitlines()[0] if str(err) else type(err).__name__
             # soft_wrap: the error stays one line (rich would break it at the terminal width)
@@ -99,15 +93,30 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
-def _settings(ctx: typer.Context, config_file: Optional[str], config_cls: type, exclude: tuple[str, ...] = (),
-              resume: bool = False) -> dict:
-    """The command's settings by field name (:func:`stages.settings.resolve`): the flags given,
-    the ``--config`` file, with ``resume`` the run folder's saved settings, the flags' defaults."""
-    from stages.settings import resolve
+def _flag_of(kwargs: dict, name: str) -> str:
+    """How an error names setting ``name`` of a command called with ``kwargs``: as the command's
+    flag of that name (``lam``: ``--lambda``), else as given."""
+    command = getattr(kwargs.get("ctx"), "command", None)  # getattr: typer passes its click's Context, no typer.Context
+    for param in command.params if command is not None else ():
+        if param.name == name and param.opts[0].startswith("--"):
+            return param.opts[0]
+    return "--" + name.replace("_", "-") if name in kwargs else name
+
+
+def _config(ctx: typer.Context, config_file: Optional[str], config_cls: type, exclude: tuple[str, ...] = (),
+            resume: bool = False, required: Optional[tuple[str, str]] = None) -> BaseModel:
+    """The command's validated config from its settings by field name (:func:`stages.settings.resolve`):
+    the flags given, the ``--config`` file, with ``resume`` the run folder's saved settings, the
+    flags' defaults. ``required``: ``(field, message)``, refused with the message when no flag
+    nor the file gives the field."""
+    from stages.settings import resolve, validated
 
     given, defaults = given_flags(ctx, exclude)
-    return resolve(config_cls, ctx.info_name, given, config_file, defaults=defaults, resume=resume,
-                   note=lambda message: err_console.print(f"note: {message}", soft_wrap=True))
+    values = resolve(config_cls, ctx.info_name, given, config_file, defaults=defaults, resume=resume,
+                     note=lambda message: err_console.print(f"note: {message}", soft_wrap=True))
+    if required is not None and values.get(required[0]) is None:
+        raise ValueError(required[1])
+    return validated(config_cls, values, flags=given, config_file=config_file)
 
 
 @app.command()
@@ -141,11 +150,10 @@ def collect(
 ) -> None:
     """Roll out a policy on an environment's tasks and store scored trajectories."""
     from stages import collect as stage
+    from stages.core.envs import env_names
 
-    values = _settings(ctx, config, stage.CollectConfig)
-    if values["env"] is None:
-        raise ValueError("--env is required (bfcl, code, envscaler), as a flag or in the --config file")
-    stage.run(stage.CollectConfig(**values))
+    stage.run(_config(ctx, config, stage.CollectConfig, required=(
+        "env", f"--env is required ({', '.join(env_names())}), as a flag or in the --config file")))
 
 
 @app.command()
@@ -166,7 +174,7 @@ def index(
     """Embed new trajectories and build the vector and full-text indexes used for retrieval."""
     from stages import index as stage
 
-    stage.run(stage.IndexConfig(**_settings(ctx, config, stage.IndexConfig)))
+    stage.run(_config(ctx, config, stage.IndexConfig))
 
 
 @app.command()
@@ -203,7 +211,7 @@ def coldstart(
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
     from stages import coldstart as stage
 
-    stage.run(stage.ColdstartConfig(**_settings(ctx, config, stage.ColdstartConfig, resume=resume)))
+    stage.run(_config(ctx, config, stage.ColdstartConfig, resume=resume))
 
 
 @app.command()
@@ -236,7 +244,7 @@ def sft(
     rejection-sampling baselines. Only the action tokens are supervised."""
     from stages import sft as stage
 
-    stage.run(stage.SftConfig(**_settings(ctx, config, stage.SftConfig, resume=resume)))
+    stage.run(_config(ctx, config, stage.SftConfig, resume=resume))
 
 
 def _given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
@@ -369,11 +377,9 @@ def evaluate(
             raise ValueError("--compare needs at least two report files: lopd evaluate --compare A.json B.json")
         Console().print(stage.compare([Path(r) for r in reports]))
         return
-    values = _settings(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"))
-    if values["bench"] is None:
-        raise ValueError("--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
-                         "lopd-bed, lopd-bed-transfer, livecodebench); to compare reports: lopd evaluate --compare A.json B.json")
-    stage.run(stage.EvaluateConfig(**values))
+    stage.run(_config(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"), required=(
+        "bench", "--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
+                 "lopd-bed, lopd-bed-transfer, livecodebench); to compare reports: lopd evaluate --compare A.json B.json")))
 
 
 @app.command()

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 
 from schemas import Task, Trajectory
 from stages.core.data import experience_rows
@@ -125,8 +126,8 @@ class Distiller:
         self.out, options, self.tasks = Path(config.out), checked.options, checked.tasks
         resolved = None
         if self.world.is_main:  # rank 0 checks the run folder; the others take its run id
-            if checked.folder.changes:
-                self.console.print(f"[bold]distill[/] {runs.describe_changes(checked.folder.changes)}")
+            if note := runs.start_note(checked.folder, config.resume):
+                self.console.print(f"[bold]distill[/] {escape(note)}", soft_wrap=True)
             resolved = (checked.config, checked.folder.resuming)
             ckpt.clean_partial(self.out)
         self.config, self.resuming = distributed.broadcast(resolved, self.world)

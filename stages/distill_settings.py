@@ -2,7 +2,6 @@
 how flags, a config file and a resumed run's saved settings combine (:func:`settings`)."""
 from __future__ import annotations
 
-import difflib
 import json
 import warnings
 from pathlib import Path
@@ -14,10 +13,13 @@ from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.models.backbone import DType
 from stages.core.run.tracking import Logger
 from stages.methods import get_method, known_methods
-from stages.settings import accepted_names, read_settings, resolve
+from stages.core.envs import env_names
+from stages.settings import accepted_names, did_you_mean, older_names, read_settings, resolve, validated
 
 # Settings a distill run has outside :class:`DistillConfig`'s own defaults (required fields there).
 DEFAULTS = {"store": "runs/store", "out": "runs/lopd"}
+# Keys of older config files that :class:`DistillConfig` converts (``tensorboard = true``: log = "tensorboard").
+OLDER_KEYS = frozenset({"tensorboard"})
 
 
 class DistillConfig(BaseModel):
@@ -83,7 +85,7 @@ class DistillConfig(BaseModel):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        if "tensorboard" in data:  # the older spelling of log = "tensorboard" (runs saved before it too)
+        if "tensorboard" in data:  # OLDER_KEYS: the older spelling of log = "tensorboard" (runs saved before it too)
             if data.pop("tensorboard") and "log" not in data:
                 data["log"] = "tensorboard"
                 warnings.warn('the setting "tensorboard = true" is deprecated: use log = "tensorboard"',
@@ -107,22 +109,24 @@ class DistillConfig(BaseModel):
 
 def option_defaults(method: type) -> str:
     """``"eps_lo=0.2, ppo_epochs=1, composer (required)"``: a method's options with their defaults
-    (``method`` a :class:`stages.methods.Method` subclass), or ``"none"``."""
-    shown = [f"{name} (required)" if field.is_required() else f"{name}={field.default!r}"
-             for name, field in method.Options.model_fields.items()]
+    (``method`` a :class:`stages.methods.Method` subclass), or ``"none"``. An option is named
+    as its flag spells it (LOPD's ``lam``: ``lambda``)."""
+    shown = []
+    for name, field in method.Options.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        spelled = str(extra.get("flag", name)).split("/")[0].lstrip("-").replace("-", "_")
+        shown.append(f"{spelled} (required)" if field.is_required() else f"{spelled}={field.default!r}")
     return ", ".join(shown) or "none"
 
 
 def unknown_option_message(key: str, method: type, common: set[str]) -> str:
     """One line for an option ``key`` that neither ``method`` nor the common settings have: the
-    closest names (a misspelling, or another method's option) and the method's options with
-    their defaults."""
-    known = sorted(accepted_names(method.Options))
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    closest name (a misspelt option or setting, or another method's option) and the method's
+    options with their defaults."""
     elsewhere = [name for name in known_methods() if name != method.name
                  and key in accepted_names(get_method(name).Options)]
-    hint = (f"did you mean {close[0]!r}? " if close
-            else f"{key!r} is an option of --method {', '.join(elsewhere)}; " if elsewhere else "")
+    hint = (did_you_mean(key, accepted_names(method.Options) | common)
+            or (f"{key!r} is an option of --method {', '.join(elsewhere)}; " if elsewhere else ""))
     return (f"unknown option {key!r} for method {method.name!r}: {hint}"
             f"options of {method.name}: {option_defaults(method)}")
 
@@ -183,19 +187,27 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
     ``runs/store``, out ``runs/lopd``, then :class:`DistillConfig`'s and the method's).
 
     Raises:
-        ValueError: unreadable config file, a missing required setting (``env``; the method's
-            own, e.g. ``composer`` for lopd), an unknown option.
+        ValueError: unreadable config file, a key of it that is no setting nor option of the
+            method (checked first; the file named), a missing required setting (``env``; the
+            method's own, e.g. ``composer`` for lopd), an unknown option, an invalid value of
+            the file (its key named, :func:`stages.settings.validated`).
     """
     given = {k: v for k, v in flags.items() if v is not None}
+    from_file = load_config(config_file) if config_file else {}
     values = resolve(DistillConfig, "distill", given, config_file, defaults=DEFAULTS, resume=resume,
-                     read=load_config)
-    if "env" not in values:
-        raise ValueError("--env is required (as a flag or in the --config file)")
+                     read=lambda _: from_file)
     method = get_method(values.get("method", "lopd"))
+    common = accepted_names(DistillConfig)
+    for key in from_file:
+        if key not in common | accepted_names(method.Options) | OLDER_KEYS:
+            raise ValueError(f"{config_file}: {unknown_option_message(key, method, common)}")
+    if "env" not in values:
+        raise ValueError(f"--env is required ({', '.join(env_names())}), as a flag or in the --config file")
     for name, field in method.Options.model_fields.items():
         if field.is_required() and name not in values:
             raise ValueError(f"--{name} is required by method {method.name!r} (as a flag or in the --config file)")
     if method.needs_composer:
         values.update({k: v for k, v in composer_shape(values["composer"]).items() if k not in values})
     values["resume"] = resume
-    return DistillConfig(**values)
+    return validated(DistillConfig, values, flags=given, config_file=config_file,
+                     aliases=older_names(method.Options))

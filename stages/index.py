@@ -108,11 +108,10 @@ def run(config: IndexConfig) -> IndexReport:
     report = IndexReport(store=store.uri, embedder=embedder.name, field=field,
                          embedded=embedded, total=table.count_rows() if table else 0,
                          indices=indices, seconds=round(time.perf_counter() - start, 3))
-    if config.progress:
-        summary = Table(title=f"index {store.uri}")
-        for col in ("embedded now", "rows indexed", "embedder", "field", "indexes", "wall s"):
-            summary.add_column(col)
-        summary.add_row(str(report.embedded), str(report.total), report.embedder, report.field,
-                        ", ".join(report.indices) or "exact search only", f"{report.seconds:.1f}")
-        Console().print(summary)
+    summary = Table(title=f"index {store.uri}")  # printed with or without the progress bar
+    for col in ("embedded now", "rows indexed", "embedder", "field", "indexes", "wall s"):
+        summary.add_column(col)
+    summary.add_row(str(report.embedded), str(report.total), report.embedder, report.field,
+                    ", ".join(report.indices) or "exact search only", f"{report.seconds:.1f}")
+    Console().print(summary)
     return report

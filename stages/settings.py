@@ -10,17 +10,20 @@ Precedence, highest first:
 
 Keys are field names of the stage's config model. An older spelling of a field in a file (a
 name its ``AliasChoices`` accepts, e.g. ``max_steps`` for ``max_turns``) is renamed with a
-note; a key the stage does not know is a one-line error naming the file and the stage's
-options. The CLI (:mod:`lopd_cli`) only maps its flags to these keys.
+note; a key the stage does not know, or a table, is a one-line error naming the file, the key,
+the closest known name and the stage's options. A value of the file that fails validation is
+named as the file's key (:func:`validated`). The CLI (:mod:`lopd_cli`) only maps its flags to
+these keys.
 """
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel
+from pydantic import AliasChoices, BaseModel, ValidationError
 
 from stages.core.data.inputs import read_config_file
 from stages.core.run import runs
@@ -53,23 +56,74 @@ def read_settings(path: str | Path, model_cls: type[BaseModel], stage: str,
         known: the keys the stage accepts (None: any key; the config model then judges them).
 
     Raises:
-        ValueError: unreadable file (:func:`read_config_file`), a key not in ``known`` (the
-            message names the file, the key and the options), or a field given twice (under its
-            name and an older spelling).
+        ValueError: unreadable file (:func:`read_config_file`), a table that is no field of
+            ``model_cls`` (the settings belong at the top level), a key not in ``known`` (the
+            message names the file, the key, the closest option and the options), or a field
+            given twice (under its name and an older spelling).
     """
     older = older_names(model_cls)
     known = None if known is None else set(known)
     values: dict[str, Any] = {}
     for key, value in read_config_file(path).items():
         name = older.get(key, key)
+        if isinstance(value, dict) and name not in model_cls.model_fields:
+            raise ValueError(f"{path}: unknown table [{key}]: lopd {stage} reads its settings from the top level "
+                             f"of the file, not from a table")
         if known is not None and name not in known:
-            raise ValueError(f"{path}: unknown option {key!r} for lopd {stage} (options: {', '.join(sorted(known))})")
+            raise ValueError(f"{path}: unknown option {key!r} for lopd {stage}: {did_you_mean(key, known)}"
+                             f"options: {', '.join(sorted(known))}")
         if name in values:
             raise ValueError(f"{path}: {name!r} is given twice (as {name!r} and as an older name)")
         if name != key:
             note(f"{path}: {key!r} is the older name of {name!r}")
         values[name] = value
     return values
+
+
+def did_you_mean(key: str, names: Iterable[str]) -> str:
+    """``"did you mean 'limit'? "`` for the name of ``names`` closest to ``key`` (difflib), else ``""``."""
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def error_text(error: Mapping[str, Any]) -> str:
+    """One item of ``ValidationError.errors()`` as a short line: the message of our own
+    validators as raised, else pydantic's message with the value given (cut to 60 characters)."""
+    if error["type"] == "value_error":
+        return str(error.get("ctx", {}).get("error", error["msg"]))
+    given = repr(error.get("input"))
+    given = given if len(given) <= 60 else given[:57] + "..."
+    return f"{error['msg']} (got {given})"
+
+
+def validated(model_cls: type[BaseModel], values: Mapping[str, Any], *, flags: Mapping[str, Any],
+              config_file: str | None, aliases: Mapping[str, str] | None = None) -> BaseModel:
+    """``model_cls(**values)``, where a value of the config file that fails validation is named
+    as the file's key.
+
+    Args:
+        flags: the settings given as flags (their errors stay pydantic's, for the CLI to name
+            the flag).
+        aliases: ``{older spelling: field}`` a file may use besides ``model_cls``'s own (e.g.
+            the method options' ``lambda`` for ``lam``).
+
+    Raises:
+        ValueError: ``"FILE: key 'steps': Input should be a valid integer, ... (got 'three')"``
+            when the first failing value came from ``config_file`` and no flag.
+        ValidationError: any other invalid value.
+    """
+    try:
+        return model_cls(**values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else None
+        if config_file is None or name is None or name in flags:
+            raise
+        spellings = {**older_names(model_cls), **(aliases or {})}
+        written = [key for key in read_config_file(config_file) if spellings.get(key, key) == name]
+        if not written:  # the value came from a resumed run's saved settings or a default
+            raise
+        raise ValueError(f"{config_file}: key {written[0]!r}: {error_text(first)}") from None
 
 
 def saved_settings(out: str | Path) -> dict[str, Any]:

@@ -23,12 +23,14 @@ Run folder ``out`` (rules of :mod:`stages.core.run.runs`): ``config.json``, ``ma
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
@@ -42,7 +44,7 @@ from stages.core.models.backbone import DType, resolve_device_dtype
 from stages.core.run.provenance import config_run_id
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
 from stages.core.run.runs import (
-    METRICS_FILE, RESUMABLE, append_metrics, describe_changes, freeze_config, open_run, seeded_stream,
+    METRICS_FILE, RESUMABLE, append_metrics, freeze_config, open_run, seeded_stream, start_note,
     truncate_metrics,
 )
 from stages.core.data.store import ExperienceStore, StoreError
@@ -91,16 +93,27 @@ def select(store: ExperienceStore, config: SftConfig) -> list[Trajectory]:
     from the asked ``source``; ordered by trajectory id (a stable order for the seeded stream).
 
     Raises:
-        StoreError: no row qualifies (the filters are named).
+        StoreError: no row qualifies (the filters are named; where other splits have rows that
+            would, their counts and the ``--split`` flag).
     """
-    rows = store.query(env=config.env, split=config.split, success=True, run_id=config.from_run)
-    rows = [t for t in rows if t.reward >= config.min_reward and (
-        config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))]
+    def qualifies(t: Trajectory) -> bool:
+        return t.reward >= config.min_reward and (
+            config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))
+
+    rows = [t for t in store.query(env=config.env, split=config.split, success=True, run_id=config.from_run)
+            if qualifies(t)]
     if not rows:
         where = (f"env {config.env!r}, " if config.env else "") + (f"run {config.from_run}, " if config.from_run else "")
-        raise StoreError(f"store {config.store}: no successful rows ({where}split {config.split!r}, source "
-                         f"{config.source}, reward >= {config.min_reward}) to fine-tune on: collect them first "
-                         f"(e.g. lopd collect --env lopd-bed --split {config.split} --reference --store {config.store})")
+        message = (f"store {config.store}: no successful rows ({where}split {config.split!r}, source "
+                   f"{config.source}, reward >= {config.min_reward}) to fine-tune on")
+        others = Counter(t.split for t in store.query(env=config.env, success=True, run_id=config.from_run)
+                         if qualifies(t))
+        if others:
+            counts = ", ".join(f"{split} {n}" for split, n in sorted(others.items()))
+            raise StoreError(f"{message}; successful rows by split: {counts}: pick one with --split "
+                             f"(e.g. --split {others.most_common(1)[0][0]})")
+        raise StoreError(f"{message}: collect them first (e.g. lopd collect --env lopd-bed --split {config.split} "
+                         f"--reference --store {config.store})")
     return sorted(rows, key=lambda t: t.trajectory_id)
 
 
@@ -136,8 +149,8 @@ def run(config: SftConfig, console: Console | None = None,
     run_id = config_run_id("sft", config, _RUN_KEYS + (["from_run"] if config.from_run else []))  # ids of runs before it kept
     clean_partial(out)
     folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE, path_fields=("store",))
-    if folder.changes:
-        console.print(describe_changes(folder.changes))
+    if note := start_note(folder, config.resume):
+        console.print(escape(note), soft_wrap=True)
     ckpt = latest_checkpoint(out) if config.resume else None
     trajectories = select(ExperienceStore.open(config.store, create=False), config)
 

@@ -90,6 +90,26 @@ def test_every_stage_reads_a_config_file_that_flags_override(tmp_path):
     bad.write_text('stroe = "x"\n')
     for command in ("collect", "index", "coldstart", "evaluate"):
         result = runner.invoke(app, [command, "--config", str(bad)])
-        assert result.exit_code == 2 and f"bad.toml: unknown option 'stroe' for lopd {command}" in result.output
+        assert result.exit_code == 2 and f"bad.toml: unknown option 'stroe' for lopd {command}: " in result.output
+        assert command == "coldstart" or "did you mean 'store'? options: " in result.output  # coldstart has no store
+    bad.write_text('env = "bfcl"\nlimit = "three"\n')  # a bad value of the file: its key named, not a flag
+    result = runner.invoke(app, ["collect", "--config", str(bad), "--store", str(tmp_path / "s")])
+    assert result.exit_code == 2 and result.output.startswith(
+        f"error: {bad}: key 'limit': Input should be a valid integer"), result.output
+    result = runner.invoke(app, ["collect", "--config", str(bad), "--limit", "0"])  # given as a flag: the flag
+    assert result.exit_code == 2 and "error: invalid option --limit: Input should be greater" in result.output
+    from stages.core.envs import env_names
+
     result = runner.invoke(app, ["collect"])
-    assert result.exit_code == 2 and "--env is required" in result.output
+    assert result.exit_code == 2 and f"--env is required ({', '.join(env_names())})" in result.output
+    assert len(env_names()) >= 7
+
+
+def test_the_methods_table_names_grpo_s_aggregations_as_the_option_takes_them():
+    from typing import get_args
+
+    from stages.methods import get_method
+
+    row = next(line for line in README.splitlines() if line.startswith("| `grpo` |"))
+    values = get_args(get_method("grpo").Options.model_fields["aggregation"].annotation)
+    assert values and all(f"`{value}`" in row for value in values), values

@@ -116,8 +116,9 @@ def test_missing_store_is_refused_and_new_store_starts_one(assets, tmp_path):
     line = _one_error_line(runner.invoke(app, _args(assets, tmp_path, store=str(fresh))))
     assert f"no experience store at {fresh}" in line and "--new-store" in line
     assert not fresh.exists() and not (tmp_path / "run").exists()
-    result = runner.invoke(app, _args(assets, tmp_path, "--new-store", store=str(fresh)))
+    result = runner.invoke(app, _args(assets, tmp_path, "--new-store", "--resume", store=str(fresh)))
     assert result.exit_code == 0, result.output
+    assert f"note: nothing to resume in {tmp_path / 'run'}: starting a new run" in " ".join(result.output.split())
     assert ExperienceStore.open(fresh, create=False).count(run_id="preflight") == 2 * 2  # B x G rollouts
     assert json.loads((tmp_path / "run" / "config.json").read_text())["new_store"] is True
 
@@ -165,6 +166,33 @@ def test_unknown_method_option_is_one_line_with_a_suggestion_and_the_defaults(gi
 def test_a_bad_option_value_names_the_option(tmp_path):
     line = _one_error_line(runner.invoke(app, ["distill", "--env", ENV, "--method", "grpo", "-o", "ppo_epochs=x"]))
     assert line.startswith("error: invalid option ppo_epochs: Input should be a valid integer")
+
+
+@pytest.mark.parametrize("text, flags, expected", [
+    ('steps = "three"', [], "{cfg}: key 'steps': Input should be a valid integer, unable to parse string as an "
+                            "integer (got 'three')"),
+    ('steps = "three"', ["--steps", "0"], "invalid option --steps: Input should be greater than or equal to 1 (got 0)"),
+    ('lambda = "x"', [], "{cfg}: key 'lambda': Input should be a valid number"),
+    ("lamda = 0.2", [], "{cfg}: unknown option 'lamda' for method 'lopd': did you mean 'lambda'? options of lopd: "),
+    ("stpes = 3", [], "{cfg}: unknown option 'stpes' for method 'lopd': did you mean 'steps'? "),
+    ("[distill]\nsteps = 3", [], "{cfg}: unknown table [distill]: lopd distill reads its settings from the top level"),
+])
+def test_a_config_file_error_names_the_file_and_its_key(tmp_path, no_model, text, flags, expected):
+    """A bad key or value of --config is named as the file's key (a flag given instead: as the flag);
+    an unknown key or table is reported before a missing --env."""
+    cfg = tmp_path / "run.toml"
+    env = "" if "[distill]" in text or "stpes" in text else f'env = "{ENV}"\ncomposer = "{tmp_path}"\n'
+    cfg.write_text(env + text + "\n")
+    line = _one_error_line(runner.invoke(app, ["distill", "--config", str(cfg), "--out", str(tmp_path / "o"), *flags]))
+    assert line.startswith("error: " + expected.format(cfg=cfg))
+    assert "lam=" not in line and not (tmp_path / "o").exists()
+    if "lamda" in text:
+        assert "lambda=0.2" in line
+
+
+def test_a_bad_method_flag_is_named_as_its_flag(tmp_path, no_model):
+    line = _one_error_line(runner.invoke(app, ["distill", "--env", ENV, "--composer", str(tmp_path), "--lambda", "-1"]))
+    assert line == "error: invalid option --lambda: Input should be greater than or equal to 0 (got -1.0)"
 
 
 def test_version_and_the_bfcl_limit_help():

@@ -365,3 +365,22 @@ def test_lopd_bed_prompt_lists_tool_signatures_and_offers_no_schema_block():
         == spec.tool_names
     assert system.content.startswith(spec.introduction) and system.content.endswith('reply "Task Completed".')
     bed.close()
+
+
+def test_unknown_split_names_the_environment_asked_for_and_its_splits():
+    for name in ("envscaler", "lopd-bed"):  # lopd-bed is an envscaler subclass: named as the user typed it
+        env = make_env(name, data_dir=FIXTURES_DIR)
+        splits = ", ".join(sorted(env.data.splits))
+        with pytest.raises(EnvError, match=f"^{name}: unknown split 'warm'; use one of: {splits}$"):
+            env.tasks("warm")
+        env.close()
+
+
+def test_a_misspelt_env_gets_the_closest_name_and_the_registry_list():
+    from stages.core.envs import env_names
+
+    with pytest.raises(EnvError, match="unknown --env 'bfc'; did you mean 'bfcl'\\? choose one of: ") as err:
+        make_env("bfc")
+    assert str(err.value).endswith(", ".join(env_names())) and "lopd-bed" in env_names()
+    with pytest.raises(EnvError, match="unknown --env 'zzz'; choose one of: "):
+        make_env("zzz")

@@ -128,6 +128,14 @@ def test_incremental_index_and_new_rows_retrievable(store, monkeypatch):
     assert open_embeddings(store).count_rows() == len(ROWS) + 2
 
 
+def test_no_progress_hides_the_bar_only_the_summary_still_prints(store, monkeypatch, capsys):
+    monkeypatch.setattr(index_stage, "load_embedder", lambda name, batch_size: HashEmbedder())
+    report = index_stage.run(index_stage.IndexConfig(store=store.uri, progress=False))
+    out = capsys.readouterr().out
+    assert "rows indexed" in out and report.embedder in out and "FTS(text)" in out
+    assert "embedding" not in out  # the bar's label
+
+
 def test_no_embeddings_errors(store):
     with pytest.raises(StoreError, match=r"has no embeddings: run `lopd index --store .*` first"):
         Retriever(store, HashEmbedder())

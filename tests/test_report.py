@@ -94,6 +94,27 @@ def test_a_run_reports_its_evaluations_beside_it_and_report_files_given(tmp_path
     assert result.exit_code == 2 and "notes.json: not an evaluation report" in result.output
 
 
+def test_the_quickstart_s_report_shows_the_base_model_and_the_student(tmp_path):
+    """examples/quickstart/run.sh's `lopd report` line, on a run folder laid out as the script leaves it."""
+    import shlex
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "run.sh").read_text()
+    line = next(x for x in script.splitlines() if x.startswith("lopd report "))
+    run = tmp_path / "quickstart"
+    _write(run / "composer0", [{"step": s, "loss": 1.0 / s} for s in (1, 2)])
+    _write(run / "lopd", _distill_rows(1.0))
+    (run / "lopd" / "final" / "student").mkdir(parents=True)
+    _eval_report(run / "eval" / "bfcl-single-base.json", "smollm2-135m", 0.125)
+    _eval_report(run / "eval" / "bfcl-single-lopd.json", run / "lopd" / "final" / "student", 0.5)
+    args = shlex.split(line.split("#")[0].replace("$RUN", str(run)))[1:]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = (run / "report" / "summary.md").read_text()
+    assert "bfcl-single-base.json" in text and "mean_reward 0.125" in text  # the base model
+    assert "bfcl-single-lopd.json" in text and "mean_reward 0.500" in text  # the student
+
+
 def _distill_run(tmp_path, store_path):
     """A distill run folder whose config names ``store_path`` and run id ``distill-x``."""
     run = tmp_path / "runs" / "lopd"

@@ -54,10 +54,23 @@ def test_fresh_folder_and_refusal_without_resume(tmp_path):
 def test_resume_refusal_names_file_and_field(tmp_path):
     config = started(tmp_path)
     with pytest.raises(ValueError, match=r"out/config.json: field 'lr' is 0.01, the resumed run asks for 0.5 "
-                                         r"\(only \[.*'steps'.*\] may change\)"):
+                                         r"\(only checkpoint_every, device, dtype, keep_checkpoints, max_len, resume, "
+                                         r"steps, tensorboard may change\)$"):
         open_again(tmp_path, config, lr=0.5)
     with pytest.raises(ValueError, match="field 'store' is 'store'"):  # another store, not a respelling
         open_again(tmp_path, config, store="other")
+
+
+def test_resume_of_a_folder_without_a_run_notes_that_a_new_run_starts(tmp_path):
+    config = Cfg(store="s", out=str(tmp_path / "out"), resume=True)
+    fresh = runs.open_run(tmp_path / "out", "distill", config, resume=True)
+    assert not fresh.resuming
+    assert runs.start_note(fresh, resume=True) == f"note: nothing to resume in {tmp_path / 'out'}: starting a new run"
+    assert runs.start_note(fresh, resume=False) is None
+    assert runs.start_note(open_again(tmp_path, started(tmp_path)), resume=True) is None  # a run to continue
+    said = []
+    runs.start_run(tmp_path / "other", "distill", config, ["lr"], resume=True, say=said.append)
+    assert said == [f"note: nothing to resume in {tmp_path / 'other'}: starting a new run"]
 
 
 def test_allowed_changes_are_reported_in_one_line(tmp_path, monkeypatch):

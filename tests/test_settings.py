@@ -10,6 +10,7 @@ import typer
 
 from lopd_cli.main import app
 from stages.coldstart import ColdstartConfig
+from stages.collect import CollectConfig
 from stages.settings import merge, resolve, saved_settings
 
 
@@ -39,8 +40,30 @@ def test_older_names_are_renamed_with_a_note_and_unknown_keys_refused(tmp_path):
     assert values == {"activation_checkpointing": False}
     assert notes == [f"{config}: 'grad_checkpointing' is the older name of 'activation_checkpointing'"]
     config.write_text("stroe: x\n")
-    with pytest.raises(ValueError, match="c.yaml: unknown option 'stroe' for lopd coldstart"):
+    with pytest.raises(ValueError, match="c.yaml: unknown option 'stroe' for lopd coldstart: did you mean 'store'\\? "
+                                         "options: "):
         resolve(ColdstartConfig, "coldstart", {}, str(config), defaults={"store": "s"})
+    config.write_text("coldstart:\n  steps: 3\n")  # a table: its settings belong at the top level
+    with pytest.raises(ValueError, match=r"c.yaml: unknown table \[coldstart\]: lopd coldstart reads its settings "
+                                         "from the top level"):
+        resolve(ColdstartConfig, "coldstart", {}, str(config), defaults={"steps": 200})
+
+
+def test_a_bad_value_of_the_file_is_named_as_its_key_and_a_flag_is_left_to_the_cli(tmp_path):
+    from pydantic import ValidationError
+
+    from stages.settings import validated
+
+    config = tmp_path / "c.toml"
+    config.write_text('max_steps = "three"\n')  # an older spelling: named as written
+    values = resolve(CollectConfig, "collect", {"env": "bfcl"}, str(config), defaults={"store": "s", "max_turns": 30},
+                     note=lambda _: None)
+    with pytest.raises(ValueError, match=r"^.*c.toml: key 'max_steps': Input should be a valid integer, .*"
+                                         r"\(got 'three'\)$"):
+        validated(CollectConfig, values, flags={"env": "bfcl"}, config_file=str(config))
+    with pytest.raises(ValidationError):  # the same bad value given as a flag: the CLI names the flag
+        validated(CollectConfig, {"env": "bfcl", "store": "s", "max_turns": "three"}, flags={"max_turns": "three"},
+                  config_file=str(config))
 
 
 def test_saved_method_options_are_flat_settings(tmp_path):

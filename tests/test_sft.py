@@ -53,8 +53,12 @@ def test_rows_are_selected_by_split_source_and_success(tmp_path, store_path, tin
 
 
 def test_no_row_or_no_store_is_one_clear_error(tmp_path, store_path, tiny_dir):
-    with pytest.raises(StoreError, match="no successful rows .*split 'test'.*collect them first"):
+    with pytest.raises(StoreError, match=r"no successful rows \(split 'test', source any, reward >= 1.0\) to "
+                                         r"fine-tune on; successful rows by split: train 1, warmup 11: pick one "
+                                         r"with --split \(e.g. --split warmup\)$"):
         sft.run(cfg(tmp_path, store_path, tiny_dir, split="test"))
+    with pytest.raises(StoreError, match="no successful rows .*split 'test'.*: collect them first"):  # none anywhere
+        sft.run(cfg(tmp_path, store_path, tiny_dir, split="test", from_run="no-such-run"))
     with pytest.raises(StoreError, match="no experience store"):
         sft.run(cfg(tmp_path, str(tmp_path / "missing"), tiny_dir))
     assert not (tmp_path / "out").exists()  # nothing written by a run that could not start

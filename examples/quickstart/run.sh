@@ -50,5 +50,5 @@ if [ "$MULTI_TURN" = 1 ]; then
   for who in base lopd; do evaluate bfcl-v3 "$who" --limit "$EVAL_LIMIT" --max-turns 8 --max-new-tokens 64 --batch-size 4; done
   lopd evaluate --compare "$RUN/eval/bfcl-v3-base.json" "$RUN/eval/bfcl-v3-lopd.json"
 fi
-lopd report "$RUN/composer0" "$RUN/lopd" --out "$RUN/report"  # training curves + summary.md
+lopd report "$RUN/composer0" "$RUN/lopd" "$RUN/eval/bfcl-single-base.json" --out "$RUN/report"  # training curves + summary.md
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN, plots in $RUN/report"

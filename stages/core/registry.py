@@ -9,6 +9,7 @@ error, whose message lists the known names.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
@@ -25,8 +26,9 @@ class Registry(Mapping[str, T], Generic[T]):
         modules: names whose implementation a module registers when imported (lazy entries).
         load: called once before the first lookup (e.g. imports a package whose modules
             register themselves).
-        unknown: the message of an unknown name, formatted with ``name`` (repr) and ``known``
-            (the names, comma-separated); default ``unknown <what> <name> (known: <known>)``.
+        unknown: the message of an unknown name, formatted with ``name`` (repr), ``known``
+            (the names, comma-separated) and ``hint`` (``"did you mean 'bfcl'? "`` for the
+            closest known name, else empty); default ``unknown <what> <name> (known: <known>)``.
         sort: list the known names sorted (else in the order they were added).
     """
 
@@ -65,7 +67,10 @@ class Registry(Mapping[str, T], Generic[T]):
         if name not in self._entries and name in self._modules:
             importlib.import_module(self._modules[name])
         if name not in self._entries:
-            raise self.error(self._unknown.format(what=self.what, name=repr(name), known=", ".join(self.names())))
+            close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise self.error(self._unknown.format(what=self.what, name=repr(name), known=", ".join(self.names()),
+                                                  hint=hint))
         return self._entries[name]
 
     def _loaded(self) -> None:

@@ -81,7 +81,7 @@ def _import_environments() -> None:
 
 
 ENVS: Registry[EnvFactory] = Registry("--env", error=EnvError, load=_import_environments,
-                                      unknown="unknown --env {name}; choose one of: {known}")
+                                      unknown="unknown --env {name}; {hint}choose one of: {known}")
 
 
 def register(name: str) -> Callable[[EnvFactory], EnvFactory]:

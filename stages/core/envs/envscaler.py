@@ -116,7 +116,7 @@ class EnvScalerEnv:
             EnvError: unknown split.
         """
         if split not in self.data.splits:
-            raise EnvError(f"envscaler: unknown split {split!r}; use one of: {', '.join(sorted(self.data.splits))}")
+            raise EnvError(f"{self.name}: unknown split {split!r}; use one of: {', '.join(sorted(self.data.splits))}")
         ids = [tid for tid in self.data.splits[split] if self.user_model or self._user_prompt(self.data.tasks[tid]) is None]
         ids = ids[: limit if limit is not None else None]
         n_test = len(self.data.splits.get("test", ()))

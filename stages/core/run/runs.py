@@ -104,7 +104,7 @@ def config_changes(saved: dict, config: BaseModel, *, source: Path, may_change: 
     Raises:
         ValueError: ``saved`` is no valid config of that class, or a field outside
             ``may_change`` differs (``"<source>: field 'lr' is 0.01, the resumed run asks
-            for 0.5 (only [...] may change)"``).
+            for 0.5 (only checkpoint_every, ... may change)"``).
     """
     def dump(c: BaseModel) -> dict:  # a config with nested parts (distill's method options) flattens them
         return c.flat() if hasattr(c, "flat") else c.model_dump()
@@ -122,7 +122,7 @@ def config_changes(saved: dict, config: BaseModel, *, source: Path, may_change: 
             continue
         if key not in allowed:
             raise ValueError(f"{source}: field '{key}' is {old.get(key)!r}, the resumed run asks for "
-                             f"{value!r} (only {sorted(allowed)} may change)")
+                             f"{value!r} (only {', '.join(sorted(allowed))} may change)")
         if key != "resume":
             changes.append((key, old.get(key), value))
     return changes
@@ -131,6 +131,17 @@ def config_changes(saved: dict, config: BaseModel, *, source: Path, may_change: 
 def describe_changes(changes: list[tuple[str, object, object]]) -> str:
     """One line for the console: ``"resume: changed max_len 1024 -> 2048, steps 6 -> 7"``."""
     return "resume: changed " + ", ".join(f"{k} {a} -> {b}" for k, a, b in changes)
+
+
+def start_note(folder: RunFolder, resume: bool) -> str | None:
+    """The line a starting run prints about its folder: the settings a resumed run changes
+    (:func:`describe_changes`), or with ``resume`` that the folder holds no run to continue
+    (``"note: nothing to resume in OUT: starting a new run"``); None when there is nothing to say."""
+    if folder.changes:
+        return describe_changes(folder.changes)
+    if resume and not folder.resuming:
+        return f"note: nothing to resume in {folder.out}: starting a new run"
+    return None
 
 
 def open_run(out: Path, stage: str, config: BaseModel, *, resume: bool,
@@ -192,7 +203,7 @@ def start_run(out: Path, stage: str, config: BaseModel, run_keys: list[str], *, 
 
     Removes what a killed checkpoint write left (:func:`stages.core.run.checkpoint.clean_partial`),
     checks ``out`` (:func:`open_run`; nothing is written), reports the settings a resumed run
-    changes through ``say`` and finds the newest checkpoint when resuming. Freeze the config
+    changes, or a ``resume`` with nothing to resume, through ``say`` (:func:`start_note`) and finds the newest checkpoint when resuming. Freeze the config
     (:func:`freeze_config`) once the rest of the setup has succeeded.
 
     Args:
@@ -207,8 +218,8 @@ def start_run(out: Path, stage: str, config: BaseModel, run_keys: list[str], *, 
     run_id = config_run_id(stage, config, run_keys)
     clean_partial(out)
     folder = open_run(out, stage, config, resume=resume, may_change=may_change, path_fields=path_fields)
-    if folder.changes:
-        say(describe_changes(folder.changes))
+    if note := start_note(folder, resume):
+        say(note)
     return RunStart(run_id, folder, latest_checkpoint(out) if resume else None)
 
 
