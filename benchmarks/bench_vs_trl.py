@@ -14,7 +14,8 @@ sequence then mean over sequences; backward; gradient clipping at 1.0; one AdamW
   are bf16 autocast, 4.5x slower on this CPU (a first step of 240 s against 54 s), and
   checkpointing), stepped inside its own ``trainer.train()`` loop; the timed step runs from
   ``on_step_begin`` to ``on_step_end`` (generation, teacher and student forwards, loss,
-  backward, clipping, optimizer).
+  backward, clipping, optimizer); its time inside the student's ``generate`` is reported as
+  ``rollout_s``, beside lopd's phases.
 - ``lopd-opsd``: lopd's OPSD (``stages.methods.opsd``, ``reduction=sequence`` like TRL),
   ``Distiller.train_step``: rollout through lopd's engine in a one-turn environment, the
   reference lookup in the store, the loss (:func:`stages.core.losses.kd.generalized_jsd`, beta 0),
@@ -25,9 +26,10 @@ sequence then mean over sequences; backward; gradient clipping at 1.0; one AdamW
 
 Named differences: TRL's teacher reads the reference in the user message (its
 ``teacher_prompt_template``, here given OPSD's framing words), lopd's OPSD in the system message;
-TRL computes logits only for the completion positions (``logits_to_keep``), lopd for the whole
-sequence; lopd's step also embeds and stores the step's rollouts (``memory_s``) and syncs the
-rollout engine. TRL's ``GKDTrainer`` (lmbda=1) would sample on-policy too, but its teacher is
+TRL computes logits for the completion positions (``logits_to_keep``), lopd's losses apply the
+LM head at the sampled tokens only (``lopd-opsd-logits``: the earlier whole-sequence logits);
+lopd's step also embeds and stores the step's rollouts (``memory_s``) and syncs the rollout
+engine. TRL's ``GKDTrainer`` (lmbda=1) would sample on-policy too, but its teacher is
 a separate model scoring the same prompt (no privileged context), so it is not this step. TRL's
 SDFT can also run a top-k + tail loss, on the STUDENT's top-k (LOPD's support is the teacher's).
 
@@ -258,19 +260,31 @@ def trl_worker(spec: Spec, conn) -> None:
 
     class Gate(TrainerCallback):
         t0 = 0.0
+        rollout_s = 0.0  # the step's time in the student's generate (TRL's rollout)
 
         def on_step_begin(self, *_, **__):
             conn.recv()
             reset_peak_rss()
-            self.t0 = time.perf_counter()
+            self.t0, self.rollout_s = time.perf_counter(), 0.0
 
         def on_step_end(self, *_, **__):
             batch = trainer._buffered_inputs[0]
-            conn.send(_step_result(self.t0, int(batch["completion_mask"].sum())))
+            conn.send(_step_result(self.t0, int(batch["completion_mask"].sum()), {"rollout_s": self.rollout_s}))
 
     lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    gate = Gate()
     trainer = SDFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                          peft_config=lora, callbacks=[Gate()])
+                          peft_config=lora, callbacks=[gate])
+    generate = trainer.model.generate  # the peft model TRL's rollout calls (unwrapped: no DDP on a CPU)
+
+    def timed_generate(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            gate.rollout_s += time.perf_counter() - t0
+
+    trainer.model.generate = timed_generate
     conn.send({"setup_rss_mb": status_mb("VmRSS")})
     trainer.train()
 
@@ -331,12 +345,13 @@ def main() -> None:
         print(f"| {name} | {statistics.median(secs):.2f} | {min(secs):.2f} | {max(secs):.2f} |"
               f" {max(s['peak_rss_mb'] for s in measured):.0f} | {setup[name]:.0f} |"
               f" {statistics.mean(s['tokens'] for s in measured):.0f} |")
-    lopd_rows = {n: rows[args.warmup:] for n, rows in steps.items() if n.startswith("lopd")}
-    if lopd_rows:
-        fields = [k for k in next(iter(lopd_rows.values()))[0] if k.endswith("_s")]
-        print("\nlopd phases, median s: | tool | " + " | ".join(fields) + " |")
-        for name, rows in lopd_rows.items():
-            print(f"| {name} | " + " | ".join(f"{statistics.median(r[k] for r in rows):.2f}" for k in fields) + " |")
+    measured = {n: rows[args.warmup:] for n, rows in steps.items()}
+    fields = list(dict.fromkeys(k for rows in measured.values() for k in rows[0] if k.endswith("_s")))
+    print("\nphases, median s (trl: its generate as rollout_s; the rest of its step is not split): | tool | "
+          + " | ".join(fields) + " |")
+    for name, rows in measured.items():
+        print(f"| {name} | " + " | ".join(f"{statistics.median(r[k] for r in rows):.2f}" if k in rows[0] else "-"
+                                          for k in fields) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "lengths": lengths, "setup_rss_mb": setup,
                                                "steps": steps, "spec": asdict(spec)}, indent=1))
