@@ -7,7 +7,8 @@ composer phi_0 (a second LoRA on the same backbone) encodes the same inputs for 
 one backward runs from the latents. This script times each of those parts on a randomly
 initialised backbone of a real shape (no download), plus the same forward with the adapters
 disabled (the frozen weights alone: the LoRA's own cost is the difference), and divides each
-part's matmul FLOPs (``benchmarks/step_meter.py``, counted exactly) by a measured matmul rate::
+part's matmul FLOPs (``benchmarks/step_meter.py``, counted exactly) by a measured matmul rate
+(per wall second and per CPU second: on a GPU the wall ratio is the one to read)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/bench_composer.py --shape smollm2-135m \\
         --J 3 --tokens 512 --K 32 --depth 8
@@ -26,6 +27,11 @@ from benchmarks.bench_step import SHAPES, random_model
 from benchmarks.step_meter import Meter, matmul_rate, now, since, sync
 from stages.core.models.backbone import resolve_device_dtype
 from stages.core.models.composer import Composer, adapter_scope, base_model
+
+
+# the parts one update runs (the others are references: the frozen weights alone, psi without a graph)
+UPDATE = ("encoder forward with psi, graph (trained)", "QFormer forward (trained)", "backward (encoder + QFormer)",
+          "anchor phi_0 forward, no graph")
 
 
 def parts(composer: Composer, anchor: Composer, ids_NL: torch.Tensor, mask_NL: torch.Tensor) -> dict:
@@ -112,13 +118,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     backward = "backward (encoder + QFormer)"  # its FLOPs are counted where the forwards it follows ran
     flops = {name: runs[-1][2] for name, runs in timings.items()}
     flops[backward] = sum(runs[-1][3] for runs in timings.values())
-    print("| part | wall s | CPU s | GFLOP | CPU bound s | CPU / bound |\n|---|---|---|---|---|---|")
+    print("| part | wall s | CPU s | GFLOP | wall / bound | CPU / bound |\n|---|---|---|---|---|---|")
     for name, runs in timings.items():
         wall, cpu = (statistics.median(r[i] for r in runs[1:]) for i in (0, 1))
-        bound = flops[name] / rate[1]
-        rows.append({"part": name, "wall_s": wall, "cpu_s": cpu, "flops": flops[name]})
-        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {flops[name] / 1e9:,.1f} | {bound:.2f} | "
-              f"{cpu / bound if bound else float('nan'):.2f}x |")
+        bound_wall, bound_cpu = flops[name] / rate[0], flops[name] / rate[1]
+        rows.append({"part": name, "update": name in UPDATE, "wall_s": wall, "cpu_s": cpu, "flops": flops[name],
+                     "bound_wall_s": bound_wall, "bound_cpu_s": bound_cpu})
+        print(f"| {name} | {wall:.2f} | {cpu:.2f} | {flops[name] / 1e9:,.1f} | {wall / bound_wall:.2f}x | "
+              f"{cpu / bound_cpu:.2f}x |")
     return rows
 
 

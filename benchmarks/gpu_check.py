@@ -28,6 +28,9 @@ Checks, in order (each row: PASS / FAIL / SKIP, its numbers, its seconds):
   rounding 2^-9), compounded over the forward.
 * ``bench-step``: ``benchmarks/bench_step.py`` (LOPD, hf engine) at Qwen3-4B shape, shrunk to fit
   the 8 minutes (``--bench-args`` replaces its arguments); PASS: it ran, finite seconds per step.
+* ``composer``: ``benchmarks/bench_composer.py`` at Qwen3-4B shape with the paper's composer
+  (J = 3 x 512, K 32, depth 8): one update's parts (graph forward, QFormer, backward, phi_0's
+  forward) and their time over their exact FLOP bound; PASS: every part ran in finite time.
 
 The vLLM checks SKIP when ``vllm`` is not importable (say so in the table). The dry run uses the
 tiny model of ``tests/tiny.py`` and bench_step's smoke shape; the test suite runs it with a
@@ -57,6 +60,10 @@ if str(REPO) not in sys.path:
 
 from stages.engines import SamplingParams  # noqa: E402
 
+# the paper's composer at Qwen3-4B shape (J = 3 x 512, K 32, depth 8); the dry run's is tiny
+GPU_COMPOSER = ["--shape", "qwen3-4b", "--J", "3", "--tokens", "512", "--K", "32", "--depth", "8", "--repeats", "3"]
+DRY_COMPOSER = ["--shape", "smollm2-135m", "--device", "cpu", "--layers", "1", "--J", "2", "--tokens", "16", "--K", "4",
+                "--depth", "1", "--repeats", "1", "--matmul-n", "64"]
 GPU_BENCH = ["--shape", "qwen3-4b", "--method", "lopd", "--prompt-len", "1024", "--response-len", "256",
              "--batch", "8", "--warmup", "1", "--steps", "2"]
 DRY_BENCH = ["--shape", "smollm2-135m", "--method", "lopd", "--device", "cpu", "--layers", "1", "--prompt-len", "16",
@@ -361,8 +368,21 @@ def check_bench_step(s: Setup) -> tuple[bool, str]:
                 f"{rows[0]['generated']} tokens generated, {rows[0]['flops'] / 1e12:.2f} TFLOP counted per step")
 
 
+def check_composer(s: Setup) -> tuple[bool, str]:
+    """benchmarks/bench_composer.py's main: one composer update's parts against their FLOP bound."""
+    spec = importlib.util.spec_from_file_location("bench_composer", REPO / "benchmarks" / "bench_composer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.main(DRY_COMPOSER if s.args.dry_run else GPU_COMPOSER)
+    update = [r for r in rows if r["update"]]
+    wall, bound = sum(r["wall_s"] for r in update), sum(r["bound_wall_s"] for r in update)
+    ok = all(math.isfinite(r["wall_s"]) and r["wall_s"] > 0 and r["flops"] > 0 for r in rows)
+    parts = ", ".join(f"{r['part']} {r['wall_s']:.2f}" for r in update)
+    return ok, f"update {wall:.2f} s = {wall / bound:.1f}x its FLOP bound ({parts})"
+
+
 CHECKS = {"vllm-full-sync": check_full_sync, "vllm-logprobs": check_logprobs, "vllm-lora-cycles": check_lora_cycles,
-          "bf16-parity": check_bf16_parity, "bench-step": check_bench_step}
+          "bf16-parity": check_bf16_parity, "bench-step": check_bench_step, "composer": check_composer}
 
 
 def run(name: str, s: Setup) -> Row:

@@ -136,6 +136,7 @@ def test_the_dry_run_passes_every_check_and_prints_one_table(gpu_check, model_vl
     assert "versions served [2, 3, 4]" in by_name["vllm-lora-cycles"]
     assert "-log kept mass, mean" in by_name["vllm-logprobs"] and "bench_step" not in by_name["bench-step"]
     assert "s/step" in by_name["bench-step"] and "[float32 / bf16]" in by_name["bf16-parity"]
+    assert "its FLOP bound" in by_name["composer"] and "anchor phi_0 forward" in by_name["composer"]
 
 
 @pytest.mark.parametrize("broken,check", [("reload", "vllm-full-sync"), ("lora", "vllm-lora-cycles")])
