@@ -14,7 +14,8 @@ from stages.core.models.backbone import DType
 from stages.core.run.tracking import Logger
 from stages.methods import get_method, known_methods
 from stages.core.envs import env_names
-from stages.settings import accepted_names, did_you_mean, older_names, read_settings, resolve, validated
+from stages.core.registry import did_you_mean
+from stages.settings import accepted_names, older_names, read_settings, resolve, validated
 
 # Settings a distill run has outside :class:`DistillConfig`'s own defaults (required fields there).
 DEFAULTS = {"store": "runs/store", "out": "runs/lopd"}

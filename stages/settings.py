@@ -17,7 +17,6 @@ these keys.
 """
 from __future__ import annotations
 
-import difflib
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel, ValidationError
 
 from stages.core.data.inputs import read_config_file
+from stages.core.registry import did_you_mean
 from stages.core.run import runs
 
 
@@ -78,12 +78,6 @@ def read_settings(path: str | Path, model_cls: type[BaseModel], stage: str,
             note(f"{path}: {key!r} is the older name of {name!r}")
         values[name] = value
     return values
-
-
-def did_you_mean(key: str, names: Iterable[str]) -> str:
-    """``"did you mean 'limit'? "`` for the name of ``names`` closest to ``key`` (difflib), else ``""``."""
-    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def error_text(error: Mapping[str, Any]) -> str:

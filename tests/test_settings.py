@@ -100,3 +100,12 @@ def test_a_lopd_flag_reaches_the_run_config(tmp_path, monkeypatch):
     options = seen["config"].options
     assert (options["margin"], options["J"], options["K"], options["lam"], options["M"]) == (0.07, 2, 4, 0.3, 5)
     assert options["exclude_same_task"] is True and options["eta_beta"] == 0.5
+
+
+def test_a_name_that_is_no_string_gets_the_one_line_refusal_without_a_hint():
+    from stages.core.registry import did_you_mean
+    from stages.methods import get_method
+
+    assert did_you_mean(1, ["lopd", "grpo"]) == "" and did_you_mean("lpod", ["lopd", "grpo"]) == "did you mean 'lopd'? "
+    with pytest.raises(ValueError, match="unknown method 1"):
+        get_method(1)

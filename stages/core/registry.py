@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+def did_you_mean(key: object, names: Iterable[str]) -> str:
+    """``"did you mean 'bfcl'? "`` for the name of ``names`` closest to ``key`` (difflib), else ``""``
+    (also for a ``key`` that is no string, e.g. a number read from a config file)."""
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6) if isinstance(key, str) else []
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 class Registry(Mapping[str, T], Generic[T]):
@@ -67,10 +74,8 @@ class Registry(Mapping[str, T], Generic[T]):
         if name not in self._entries and name in self._modules:
             importlib.import_module(self._modules[name])
         if name not in self._entries:
-            close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}? " if close else ""
             raise self.error(self._unknown.format(what=self.what, name=repr(name), known=", ".join(self.names()),
-                                                  hint=hint))
+                                                  hint=did_you_mean(name, self.names())))
         return self._entries[name]
 
     def _loaded(self) -> None:
