@@ -472,6 +472,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 if i == args.warmup and torch.device(device).type == "cuda":
                     torch.cuda.reset_peak_memory_stats()
                 row = step(bench, i)
+                row["warmup"] = i < args.warmup
                 rows.append(row)
                 print(f"step {i + 1}{' (warm-up)' if i < args.warmup else ''}: {row['seconds']:.2f} s (rollout "
                       f"{row['rollout_s']:.2f}, forward {row.get('forward_s', 0):.2f}, backward "

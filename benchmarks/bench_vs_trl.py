@@ -1,8 +1,9 @@
 """One on-policy self-distillation step in lopd and in TRL, alternated in one run: seconds and peak RSS.
 
 Issue 20. The step, the same in both: the LoRA student (rank 8, alpha 16, q/k/v/o, SmolLM2-135M-
-Instruct in float32) samples ``--response`` tokens (temperature 1, no top-p/top-k) for ``--batch``
-prompts of ``--prompt`` tokens (chat-templated); the frozen teacher (the same backbone with the
+Instruct in float32) samples ``--response`` tokens (temperature 1, no top-p/top-k) ``--generations``
+times for each of ``--batch`` prompts of ``--prompt`` tokens (chat-templated; all rows in one
+``generate`` call and one training forward); the frozen teacher (the same backbone with the
 adapter disabled) re-scores exactly those tokens with a verified reference text in its prompt;
 loss = forward KL(T || S) over the full vocabulary at every sampled token, token-mean per
 sequence then mean over sequences; backward; gradient clipping at 1.0; one AdamW step (lr 1e-5).
@@ -112,6 +113,7 @@ class Spec:
     response: int
     steps: int
     threads: int
+    generations: int = 1
     lr: float = 1e-5
 
 
@@ -176,7 +178,7 @@ def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
                         turns=[Turn(action=r)], reward=1.0, success=True, num_steps=1, num_tool_calls=0,
                         run_id="seed") for i, (p, r) in enumerate(zip(prompts, references))]
     embedder = load_embedder()
-    for name in ("lopd-opsd", "lopd-opsd-logits", "lopd-lopd"):
+    for name in ("lopd-opsd", "lopd-opsd-logits", "lopd-opsd-unshared", "lopd-lopd"):
         store = ExperienceStore.open(root / f"store-{name}")
         store.append(seeds)
         index_new(store, embedder)
@@ -193,7 +195,8 @@ def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
         "trl teacher prompt": len(tok.apply_chat_template(trl_msgs, add_generation_prompt=True, tokenize=True,
                                                           return_dict=True)["input_ids"]),
     }
-    return Spec(str(root), model_path, args.batch, args.response, args.warmup + args.rounds, args.threads), lengths
+    return Spec(str(root), model_path, args.batch, args.response, args.warmup + args.rounds, args.threads,
+                args.generations), lengths
 
 
 def _step_result(t0: float, tokens: int, extra: dict | None = None) -> dict:
@@ -204,7 +207,8 @@ def _step_result(t0: float, tokens: int, extra: dict | None = None) -> dict:
 def lopd_worker(method: str, spec: Spec, conn) -> None:
     """A Distiller of ``method`` on the bench env; one ``train_step`` per "step" message.
     ``opsd-logits``: OPSD with (B, T, V) logits at every position (the path before the LM head
-    moved into the loss)."""
+    moved into the loss); ``opsd-unshared``: OPSD without the shared-prefix training forward
+    (:mod:`stages.core.models.shared_prefix`; the path before)."""
     from rich.console import Console
     from stages.distill import PHASE_FIELDS, DistillConfig, Distiller
     from stages.methods import Method
@@ -214,13 +218,17 @@ def lopd_worker(method: str, spec: Spec, conn) -> None:
     store = root / f"store-lopd-{method}"
     if method == "opsd-logits":
         Method.head_at_supervised, method = False, "opsd"
+    if method == "opsd-unshared":  # every row's prompt encoded on its own in the training forwards
+        from stages.core.models import head
+        head.prefix_groups, method = (lambda ids, lengths: []), "opsd"
     options = {"opsd": {"reduction": "sequence"}, "lopd": {"composer": str(root / "composer"), "M": 20}}[method]
+    rows = spec.batch * spec.generations  # one forward and one generate call for the step's rows, as TRL
     config = DistillConfig(method=method, env=BENCH_ENV, data_dir=str(root), store=str(store),
                            out=str(root / f"out-{store.name}"), model=spec.model_path, lr=spec.lr, steps=spec.steps,
-                           tasks_per_step=spec.batch, group_size=1, max_turns=1, max_new_tokens=spec.response,
-                           temperature=1.0, top_p=1.0, student_lora_rank=8, micro_batch=spec.batch,
-                           rollout_batch=spec.batch, checkpoint_every=spec.steps + 1, run_id=f"bench-{store.name}",
-                           **options)
+                           tasks_per_step=spec.batch, group_size=spec.generations, max_turns=1,
+                           max_new_tokens=spec.response, temperature=1.0, top_p=1.0, student_lora_rank=8,
+                           micro_batch=rows, rollout_batch=rows, checkpoint_every=spec.steps + 1,
+                           run_id=f"bench-{store.name}", **options)
     distiller = Distiller(config, console=Console(file=io.StringIO()))
     conn.send({"setup_rss_mb": status_mb("VmRSS")})
     for step in range(1, spec.steps + 1):
@@ -248,8 +256,9 @@ def trl_worker(spec: Spec, conn) -> None:
     model = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
     data = Dataset.from_list([{"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p}],
                                "privileged_context": c} for p, c in zip(tasks["prompts"], tasks["contexts"])])
-    args = SDFTConfig(output_dir=str(root / "out-trl"), per_device_train_batch_size=spec.batch,
-                      gradient_accumulation_steps=1, num_generations=1, max_completion_length=spec.response,
+    args = SDFTConfig(output_dir=str(root / "out-trl"), per_device_train_batch_size=spec.batch * spec.generations,
+                      gradient_accumulation_steps=1, num_generations=spec.generations,
+                      max_completion_length=spec.response,
                       temperature=1.0, top_p=1.0, top_k=0, learning_rate=spec.lr, lr_scheduler_type="constant",
                       weight_decay=0.0, max_grad_norm=1.0, max_steps=spec.steps, save_strategy="no",
                       report_to="none", logging_steps=10**6, use_cpu=True, seed=0, shuffle_dataset=False,
@@ -303,13 +312,16 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128, help="student prompt tokens (chat-templated)")
     parser.add_argument("--context", type=int, default=64, help="reference tokens in the teacher's prompt")
     parser.add_argument("--response", type=int, default=64, help="max new tokens per rollout")
-    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2, help="prompts per step")
+    parser.add_argument("--generations", type=int, default=1,
+                        help="rollouts per prompt (TRL's num_generations, lopd's group_size; TRL's default is 8)")
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tools", nargs="+", default=["trl", "lopd-opsd", "lopd-lopd"],
-                        choices=["trl", "lopd-opsd", "lopd-opsd-logits", "lopd-lopd"],
-                        help="lopd-opsd-logits: lopd's OPSD with full logits at every position (the path before)")
+                        choices=["trl", "lopd-opsd", "lopd-opsd-logits", "lopd-opsd-unshared", "lopd-lopd"],
+                        help="lopd-opsd-logits: lopd's OPSD with full logits at every position; lopd-opsd-unshared:"
+                             " without the shared-prefix forward (the paths before)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: torch's default)")
     parser.add_argument("--json", help="also write every step's numbers here")
     args = parser.parse_args()
@@ -332,7 +344,8 @@ def main() -> None:
                       file=sys.stderr, flush=True)
         for proc, _ in workers.values():
             proc.join()
-    print(f"SmolLM2-135M-Instruct float32, torch threads {args.threads or 'default'}, batch {args.batch},"
+    print(f"SmolLM2-135M-Instruct float32, torch threads {args.threads or 'default'}, batch {args.batch}"
+          f" x {args.generations} rollouts,"
           f" response <= {args.response} tokens, "
           + ", ".join(f"{k} {v} tokens" for k, v in lengths.items())
           + f"; {args.warmup} warm-up step(s) per tool, then {args.rounds} rounds; total {time.perf_counter() - t_start:.0f} s;"

@@ -362,9 +362,9 @@ def check_bench_step(s: Setup) -> tuple[bool, str]:
         rows = module.main(argv)
     finally:
         del sys.modules["bench_step"]
-    seconds = [r["seconds"] for r in rows]
+    seconds = [r["seconds"] for r in rows if not r["warmup"]] or [r["seconds"] for r in rows]
     ok = bool(rows) and all(math.isfinite(x) and x > 0 for x in seconds)
-    return ok, (f"{' '.join(argv[:4])}: {statistics.median(seconds):.2f} s/step (median of {len(rows)}), "
+    return ok, (f"{' '.join(argv[:4])}: {statistics.median(seconds):.2f} s/step (median of {len(seconds)} timed), "
                 f"{rows[0]['generated']} tokens generated, {rows[0]['flops'] / 1e12:.2f} TFLOP counted per step")
 
 

@@ -114,6 +114,7 @@ def test_load_policy_from_saved_folder(tmp_path, tok):
     folder = save_tiny(tmp_path / "tiny")
     model, loaded = load_policy(str(folder))
     assert not model.training
+    assert model.use_kernels is False  # no layer swapped for a Hub kernel (fetched on CUDA, fails offline)
     assert loaded.padding_side == "left" and loaded.pad_token == "<|endoftext|>"
     assert model.config.vocab_size == len(loaded) == len(tok)
     ids = torch.tensor([tok("What is 2+2?")["input_ids"]])

@@ -173,7 +173,8 @@ class SDPO(Method):
         if s.adapter is None:  # full fine-tuning: a separate frozen module
             if saved is not None:
                 from transformers import AutoModelForCausalLM
-                self.teacher_model = AutoModelForCausalLM.from_pretrained(str(saved), dtype=getattr(torch, self.dtype))
+                self.teacher_model = AutoModelForCausalLM.from_pretrained(str(saved), dtype=getattr(torch, self.dtype),
+                                                                          use_kernels=False)  # no Hub kernels
                 self.teacher_model.to(self.device).requires_grad_(False).eval()
             else:
                 self.teacher_model = frozen_teacher_copy(s.model)

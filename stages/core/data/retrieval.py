@@ -86,7 +86,8 @@ class HFEmbedder:
         self.name = name or str(model)
         self.batch_size = batch_size
         self._tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=local)
-        self._model = AutoModel.from_pretrained(str(model), local_files_only=local).eval()
+        self._model = AutoModel.from_pretrained(str(model), local_files_only=local,
+                                                use_kernels=False).eval()  # no kernels fetched from the Hub
         self.dim = int(self._model.config.hidden_size)
         st_config = Path(model) / "sentence_bert_config.json"
         if local and st_config.is_file():

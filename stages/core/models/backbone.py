@@ -318,7 +318,9 @@ def load_policy(
     adapter = Path(path) / "adapter_config.json"
     if adapter.is_file() and not (Path(path) / "config.json").is_file():  # `lopd export` without --merge
         return _load_adapter_folder(path, adapter, tokenizer, dtype, device)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    # use_kernels=False: transformers (5.x) otherwise swaps layers for kernels fetched from the Hugging
+    # Face Hub when the model runs on CUDA (remote code; fails offline); lopd runs its torch code
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), use_kernels=False).to(device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
     model.eval()

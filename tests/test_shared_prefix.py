@@ -1,0 +1,154 @@
+"""The shared-prefix training forward: which rows share, and the same values and gradients as the
+plain batched forward (student with LoRA and gradient; frozen teacher view)."""
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from stages.core.models import head
+from stages.core.models.shared_prefix import prefix_groups, right_padded_lengths
+from stages.core.models.student import student_logits
+from tests.tiny import tiny_model, tiny_tokenizer
+
+
+def _batch(rows: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    T = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), T, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)] = r, 1
+    return ids, mask
+
+
+def _row(*parts: torch.Tensor) -> torch.Tensor:
+    return torch.cat(parts)
+
+
+def _toks(n: int, start: int) -> torch.Tensor:
+    return torch.arange(start, start + n) % 300 + 5
+
+
+def test_groups_rows_by_their_shared_prompt_and_keeps_a_last_token_each():
+    a, b = _toks(100, 0), _toks(90, 200)
+    rows = [_row(a, _toks(5, 7)), _row(b, _toks(3, 1)), _row(a, _toks(9, 50)), _row(b, _toks(4, 90)),
+            _row(a, _toks(2, 80)), _row(b, _toks(1, 11)), _toks(40, 150)]
+    ids, mask = _batch(rows)
+    assert prefix_groups(ids, right_padded_lengths(mask)) == [([0, 2, 4], 100), ([1, 3, 5], 90)]
+    # a row that is nothing but the prompt keeps its last token out of the shared part
+    ids, mask = _batch([a, _row(a, _toks(5, 7)), _row(a, _toks(6, 9))])
+    assert prefix_groups(ids, right_padded_lengths(mask)) == [([0, 1, 2], 99)]
+
+
+def test_a_join_never_shrinks_a_group_and_small_savings_are_not_grouped():
+    system, a = _toks(60, 0), _toks(100, 100)
+    # rows 0/1 share 160 tokens; row 2 shares only the 60-token system part: a group of its own
+    rows = [_row(system, a, _toks(3, 1)), _row(system, a, _toks(3, 9)), _row(system, _toks(80, 250)),
+            _row(system, _toks(80, 250), _toks(2, 1))]
+    ids, mask = _batch(rows)
+    assert prefix_groups(ids, right_padded_lengths(mask)) == [([0, 1], 160), ([2, 3], 139)]
+    # two rows sharing 100 tokens save 100 positions: under the default minimum of 128
+    ids, mask = _batch([_row(a, _toks(3, 1)), _row(a, _toks(3, 9))])
+    assert prefix_groups(ids, right_padded_lengths(mask)) == []
+    assert prefix_groups(ids, right_padded_lengths(mask), min_saved=100) == [([0, 1], 100)]
+    # fewer than min_shared common tokens: no group
+    short = _toks(20, 0)
+    ids, mask = _batch([_row(short, _toks(3, 100)), _row(short, _toks(3, 200)), _row(short, _toks(3, 250))])
+    assert prefix_groups(ids, right_padded_lengths(mask), min_saved=1) == []
+
+
+def test_right_padded_lengths_refuses_left_padding():
+    assert right_padded_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]])) == [2, 3]
+    assert right_padded_lengths(torch.tensor([[0, 1, 1], [1, 1, 1]])) is None
+
+
+@pytest.fixture(scope="module")
+def student():
+    """A float64 tiny Llama with a randomly initialised LoRA adapter ``student`` (base frozen)."""
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_model(tok).double(), LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]), adapter_name="student")
+    return model.double(), len(tok)
+
+
+def _interleaved_batch(vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two tasks' rollouts interleaved (prompts of 80 and 70 tokens, 3 and 2 rows, responses of
+    other lengths) and one unrelated row."""
+    g = torch.Generator().manual_seed(3)
+    rand = lambda n: torch.randint(5, vocab, (n,), generator=g)  # noqa: E731
+    a, b = rand(80), rand(70)
+    rows = [_row(a, rand(10)), _row(b, rand(3)), rand(40), _row(a, rand(20)), _row(b, rand(30)), _row(a, rand(5))]
+    return _batch(rows)
+
+
+def _outputs_and_grads(model, ids, mask, hidden: bool, share: bool):
+    model.zero_grad()
+    with _sharing(share):
+        out = student_logits(model, ids, mask, hidden=hidden)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    (out * weight * mask[..., None]).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach(), grads
+
+
+def _sharing(on: bool):
+    """Within the block, groups as prefix_groups finds them with a 64-position minimum (on), or none."""
+    return mock.patch.object(head, "prefix_groups",
+                             (lambda ids, lengths: prefix_groups(ids, lengths, min_saved=64)) if on else
+                             (lambda ids, lengths: []))
+
+
+@pytest.mark.parametrize("hidden", [True, False])
+def test_student_forward_with_shared_prefixes_equals_the_plain_forward(student, hidden):
+    model, vocab = student
+    ids, mask = _interleaved_batch(vocab)
+    assert prefix_groups(ids, right_padded_lengths(mask), min_saved=64) == [([0, 3, 5], 80), ([1, 4], 70)]
+    plain_out, plain_grads = _outputs_and_grads(model, ids, mask, hidden, share=False)
+    shared_out, shared_grads = _outputs_and_grads(model, ids, mask, hidden, share=True)
+    real = mask.bool()
+    assert shared_out.shape == plain_out.shape
+    torch.testing.assert_close(shared_out[real], plain_out[real], rtol=0, atol=1e-12)
+    # exactly the LoRA matrices get a gradient, in both
+    assert set(shared_grads) == set(plain_grads) and all("lora_" in n for n in plain_grads)
+    assert len(plain_grads) == 2 * 4 * 2  # A and B of q/k/v/o in 2 layers
+    for name, grad in plain_grads.items():
+        # transformers' Llama RMSNorm computes in float32 even for a float64 model, so gradients
+        # summed over a group before the backward round differently at ~1e-7 of their size
+        scale = float(grad.abs().max())
+        torch.testing.assert_close(shared_grads[name], grad, rtol=0, atol=1e-6 * scale, msg=name)
+
+
+def test_frozen_teacher_view_with_shared_prefixes_equals_the_plain_forward(student):
+    model, vocab = student
+    ids, mask = _interleaved_batch(vocab)
+    with torch.no_grad(), _sharing(False):
+        plain = student_logits(model, ids, mask, adapter=None)
+    with torch.no_grad(), _sharing(True):
+        shared = student_logits(model, ids, mask, adapter=None)
+    torch.testing.assert_close(shared[mask.bool()], plain[mask.bool()], rtol=0, atol=1e-12)
+
+
+def test_sharing_is_skipped_where_it_does_not_apply(student):
+    model, vocab = student
+    ids, mask = _interleaved_batch(vocab)
+    with mock.patch.object(head, "shared_prefix_outputs") as shared, _sharing(True):
+        with torch.no_grad():
+            # left padding
+            left = torch.flip(mask, dims=[1])
+            head.forward_outputs(model, True, input_ids=torch.flip(ids, dims=[1]), attention_mask=left)
+            # explicit position ids
+            positions = torch.arange(ids.shape[1]).expand_as(ids)
+            head.forward_outputs(model, True, input_ids=ids, attention_mask=mask, position_ids=positions)
+        assert shared.call_count == 0
+        model.get_base_model().activation_checkpointing_enable()
+        try:
+            head.forward_outputs(model, True, input_ids=ids, attention_mask=mask, use_cache=False)
+        finally:
+            model.get_base_model().activation_checkpointing_disable()
+        assert shared.call_count == 0
+        with torch.no_grad():
+            head.forward_outputs(model, True, input_ids=ids, attention_mask=mask, use_cache=False)
+        assert shared.call_count == 1
