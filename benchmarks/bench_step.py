@@ -53,6 +53,7 @@ import stages.core.losses.kd
 import stages.core.losses.sdpo
 import stages.core.models.assembly
 import stages.core.models.backbone
+import stages.core.models.head
 from stages.core.models.backbone import resolve_device_dtype
 from stages.core.models.composer import Composer, base_model, enable_activation_checkpointing, save_composer
 from stages.engines import SamplingParams, make_engine
@@ -282,6 +283,8 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
             if hasattr(module, fn):
                 patches.enter_context(mock.patch.object(module, fn, meter.timed(label, getattr(module, fn))))
     patches.enter_context(mock.patch.object(Method, "head_at_supervised", args.head_at_supervised))
+    if not args.shared_prefix:
+        patches.enter_context(mock.patch.object(stages.core.models.head, "prefix_groups", lambda ids, lengths: []))
     for losses in (stages.core.losses.head, stages.core.losses.kd, stages.core.losses.sdpo):
         patches.enter_context(mock.patch.object(losses, "linear", meter.head_linear(losses.linear)))
     for composer in (getattr(method, "composer", None), getattr(method, "anchor", None)):
@@ -435,6 +438,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--shared-latents", action=argparse.BooleanOptionalAction, default=True,
                         help="LOPD: each distinct composer input encoded once per update, as distill does "
                              "(--no-shared-latents: once per micro-batch row, the path before)")
+    parser.add_argument("--shared-prefix", action=argparse.BooleanOptionalAction, default=True,
+                        help="rows sharing a prompt run it once per group, as distill does (skipped under "
+                             "activation checkpointing; --no-shared-prefix: every row whole, the path before)")
     parser.add_argument("--J", type=int, default=3)
     parser.add_argument("--K", type=int, default=32)
     parser.add_argument("--M", type=int, default=20)

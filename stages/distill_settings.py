@@ -126,8 +126,10 @@ def unknown_option_message(key: str, method: type, common: set[str]) -> str:
     options with their defaults."""
     elsewhere = [name for name in known_methods() if name != method.name
                  and key in accepted_names(get_method(name).Options)]
-    hint = (did_you_mean(key, accepted_names(method.Options) | common)
-            or (f"{key!r} is an option of --method {', '.join(elsewhere)}; " if elsewhere else ""))
+    # another method's exact option first, then this method's closest name ('beta' for lopd is
+    # OPSD/SDFT's beta, and close to lopd's beta0)
+    hint = ((f"{key!r} is an option of --method {', '.join(elsewhere)}; " if elsewhere else "")
+            + did_you_mean(key, accepted_names(method.Options) | common))
     return (f"unknown option {key!r} for method {method.name!r}: {hint}"
             f"options of {method.name}: {option_defaults(method)}")
 
@@ -197,9 +199,15 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
     from_file = load_config(config_file) if config_file else {}
     values = resolve(DistillConfig, "distill", given, config_file, defaults=DEFAULTS, resume=resume,
                      read=lambda _: from_file)
-    method = get_method(values.get("method", "lopd"))
+    try:
+        method = get_method(values.get("method", "lopd"))
+    except ValueError as err:
+        if "method" in from_file and "method" not in given:
+            raise ValueError(f"{config_file}: key 'method': {err}") from None
+        raise
     common = accepted_names(DistillConfig)
-    for key in from_file:
+    in_table = from_file.get("options") if isinstance(from_file.get("options"), dict) else {}
+    for key in [*from_file, *in_table]:  # top-level keys and those of an [options] table
         if key not in common | accepted_names(method.Options) | OLDER_KEYS:
             raise ValueError(f"{config_file}: {unknown_option_message(key, method, common)}")
     if "env" not in values:

@@ -153,6 +153,8 @@ def test_j_and_k_come_from_the_composer_unless_given(assets, tmp_path):
     ("ppo_epoch=2", "did you mean 'ppo_epochs'? "),
     ("margin=0.1", "'margin' is an option of --method lopd; "),
     ("zzz=1", ""),
+    # another method's exact option, also close to one of grpo's: both said, the exact one first
+    ("reduction=x", "'reduction' is an option of --method opsd, sdft, sdpo; did you mean 'aggregation'? "),
 ])
 def test_unknown_method_option_is_one_line_with_a_suggestion_and_the_defaults(given, hint, tmp_path):
     result = runner.invoke(app, ["distill", "--env", ENV, "--method", "grpo", "-o", given, "--out", str(tmp_path / "o")])
@@ -176,6 +178,8 @@ def test_a_bad_option_value_names_the_option(tmp_path):
     ("lamda = 0.2", [], "{cfg}: unknown option 'lamda' for method 'lopd': did you mean 'lambda'? options of lopd: "),
     ("stpes = 3", [], "{cfg}: unknown option 'stpes' for method 'lopd': did you mean 'steps'? "),
     ("[distill]\nsteps = 3", [], "{cfg}: unknown table [distill]: lopd distill reads its settings from the top level"),
+    ('method = "lpod"', [], "{cfg}: key 'method': unknown method 'lpod' (did you mean 'lopd'? known: grpo, lopd, "),
+    ("[options]\nmargn = 0.1", [], "{cfg}: unknown option 'margn' for method 'lopd': did you mean 'margin'? "),
 ])
 def test_a_config_file_error_names_the_file_and_its_key(tmp_path, no_model, text, flags, expected):
     """A bad key or value of --config is named as the file's key (a flag given instead: as the flag);

@@ -1,5 +1,6 @@
 """The shared-prefix training forward: which rows share, and the same values and gradients as the
-plain batched forward (student with LoRA and gradient; frozen teacher view)."""
+plain batched forward (student with LoRA and gradient; frozen teacher view; LOPD's latent
+teacher, whose rows are embeddings with a task's latents spliced in)."""
 from __future__ import annotations
 
 from unittest import mock
@@ -8,8 +9,9 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from stages.core.latent.splice import spliced_logits
 from stages.core.models import head
-from stages.core.models.shared_prefix import prefix_groups, right_padded_lengths
+from stages.core.models.shared_prefix import position_keys, prefix_groups, right_padded_lengths
 from stages.core.models.student import student_logits
 from tests.tiny import tiny_model, tiny_tokenizer
 
@@ -139,8 +141,8 @@ def test_sharing_is_skipped_where_it_does_not_apply(student):
             # left padding
             left = torch.flip(mask, dims=[1])
             head.forward_outputs(model, True, input_ids=torch.flip(ids, dims=[1]), attention_mask=left)
-            # explicit position ids
-            positions = torch.arange(ids.shape[1]).expand_as(ids)
+            # position ids other than 0..T-1
+            positions = torch.arange(ids.shape[1]).expand_as(ids) + 3
             head.forward_outputs(model, True, input_ids=ids, attention_mask=mask, position_ids=positions)
         assert shared.call_count == 0
         model.get_base_model().activation_checkpointing_enable()
@@ -151,4 +153,52 @@ def test_sharing_is_skipped_where_it_does_not_apply(student):
         assert shared.call_count == 0
         with torch.no_grad():
             head.forward_outputs(model, True, input_ids=ids, attention_mask=mask, use_cache=False)
-        assert shared.call_count == 1
+            head.forward_outputs(model, True, input_ids=ids, attention_mask=mask, position_ids=positions - 3)
+        assert shared.call_count == 2
+
+
+def test_position_keys_are_equal_exactly_where_the_vectors_are():
+    embeds = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]], [[3.0, 4.0], [1.0, 2.5], [1.0, 2.0]]])
+    keys = position_keys(embeds)
+    assert keys.shape == (2, 3) and keys.dtype == torch.long
+    same = keys.reshape(-1)[:, None] == keys.reshape(-1)[None, :]
+    flat = embeds.reshape(6, 2)
+    assert torch.equal(same, (flat[:, None] == flat[None, :]).all(-1))
+    ids = torch.tensor([[4, 5], [6, 7]])
+    assert position_keys(ids) is ids
+
+
+def test_latent_teacher_with_shared_prefixes_equals_the_plain_forward(student):
+    """LOPD's teacher view: the frozen model on the rows' embeddings with the task's latents spliced
+    into the prompt; the latents' gradient (what reaches the composer) is the same too."""
+    model, vocab = student
+    ids, mask = _interleaved_batch(vocab)
+    g = torch.Generator().manual_seed(5)
+    d = model.config.hidden_size
+    latent_a = torch.randn(6, d, generator=g, dtype=torch.float64, requires_grad=True)
+    latent_b = torch.randn(6, d, generator=g, dtype=torch.float64, requires_grad=True)
+    # rows 0, 3, 5 are task a (prompt 80), rows 1, 4 task b (prompt 70), row 2 alone
+    task = [0, 1, 0, 0, 1, 0]
+    insert_at = torch.tensor([30, 25, 12, 30, 25, 30])
+    weight = torch.randn(*ids.shape, d, generator=g, dtype=torch.float64)
+
+    def run(share: bool):
+        latent_a.grad = latent_b.grad = None
+        model.zero_grad()
+        latents = torch.stack([latent_a if t == 0 else latent_b for t in task])
+        with _sharing(share), mock.patch.object(head, "shared_prefix_outputs",
+                                                wraps=head.shared_prefix_outputs) as shared:
+            out = spliced_logits(model, ids, mask, latents, insert_at, hidden=True)
+        (out * weight * mask[..., None]).sum().backward()
+        return out.detach(), latent_a.grad.clone(), latent_b.grad.clone(), shared.call_count
+
+    plain, grad_a, grad_b, calls = run(False)
+    assert calls == 0
+    shared, shared_a, shared_b, calls = run(True)
+    assert calls == 1
+    torch.testing.assert_close(shared[mask.bool()], plain[mask.bool()], rtol=0, atol=1e-12)
+    for got, want in ((shared_a, grad_a), (shared_b, grad_b)):
+        assert float(want.abs().max()) > 0
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6 * float(want.abs().max()))
+    # the teacher is frozen: its adapters are off and no weight of the model gets a gradient
+    assert all(p.grad is None for p in model.parameters())

@@ -45,7 +45,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self.error = error
         self._modules = dict(modules or {})
         self._load = load
-        self._unknown = unknown or "unknown {what} {name} (known: {known})"
+        self._unknown = unknown or "unknown {what} {name} ({hint}known: {known})"
         self._sort = sort
         self._entries: dict[str, T] = {}
 

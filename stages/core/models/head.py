@@ -22,7 +22,7 @@ from torch.distributed.tensor import DTensor
 
 from stages.core.losses.head import LMHead
 from stages.core.models.composer import adapter_scope
-from stages.core.models.shared_prefix import prefix_groups, right_padded_lengths, shared_prefix_outputs
+from stages.core.models.shared_prefix import position_keys, prefix_groups, right_padded_lengths, shared_prefix_outputs
 
 
 _CHECKED: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
@@ -48,18 +48,18 @@ def forward_outputs(model: nn.Module, hidden: bool, **inputs: Any) -> Tensor:
     ``inputs`` are the keyword arguments of the model's forward (``input_ids`` or
     ``inputs_embeds``, ``attention_mask``, ``position_ids``, ``use_cache``); the active adapter is
     the caller's. With ``hidden`` the LM head is not applied: :func:`output_head` gives it.
-    Right-padded token ids whose rows share a long prefix (the G rollouts of a task) run with
-    that prefix encoded once (:mod:`stages.core.models.shared_prefix`): the same values up to
-    float rounding.
+    Right-padded rows (token ids or embeddings) that share a long prefix (the G rollouts of a
+    task; LOPD's teacher view of them) run with that prefix encoded once
+    (:mod:`stages.core.models.shared_prefix`): the same values up to float rounding.
 
     Raises:
         ValueError: ``hidden`` for a model without a separate decoder module.
     """
     run = _decoder(model) if hidden else model
     pick = _last_hidden if hidden else _logits
-    groups = _shareable_groups(model, inputs)
+    key, groups = _shareable_groups(model, inputs)
     if groups:
-        return shared_prefix_outputs(run, pick, inputs["input_ids"], inputs["attention_mask"], groups)
+        return shared_prefix_outputs(run, pick, key, inputs[key], inputs["attention_mask"], groups)
     return pick(run(**inputs))
 
 
@@ -71,18 +71,32 @@ def _last_hidden(out: Any) -> Tensor:
     return out.last_hidden_state
 
 
-def _shareable_groups(model: nn.Module, inputs: dict[str, Any]) -> list[tuple[list[int], int]]:
-    """:func:`stages.core.models.shared_prefix.prefix_groups` of a token-id batch, or [] where a
-    shared-prefix forward does not apply: inputs other than ids, mask and ``use_cache``, a mask
-    that is not right-padded, activation checkpointing (transformers turns the KV cache off
-    under it) or sharded (FSDP2) weights."""
-    if not {"input_ids", "attention_mask"} <= set(inputs) <= {"input_ids", "attention_mask", "use_cache"}:
-        return []
+_SHARED_INPUTS = {"attention_mask", "use_cache", "position_ids"}
+
+
+def _shareable_groups(model: nn.Module, inputs: dict[str, Any]) -> tuple[str, list[tuple[list[int], int]]]:
+    """The sequence argument (``input_ids`` or ``inputs_embeds``) and
+    :func:`stages.core.models.shared_prefix.prefix_groups` of the batch, or no groups where a
+    shared-prefix forward does not apply: other inputs than the sequence, mask, ``use_cache`` and
+    default position ids (0..T-1 in every row), a mask that is not right-padded, activation
+    checkpointing (transformers turns the KV cache off under it) or sharded (FSDP2) weights."""
+    keys = set(inputs)
+    sequence = keys & {"input_ids", "inputs_embeds"}
+    if len(sequence) != 1 or "attention_mask" not in keys or not keys <= sequence | _SHARED_INPUTS:
+        return "", []
+    key = sequence.pop()
+    seq = inputs[key]
+    positions = inputs.get("position_ids")
+    if positions is not None and not torch.equal(positions, torch.arange(seq.shape[1], device=positions.device)
+                                                 .expand_as(positions)):
+        return key, []
     lm = _causal_lm(model)
     if getattr(lm, "is_activation_checkpointing", False) or isinstance(next(lm.parameters()), DTensor):
-        return []
+        return key, []
     lengths = right_padded_lengths(inputs["attention_mask"])
-    return prefix_groups(inputs["input_ids"], lengths) if lengths is not None else []
+    if lengths is None:
+        return key, []
+    return key, prefix_groups(position_keys(seq), lengths)
 
 
 def output_head(model: nn.Module) -> LMHead | None:

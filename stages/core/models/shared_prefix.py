@@ -1,18 +1,23 @@
 """A training forward that encodes once the prefix several rows share (the G rollouts of a task).
 
 The G rollouts of one task start with the same prompt (system message, tool docs, the task),
-often most of each row's tokens, and a teacher view puts the same privileged prompt in front of
-each of them. In a causal LM a row's outputs at its first P positions depend on those P tokens
+often most of each row's tokens, and a teacher view puts the same privileged prompt (LOPD's: the
+same latent tokens, spliced into the same prompt) in front of each of them. In a causal LM a row's outputs at its first P positions depend on those P tokens
 only, so rows that start with the same P tokens have the same outputs there.
 :func:`prefix_groups` finds such rows in a right-padded batch; :func:`shared_prefix_outputs`
 runs each group's prefix once (batch 1, KV cache on), lets the group's rows attend to its keys
 and values (expanded, not copied) while their remaining tokens run, and puts the prefix's
 outputs in front of theirs. Rows in no group run together in one plain forward.
 
+The rows are token ids or input embeddings (B, T, d); for embeddings, :func:`position_keys`
+turns each position's vector into an id first (equal vectors, equal ids).
+
 Values equal the plain batched forward's up to float rounding (the matmuls have other shapes);
 position ids are the same (the suffix continues at P). Gradients reach the prefix's
 activations once per group, summed over its rows, as autograd sums any tensor used twice: the
-same gradients as G separate copies of the prefix. Memory: the prefix's activations are kept
+same gradients as G separate copies of the prefix (for embeddings: the gradient of the group's
+prefix embeddings reaches the first row's copy only, which is the same total wherever the rows'
+copies come from one computation, as a task's latents do, or from identical ones). Memory: the prefix's activations are kept
 once per group instead of once per row.
 """
 from __future__ import annotations
@@ -67,6 +72,15 @@ def prefix_groups(input_ids_BT: Tensor, lengths_B: list[int], min_shared: int = 
     return [(rows, size) for rows, size in groups if (len(rows) - 1) * size >= min_saved]
 
 
+def position_keys(seq_BT: Tensor) -> Tensor:
+    """(B, T) int64 keys, equal where the rows' entries are equal: token ids (B, T) as they are;
+    for input embeddings (B, T, d), each position's index among the batch's distinct vectors."""
+    if seq_BT.dim() == 2:
+        return seq_BT
+    B, T, d = seq_BT.shape
+    return torch.unique(seq_BT.detach().reshape(B * T, d), dim=0, return_inverse=True)[1].reshape(B, T)
+
+
 def right_padded_lengths(attn_mask_BT: Tensor) -> list[int] | None:
     """Row lengths of a right-padded (B, T) mask, or None when some row is not right-padded."""
     mask = attn_mask_BT.bool()
@@ -77,47 +91,47 @@ def right_padded_lengths(attn_mask_BT: Tensor) -> list[int] | None:
     return lengths_B.tolist()
 
 
-def shared_prefix_outputs(run: nn.Module, pick: Callable[[Any], Tensor], input_ids_BT: Tensor,
+def shared_prefix_outputs(run: nn.Module, pick: Callable[[Any], Tensor], key: str, seq_BT: Tensor,
                           attn_mask_BT: Tensor, groups: list[tuple[list[int], int]]) -> Tensor:
     """Outputs (B, T, ...) of ``run`` on a right-padded batch, each group's prefix encoded once.
 
     Args:
-        run: a transformers causal LM or its decoder (takes ``input_ids``, ``attention_mask``,
+        run: a transformers causal LM or its decoder (takes ``key``, ``attention_mask``,
             ``cache``, ``use_cache``; returns an output with ``.cache``).
         pick: the tensor of ``run``'s output to return (logits, or the last hidden states).
-        input_ids_BT: LongTensor (B, T); attn_mask_BT: (B, T) 0/1, right-padded.
+        key: ``"input_ids"`` (``seq_BT`` LongTensor (B, T)) or ``"inputs_embeds"`` (float (B, T, d)).
+        attn_mask_BT: (B, T) 0/1, right-padded.
         groups: :func:`prefix_groups` of the batch (rows in no group run in one plain forward).
 
     Returns:
-        (B, T, ...) in row order, as ``pick(run(input_ids=..., attention_mask=...))`` would give.
+        (B, T, ...) in row order, as ``pick(run(**{key: seq_BT}, attention_mask=...))`` would give.
 
     Raises:
         RuntimeError: ``run`` returned no cache for a prefix (a model that ignores ``use_cache``).
     """
-    B, T = input_ids_BT.shape
+    B, device = seq_BT.shape[0], seq_BT.device
     mask_BT = attn_mask_BT.long()
     pieces: list[Tensor] = []
     order: list[int] = []
     for rows, size in groups:
         lead = rows[0]
-        prefix = run(input_ids=input_ids_BT[lead:lead + 1, :size], attention_mask=mask_BT[lead:lead + 1, :size],
-                     use_cache=True)
+        prefix = run(**{key: seq_BT[lead:lead + 1, :size]}, attention_mask=mask_BT[lead:lead + 1, :size], use_cache=True)
         cache = getattr(prefix, "cache", None)
         if cache is None:
             raise RuntimeError(f"{type(run).__name__} returned no KV cache for a shared prefix")
         for layer in cache.layers:  # one set of prefix keys/values, seen by every row of the group
             layer.keys = layer.keys.expand(len(rows), -1, -1, -1)
             layer.values = layer.values.expand(len(rows), -1, -1, -1)
-        index = torch.tensor(rows, device=input_ids_BT.device)
-        rest = run(input_ids=input_ids_BT[index, size:], attention_mask=mask_BT[index], cache=cache, use_cache=True)
+        index = torch.tensor(rows, device=device)
+        rest = run(**{key: seq_BT[index, size:]}, attention_mask=mask_BT[index], cache=cache, use_cache=True)
         head = pick(prefix)
         pieces.append(torch.cat([head.expand(len(rows), *head.shape[1:]), pick(rest)], dim=1))
         order += rows
     grouped = set(order)
     alone = [b for b in range(B) if b not in grouped]
     if alone:
-        index = torch.tensor(alone, device=input_ids_BT.device)
-        pieces.append(pick(run(input_ids=input_ids_BT[index], attention_mask=mask_BT[index], use_cache=False)))
+        index = torch.tensor(alone, device=device)
+        pieces.append(pick(run(**{key: seq_BT[index]}, attention_mask=mask_BT[index], use_cache=False)))
         order += alone
     out = torch.cat(pieces, dim=0)
     if order == list(range(B)):
