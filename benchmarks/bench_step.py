@@ -346,7 +346,8 @@ def step(bench: Bench, index: int) -> dict:
         if b.args.shared_latents:
             for p in b.groups:
                 p.requires_grad_(True)
-            meter.timed("backward", method.end_update)()
+            with meter.recomputing():  # several chunks: the composer's forward runs again, with its graph
+                meter.timed("backward", method.end_update)()
         meter.timed("optimizer", _clip_and_step)(b.groups, b.optimizer, c.grad_clip)  # as Distiller._update
     t0 = now()
     method.after_step(sums)

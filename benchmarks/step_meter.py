@@ -14,6 +14,7 @@ repeats inside a backward pass are not counted: the count is what the step canno
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 
@@ -85,6 +86,19 @@ class Meter:
         self.forward_flops = self.backward_flops = 0.0
         self.params = {"body": 0, "head": 0}
         self._seen: set[int] = set()
+        self._recomputing = False
+
+    @contextlib.contextmanager
+    def recomputing(self):
+        """Within the block, forwards recompute what a forward without a graph computed before
+        (LOPD's shared latents over several chunks: their backward runs the composer again):
+        their positions and forward FLOPs are not counted again, their backward FLOPs are, as
+        for an activation-checkpointing recompute."""
+        self._recomputing = True
+        try:
+            yield
+        finally:
+            self._recomputing = False
 
     def watch(self, model: nn.Module) -> None:
         """Count ``model``'s decoder positions, attention products and every linear layer (its
@@ -117,14 +131,16 @@ class Meter:
     def _add(self, forward: float, input_grad: bool, weight_grad: bool) -> None:
         """A matmul whose forward costs ``forward``; when autograd records it, its backward adds the
         same again for the input's gradient (``input_grad``) and for the weight's (``weight_grad``)."""
-        self.forward_flops += forward
+        if not self._recomputing:
+            self.forward_flops += forward
         if _recorded():
             self.backward_flops += forward * (input_grad + weight_grad)
 
     def _body(self, layers: int, width: int, module, args, kwargs, output) -> None:
         x = args[0] if args else next(kwargs[k] for k in ("input_ids", "inputs_embeds") if kwargs.get(k) is not None)
         B, S = x.shape[:2]
-        self.tokens[("body", _recorded())] += B * S  # (B, S) ids, or (B, S, d) embeddings
+        if not self._recomputing:
+            self.tokens[("body", _recorded())] += B * S  # (B, S) ids, or (B, S, d) embeddings
         if _in_backward():
             return
         cache = next((kwargs[k] for k in ("past_key_values", "cache") if kwargs.get(k) is not None), None)
@@ -147,10 +163,11 @@ class Meter:
         if _in_backward():
             return
         query, key = args[0], args[1]
-        d, (B, Lq), Lk = module.embed_dim, query.shape[:2], key.shape[1]
-        w = module.in_proj_weight.requires_grad
+        d = module.embed_dim
+        (B, Lq), Lk = (query.shape[:2], key.shape[1]) if module.batch_first else (query.shape[1::-1], key.shape[0])
+        w = (module.in_proj_weight if module.in_proj_weight is not None else module.q_proj_weight).requires_grad
         self._add(2 * 2 * d * d * B * Lq, query.requires_grad, w)  # the query's projection and the output's
-        self._add(2 * 2 * d * d * B * Lk, key.requires_grad, w)  # key and value projections
+        self._add(2 * d * (module.kdim + module.vdim) * B * Lk, key.requires_grad, w)  # key and value projections
         backward = output[0].requires_grad
         self._add(2 * 2 * d * B * Lq * Lk, backward, backward)  # scores and the weighted sum, every head
 

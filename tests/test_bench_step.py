@@ -67,6 +67,40 @@ def test_a_linear_layer_s_backward_counts_only_the_gradients_it_needs(meter_modu
     assert (meter.forward_flops, meter.backward_flops) == (2 * 5 * 4 * 3, backward)
 
 
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_attention_counts_its_projections_and_products_in_either_layout(meter_module, batch_first):
+    import torch
+
+    d, kdim, heads, B, Lq, Lk = 8, 6, 2, 3, 4, 5
+    attn = torch.nn.MultiheadAttention(d, heads, kdim=kdim, vdim=kdim, batch_first=batch_first).requires_grad_(False)
+    meter = meter_module.Meter("cpu")
+    meter.watch_compressor(attn)
+    query, key = torch.randn(B, Lq, d), torch.randn(B, Lk, kdim)
+    if not batch_first:
+        query, key = query.transpose(0, 1), key.transpose(0, 1)
+    with torch.no_grad():
+        attn(query, key, key)
+    # q and out projections (d x d) at Lq, k and v (kdim -> d) at Lk, QK^T and PV over Lq x Lk
+    assert meter.forward_flops == 2 * 2 * d * d * B * Lq + 2 * d * 2 * kdim * B * Lk + 2 * 2 * d * B * Lq * Lk
+    assert meter.backward_flops == 0
+
+
+def test_a_recomputed_forward_counts_its_backward_only(meter_module):
+    import torch
+
+    layer = torch.nn.Linear(5, 4, bias=False)
+    meter = meter_module.Meter("cpu")
+    meter.watch_compressor(torch.nn.Sequential(layer))
+    x = torch.randn(3, 5, requires_grad=True)
+    with torch.no_grad():  # the forward without a graph
+        layer(x)
+    with meter.recomputing():  # the same forward again, with its graph, for the backward
+        layer(x)
+    assert (meter.forward_flops, meter.backward_flops) == (2 * 5 * 4 * 3, 2 * 2 * 5 * 4 * 3)
+    layer(x)  # after the block: counted as a forward again
+    assert meter.forward_flops == 2 * 2 * 5 * 4 * 3
+
+
 def test_bench_composer_counts_the_frozen_backbone_and_the_lora_exactly(bench):
     spec = importlib.util.spec_from_file_location("bench_composer", BENCH.parent / "bench_composer.py")
     module = importlib.util.module_from_spec(spec)
