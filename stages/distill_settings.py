@@ -205,6 +205,11 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
         if "method" in from_file and "method" not in given:
             raise ValueError(f"{config_file}: key 'method': {err}") from None
         raise
+    for older, name in {**older_names(DistillConfig), **older_names(method.Options)}.items():
+        if older in given:  # a flag in an older spelling (-o lambda=0.2): above the file's value either way
+            if name in given:
+                raise ValueError(f"{name} is given twice, as {older!r} and as {name!r}: give it once")
+            values[name], given[name] = values.pop(older), given.pop(older)
     common = accepted_names(DistillConfig)
     in_table = from_file.get("options") if isinstance(from_file.get("options"), dict) else {}
     for key in [*from_file, *in_table]:  # top-level keys and those of an [options] table

@@ -149,6 +149,20 @@ def test_j_and_k_come_from_the_composer_unless_given(assets, tmp_path):
     assert settings(base, str(toml)).options["K"] == 8  # given in a file: kept, refused by the run's check
 
 
+def test_an_option_flag_in_its_older_spelling_wins_over_the_file(tmp_path):
+    """``-o lambda=...`` (the paper's name of LOPD's anchor weight) against a file's ``lambda`` or
+    ``lam``: the flag's value, whichever spelling each used; both spellings as flags: refused."""
+    base = {"env": ENV, "composer": str(tmp_path), "out": str(tmp_path / "o")}
+    for written in ("lambda", "lam"):
+        toml = tmp_path / f"{written}.toml"
+        toml.write_text(f"{written} = 0.1\n")
+        assert settings({**base, "lambda": 0.2}, str(toml)).options["lam"] == 0.2
+        assert settings({**base, "lam": 0.3}, str(toml)).options["lam"] == 0.3
+        assert settings(base, str(toml)).options["lam"] == 0.1
+    with pytest.raises(ValueError, match="^lam is given twice, as 'lambda' and as 'lam': give it once$"):
+        settings({**base, "lambda": 0.2, "lam": 0.3})
+
+
 @pytest.mark.parametrize("given, hint", [
     ("ppo_epoch=2", "did you mean 'ppo_epochs'? "),
     ("margin=0.1", "'margin' is an option of --method lopd; "),
