@@ -118,5 +118,33 @@ def test_bench_composer_counts_the_frozen_backbone_and_the_lora_exactly(bench):
     assert rows["encoder forward with psi, graph (trained)"] == rows["encoder forward with psi, no graph"]
     qformer = rows["QFormer forward (trained)"]
     assert rows["anchor phi_0 forward, no graph"] == rows["encoder forward with psi, no graph"] + qformer
-    # layer 0's input (the frozen embeddings) needs no gradient: its base projections have no backward
-    assert 0 < rows["backward (encoder + QFormer)"] < 2 * (rows["encoder forward with psi, no graph"] + qformer)
+    # the backward, matmul by matmul: a frozen weight costs its input's gradient (1x its forward)
+    # where the input needs one, a LoRA matrix its weight's gradient too (2x); layer 0's input (the
+    # frozen embeddings) needs none, so its base q/k/v projections cost nothing and their LoRA A
+    # its weight's gradient only; the QFormer's inputs (learned queries, the hidden states) and
+    # weights all take a gradient: 2x its forward
+    rank = r
+    base_rest = 2 * d * d + 3 * 2 * d * ff  # o, gate, up, down: input gradients
+    lora_qkv = 3 * 2 * d * rank + 2 * 2 * rank * (d + 2 * kv)  # A: weight gradient; B: both
+    lora_rest = 2 * 2 * rank * (d + d) + 2 * 2 * 2 * rank * (d + ff) + 2 * 2 * rank * (ff + d)  # o; gate, up; down
+    encoder_backward = (base_rest + lora_qkv + lora_rest) * J * L + 2 * attention
+    assert rows["backward (encoder + QFormer)"] == encoder_backward + 2 * qformer
+
+
+def test_a_forward_after_a_cached_prefix_counts_as_the_whole_sequence(bench, meter_module):
+    """The attention pairs of a forward that reads a KV cache (the shared-prefix forward, the
+    engine's decoding) are its queries against the cached keys and its own: the prefix's forward
+    and then the rest's add up to one forward of the whole sequence."""
+    import torch
+
+    model = bench.random_model("smollm2-135m", 1, "float32", "cpu")
+    meter = meter_module.Meter("cpu")
+    meter.watch(model)
+    ids = torch.randint(4, 1000, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+        whole = meter.forward_flops
+        meter.reset()
+        prefix = model(input_ids=ids[:, :7], use_cache=True)
+        model(input_ids=ids[:, 7:], cache=prefix.cache, use_cache=True)
+    assert meter.forward_flops == whole and meter.tokens[("body", False)] == 2 * 12
