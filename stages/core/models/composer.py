@@ -189,14 +189,19 @@ def enable_activation_checkpointing(backbone: nn.Module) -> None:
 
     Non-reentrant ``torch.utils.checkpoint`` whose recompute restores the adapter state
     (student / composer / none) captured at forward time, so each role's layers are
-    recomputed with the weights they actually used.
+    recomputed with the weights they actually used. The hook transformers adds with it, which
+    makes the frozen embeddings' output require a gradient (needed by reentrant checkpointing
+    only), is removed: otherwise the backward computes the input gradients of layer 0's frozen
+    projections and of the embeddings' output, which nothing uses.
     """
-    base_model(backbone).activation_checkpointing_enable(
+    model = base_model(backbone)
+    model.activation_checkpointing_enable(
         activation_checkpointing_kwargs={
             "use_reentrant": False,
             "context_fn": functools.partial(_recompute_under_current_adapter, backbone),
         }
     )
+    model.disable_input_require_grads()
 
 
 # ---------------------------------------------------------------------------------------------
