@@ -158,12 +158,13 @@ def test_sharing_is_skipped_where_it_does_not_apply(student):
 
 
 def test_position_keys_are_equal_exactly_where_the_vectors_are():
-    embeds = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [1.0, 2.0]], [[3.0, 4.0], [1.0, 2.5], [1.0, 2.0]]])
-    keys = position_keys(embeds)
-    assert keys.shape == (2, 3) and keys.dtype == torch.long
-    same = keys.reshape(-1)[:, None] == keys.reshape(-1)[None, :]
+    embeds = torch.tensor([[[1.0, -2.0], [3.0, 4.0], [1.0, -2.0]], [[3.0, 4.0], [1.0, 2.5], [1.0, -2.0]]])
     flat = embeds.reshape(6, 2)
-    assert torch.equal(same, (flat[:, None] == flat[None, :]).all(-1))
+    equal_vectors = (flat[:, None] == flat[None, :]).all(-1)
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        keys = position_keys(embeds.to(dtype))
+        assert keys.shape == (2, 3) and keys.dtype == torch.long
+        assert torch.equal(keys.reshape(-1)[:, None] == keys.reshape(-1)[None, :], equal_vectors), dtype
     ids = torch.tensor([[4, 5], [6, 7]])
     assert position_keys(ids) is ids
 

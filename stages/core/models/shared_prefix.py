@@ -74,11 +74,14 @@ def prefix_groups(input_ids_BT: Tensor, lengths_B: list[int], min_shared: int = 
 
 def position_keys(seq_BT: Tensor) -> Tensor:
     """(B, T) int64 keys, equal where the rows' entries are equal: token ids (B, T) as they are;
-    for input embeddings (B, T, d), each position's index among the batch's distinct vectors."""
+    for input embeddings (B, T, d), each position's index among the batch's distinct vectors,
+    compared bit for bit (as integers of the same width: any float dtype, on any device)."""
     if seq_BT.dim() == 2:
         return seq_BT
     B, T, d = seq_BT.shape
-    return torch.unique(seq_BT.detach().reshape(B * T, d), dim=0, return_inverse=True)[1].reshape(B, T)
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[seq_BT.element_size()]
+    flat = seq_BT.detach().reshape(B * T, d).contiguous().view(bits)
+    return torch.unique(flat, dim=0, return_inverse=True)[1].reshape(B, T)
 
 
 def right_padded_lengths(attn_mask_BT: Tensor) -> list[int] | None:
