@@ -19,20 +19,19 @@ from torch import Tensor, nn
 
 from stages.core.models.composer import adapter_scope
 from stages.core.models.head import forward_outputs
+from stages.core.models.shared_prefix import right_padded_lengths
 
 
-def check_right_padded(attn_mask_BT: Tensor) -> Tensor:
-    """Row lengths (B,) of a right-padded (B, T) mask (bool or 0/1).
+def check_right_padded(attn_mask_BT: Tensor) -> list[int]:
+    """Row lengths of a right-padded (B, T) mask (bool or 0/1).
 
     Raises:
         ValueError: some row is not right-padded (1...1 0...0).
     """
-    mask = attn_mask_BT.bool()
-    lengths_B = mask.sum(dim=1)
-    positions = torch.arange(mask.shape[1], device=mask.device)
-    if not torch.equal(mask, positions.unsqueeze(0) < lengths_B.unsqueeze(1)):
+    lengths = right_padded_lengths(attn_mask_BT)
+    if lengths is None:
         raise ValueError("attention mask must be right-padded (1...1 0...0 in every row)")
-    return lengths_B
+    return lengths
 
 
 def spliced_logits(
@@ -52,7 +51,7 @@ def spliced_logits(
     """
     B, T = input_ids_BT.shape
     N = latents_BNd.shape[1]
-    lengths_B = check_right_padded(attn_mask_BT)
+    lengths_B = torch.tensor(check_right_padded(attn_mask_BT), device=input_ids_BT.device)
     if latents_BNd.dim() != 3 or latents_BNd.shape[0] != B:
         raise ValueError(f"expected latents of shape (B={B}, N, d), got {tuple(latents_BNd.shape)}")
     insert_at_B = insert_at_B.to(device=input_ids_BT.device, dtype=torch.long)
@@ -95,7 +94,7 @@ def reprefixed(input_ids_BT: Tensor, attn_mask_BT: Tensor, insert_at_B: Tensor,
         ValueError: a mask that is not right-padded.
     """
     B, device = input_ids_BT.shape[0], input_ids_BT.device
-    lengths = check_right_padded(attn_mask_BT).tolist()
+    lengths = check_right_padded(attn_mask_BT)
     starts, rows = insert_at_B.tolist(), input_ids_BT.tolist()  # one copy to the host each
     seqs = [prefixes[b] + rows[b][starts[b]:lengths[b]] for b in range(B)]
     S = max(len(seq) for seq in seqs)
