@@ -44,7 +44,11 @@ the work a single action can cost)."""
 
 _NAME = re.compile(r"[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*")
 _FENCE = re.compile(r"```[\w+-]*")
-_TOOL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
+_TAG_OPEN = "<tool_call>"
+# What may sit between ``<tool_call>`` and its JSON: blanks and a code fence.
+_TAG_BODY_START = re.compile(r"\s*+(?:```[\w+-]*+\s*+)?")
+# Where a tagged call's block ends once its JSON is read: the closing tag, or the next call's tag.
+_TAG_BLOCK_END = re.compile(r"</tool_call>|(?=<tool_call>)")
 _PY_LIST_START = re.compile(r"\[\s*+[A-Za-z_][\w.]*+\s*+\(")
 _PY_BARE_START = re.compile(r"[A-Za-z_][\w.]*+\(")
 _JSON_START = re.compile(r"(?:\[\s*+)?\{\s*+\"name\"\s*+:")
@@ -251,15 +255,15 @@ def _check_json_nesting(text: str, start: int, where: str) -> None:
                 return
 
 
-def _decode_json(text: str, start: int, where: str) -> Any:
+def _decode_json(text: str, start: int, where: str) -> tuple[Any, int]:
+    """The JSON value at ``text[start]`` and the index just past it; raises ToolCallParseError."""
     _check_json_nesting(text, start, where)
     try:
-        obj, _ = json.JSONDecoder().raw_decode(text, start)
+        return json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as err:
         raise ToolCallParseError(f"{where}: invalid JSON ({err.msg} at char {err.pos})") from None
     except ValueError as err:  # e.g. an integer past Python's digit limit
         raise ToolCallParseError(f"{where}: invalid JSON ({str(err)[:80]})") from None
-    return obj
 
 
 def _make_call(obj: Any, where: str) -> ToolCall:
@@ -270,7 +274,7 @@ def _make_call(obj: Any, where: str) -> ToolCall:
         raise ToolCallParseError(f"{where}: invalid function name {str(name)[:80]!r}")
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
-        args = _decode_json(args, 0, f"{where}: arguments of {name!r} are a string but not JSON;") if args.strip() else {}
+        args = _decode_json(args, 0, f"{where}: arguments of {name!r} are a string but not JSON;")[0] if args.strip() else {}
     if args is None:
         args = {}
     if not isinstance(args, dict):
@@ -279,19 +283,26 @@ def _make_call(obj: Any, where: str) -> ToolCall:
 
 
 def _parse_tagged(text: str) -> list[ToolCall]:
+    """The calls of ``<tool_call>`` blocks. Each block's JSON is read from where it starts, so a
+    ``</tool_call>`` inside a string value does not cut the call short; the cursor only moves
+    forward, so each character is read a bounded number of times."""
     calls = []
-    for i, block in enumerate(_TOOL_BLOCK.findall(text), start=1):
-        body = _FENCE.sub("", block).strip()
+    pos, i = 0, 0
+    while (opened := text.find(_TAG_OPEN, pos)) != -1:
+        i += 1
         where = f"<tool_call> block {i}"
-        if not body:
+        start = _TAG_BODY_START.match(text, opened + len(_TAG_OPEN)).end()
+        if start == len(text) or text.startswith("</tool_call>", start) or text.startswith(_TAG_OPEN, start):
             raise ToolCallParseError(f"{where} is empty")
-        obj = _decode_json(body, 0, where)
+        obj, end = _decode_json(text, start, where)
         calls.extend(_make_call(o, where) for o in (obj if isinstance(obj, list) else [obj]))
+        block_end = _TAG_BLOCK_END.search(text, end)
+        pos = block_end.end() if block_end else len(text)
     return calls
 
 
 def _parse_json_at(text: str, pos: int) -> list[ToolCall]:
-    obj = _decode_json(text, pos, f"JSON tool call at char {pos}")
+    obj, _ = _decode_json(text, pos, f"JSON tool call at char {pos}")
     items = obj if isinstance(obj, list) else [obj]
     return [_make_call(o, f"JSON tool call {i}") for i, o in enumerate(items, start=1)]
 
