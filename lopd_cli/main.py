@@ -299,7 +299,7 @@ def distill(
     rollout_batch: Optional[int] = typer.Option(None, "--rollout-batch", help="Episodes generated together. (default 8)"),
     activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute activations in backward: less memory, slower steps. (default off)"),
     grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Gradient-norm clipping, 0 = off. (default 1.0)"),
-    embedder: Optional[str] = typer.Option(None, "--embedder", help="Embedder of new rollouts. (default: the store's)"),
+    embedder: Optional[str] = typer.Option(None, "--embedder", help="Embedder of new rollouts (lopd, the method that retrieves; the other methods append them unembedded for `lopd index`). (default: the store's)"),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name in the store. (default: the saved one, else random)"),
     log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed. (default 0)"),

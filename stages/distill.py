@@ -181,9 +181,12 @@ class Distiller:
                                   adapter=self.student.adapter, batch_size=config.rollout_batch,
                                   prefix_cache_tokens=PREFIX_CACHE_TOKENS)
         info = distributed.broadcast(embeddings_info(self.store) if self.world.is_main else None, self.world)
-        self.embedder = load_embedder(config.embedder or (info.embedder if info else None))
+        # only a retrieving method reads embeddings: the others leave the rows for `lopd index`
+        self.embedder = None
+        if method_cls.retrieves:
+            self.embedder = load_embedder(config.embedder or (info.embedder if info else None))
         self.index_field = info.field if info else "task"
-        if self.world.is_main:
+        if self.world.is_main and self.embedder is not None:
             index_new(self.store, self.embedder, field=self.index_field)  # rows a crash left unembedded
         self.logger: RunLogger | None = None
         self.step_trajectories: list[Trajectory] = []  # the last step's rollouts (its samples go to the logger)
@@ -235,7 +238,9 @@ class Distiller:
         return experience_rows.tag_step_rows(distributed.gather_lists(played, self.world), c.run_id, step)
 
     def _retriever(self) -> Retriever | None:
-        return Retriever(self.store, self.embedder) if embeddings_info(self.store) is not None else None
+        if self.embedder is None or embeddings_info(self.store) is None:
+            return None
+        return Retriever(self.store, self.embedder)
 
     def train_step(self, step: int) -> dict:
         """Run step ``step``: rollout, the method's loss on micro-batches, update, memory append.

@@ -13,12 +13,14 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
+from stages.core.data.retrieval import index_new, open_embeddings
 from stages.core.data.rows import TrainRow, training_rows
+from stages.core.data.store import ExperienceStore
 from stages.distill import COMMON_FIELDS, DistillConfig, Distiller
 from stages.engines.rollout import RolloutStats
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods.grpo import GRPO, GRPOOptions
-from tests.test_distill import ENV, _hash_embedder, assets, metrics  # noqa: F401 (fixtures)
+from tests.test_distill import ENV, HashEmbedder, _hash_embedder, assets, metrics  # noqa: F401 (fixtures)
 
 runner = CliRunner()
 
@@ -93,6 +95,7 @@ def test_two_steps_through_the_cli_with_ppo_epochs_and_kl(assets, tmp_path):
     model_dir, _, store_template = assets
     store, out = tmp_path / "store", tmp_path / "grpo"
     shutil.copytree(store_template, store)
+    embedded_before = open_embeddings(ExperienceStore.open(store)).count_rows()
     args = ["distill", "--method", "grpo", "--env", ENV, "--store", str(store), "--out", str(out),
             "--model", str(model_dir), "--steps", "2", "--tasks-per-step", "2", "--group-size", "2",
             "--max-new-tokens", "8", "--student-lora-rank", "4", "--lr", "5e-2", "--checkpoint-every", "1",
@@ -111,3 +114,7 @@ def test_two_steps_through_the_cli_with_ppo_epochs_and_kl(assets, tmp_path):
     saved = json.loads((out / "config.json").read_text())
     assert saved["method"] == "grpo" and saved["options"]["ppo_epochs"] == 3 and "composer" not in saved["options"]
     assert (out / "final" / "student" / "model.safetensors").is_file() and not (out / "final" / "composer").exists()
+    # GRPO retrieves nothing: its 8 rollouts are stored unembedded, for `lopd index` to embed
+    opened = ExperienceStore.open(store)
+    assert len(opened.query(run_id="grpo-cli")) == 8 and open_embeddings(opened).count_rows() == embedded_before
+    assert index_new(opened, HashEmbedder()) == 8 and open_embeddings(opened).count_rows() == opened.count()

@@ -77,7 +77,7 @@ class StepContext:
         store: the run's :class:`stages.core.data.store.ExperienceStore` (verified references,
             skill banks ...).
         retriever: a :class:`stages.core.data.retrieval.Retriever` over it, or None while the store
-            has no embedding index.
+            has no embedding index (always None for a method whose ``retrieves`` is False).
         engine: the run's rollout engine (e.g. to have the backbone write summaries).
         step: the step being trained (1-based).
     """
@@ -117,6 +117,10 @@ class Method:
         update_epochs: optimizer updates per step on the same rollouts (instance attribute,
             e.g. from an option; default 1).
         needs_composer: whether the method reads a composer checkpoint.
+        retrieves: whether :meth:`prepare` reads ``context.retriever``. Only then does the run
+            load the store's embedder and embed each step's rollouts as it appends them; for the
+            other methods they are appended unembedded (``lopd index``, or the next run of a
+            retrieving method on the store, embeds them).
         data_parallel: whether it can train in N processes (:mod:`stages.core.run.distributed`):
             its ``prepare`` must not write the store (rank 0 alone writes it) and must give every
             rank the same result for the same global batch and store.
@@ -138,6 +142,7 @@ class Method:
     Options: ClassVar[type[BaseModel]] = NoOptions
     metrics: ClassVar[tuple[str, ...]] = ()
     needs_composer: ClassVar[bool] = False
+    retrieves: ClassVar[bool] = False
     data_parallel: ClassVar[bool] = True
     name: ClassVar[str] = ""
     update_epochs: int = 1  # optimizer updates per step on the same rollouts (PPO epochs)

@@ -78,6 +78,7 @@ class LOPD(Method):
     """LOPD in the distill loop; see the module docstring. ``beta`` is the dual variable."""
 
     Options = LOPDOptions
+    retrieves = True
     metrics = ("reverse_kl", "Delta", "beta", "anchor", "margin_term", "latent_norm", "grad_norm_composer")
     needs_composer = True
 

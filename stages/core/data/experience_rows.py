@@ -47,13 +47,14 @@ def tag_step_rows(trajectories: Sequence[Trajectory], run_id: str, step: int) ->
             for i, t in enumerate(trajectories)]
 
 
-def append_step(store: ExperienceStore, trajectories: Sequence[Trajectory], embedder: Embedder, *,
+def append_step(store: ExperienceStore, trajectories: Sequence[Trajectory], embedder: Embedder | None, *,
                 field: IndexField = "task") -> int:
     """Append a step's trajectories in one transaction, then embed every unembedded row.
 
     Args:
         trajectories: rows tagged with :func:`tag_step_rows`.
-        embedder: the store's embedder; field: the indexed field (see ``index_new``).
+        embedder: the store's embedder, or None: append without embedding (``index_new`` later);
+            field: the indexed field (see ``index_new``).
 
     Returns:
         The number of rows appended.
@@ -63,7 +64,8 @@ def append_step(store: ExperienceStore, trajectories: Sequence[Trajectory], embe
             embedder / field in the store.
     """
     added = store.append(trajectories)
-    index_new(store, embedder, field=field)
+    if embedder is not None:
+        index_new(store, embedder, field=field)
     return added
 
 
