@@ -3,10 +3,15 @@
 Properties: parse_tool_calls returns a list of ToolCall or raises ToolCallParseError, never
 anything else; the Python-list lexer reads each character at most once (work linear in the text);
 valid calls built from random JSON values read back exactly.
+
+The default profile draws the same 150 examples per test on every run (``derandomize``), so that
+the test suite passes or fails on the code alone; ``LOPD_HYPOTHESIS=explore`` draws 3000 fresh
+random ones per test, to look for new counterexamples before a change to the parser lands.
 """
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -26,9 +31,10 @@ FRAGMENTS = ["[", "]", "(", ")", "{", "}", ",", "=", ":", "'", '"', "\\", "#", "
              "f", "a", "cd", "_x", "1", "0x", "1e", "j", "True", "null", "lambda", "not", "<tool_call>",
              "</tool_call>", "<think>", "</think>", "```", "```json", '{"name": "f", "arguments": ', '"name"',
              "[f(", "f(a=", "a=1", "'''", '"""', "r'", "b'", "f'", "\x00", "é", "\u2028"]
-settings.register_profile("lopd", max_examples=150, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.load_profile("lopd")
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("lopd", max_examples=150, deadline=None, derandomize=True, suppress_health_check=_QUIET)
+settings.register_profile("explore", max_examples=3000, deadline=None, suppress_health_check=_QUIET)
+settings.load_profile("explore" if os.environ.get("LOPD_HYPOTHESIS") == "explore" else "lopd")
 
 
 class CountingLexer(reader.Lexer):
