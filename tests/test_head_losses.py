@@ -254,3 +254,47 @@ def test_baseline_losses_with_heads_equal_them_on_logits(loss_name):
     for name in ("hs", "ws", "bs"):
         torch.testing.assert_close(new[name].grad, ref[name].grad, rtol=1e-10, atol=1e-13, msg=name)
     assert new["ht"].grad is None and new["wt"].grad is None  # the teacher is detached in both
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("reduction,denominators", [("sequence", {}), ("token", {}),
+                                                    ("sequence", {"num_sequences": 5}), ("token", {"num_tokens": 17})])
+@pytest.mark.parametrize("chunk_size", [1, 3, 1000])
+def test_jsd_with_frozen_heads_takes_its_gradient_in_the_forward(beta, reduction, denominators, chunk_size):
+    """generalized_jsd with frozen heads (a LoRA student): value, metrics and the gradient w.r.t. the
+    student's hidden states equal the logits call's, and nothing is recomputed in the backward:
+    the heads' matmuls all run in the forward call."""
+    mask = _mask()
+    ref, new = _leaves(), _leaves()
+    for leaves in (ref, new):
+        for name in ("ws", "wt", "bs", "ht"):
+            leaves[name].requires_grad_(False)
+    loss_ref, m_ref = generalized_jsd(linear(ref["hs"], ref["ws"], ref["bs"]), linear(ref["ht"], ref["wt"]), mask, beta,
+                                      temperature=1.5, chunk_size=chunk_size, reduction=reduction, **denominators)
+    loss_ref.backward()
+    calls = []
+    with TorchDispatchCounter(calls):
+        loss, m = generalized_jsd(new["hs"], new["ht"], mask, beta, temperature=1.5, chunk_size=chunk_size,
+                                  reduction=reduction, heads=(LMHead(new["ws"], new["bs"]), LMHead(new["wt"], None)),
+                                  **denominators)
+    forward_matmuls = len(calls)
+    with TorchDispatchCounter(calls):
+        loss.backward()
+    assert loss.item() > 0 and forward_matmuls > 0 and len(calls) == forward_matmuls  # no matmul in the backward
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-12, atol=1e-14)
+    assert m == pytest.approx(m_ref, rel=1e-10, abs=1e-13)
+    torch.testing.assert_close(new["hs"].grad, ref["hs"].grad, rtol=1e-10, atol=1e-13)
+    assert new["hs"].grad[1].abs().sum() == 0  # the row without supervised tokens
+
+
+class TorchDispatchCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Appends the name of every matmul-like op dispatched inside the block to ``calls``."""
+
+    def __init__(self, calls: list[str]):
+        super().__init__()
+        self.calls = calls
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in ("mm", "addmm", "bmm", "matmul", "linear"):
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))

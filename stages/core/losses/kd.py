@@ -22,7 +22,10 @@ once; everything else runs on chunks of at most ``chunk_size`` positions under a
 checkpointing (the teacher rows of a chunk are gathered inside it), so beyond the inputs and
 that gather never more than one chunk's [chunk_size x V] working set is alive, in the forward
 and in the backward pass. Half-precision logits are upcast to float32 per chunk; float64
-stays float64.
+stays float64. With ``heads`` that are both frozen (a LoRA student), :func:`generalized_jsd`
+instead takes each chunk's gradient w.r.t. the student's hidden states in the forward
+(``_ChunkedRowsLoss``): the backward recomputes nothing, which saves both heads' matmuls a
+second time (the teacher's needs no gradient at all).
 
 Reductions (``reduction``):
 - ``"sequence"``: token-mean within each sequence (row), then the mean over sequences
@@ -44,7 +47,10 @@ from torch import Tensor
 from torch.nn.functional import linear
 
 from stages.core.losses.head import LMHead, check_head
-from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows
+from stages.core.losses.lopd import (
+    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows,
+    upcast_dtype,
+)
 
 KDReduction = Literal["sequence", "token"]
 
@@ -84,6 +90,17 @@ def _kd_reduce(values_N: Tensor, rows_N: Tensor, num_rows: int, reduction: KDRed
     return per_row.sum() / max(denominator, 1)
 
 
+def _kd_weights(rows_N: Tensor, num_rows: int, reduction: KDReduction, num_sequences: int | None,
+                num_tokens: int | None, dtype: torch.dtype) -> Tensor:
+    """w_N (N,) with sum_n w_n x_n = :func:`_kd_reduce` of x (up to the summation order)."""
+    if reduction == "token":
+        n = num_tokens if num_tokens is not None else rows_N.numel()
+        return torch.full(rows_N.shape, 1.0 / max(n, 1), dtype=dtype, device=rows_N.device)
+    count_B = torch.bincount(rows_N, minlength=num_rows)
+    denominator = num_sequences if num_sequences is not None else int((count_B > 0).sum())
+    return 1.0 / (count_B[rows_N].to(dtype) * max(denominator, 1))
+
+
 def generalized_jsd(
     student_logits: Tensor,
     teacher_logits: Tensor,
@@ -117,9 +134,11 @@ def generalized_jsd(
         chunk_size: positions per chunk of full-vocabulary work, >= 1.
         reduction, num_sequences, num_tokens: see the module docstring.
         heads: (student head, teacher head): the two inputs are then last hidden states (B, T, d)
-            and each chunk of supervised positions computes its logits ``h @ W.T + b`` itself
-            (recomputed in the backward), so no (B, T, V) logits exist; same values and gradient
-            (w.r.t. the student's hidden states and a trained student head) as on the logits.
+            and each chunk of supervised positions computes its logits ``h @ W.T + b`` itself, so
+            no (B, T, V) logits exist; same values and gradient (w.r.t. the student's hidden
+            states and a trained student head) as on the logits. A trained student head: each
+            chunk is recomputed in the backward; frozen heads: its gradient is taken in the
+            forward (a second backward through the same graph is then refused).
 
     Returns:
         loss: scalar (float32, float64 for float64 inputs), nats.
@@ -146,6 +165,18 @@ def generalized_jsd(
     B, T, _ = student_logits.shape
     b_idx, t_idx = _mask_positions(mask, (B, T))
     teacher_BTV = teacher_logits.detach()
+    reduce = lambda v: _kd_reduce(v, b_idx, B, reduction, num_sequences, num_tokens)  # noqa: E731
+    if heads is not None and b_idx.numel() and not any(x is not None and x.requires_grad for x in heads[0]):
+        # frozen heads: each chunk's gradient w.r.t. the student's hidden states taken in the forward
+        weights_N = _kd_weights(b_idx, B, reduction, num_sequences, num_tokens, upcast_dtype(student_logits.dtype))
+        student_head, teacher_head = heads[0], heads[1].detached()
+        loss, fwd_N, rev_N = _ChunkedRowsLoss.apply(
+            student_logits, teacher_BTV, b_idx, t_idx, weights_N,
+            lambda s_cd, t_cd: _divergence_rows(linear(s_cd, *student_head), linear(t_cd, *teacher_head), beta,
+                                                temperature),
+            chunk_size, (torch.is_grad_enabled() and student_logits.requires_grad, False))
+        return loss, {"kd_loss": float(loss.detach()), "forward_kl": float(reduce(fwd_N)),
+                      "reverse_kl": float(reduce(rev_N)), "num_tokens": float(b_idx.numel())}
     student_NV = student_logits[b_idx, t_idx]  # (N, V) or (N, d): the rows the gradient flows through
 
     def chunk_fn(s_cV: Tensor, b_c: Tensor, t_c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -160,7 +191,6 @@ def generalized_jsd(
         zero = 0.0 * _upcast(student_logits).sum()
         return zero, {"kd_loss": 0.0, "forward_kl": 0.0, "reverse_kl": 0.0, "num_tokens": 0.0}
     loss_N, fwd_N, rev_N = (torch.cat([p[i] for p in parts]) for i in range(3))
-    reduce = lambda v: _kd_reduce(v, b_idx, B, reduction, num_sequences, num_tokens)  # noqa: E731
     loss = reduce(loss_N)
     metrics = {"kd_loss": float(loss.detach()), "forward_kl": float(reduce(fwd_N)),
                "reverse_kl": float(reduce(rev_N)), "num_tokens": float(b_idx.numel())}
