@@ -287,6 +287,40 @@ def test_jsd_with_frozen_heads_takes_its_gradient_in_the_forward(beta, reduction
     assert new["hs"].grad[1].abs().sum() == 0  # the row without supervised tokens
 
 
+
+@pytest.mark.parametrize("reduction,denominator", [("token", None), ("trajectory", None), ("token", 9.0),
+                                                   ("trajectory", 4.0)])
+@pytest.mark.parametrize("is_clip", [2.0, None])
+@pytest.mark.parametrize("chunk_size", [1, 3, 1000])
+def test_sdpo_with_frozen_heads_takes_its_gradient_in_the_forward(reduction, denominator, is_clip, chunk_size):
+    """sdpo_topk_loss with frozen heads: value, metrics and the student hidden states' gradient of
+    the logits call (sampled ids and old log-probs split into the same chunks), no matmul in the
+    backward."""
+    mask = _mask()
+    ids = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(4))
+    old = torch.randn(B, T, dtype=torch.float64, generator=torch.Generator().manual_seed(5)) - 3.0
+    old[0, 0] = float("nan")  # not recorded: weight 1
+    ref, new = _leaves(), _leaves()
+    for leaves in (ref, new):
+        for name in ("ws", "wt", "bs", "ht"):
+            leaves[name].requires_grad_(False)
+    kw = dict(k=5, alpha=0.5, is_clip=is_clip, temperature=1.5, chunk_size=chunk_size, reduction=reduction,
+              denominator=denominator)
+    loss_ref, m_ref = sdpo_topk_loss(linear(ref["hs"], ref["ws"], ref["bs"]), linear(ref["ht"], ref["wt"]), ids, mask,
+                                     old, **kw)
+    loss_ref.backward()
+    calls = []
+    with TorchDispatchCounter(calls):
+        loss, m = sdpo_topk_loss(new["hs"], new["ht"], ids, mask, old,
+                                 heads=(LMHead(new["ws"], new["bs"]), LMHead(new["wt"], None)), **kw)
+    forward_matmuls = len(calls)
+    with TorchDispatchCounter(calls):
+        loss.backward()
+    assert loss.item() > 0 and forward_matmuls > 0 and len(calls) == forward_matmuls
+    torch.testing.assert_close(loss, loss_ref, rtol=1e-12, atol=1e-14)
+    assert m == pytest.approx(m_ref, rel=1e-10, abs=1e-13)
+    torch.testing.assert_close(new["hs"].grad, ref["hs"].grad, rtol=1e-10, atol=1e-13)
+
 class TorchDispatchCounter(torch.utils._python_dispatch.TorchDispatchMode):
     """Appends the name of every matmul-like op dispatched inside the block to ``calls``."""
 

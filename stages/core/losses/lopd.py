@@ -28,6 +28,7 @@ Every loss returns ``(loss, metrics)``: a scalar tensor and a dict of plain floa
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from typing import Callable, Literal
@@ -81,7 +82,9 @@ def _run_chunk(fn: Callable[..., Tensor | tuple[Tensor, ...]], *tensors: Tensor)
 class _ChunkedRowsLoss(torch.autograd.Function):
     """sum_n w_n f(s_n, t_n) over the masked rows n, each chunk's gradient taken in the forward.
 
-    ``rows_fn(student_cV, teacher_cV)`` returns (values_c, *diagnostics_c) for a chunk of rows.
+    ``rows_fn(student_cV, teacher_cV, *extras_c)`` returns (values_c, *diagnostics_c) for a chunk
+    of rows; ``extras_N`` (a tuple of (N, ...) tensors, default none) are per-row inputs without
+    a gradient (e.g. sampled token ids), split into the same chunks.
     The forward gathers one chunk of rows at a time, runs ``rows_fn`` under autograd, takes the
     gradient of sum_c w_c values_c w.r.t. the chunk's rows at once and writes it into a
     (B, T, V) buffer per input that needs one; the backward hands those buffers on, scaled in
@@ -93,15 +96,17 @@ class _ChunkedRowsLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, student_BTV: Tensor, teacher_BTV: Tensor, b_idx: Tensor, t_idx: Tensor,  # type: ignore[override]
                 weights_N: Tensor, rows_fn: Callable[..., tuple[Tensor, ...]], chunk_size: int,
-                needs_grad: tuple[bool, bool]) -> tuple[Tensor, ...]:
+                needs_grad: tuple[bool, bool], extras_N: tuple[Tensor, ...] = ()) -> tuple[Tensor, ...]:
         inputs = (student_BTV, teacher_BTV)
         grads = [torch.zeros_like(x) if need else None for x, need in zip(inputs, needs_grad)]
         loss = weights_N.new_zeros(())
         diagnostics: list[tuple[Tensor, ...]] = []
-        for b_c, t_c, w_c in zip(b_idx.split(chunk_size), t_idx.split(chunk_size), weights_N.split(chunk_size)):
+        chunks = zip(b_idx.split(chunk_size), t_idx.split(chunk_size), weights_N.split(chunk_size),
+                     zip(*(e.split(chunk_size) for e in extras_N)) if extras_N else itertools.repeat(()))
+        for b_c, t_c, w_c, extras_c in chunks:
             rows = [x[b_c, t_c].requires_grad_(need) for x, need in zip(inputs, needs_grad)]  # 2 x (c, V)
             with torch.enable_grad():
-                values_c, *diag_c = rows_fn(*rows)
+                values_c, *diag_c = rows_fn(*rows, *extras_c)
                 chunk_loss = (values_c * w_c).sum()
             wanted = [(g, r) for g, r in zip(grads, rows) if g is not None]
             if wanted:
@@ -121,7 +126,7 @@ class _ChunkedRowsLoss(torch.autograd.Function):
             raise RuntimeError("the chunked top-M loss supports one backward pass per forward")
         grads, ctx.grads = ctx.grads, None
         scaled = [g.mul_(grad_loss.to(g.dtype)) if g is not None else None for g in grads]
-        return (*scaled, None, None, None, None, None, None)
+        return (*scaled, None, None, None, None, None, None, None)
 
 
 def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtype: torch.dtype) -> Tensor:

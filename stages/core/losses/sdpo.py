@@ -14,7 +14,9 @@ Alignment convention (as in :mod:`stages.core.losses.lopd`): tensors are already
 
 Memory: only masked positions are gathered, and the full-vocabulary work runs on chunks of at
 most ``chunk_size`` positions under activation checkpointing (one [chunk x V] log-softmax alive
-at a time). Half-precision logits are upcast to float32; float64 stays float64.
+at a time). Half-precision logits are upcast to float32; float64 stays float64. On hidden states
+with frozen heads (a LoRA student) each chunk's gradient is taken in the forward instead
+(``_ChunkedRowsLoss``), so the backward recomputes no logits.
 """
 from __future__ import annotations
 
@@ -26,7 +28,10 @@ from torch import Tensor
 from torch.nn.functional import linear
 
 from stages.core.losses.head import LMHead, check_head
-from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, _check_chunk_size, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows
+from stages.core.losses.lopd import (
+    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows,
+    upcast_dtype,
+)
 
 Reduction = Literal["token", "trajectory"]
 LOG_RATIO_CLAMP = 20.0  # |logp - logp_old| is clamped before exp (as upstream), so exp never overflows
@@ -152,8 +157,10 @@ def sdpo_topk_loss(
         denominator: normaliser of the sum (> 0), default from this batch (see above).
         chunk_size: masked positions per chunk of full-vocabulary work (>= 1).
         heads: (student head, teacher head): the two inputs are then last hidden states (B, T, d)
-            and each chunk of masked positions computes its logits ``h @ W.T + b`` (recomputed in
-            the backward): no (B, T, V) logits exist; same values and gradient as on the logits.
+            and each chunk of masked positions computes its logits ``h @ W.T + b``: no (B, T, V)
+            logits exist; same values and gradient as on the logits. A trained student head: each
+            chunk is recomputed in the backward; frozen heads: its gradient is taken in the
+            forward (a second backward through the same graph is then refused).
 
     Returns:
         loss: scalar float32 (float64 for float64 logits) tensor, nats.
@@ -197,11 +204,28 @@ def sdpo_topk_loss(
     ids_N = token_ids_BT[b_idx, t_idx].long()
     if ids_N.numel() and (int(ids_N.min()) < 0 or int(ids_N.max()) >= V):
         raise ValueError(f"token ids must lie in [0, {V}) at the masked positions")
-    student_NV = student_logits_BTV[b_idx, t_idx]
-    teacher_NV = teacher_logits_BTV.detach()[b_idx, t_idx]
     old_N = (old_logprobs_BT[b_idx, t_idx] if old_logprobs_BT is not None
              else torch.full(ids_N.shape, float("nan"), dtype=torch.float64, device=ids_N.device))
     N = ids_N.numel()
+    if N and heads is not None and not any(x is not None and x.requires_grad for x in heads[0]):
+        # frozen heads: each chunk's gradient w.r.t. the student's hidden states taken in the forward
+        count_B = torch.bincount(b_idx, minlength=B)
+        dtype = upcast_dtype(student_logits_BTV.dtype)
+        if reduction == "token":
+            weights_N = torch.full((N,), 1.0 / (denominator if denominator is not None else N), dtype=dtype,
+                                   device=b_idx.device)
+        else:
+            rows_with_tokens = denominator if denominator is not None else int((count_B > 0).sum())
+            weights_N = 1.0 / (count_B[b_idx].to(dtype) * rows_with_tokens)
+        student_head, teacher_head = heads[0], heads[1].detached()
+        loss, div_N, raw_N, s_tail_N, t_tail_N = _ChunkedRowsLoss.apply(
+            student_logits_BTV, teacher_logits_BTV.detach(), b_idx, t_idx, weights_N,
+            lambda s, t, ids, old: _rows(linear(s, *student_head), linear(t, *teacher_head), ids, old, k, alpha,
+                                         add_tail, is_clip, temperature, loss_temperature),
+            chunk_size, (torch.is_grad_enabled() and student_logits_BTV.requires_grad, False), (ids_N, old_N))
+        return loss, _metrics(loss, div_N, raw_N, s_tail_N, t_tail_N, is_clip, N)
+    student_NV = student_logits_BTV[b_idx, t_idx]
+    teacher_NV = teacher_logits_BTV.detach()[b_idx, t_idx]
     if N == 0:
         zero = student_NV.sum() * 0.0  # connected to the student's graph: a defined zero gradient
         return zero, {"loss": 0.0, "divergence": 0.0, "is_ratio": 0.0, "is_clip_frac": 0.0,
@@ -224,9 +248,13 @@ def sdpo_topk_loss(
         has_B = count_B > 0
         per_row = row_sum_B[has_B] / count_B[has_B].to(weighted_N.dtype)
         loss = per_row.sum() / (denominator if denominator is not None else int(has_B.sum()))
+    return loss, _metrics(loss, div_N, raw_N, s_tail_N, t_tail_N, is_clip, N)
+
+
+def _metrics(loss: Tensor, div_N: Tensor, raw_N: Tensor, s_tail_N: Tensor, t_tail_N: Tensor, is_clip: float | None,
+             N: int) -> dict[str, float]:
     clipped = float((raw_N > is_clip).double().mean()) if is_clip is not None else 0.0
-    metrics = {"loss": float(loss.detach()), "divergence": float(div_N.detach().mean()),
-               "is_ratio": float(raw_N.mean()), "is_clip_frac": clipped,
-               "student_tail_mass": float(s_tail_N.mean()), "teacher_tail_mass": float(t_tail_N.mean()),
-               "num_tokens": float(N)}
-    return loss, metrics
+    return {"loss": float(loss.detach()), "divergence": float(div_N.detach().mean()),
+            "is_ratio": float(raw_N.mean()), "is_clip_frac": clipped,
+            "student_tail_mass": float(s_tail_N.mean()), "teacher_tail_mass": float(t_tail_N.mean()),
+            "num_tokens": float(N)}
