@@ -170,7 +170,7 @@ class Coldstart:
     """
 
     def __init__(self, config: ColdstartConfig, console: Console | None = None, embedder=None):
-        from stages.core.data.retrieval import Retriever
+        from stages.core.data.retrieval import Retriever, unembedded_count
         from stages.core.run.resources import check_experience_count
 
         self.config, self.console = config, console or Console()
@@ -183,6 +183,10 @@ class Coldstart:
         successes = successful_trajectories(store, config)
         check_experience_count(config.J, len(successes), store=config.experiences)
         retriever = Retriever(store, embedder)
+        if (missing := unembedded_count(store)):
+            self.console.print(f"[yellow]note: {missing} trajectories of {config.experiences} have no embedding and "
+                               f"are not retrieved (rollouts of a method that retrieves nothing): "
+                               f"`lopd index --store {config.experiences}` embeds them[/]")
         model = self._load_backbone()
         self._split(successes)
         self._build_composer(model, ckpt)

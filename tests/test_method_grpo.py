@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
-from stages.core.data.retrieval import index_new, open_embeddings
+from stages.core.data.retrieval import index_new, open_embeddings, unembedded_count
 from stages.core.data.rows import TrainRow, training_rows
 from stages.core.data.store import ExperienceStore
 from stages.distill import COMMON_FIELDS, DistillConfig, Distiller
@@ -117,4 +117,6 @@ def test_two_steps_through_the_cli_with_ppo_epochs_and_kl(assets, tmp_path):
     # GRPO retrieves nothing: its 8 rollouts are stored unembedded, for `lopd index` to embed
     opened = ExperienceStore.open(store)
     assert len(opened.query(run_id="grpo-cli")) == 8 and open_embeddings(opened).count_rows() == embedded_before
+    assert unembedded_count(opened) == 8
     assert index_new(opened, HashEmbedder()) == 8 and open_embeddings(opened).count_rows() == opened.count()
+    assert unembedded_count(opened) == 0

@@ -30,6 +30,7 @@ def test_hermes_tolerates_missing_close_parameters_and_string_arguments():
 def test_hermes_block_without_arguments_and_code_fence():
     text = '<tool_call>\n```json\n{"name": "ls"}\n```\n</tool_call>'
     assert _pairs(parse_tool_calls(text)) == [("ls", {})]
+    assert _pairs(parse_tool_calls('<tool_call>\n```\n```json\n{"name": "ls"}\n```\n</tool_call>')) == [("ls", {})]
 
 
 

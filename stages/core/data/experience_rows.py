@@ -3,12 +3,13 @@
 Store consistency (the choice made for self-evolving memory): step N's trajectories are tagged
 with the run id, ``info["distill_step"] = N`` (:data:`STEP_KEY`) and deterministic ids
 ``<run_id>-<N>-<i>`` (:func:`tag_step_rows`), then appended in ONE store transaction at the end
-of step N and embedded (:func:`append_step`); the checkpoint of step N (if any) is written
+of step N and, when the run's method retrieves (LOPD), embedded (:func:`append_step`; the
+other methods leave them for ``lopd index``); the checkpoint of step N (if any) is written
 after that append. On resume from checkpoint C, :func:`drop_rows_after` deletes this run's
 rows (and their embeddings) of steps > C, so the store holds exactly the rows it held when
 checkpoint C was written and the replayed steps never duplicate rows. Rows of other runs are
 never touched. A kill between the append and the embedding leaves rows without embeddings:
-the next :func:`append_step` (or ``index_new``) embeds them.
+the next embedding :func:`append_step` (or ``index_new``) embeds them.
 """
 from __future__ import annotations
 

@@ -233,6 +233,14 @@ def open_embeddings(store: ExperienceStore):
         return None
 
 
+def unembedded_count(store: ExperienceStore) -> int:
+    """How many of the store's trajectories have no embedding (not retrievable until
+    :func:`index_new` or ``lopd index`` embeds them), e.g. rollouts a method that retrieves
+    nothing appended in ``distill``."""
+    table = open_embeddings(store)
+    return store.count() - (table.count_rows() if table is not None else 0)
+
+
 def _no_embeddings(store: ExperienceStore) -> StoreError:
     return StoreError(f"store {store.uri} has no embeddings: run `lopd index --store {store.uri}` first")
 

@@ -45,8 +45,8 @@ the work a single action can cost)."""
 _NAME = re.compile(r"[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*")
 _FENCE = re.compile(r"```[\w+-]*")
 _TAG_OPEN = "<tool_call>"
-# What may sit between ``<tool_call>`` and its JSON: blanks and a code fence.
-_TAG_BODY_START = re.compile(r"\s*+(?:```[\w+-]*+\s*+)?")
+# What may sit between ``<tool_call>`` and its JSON: blanks and code fences.
+_TAG_BODY_START = re.compile(r"\s*+(?:```[\w+-]*+\s*+)*+")
 # Where a tagged call's block ends once its JSON is read: the closing tag, or the next call's tag.
 _TAG_BLOCK_END = re.compile(r"</tool_call>|(?=<tool_call>)")
 _PY_LIST_START = re.compile(r"\[\s*+[A-Za-z_][\w.]*+\s*+\(")
