@@ -256,6 +256,39 @@ def test_baseline_losses_with_heads_equal_them_on_logits(loss_name):
     assert new["ht"].grad is None and new["wt"].grad is None  # the teacher is detached in both
 
 
+
+class TorchDispatchCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Appends the name of every matmul-like op dispatched inside the block to ``calls``."""
+
+    def __init__(self, calls: list[str]):
+        super().__init__()
+        self.calls = calls
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in ("mm", "addmm", "bmm", "matmul", "linear"):
+            self.calls.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _frozen_leaves() -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Two equal sets of leaves where only the student's hidden states require grad (a LoRA student)."""
+    ref, new = _leaves(), _leaves()
+    for leaves in (ref, new):
+        for name in ("ws", "wt", "bs", "ht"):
+            leaves[name].requires_grad_(False)
+    return ref, new
+
+
+def _counted(call) -> tuple[torch.Tensor, dict, int, int]:
+    """``call()``'s (loss, metrics), then the matmuls dispatched in it and in the loss's backward."""
+    forward, backward = [], []
+    with TorchDispatchCounter(forward):
+        loss, m = call()
+    with TorchDispatchCounter(backward):
+        loss.backward()
+    return loss, m, len(forward), len(backward)
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("reduction,denominators", [("sequence", {}), ("token", {}),
                                                     ("sequence", {"num_sequences": 5}), ("token", {"num_tokens": 17})])
@@ -265,27 +298,18 @@ def test_jsd_with_frozen_heads_takes_its_gradient_in_the_forward(beta, reduction
     student's hidden states equal the logits call's, and nothing is recomputed in the backward:
     the heads' matmuls all run in the forward call."""
     mask = _mask()
-    ref, new = _leaves(), _leaves()
-    for leaves in (ref, new):
-        for name in ("ws", "wt", "bs", "ht"):
-            leaves[name].requires_grad_(False)
+    ref, new = _frozen_leaves()
+    kw = dict(temperature=1.5, chunk_size=chunk_size, reduction=reduction, **denominators)
     loss_ref, m_ref = generalized_jsd(linear(ref["hs"], ref["ws"], ref["bs"]), linear(ref["ht"], ref["wt"]), mask, beta,
-                                      temperature=1.5, chunk_size=chunk_size, reduction=reduction, **denominators)
+                                      **kw)
     loss_ref.backward()
-    calls = []
-    with TorchDispatchCounter(calls):
-        loss, m = generalized_jsd(new["hs"], new["ht"], mask, beta, temperature=1.5, chunk_size=chunk_size,
-                                  reduction=reduction, heads=(LMHead(new["ws"], new["bs"]), LMHead(new["wt"], None)),
-                                  **denominators)
-    forward_matmuls = len(calls)
-    with TorchDispatchCounter(calls):
-        loss.backward()
-    assert loss.item() > 0 and forward_matmuls > 0 and len(calls) == forward_matmuls  # no matmul in the backward
+    loss, m, forward_matmuls, backward_matmuls = _counted(lambda: generalized_jsd(
+        new["hs"], new["ht"], mask, beta, heads=(LMHead(new["ws"], new["bs"]), LMHead(new["wt"], None)), **kw))
+    assert loss.item() > 0 and forward_matmuls > 0 and backward_matmuls == 0
     torch.testing.assert_close(loss, loss_ref, rtol=1e-12, atol=1e-14)
     assert m == pytest.approx(m_ref, rel=1e-10, abs=1e-13)
     torch.testing.assert_close(new["hs"].grad, ref["hs"].grad, rtol=1e-10, atol=1e-13)
     assert new["hs"].grad[1].abs().sum() == 0  # the row without supervised tokens
-
 
 
 @pytest.mark.parametrize("reduction,denominator", [("token", None), ("trajectory", None), ("token", 9.0),
@@ -300,35 +324,15 @@ def test_sdpo_with_frozen_heads_takes_its_gradient_in_the_forward(reduction, den
     ids = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(4))
     old = torch.randn(B, T, dtype=torch.float64, generator=torch.Generator().manual_seed(5)) - 3.0
     old[0, 0] = float("nan")  # not recorded: weight 1
-    ref, new = _leaves(), _leaves()
-    for leaves in (ref, new):
-        for name in ("ws", "wt", "bs", "ht"):
-            leaves[name].requires_grad_(False)
+    ref, new = _frozen_leaves()
     kw = dict(k=5, alpha=0.5, is_clip=is_clip, temperature=1.5, chunk_size=chunk_size, reduction=reduction,
               denominator=denominator)
     loss_ref, m_ref = sdpo_topk_loss(linear(ref["hs"], ref["ws"], ref["bs"]), linear(ref["ht"], ref["wt"]), ids, mask,
                                      old, **kw)
     loss_ref.backward()
-    calls = []
-    with TorchDispatchCounter(calls):
-        loss, m = sdpo_topk_loss(new["hs"], new["ht"], ids, mask, old,
-                                 heads=(LMHead(new["ws"], new["bs"]), LMHead(new["wt"], None)), **kw)
-    forward_matmuls = len(calls)
-    with TorchDispatchCounter(calls):
-        loss.backward()
-    assert loss.item() > 0 and forward_matmuls > 0 and len(calls) == forward_matmuls
+    loss, m, forward_matmuls, backward_matmuls = _counted(lambda: sdpo_topk_loss(
+        new["hs"], new["ht"], ids, mask, old, heads=(LMHead(new["ws"], new["bs"]), LMHead(new["wt"], None)), **kw))
+    assert loss.item() > 0 and forward_matmuls > 0 and backward_matmuls == 0
     torch.testing.assert_close(loss, loss_ref, rtol=1e-12, atol=1e-14)
     assert m == pytest.approx(m_ref, rel=1e-10, abs=1e-13)
     torch.testing.assert_close(new["hs"].grad, ref["hs"].grad, rtol=1e-10, atol=1e-13)
-
-class TorchDispatchCounter(torch.utils._python_dispatch.TorchDispatchMode):
-    """Appends the name of every matmul-like op dispatched inside the block to ``calls``."""
-
-    def __init__(self, calls: list[str]):
-        super().__init__()
-        self.calls = calls
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.__name__.split(".")[0] in ("mm", "addmm", "bmm", "matmul", "linear"):
-            self.calls.append(func.__name__)
-        return func(*args, **(kwargs or {}))

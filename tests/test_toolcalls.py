@@ -33,13 +33,13 @@ def test_hermes_block_without_arguments_and_code_fence():
     assert _pairs(parse_tool_calls('<tool_call>\n```\n```json\n{"name": "ls"}\n```\n</tool_call>')) == [("ls", {})]
 
 
-
 def test_hermes_string_values_keep_closing_tags_and_fences():
     # A chat template writes argument values verbatim, so a value may hold the closing tag or a fence.
     text = ('<tool_call>{"name": "write", "arguments": {"text": "</tool_call>", "code": "```py\\nx```"}}</tool_call>\n'
             '<tool_call>{"name": "ls", "arguments": {"path": "<tool_call>"}}')
     assert _pairs(parse_tool_calls(text)) == [("write", {"text": "</tool_call>", "code": "```py\nx```"}),
                                               ("ls", {"path": "<tool_call>"})]
+
 
 def test_python_list_with_literals_dotted_names_and_trailing_text():
     text = '[math.factorial(number=5), plot(xs=[1, -2.5, 3], opts={"color": "red", "w": (1, 2)}, show=True, n=None)] done'

@@ -40,6 +40,11 @@ class LMHead(NamedTuple):
     weight_Vd: Tensor  # (V, d), the model's dtype; requires grad when the head is trained
     bias_V: Tensor | None  # (V,) or None
 
+    @property
+    def trained(self) -> bool:
+        """Whether a tensor of the head requires grad (a fully fine-tuned model's head)."""
+        return any(x is not None and x.requires_grad for x in self)
+
     def detached(self) -> LMHead:
         """The same head cut from the graph (a fixed teacher's)."""
         return LMHead(self.weight_Vd.detach(), None if self.bias_V is None else self.bias_V.detach())
@@ -123,7 +128,7 @@ def head_topm_tail_reverse_kl(
     if not num_tokens:  # 0 with a defined, all-zero gradient
         zero = (student_h_BTd.sum() + teacher_h_BTd.sum()).to(dtype) * 0.0
         return zero, {"reverse_kl": 0.0, "teacher_tail_mass": 0.0, "student_tail_mass": 0.0, "num_tokens": 0.0}
-    if any(x is not None and x.requires_grad for x in (*student_head, *teacher_head)):  # a trained head
+    if student_head.trained or teacher_head.trained:
         parts = _chunks(rows_fn, chunk_size, (student_h_BTd[b_idx, t_idx], teacher_h_BTd[b_idx, t_idx]),
                         (*student_head, *teacher_head))
         kl_N, t_tail_N, s_tail_N = (torch.cat(p) for p in zip(*parts))

@@ -48,8 +48,8 @@ from torch.nn.functional import linear
 
 from stages.core.losses.head import LMHead, check_head
 from stages.core.losses.lopd import (
-    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows,
-    upcast_dtype,
+    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
+    floor_logprobs, kl_rows, upcast_dtype,
 )
 
 KDReduction = Literal["sequence", "token"]
@@ -88,17 +88,6 @@ def _kd_reduce(values_N: Tensor, rows_N: Tensor, num_rows: int, reduction: KDRed
     per_row = row_sum_B[has_B] / count_B[has_B].to(values_N.dtype)
     denominator = num_sequences if num_sequences is not None else int(has_B.sum())
     return per_row.sum() / max(denominator, 1)
-
-
-def _kd_weights(rows_N: Tensor, num_rows: int, reduction: KDReduction, num_sequences: int | None,
-                num_tokens: int | None, dtype: torch.dtype) -> Tensor:
-    """w_N (N,) with sum_n w_n x_n = :func:`_kd_reduce` of x (up to the summation order)."""
-    if reduction == "token":
-        n = num_tokens if num_tokens is not None else rows_N.numel()
-        return torch.full(rows_N.shape, 1.0 / max(n, 1), dtype=dtype, device=rows_N.device)
-    count_B = torch.bincount(rows_N, minlength=num_rows)
-    denominator = num_sequences if num_sequences is not None else int((count_B > 0).sum())
-    return 1.0 / (count_B[rows_N].to(dtype) * max(denominator, 1))
 
 
 def generalized_jsd(
@@ -166,9 +155,11 @@ def generalized_jsd(
     b_idx, t_idx = _mask_positions(mask, (B, T))
     teacher_BTV = teacher_logits.detach()
     reduce = lambda v: _kd_reduce(v, b_idx, B, reduction, num_sequences, num_tokens)  # noqa: E731
-    if heads is not None and b_idx.numel() and not any(x is not None and x.requires_grad for x in heads[0]):
+    if heads is not None and b_idx.numel() and not heads[0].trained:
         # frozen heads: each chunk's gradient w.r.t. the student's hidden states taken in the forward
-        weights_N = _kd_weights(b_idx, B, reduction, num_sequences, num_tokens, upcast_dtype(student_logits.dtype))
+        given = num_tokens if reduction == "token" else num_sequences  # weights with _kd_reduce's denominators
+        weights_N = _reduction_weights(b_idx, B, "token" if reduction == "token" else "trajectory",
+                                       upcast_dtype(student_logits.dtype), None if given is None else max(given, 1))
         student_head, teacher_head = heads[0], heads[1].detached()
         loss, fwd_N, rev_N = _ChunkedRowsLoss.apply(
             student_logits, teacher_BTV, b_idx, t_idx, weights_N,

@@ -129,15 +129,19 @@ class _ChunkedRowsLoss(torch.autograd.Function):
         return (*scaled, None, None, None, None, None, None, None)
 
 
-def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtype: torch.dtype) -> Tensor:
+def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtype: torch.dtype,
+                       denominator: float | None = None) -> Tensor:
     """w_N (N,) such that sum_n w_n x_n is the masked mean of x: per row then over the rows that
-    have tokens (``trajectory``), or pooled over all tokens (``token``)."""
+    have tokens (``trajectory``), or pooled over all tokens (``token``). ``denominator`` replaces
+    the count the mean divides by last (the rows with tokens, or the tokens): a whole step's
+    count when the batch is one micro-batch of it."""
     if reduction == "token":
-        return torch.full(rows_N.shape, 1.0 / max(rows_N.numel(), 1), dtype=dtype, device=rows_N.device)
+        n = denominator if denominator is not None else max(rows_N.numel(), 1)
+        return torch.full(rows_N.shape, 1.0 / n, dtype=dtype, device=rows_N.device)
     if reduction != "trajectory":
         raise ValueError(f"reduction must be 'trajectory' or 'token', got {reduction!r}")
     count_B = torch.bincount(rows_N, minlength=num_rows)
-    rows_with_tokens = max(int((count_B > 0).sum()), 1)
+    rows_with_tokens = denominator if denominator is not None else max(int((count_B > 0).sum()), 1)
     return 1.0 / (count_B[rows_N].to(dtype) * rows_with_tokens)
 
 

@@ -29,8 +29,8 @@ from torch.nn.functional import linear
 
 from stages.core.losses.head import LMHead, check_head
 from stages.core.losses.lopd import (
-    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _run_chunk, _upcast, floor_logprobs, kl_rows,
-    upcast_dtype,
+    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
+    floor_logprobs, kl_rows, upcast_dtype,
 )
 
 Reduction = Literal["token", "trajectory"]
@@ -207,16 +207,9 @@ def sdpo_topk_loss(
     old_N = (old_logprobs_BT[b_idx, t_idx] if old_logprobs_BT is not None
              else torch.full(ids_N.shape, float("nan"), dtype=torch.float64, device=ids_N.device))
     N = ids_N.numel()
-    if N and heads is not None and not any(x is not None and x.requires_grad for x in heads[0]):
+    if N and heads is not None and not heads[0].trained:
         # frozen heads: each chunk's gradient w.r.t. the student's hidden states taken in the forward
-        count_B = torch.bincount(b_idx, minlength=B)
-        dtype = upcast_dtype(student_logits_BTV.dtype)
-        if reduction == "token":
-            weights_N = torch.full((N,), 1.0 / (denominator if denominator is not None else N), dtype=dtype,
-                                   device=b_idx.device)
-        else:
-            rows_with_tokens = denominator if denominator is not None else int((count_B > 0).sum())
-            weights_N = 1.0 / (count_B[b_idx].to(dtype) * rows_with_tokens)
+        weights_N = _reduction_weights(b_idx, B, reduction, upcast_dtype(student_logits_BTV.dtype), denominator)
         student_head, teacher_head = heads[0], heads[1].detached()
         loss, div_N, raw_N, s_tail_N, t_tail_N = _ChunkedRowsLoss.apply(
             student_logits_BTV, teacher_logits_BTV.detach(), b_idx, t_idx, weights_N,
