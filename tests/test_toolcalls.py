@@ -64,6 +64,17 @@ def test_python_calls_without_brackets():
     assert _pairs(parse_tool_calls("cd(folder='a'), pwd()")) == [("cd", {"folder": "a"}), ("pwd", {})]
 
 
+def test_untagged_calls_keep_fences_inside_string_values():
+    # Only the fence around the calls is skipped; a value that holds one (a README, a code cell) is kept.
+    assert _pairs(parse_tool_calls('```json\n{"name": "write", "arguments": {"text": "```py\\nx\\n```"}}\n```')) == [
+        ("write", {"text": "```py\nx\n```"})]
+    assert _pairs(parse_tool_calls("```python\n[write(text='```sh\\nls\\n```')]\n```")) == [
+        ("write", {"text": "```sh\nls\n```"})]
+    assert _pairs(parse_tool_calls("```python\nwrite(text='a ``` b'), ls()\n```")) == [
+        ("write", {"text": "a ``` b"}), ("ls", {})]
+    assert _pairs(parse_tool_calls("```pwd()```")) == [("pwd", {})]
+
+
 def test_bare_json_object_and_list():
     assert _pairs(parse_tool_calls('Sure: {"name": "f", "arguments": {"k": "v"}} ok')) == [("f", {"k": "v"})]
     text = '```json\n[{"name": "f", "arguments": {}}, {"name": "g", "parameters": {"z": 0}}]\n```'

@@ -24,9 +24,9 @@ import stages.core.text.pycall_reader as reader  # noqa: E402
 from stages.core.text.toolcalls import (  # noqa: E402
     MAX_NESTING, ToolCallParseError, format_python_call, parse_tool_calls)
 
-# The think/fence/tag markers are stripped from the whole action before any call is read (also
-# inside string values): values that contain them cannot round-trip.
-MARKERS = ("<think>", "</think>", "```", "<tool_call>")
+# Think blocks are dropped from the whole action before any call is read (also inside string
+# values), and an opening tag makes the action a tagged one: values holding them cannot round-trip.
+MARKERS = ("<think>", "</think>", "<tool_call>")
 FRAGMENTS = ["[", "]", "(", ")", "{", "}", ",", "=", ":", "'", '"', "\\", "#", "\n", " ", "-", "+", ".", "*", "**",
              "f", "a", "cd", "_x", "1", "0x", "1e", "j", "True", "null", "lambda", "not", "<tool_call>",
              "</tool_call>", "<think>", "</think>", "```", "```json", '{"name": "f", "arguments": ', '"name"',

@@ -10,7 +10,8 @@ Three formats are recognised, in this order of precedence:
     syntax, never evaluated; the brackets may be omitted when the whole text is calls);
 (c) a bare JSON object ``{"name": ..., "arguments": ...}`` or a JSON list of them.
 
-Reasoning blocks (``<think>...</think>``) and Markdown code fences are ignored. Text that holds no
+Reasoning blocks (``<think>...</think>``) are dropped from the whole text first. Markdown code
+fences around a call are skipped; fences inside a string value are kept. Text that holds no
 call yields ``[]``; text that clearly tries to call a tool but cannot be read raises
 :class:`ToolCallParseError`, the one failure of :func:`parse_tool_calls`.
 
@@ -43,7 +44,8 @@ thousand characters; a longer text is a parse failure (no model output needs mor
 the work a single action can cost)."""
 
 _NAME = re.compile(r"[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*")
-_FENCE = re.compile(r"```[\w+-]*")
+# A code fence's opening: three backticks and a language tag when one comes before a line break.
+_FENCE_OPEN = re.compile(r"```(?:[\w+-]*+(?=\s))?")
 _TAG_OPEN = "<tool_call>"
 # What may sit between ``<tool_call>`` and its JSON: blanks and code fences.
 _TAG_BODY_START = re.compile(r"\s*+(?:```[\w+-]*+\s*+)*+")
@@ -94,15 +96,16 @@ def _parse(text: str) -> list[ToolCall]:
     text = strip_thinking(text)
     if "<tool_call>" in text:
         return _parse_tagged(text)
-    text = _FENCE.sub("\n", text).strip()
+    text = text.strip()
     starts = [(m.start(), kind) for kind, m in (("json", _JSON_START.search(text)), ("python", _PY_LIST_START.search(text))) if m]
-    if not starts and _PY_BARE_START.match(text):  # calls without the list brackets
+    if not starts:  # calls without the list brackets make up the whole text, perhaps inside one code fence
+        text = _unfenced(text)
+        if not _PY_BARE_START.match(text):
+            return []
         try:
             return _python_calls(text, 0, bare=True)
         except PySyntaxError:  # prose that happens to start like a call
             return []
-    if not starts:
-        return []
     pos, kind = min(starts)
     return _parse_json_at(text, pos) if kind == "json" else _python_calls(text, pos, bare=False)
 
@@ -280,6 +283,13 @@ def _make_call(obj: Any, where: str) -> ToolCall:
     if not isinstance(args, dict):
         raise ToolCallParseError(f"{where}: arguments of {name!r} must be an object, got {type(args).__name__}")
     return ToolCall(name=name, arguments=json.dumps(args))
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without the code fence that opens and/or closes it (fences elsewhere are kept)."""
+    if opening := _FENCE_OPEN.match(text):
+        text = text[opening.end():]
+    return text.removesuffix("```").strip()
 
 
 def _parse_tagged(text: str) -> list[ToolCall]:
