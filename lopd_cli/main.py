@@ -162,8 +162,8 @@ def index(
     ctx: typer.Context,
     config: Optional[str] = CONFIG,
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
-    embedder: Optional[str] = typer.Option(None, "--embedder", help="minilm (packaged all-MiniLM-L6-v2, default) or a sentence-transformers id/path."),
-    field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text, default), trajectory (the transcript), or trace (task + observation-lite trace, searched with an instruction-prefixed task query: asymmetric, A.3)."),
+    embedder: Optional[str] = typer.Option(None, "--embedder", help="minilm (packaged all-MiniLM-L6-v2) or a sentence-transformers id/path. (default: the store's, else minilm)"),
+    field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text), trajectory (the transcript), or trace (task + observation-lite trace, searched with an instruction-prefixed task query: asymmetric, A.3). (default: the store's, else task)"),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per embedder batch."),
     ann_threshold: int = typer.Option(10_000, "--ann-threshold", help="Build an ANN index from this many rows on (exact search below)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Drop all embeddings and indexes first (to change embedder or field)."),
@@ -269,7 +269,7 @@ def _given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
 @friendly
 def distill(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML file with any of these options; flags override it."),
+    config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML/JSON file with any of these options; flags override it."),
     method: Optional[str] = typer.Option(None, "--method", help="Training method: lopd, grpo, sdft, opsd, sdpo, skill-sd (stages/methods). (default lopd)"),
     option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, livecodebench, taco."),
