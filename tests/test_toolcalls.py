@@ -1,10 +1,13 @@
 """Tool-call parsing: Hermes tags, BFCL Python lists, bare JSON; errors and plain text."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from schemas import ToolCall
-from stages.core.text.toolcalls import ToolCallParseError, format_python_call, format_python_calls, parse_tool_calls
+from stages.core.text.toolcalls import (ToolCallParseError, format_python_call, format_python_calls, parse_tool_calls,
+                                        strip_thinking)
 
 
 def _pairs(calls: list[ToolCall]) -> list[tuple[str, dict]]:
@@ -79,6 +82,20 @@ def test_bare_json_object_and_list():
     assert _pairs(parse_tool_calls('Sure: {"name": "f", "arguments": {"k": "v"}} ok')) == [("f", {"k": "v"})]
     text = '```json\n[{"name": "f", "arguments": {}}, {"name": "g", "parameters": {"z": 0}}]\n```'
     assert _pairs(parse_tool_calls(text)) == [("f", {}), ("g", {"z": 0})]
+
+
+def test_think_tags_inside_a_tagged_call_are_kept_and_calls_inside_reasoning_are_not_read():
+    # The action starts at the first <tool_call> outside a think block: its values keep the tags.
+    value = {"t": "<think>x</think>", "u": "</think>", "v": "<think>"}
+    text = f"<think>plan</think>\n<tool_call>{json.dumps({'name': 'write', 'arguments': value})}</tool_call>"
+    assert _pairs(parse_tool_calls(text)) == [("write", value)]
+    assert _pairs(parse_tool_calls('<think>I could <tool_call>{"name": "no"}</tool_call></think>'
+                                   '<tool_call>{"name": "yes"}</tool_call>')) == [("yes", {})]
+    # the prompt opened the reasoning (no <think> in the text): up to the first </think> is reasoning
+    text = ('I could <tool_call>{"name": "no"}</tool_call> hmm</think>\n'
+            '<tool_call>{"name": "yes", "arguments": {"t": "</think>"}}</tool_call>')
+    assert _pairs(parse_tool_calls(text)) == [("yes", {"t": "</think>"})]
+    assert strip_thinking("a</think>b<think>c</think>d<think>e") == "bd"
 
 
 def test_think_prefix_from_template_and_unfinished_thinking():

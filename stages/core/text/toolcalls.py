@@ -10,7 +10,8 @@ Three formats are recognised, in this order of precedence:
     syntax, never evaluated; the brackets may be omitted when the whole text is calls);
 (c) a bare JSON object ``{"name": ..., "arguments": ...}`` or a JSON list of them.
 
-Reasoning blocks (``<think>...</think>``) are dropped from the whole text first. Markdown code
+Reasoning (``<think>...</think>``, :func:`strip_thinking`) is dropped first; think tags inside a
+tagged call are kept (it is the action), elsewhere they are read as reasoning. Markdown code
 fences around a call are skipped; fences inside a string value are kept. Text that holds no
 call yields ``[]``; text that clearly tries to call a tool but cannot be read raises
 :class:`ToolCallParseError`, the one failure of :func:`parse_tool_calls`.
@@ -230,17 +231,43 @@ def unknown_schema_types(schema: Any, known: Collection[str] = _JSON_TYPES) -> l
 
 
 def strip_thinking(text: str) -> str:
-    """Drop ``<think>...</think>`` blocks (one linear pass of ``str.find``, no regex backtracking)."""
-    kept, i = [], 0
-    while (start := text.find("<think>", i)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
+    """Drop the reasoning of a model action: ``<think>...</think>`` blocks, the text up to a first
+    ``</think>`` that comes before any ``<think>`` (the prompt opened the block: Qwen3 templates),
+    and everything from an unfinished ``<think>`` on. Reasoning ends where the first
+    ``<tool_call>`` outside a block begins: from there the text is the action and is kept as written
+    (a call's argument value may hold the tags). One forward pass of ``str.find``: linear time."""
+    i = _prompt_reasoning_end(text)
+    kept, call = [], text.find(_TAG_OPEN, i)
+    while (start := text.find("<think>", i)) >= 0 and (call < 0 or start < call):
+        end = text.find("</think>", start + 7)
+        if end < 0:  # unfinished reasoning: nothing after it is an action
+            return "".join(kept) + text[i:start]
         kept.append(text[i:start])
         i = end + 8
-    text = "".join(kept) + text[i:]
-    if "</think>" in text:  # opening tag was part of the prompt (Qwen3 templates)
-        text = text.rsplit("</think>", 1)[1]
-    if "<think>" in text:  # unfinished reasoning: nothing after it is an action
-        text = text.split("<think>", 1)[0]
-    return text
+        if 0 <= call < i:  # that tag was inside the reasoning
+            call = text.find(_TAG_OPEN, i)
+    return "".join(kept) + text[i:]
+
+
+def _prompt_reasoning_end(text: str) -> int:
+    """Index just past the ``</think>`` that closes a block the prompt opened (the first one, when
+    no ``<think>`` comes before it), else 0. Such a ``</think>`` inside the JSON of a tagged call
+    that starts before it is a value of that call, not the end of reasoning (each call before it is
+    read once, in order: linear time)."""
+    opened, closed = text.find("<think>"), text.find("</think>")
+    if closed < 0 or 0 <= opened < closed:
+        return 0
+    pos = 0
+    while (call := text.find(_TAG_OPEN, pos, closed)) >= 0:
+        try:
+            obj, pos = _decode_json(text, _TAG_BODY_START.match(text, call + len(_TAG_OPEN)).end(), "<tool_call> block")
+        except ToolCallParseError:
+            break
+        if not isinstance(obj, (dict, list)):  # not a call: the tag is part of the reasoning
+            break
+        if pos > closed:
+            return 0
+    return closed + 8
 
 
 def _check_json_nesting(text: str, start: int, where: str) -> None:
