@@ -91,10 +91,18 @@ def test_think_tags_inside_a_tagged_call_are_kept_and_calls_inside_reasoning_are
     assert _pairs(parse_tool_calls(text)) == [("write", value)]
     assert _pairs(parse_tool_calls('<think>I could <tool_call>{"name": "no"}</tool_call></think>'
                                    '<tool_call>{"name": "yes"}</tool_call>')) == [("yes", {})]
-    # the prompt opened the reasoning (no <think> in the text): up to the first </think> is reasoning
-    text = ('I could <tool_call>{"name": "no"}</tool_call> hmm</think>\n'
+    # the prompt opened the reasoning: up to the last </think> outside a call's JSON is reasoning
+    text = ('I could <tool_call>{"name": "no"}</tool_call>, end with </think> hmm</think>\n'
             '<tool_call>{"name": "yes", "arguments": {"t": "</think>"}}</tool_call>')
     assert _pairs(parse_tool_calls(text)) == [("yes", {"t": "</think>"})]
+    assert _pairs(parse_tool_calls("I end with </think> then [no(a=1)].\n</think>\n\n[yes(a=2)]")) == [("yes", {"a": 2})]
+    assert _pairs(parse_tool_calls('I need a <tool_call> block.\n</think>\n<tool_call>{"name": "yes"}</tool_call>')) == [
+        ("yes", {})]
+    # reasoning after a call, and a tag inside reasoning, are reasoning
+    assert _pairs(parse_tool_calls('<tool_call>{"name": "yes"}</tool_call>\n<think>also <tool_call> no?</think>')) == [
+        ("yes", {})]
+    assert _pairs(parse_tool_calls("<think>use <tool_call> here</think>\n<think>or [no(a=1)]</think>\n[yes(a=2)]")) == [
+        ("yes", {"a": 2})]
     assert strip_thinking("a</think>b<think>c</think>d<think>e") == "bd"
 
 

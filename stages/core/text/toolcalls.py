@@ -11,7 +11,7 @@ Three formats are recognised, in this order of precedence:
 (c) a bare JSON object ``{"name": ..., "arguments": ...}`` or a JSON list of them.
 
 Reasoning (``<think>...</think>``, :func:`strip_thinking`) is dropped first; think tags inside a
-tagged call are kept (it is the action), elsewhere they are read as reasoning. Markdown code
+tagged call's JSON are kept (values), elsewhere they are read as reasoning. Markdown code
 fences around a call are skipped; fences inside a string value are kept. Text that holds no
 call yields ``[]``; text that clearly tries to call a tool but cannot be read raises
 :class:`ToolCallParseError`, the one failure of :func:`parse_tool_calls`.
@@ -52,6 +52,7 @@ _TAG_OPEN = "<tool_call>"
 _TAG_BODY_START = re.compile(r"\s*+(?:```[\w+-]*+\s*+)*+")
 # Where a tagged call's block ends once its JSON is read: the closing tag, or the next call's tag.
 _TAG_BLOCK_END = re.compile(r"</tool_call>|(?=<tool_call>)")
+_THINK_MARKER = re.compile(r"</?think>|<tool_call>")
 _PY_LIST_START = re.compile(r"\[\s*+[A-Za-z_][\w.]*+\s*+\(")
 _PY_BARE_START = re.compile(r"[A-Za-z_][\w.]*+\(")
 _JSON_START = re.compile(r"(?:\[\s*+)?\{\s*+\"name\"\s*+:")
@@ -231,43 +232,35 @@ def unknown_schema_types(schema: Any, known: Collection[str] = _JSON_TYPES) -> l
 
 
 def strip_thinking(text: str) -> str:
-    """Drop the reasoning of a model action: ``<think>...</think>`` blocks, the text up to a first
-    ``</think>`` that comes before any ``<think>`` (the prompt opened the block: Qwen3 templates),
-    and everything from an unfinished ``<think>`` on. Reasoning ends where the first
-    ``<tool_call>`` outside a block begins: from there the text is the action and is kept as written
-    (a call's argument value may hold the tags). One forward pass of ``str.find``: linear time."""
-    i = _prompt_reasoning_end(text)
-    kept, call = [], text.find(_TAG_OPEN, i)
-    while (start := text.find("<think>", i)) >= 0 and (call < 0 or start < call):
-        end = text.find("</think>", start + 7)
-        if end < 0:  # unfinished reasoning: nothing after it is an action
-            return "".join(kept) + text[i:start]
-        kept.append(text[i:start])
-        i = end + 8
-        if 0 <= call < i:  # that tag was inside the reasoning
-            call = text.find(_TAG_OPEN, i)
-    return "".join(kept) + text[i:]
+    """Drop the reasoning of a model action: ``<think>...</think>`` blocks, everything before a
+    ``</think>`` that closes no block of the text (the prompt opened it: Qwen3 templates; the last
+    such one counts), and everything from an unfinished ``<think>`` on. Think tags inside the JSON
+    of a ``<tool_call>`` block outside reasoning are part of the call's values, kept as written.
 
-
-def _prompt_reasoning_end(text: str) -> int:
-    """Index just past the ``</think>`` that closes a block the prompt opened (the first one, when
-    no ``<think>`` comes before it), else 0. Such a ``</think>`` inside the JSON of a tagged call
-    that starts before it is a value of that call, not the end of reasoning (each call before it is
-    read once, in order: linear time)."""
-    opened, closed = text.find("<think>"), text.find("</think>")
-    if closed < 0 or 0 <= opened < closed:
-        return 0
-    pos = 0
-    while (call := text.find(_TAG_OPEN, pos, closed)) >= 0:
-        try:
-            obj, pos = _decode_json(text, _TAG_BODY_START.match(text, call + len(_TAG_OPEN)).end(), "<tool_call> block")
-        except ToolCallParseError:
-            break
-        if not isinstance(obj, (dict, list)):  # not a call: the tag is part of the reasoning
-            break
-        if pos > closed:
-            return 0
-    return closed + 8
+    One forward pass (each tagged call's JSON is read once; after a block that is not a JSON call,
+    later tags are read as plain text): linear time, never raises.
+    """
+    kept, seg, pos, think_at, read_calls = [], 0, 0, -1, True
+    while marker := _THINK_MARKER.search(text, pos):
+        pos = marker.end()
+        if think_at >= 0:  # inside a block: only its end counts
+            if marker.group() == "</think>":
+                think_at, seg = -1, pos
+        elif marker.group() == "<think>":
+            kept.append(text[seg:marker.start()])
+            think_at = marker.start()
+        elif marker.group() == "</think>":  # the prompt opened the block: everything before was reasoning
+            kept, seg = [], pos
+        elif read_calls:  # a tagged call: tags inside its JSON are values
+            try:
+                call, end = _decode_json(text, _TAG_BODY_START.match(text, pos).end(), "<tool_call> block")
+            except ToolCallParseError:
+                call = None
+            if isinstance(call, (dict, list)):
+                pos = end
+            else:
+                read_calls = False
+    return "".join(kept) if think_at >= 0 else "".join(kept) + text[seg:]
 
 
 def _check_json_nesting(text: str, start: int, where: str) -> None:
