@@ -44,7 +44,8 @@ def test_wandb_offline_run_holds_the_metrics_and_samples(assets, tmp_path, monke
     # W&B's core process may still be writing the file when finish() returns on a loaded machine:
     # wait for it (up to 60 s) before reading
     deadline = time.monotonic() + 60
-    while b"distill/reverse_kl" not in (records := (run / "run-lopd-test.wandb").read_bytes()) and time.monotonic() < deadline:
+    path = run / "run-lopd-test.wandb"
+    while b"distill/reverse_kl" not in (records := path.read_bytes()) and time.monotonic() < deadline:
         time.sleep(0.5)
     for row in rows:
         assert b"distill/reverse_kl" in records and json.dumps(row["reverse_kl"]).encode() in records
