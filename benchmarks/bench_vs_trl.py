@@ -54,6 +54,7 @@ Results and the exact run: docs/results/bench-vs-trl.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import multiprocessing as mp
@@ -115,6 +116,7 @@ class Spec:
     threads: int
     generations: int = 1
     lr: float = 1e-5
+    profile: int = 0
 
 
 def _set_threads(threads: int) -> None:
@@ -196,7 +198,7 @@ def prepare(args: argparse.Namespace, root: Path) -> tuple[Spec, dict]:
                                                           return_dict=True)["input_ids"]),
     }
     return Spec(str(root), model_path, args.batch, args.response, args.warmup + args.rounds, args.threads,
-                args.generations), lengths
+                args.generations, profile=args.profile), lengths
 
 
 def _step_result(t0: float, tokens: int, extra: dict | None = None) -> dict:
@@ -209,6 +211,7 @@ def lopd_worker(method: str, spec: Spec, conn) -> None:
     ``opsd-logits``: OPSD with (B, T, V) logits at every position (the path before the LM head
     moved into the loss); ``opsd-unshared``: OPSD without the shared-prefix training forward
     (:mod:`stages.core.models.shared_prefix`; the path before)."""
+    import torch
     from rich.console import Console
     from stages.distill import PHASE_FIELDS, DistillConfig, Distiller
     from stages.methods import Method
@@ -234,9 +237,15 @@ def lopd_worker(method: str, spec: Spec, conn) -> None:
     for step in range(1, spec.steps + 1):
         conn.recv()
         reset_peak_rss()
-        t0 = time.perf_counter()
-        row = distiller.train_step(step)
-        conn.send(_step_result(t0, int(row["tokens"]), {k: row[k] for k in PHASE_FIELDS}))
+        profiled = spec.profile and step == spec.steps
+        with torch.profiler.profile() if profiled else contextlib.nullcontext() as prof:
+            t0 = time.perf_counter()
+            row = distiller.train_step(step)
+        extra = {k: row[k] for k in PHASE_FIELDS}
+        if profiled:  # the ops of the last step by their own CPU time (the step's time includes the profiler's)
+            extra["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=spec.profile,
+                                                         max_name_column_width=60)
+        conn.send(_step_result(t0, int(row["tokens"]), extra))
 
 
 def trl_worker(spec: Spec, conn) -> None:
@@ -324,6 +333,8 @@ def main() -> None:
                              " without the shared-prefix forward (the paths before)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: torch's default)")
     parser.add_argument("--json", help="also write every step's numbers here")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile each lopd tool's last step (torch.profiler) and print its N costliest ops")
     args = parser.parse_args()
     t_start, load_start = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-vs-trl-") as tmp:
@@ -365,6 +376,9 @@ def main() -> None:
     for name, rows in measured.items():
         print(f"| {name} | " + " | ".join(f"{statistics.median(r[k] for r in rows):.2f}" if k in rows[0] else "-"
                                           for k in fields) + " |")
+    for name, rows in steps.items():
+        if "profile" in rows[-1]:
+            print(f"\n{name}, last step, ops by own CPU time (under the profiler):\n{rows[-1].pop('profile')}")
     if args.json:
         Path(args.json).write_text(json.dumps({"settings": vars(args), "lengths": lengths, "setup_rss_mb": setup,
                                                "steps": steps, "spec": asdict(spec)}, indent=1))

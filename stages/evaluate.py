@@ -344,10 +344,18 @@ def apply_protocol(config: EvaluateConfig) -> EvaluateConfig:
     cap (:data:`stages.core.benches.BENCHES`). ``paper``: :data:`PAPER_SAMPLING` and
     :data:`PAPER_BUDGETS`. Thinking mode is whatever the model's chat template does by default
     (Qwen3's: on, as in the paper). The filled settings are what the report records.
+
+    Raises:
+        ValueError: ``paper`` on a bench the paper does not evaluate (lopd's study bed) when the
+            token budget or the step cap is not given.
     """
     bench = BENCHES[config.bench]
     if config.protocol == "paper":
-        budget, steps = PAPER_BUDGETS[config.bench]
+        if config.bench not in PAPER_BUDGETS and (config.max_new_tokens is None or config.max_turns is None):
+            raise ValueError(f"--protocol paper: the LOPD paper gives no token budget or step cap for {config.bench} "
+                             f"(it has them for {', '.join(PAPER_BUDGETS)}); give --max-new-tokens and --max-turns, "
+                             "or use --protocol greedy")
+        budget, steps = PAPER_BUDGETS.get(config.bench, (config.max_new_tokens, config.max_turns))
         filled = {**PAPER_SAMPLING, "max_new_tokens": budget, "max_turns": steps}
     else:
         filled = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": bench.max_new_tokens,

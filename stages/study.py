@@ -26,7 +26,9 @@ Layout of ``out``::
 With ``results`` set (a folder kept in the repository, e.g. ``docs/results/bed-cpu``), the results
 are copied there after every finished run; a later study (another machine, ``out`` gone) reuses
 the finished runs its ``results.json`` lists (``finished``, with their evaluations, training rows
-and the base model's report) instead of training them again.
+and the base model's report) instead of training them again. Its ``runs/NAME-seedS/train/`` keeps
+each finished run's ``metrics.jsonl`` and ``config.json``, and its ``report/`` is `lopd report` of
+all of them (without sample rollouts: the stores stay in ``out``).
 
 A killed study resumes: finished runs and written evaluations are reused, an unfinished run
 resumes from its newest checkpoint (an evaluation runs before its step's checkpoint, so a kill
@@ -55,7 +57,7 @@ from stages.methods import get_method
 from stages.settings import merge
 from stages.study_final import final_path
 from stages.study_layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,
-                                  reused_runs, run_dir)
+                                  keep_training_logs, reused_runs, run_dir)
 from stages.study_sft import SFT_METHODS
 
 def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
@@ -383,6 +385,7 @@ def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("results.json", "results.csv", "table.md", *results["plots"]):
             shutil.copyfile(Path(config.out) / name, dest / name)
+        keep_training_logs(config, dest / "runs")
         console.print(f"study: results copied into {dest}")
     return results
 
@@ -424,4 +427,7 @@ def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
                   + ", ".join(results["plots"]))
     if (out / "runs").is_dir():  # the trained runs' curves (losses, gradient norms, time, memory)
         report.run(report.ReportConfig(runs=[str(out / "runs")], out=str(out / "report")), console)
+    kept = Path(config.results) / "runs" if config.results else None
+    if kept and kept.is_dir() and kept.resolve() != (out / "runs").resolve():  # every run kept there, from any machine
+        report.run(report.ReportConfig(runs=[str(kept)], out=str(kept.parent / "report"), samples_steps=0), console)
     return results

@@ -4,6 +4,7 @@ by its report (:mod:`stages.study_report`)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,24 @@ def run_dir(config: StudyConfig, run: StudyRun, seed: int) -> Path:
 def done_file(config: StudyConfig, run: StudyRun, seed: int) -> Path:
     """The distill summary a finished (run, seed) leaves; its presence marks the run finished."""
     return run_dir(config, run, seed) / "done.json"
+
+
+def keep_training_logs(config: StudyConfig, dest: Path) -> list[Path]:
+    """Copy each finished run's training log (``train/metrics.jsonl`` and ``train/config.json``)
+    to ``dest/NAME-seedS/train/``, so that `lopd report` can be drawn again where ``out`` is gone;
+    returns the files copied. A run already kept there is copied again (the same files)."""
+    copied = []
+    for run in config.runs:
+        for seed in config.seeds_of(run) if run.method != VANILLA else []:
+            train = run_dir(config, run, seed) / "train"
+            if not done_file(config, run, seed).is_file():
+                continue
+            for name in ("metrics.jsonl", "config.json"):
+                if (train / name).is_file():
+                    target = dest / run_dir(config, run, seed).name / "train" / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    copied.append(Path(shutil.copyfile(train / name, target)))
+    return copied
 
 
 def base_report(config: StudyConfig) -> Path:

@@ -297,6 +297,10 @@ def test_protocols_fill_what_is_not_given_and_the_report_records_it(tmp_path):
     paper = apply_protocol(EvaluateConfig(bench="bfcl-v3", protocol="paper"))
     assert (paper.temperature, paper.top_p, paper.top_k, paper.max_new_tokens, paper.max_turns) == (0.7, 0.95, 20, 40_960, 30)
     coding = apply_protocol(EvaluateConfig(bench="humaneval-plus", protocol="paper", max_new_tokens=512, top_k=0))
+    with pytest.raises(ValueError, match="no token budget or step cap for lopd-bed"):
+        apply_protocol(EvaluateConfig(bench="lopd-bed", protocol="paper"))
+    bed = apply_protocol(EvaluateConfig(bench="lopd-bed", protocol="paper", max_new_tokens=64, max_turns=6))
+    assert (bed.temperature, bed.max_new_tokens, bed.max_turns) == (0.7, 64, 6)
     assert (coding.temperature, coding.top_k, coding.max_new_tokens) == (0.7, 0, 512)  # flags win
     report = _run(tmp_path, [["Done."]], bench="envscaler", limit=1, protocol="paper", max_turns=2)
     assert report["config"]["protocol"] == "paper"

@@ -265,6 +265,13 @@ def test_results_folder_continues_a_study_without_its_out_folder(straight, asset
     saved = _results(committed)
     assert sorted(saved["finished"]) == ["grpo-seed0", "grpo-seed1", "lopd-seed0"]
     assert saved["base_report"]["per_task"] and (committed / "table.md").read_text() == (straight / "table.md").read_text()
+    for label in saved["finished"]:  # the training logs are kept, and the report drawn from them
+        kept = committed / "runs" / label / "train" / "metrics.jsonl"
+        assert kept.read_text() == (straight / "runs" / label / "train" / "metrics.jsonl").read_text()
+    summary = (committed / "report" / "summary.md").read_text()
+    assert [line for line in summary.splitlines() if line.startswith("## ") and "seed" in line] == [
+        "## grpo-seed0", "## grpo-seed1", "## lopd-seed0"]
+    assert (committed / "report" / "loss.png").is_file()
 
     fresh = tmp_path / "machine2"
     result = runner.invoke(app, ["study", "--config", str(config), "--out", str(fresh)])
@@ -273,6 +280,7 @@ def test_results_folder_continues_a_study_without_its_out_folder(straight, asset
     assert f"base model's evaluation reused from {committed}" in flat
     assert flat.count(f"finished earlier, reused from {committed}") == 3
     assert not (fresh / "runs").exists()  # nothing trained or evaluated
+    assert "## lopd-seed0" in (committed / "report" / "summary.md").read_text()  # redrawn from the kept logs
     mine, theirs = _results(fresh), _results(straight)
     assert mine["evaluations"] == theirs["evaluations"] and mine["training"] == theirs["training"]
     assert mine["table"] == theirs["table"]  # the paired NLL too, from the kept per-task rows

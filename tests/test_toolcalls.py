@@ -1,10 +1,13 @@
 """Tool-call parsing: Hermes tags, BFCL Python lists, bare JSON; errors and plain text."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from schemas import ToolCall
-from stages.core.text.toolcalls import ToolCallParseError, format_python_call, format_python_calls, parse_tool_calls
+from stages.core.text.toolcalls import (ToolCallParseError, format_python_call, format_python_calls, parse_tool_calls,
+                                        strip_thinking)
 
 
 def _pairs(calls: list[ToolCall]) -> list[tuple[str, dict]]:
@@ -64,10 +67,43 @@ def test_python_calls_without_brackets():
     assert _pairs(parse_tool_calls("cd(folder='a'), pwd()")) == [("cd", {"folder": "a"}), ("pwd", {})]
 
 
+def test_untagged_calls_keep_fences_inside_string_values():
+    # Only the fence around the calls is skipped; a value that holds one (a README, a code cell) is kept.
+    assert _pairs(parse_tool_calls('```json\n{"name": "write", "arguments": {"text": "```py\\nx\\n```"}}\n```')) == [
+        ("write", {"text": "```py\nx\n```"})]
+    assert _pairs(parse_tool_calls("```python\n[write(text='```sh\\nls\\n```')]\n```")) == [
+        ("write", {"text": "```sh\nls\n```"})]
+    assert _pairs(parse_tool_calls("```python\nwrite(text='a ``` b'), ls()\n```")) == [
+        ("write", {"text": "a ``` b"}), ("ls", {})]
+    assert _pairs(parse_tool_calls("```pwd()```")) == [("pwd", {})]
+
+
 def test_bare_json_object_and_list():
     assert _pairs(parse_tool_calls('Sure: {"name": "f", "arguments": {"k": "v"}} ok')) == [("f", {"k": "v"})]
     text = '```json\n[{"name": "f", "arguments": {}}, {"name": "g", "parameters": {"z": 0}}]\n```'
     assert _pairs(parse_tool_calls(text)) == [("f", {}), ("g", {"z": 0})]
+
+
+def test_think_tags_inside_a_tagged_call_are_kept_and_calls_inside_reasoning_are_not_read():
+    # The action starts at the first <tool_call> outside a think block: its values keep the tags.
+    value = {"t": "<think>x</think>", "u": "</think>", "v": "<think>"}
+    text = f"<think>plan</think>\n<tool_call>{json.dumps({'name': 'write', 'arguments': value})}</tool_call>"
+    assert _pairs(parse_tool_calls(text)) == [("write", value)]
+    assert _pairs(parse_tool_calls('<think>I could <tool_call>{"name": "no"}</tool_call></think>'
+                                   '<tool_call>{"name": "yes"}</tool_call>')) == [("yes", {})]
+    # the prompt opened the reasoning: up to the last </think> outside a call's JSON is reasoning
+    text = ('I could <tool_call>{"name": "no"}</tool_call>, end with </think> hmm</think>\n'
+            '<tool_call>{"name": "yes", "arguments": {"t": "</think>"}}</tool_call>')
+    assert _pairs(parse_tool_calls(text)) == [("yes", {"t": "</think>"})]
+    assert _pairs(parse_tool_calls("I end with </think> then [no(a=1)].\n</think>\n\n[yes(a=2)]")) == [("yes", {"a": 2})]
+    assert _pairs(parse_tool_calls('I need a <tool_call> block.\n</think>\n<tool_call>{"name": "yes"}</tool_call>')) == [
+        ("yes", {})]
+    # reasoning after a call, and a tag inside reasoning, are reasoning
+    assert _pairs(parse_tool_calls('<tool_call>{"name": "yes"}</tool_call>\n<think>also <tool_call> no?</think>')) == [
+        ("yes", {})]
+    assert _pairs(parse_tool_calls("<think>use <tool_call> here</think>\n<think>or [no(a=1)]</think>\n[yes(a=2)]")) == [
+        ("yes", {"a": 2})]
+    assert strip_thinking("a</think>b<think>c</think>d<think>e") == "bd"
 
 
 def test_think_prefix_from_template_and_unfinished_thinking():

@@ -24,9 +24,10 @@ import stages.core.text.pycall_reader as reader  # noqa: E402
 from stages.core.text.toolcalls import (  # noqa: E402
     MAX_NESTING, ToolCallParseError, format_python_call, parse_tool_calls)
 
-# The think/fence/tag markers are stripped from the whole action before any call is read (also
-# inside string values): values that contain them cannot round-trip.
-MARKERS = ("<think>", "</think>", "```", "<tool_call>")
+# Outside a tagged call, think tags are read as reasoning (also inside string values) and an
+# opening tag makes the action a tagged one: values of untagged calls holding them cannot
+# round-trip. A tagged call's values may hold anything.
+MARKERS = ("<think>", "</think>", "<tool_call>")
 FRAGMENTS = ["[", "]", "(", ")", "{", "}", ",", "=", ":", "'", '"', "\\", "#", "\n", " ", "-", "+", ".", "*", "**",
              "f", "a", "cd", "_x", "1", "0x", "1e", "j", "True", "null", "lambda", "not", "<tool_call>",
              "</tool_call>", "<think>", "</think>", "```", "```json", '{"name": "f", "arguments": ', '"name"',
@@ -89,13 +90,17 @@ def test_adversarial_repetitions_are_read_in_linear_work(parts):
     _parse_counted(text)
 
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20).filter(lambda t: not any(m in t for m in MARKERS)),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=8).filter(lambda t: not any(m in t for m in MARKERS)), inner, max_size=4),
-    max_leaves=20)
+def json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy:
+    return st.recursive(
+        st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
+        | st.floats(allow_nan=False, allow_infinity=False) | text,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+        max_leaves=20)
+
+
+JSON_VALUES = json_values(st.text(max_size=20).filter(lambda t: not any(m in t for m in MARKERS)))
+TAGGED_VALUES = json_values(st.text(max_size=20) | st.lists(st.sampled_from(
+    [*MARKERS, "</tool_call>", "```", "```json", "x", " ", '"', "\\"]), max_size=6).map("".join))
 IDENTIFIERS = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(
     lambda s: not s.startswith("__") and s not in {"if", "in", "is", "or", "as", "def", "del", "for", "and", "not",
                                                    "try", "else", "from", "with", "pass", "elif", "while",
@@ -110,3 +115,10 @@ def test_formatted_calls_read_back_exactly(args):
     text = "[" + format_python_call(call) + "]"
     assert parse_tool_calls(text) == [call]
     assert parse_tool_calls(f"<tool_call>{json.dumps({'name': call.name, 'arguments': args})}</tool_call>") == [call]
+
+
+@given(st.lists(st.dictionaries(IDENTIFIERS, TAGGED_VALUES, max_size=4), min_size=1, max_size=3),
+       st.sampled_from(["", "<think>plan <tool_call>{}</tool_call></think>\n", "plan</think>", "```json\n"]))
+def test_tagged_calls_read_back_exactly_whatever_their_values_hold(calls, before):
+    text = before + "\n".join(f"<tool_call>{json.dumps({'name': 'f', 'arguments': args})}</tool_call>" for args in calls)
+    assert parse_tool_calls(text) == [ToolCall(name="f", arguments=json.dumps(args)) for args in calls]

@@ -50,8 +50,6 @@ for run in $runs; do
   lopd study --config "$config" --only "$run"
   if [ "$COMMIT" = 1 ] && [ -n "$(git status --porcelain -- "$results")" ]; then
     cp "$config" "$results/study.toml"
-    mkdir -p "$results/report"  # `lopd report` of the trained runs: loss, gradient-norm, time, memory
-    cp runs/study-bed-cpu/report/{*.png,summary.md} "$results/report/" 2>/dev/null || true
     git add -- "$results"
     git commit -m "bed study: results after run $run" -- "$results"
   fi

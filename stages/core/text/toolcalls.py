@@ -10,7 +10,9 @@ Three formats are recognised, in this order of precedence:
     syntax, never evaluated; the brackets may be omitted when the whole text is calls);
 (c) a bare JSON object ``{"name": ..., "arguments": ...}`` or a JSON list of them.
 
-Reasoning blocks (``<think>...</think>``) and Markdown code fences are ignored. Text that holds no
+Reasoning (``<think>...</think>``, :func:`strip_thinking`) is dropped first; think tags inside a
+tagged call's JSON are kept (values), elsewhere they are read as reasoning. Markdown code
+fences around a call are skipped; fences inside a string value are kept. Text that holds no
 call yields ``[]``; text that clearly tries to call a tool but cannot be read raises
 :class:`ToolCallParseError`, the one failure of :func:`parse_tool_calls`.
 
@@ -43,12 +45,14 @@ thousand characters; a longer text is a parse failure (no model output needs mor
 the work a single action can cost)."""
 
 _NAME = re.compile(r"[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*")
-_FENCE = re.compile(r"```[\w+-]*")
+# A code fence's opening: three backticks and a language tag when one comes before a line break.
+_FENCE_OPEN = re.compile(r"```(?:[\w+-]*+(?=\s))?")
 _TAG_OPEN = "<tool_call>"
 # What may sit between ``<tool_call>`` and its JSON: blanks and code fences.
 _TAG_BODY_START = re.compile(r"\s*+(?:```[\w+-]*+\s*+)*+")
 # Where a tagged call's block ends once its JSON is read: the closing tag, or the next call's tag.
 _TAG_BLOCK_END = re.compile(r"</tool_call>|(?=<tool_call>)")
+_THINK_MARKER = re.compile(r"</?think>|<tool_call>")
 _PY_LIST_START = re.compile(r"\[\s*+[A-Za-z_][\w.]*+\s*+\(")
 _PY_BARE_START = re.compile(r"[A-Za-z_][\w.]*+\(")
 _JSON_START = re.compile(r"(?:\[\s*+)?\{\s*+\"name\"\s*+:")
@@ -94,15 +98,16 @@ def _parse(text: str) -> list[ToolCall]:
     text = strip_thinking(text)
     if "<tool_call>" in text:
         return _parse_tagged(text)
-    text = _FENCE.sub("\n", text).strip()
+    text = text.strip()
     starts = [(m.start(), kind) for kind, m in (("json", _JSON_START.search(text)), ("python", _PY_LIST_START.search(text))) if m]
-    if not starts and _PY_BARE_START.match(text):  # calls without the list brackets
+    if not starts:  # calls without the list brackets make up the whole text, perhaps inside one code fence
+        text = _unfenced(text)
+        if not _PY_BARE_START.match(text):
+            return []
         try:
             return _python_calls(text, 0, bare=True)
         except PySyntaxError:  # prose that happens to start like a call
             return []
-    if not starts:
-        return []
     pos, kind = min(starts)
     return _parse_json_at(text, pos) if kind == "json" else _python_calls(text, pos, bare=False)
 
@@ -227,17 +232,35 @@ def unknown_schema_types(schema: Any, known: Collection[str] = _JSON_TYPES) -> l
 
 
 def strip_thinking(text: str) -> str:
-    """Drop ``<think>...</think>`` blocks (one linear pass of ``str.find``, no regex backtracking)."""
-    kept, i = [], 0
-    while (start := text.find("<think>", i)) >= 0 and (end := text.find("</think>", start + 7)) >= 0:
-        kept.append(text[i:start])
-        i = end + 8
-    text = "".join(kept) + text[i:]
-    if "</think>" in text:  # opening tag was part of the prompt (Qwen3 templates)
-        text = text.rsplit("</think>", 1)[1]
-    if "<think>" in text:  # unfinished reasoning: nothing after it is an action
-        text = text.split("<think>", 1)[0]
-    return text
+    """Drop the reasoning of a model action: ``<think>...</think>`` blocks, everything before a
+    ``</think>`` that closes no block of the text (the prompt opened it: Qwen3 templates; the last
+    such one counts), and everything from an unfinished ``<think>`` on. Think tags inside the JSON
+    of a ``<tool_call>`` block outside reasoning are part of the call's values, kept as written.
+
+    One forward pass (each tagged call's JSON is read once; after a block that is not a JSON call,
+    later tags are read as plain text): linear time, never raises.
+    """
+    kept, seg, pos, think_at, read_calls = [], 0, 0, -1, True
+    while marker := _THINK_MARKER.search(text, pos):
+        pos = marker.end()
+        if think_at >= 0:  # inside a block: only its end counts
+            if marker.group() == "</think>":
+                think_at, seg = -1, pos
+        elif marker.group() == "<think>":
+            kept.append(text[seg:marker.start()])
+            think_at = marker.start()
+        elif marker.group() == "</think>":  # the prompt opened the block: everything before was reasoning
+            kept, seg = [], pos
+        elif read_calls:  # a tagged call: tags inside its JSON are values
+            try:
+                call, end = _decode_json(text, _TAG_BODY_START.match(text, pos).end(), "<tool_call> block")
+            except ToolCallParseError:
+                call = None
+            if isinstance(call, (dict, list)):
+                pos = end
+            else:
+                read_calls = False
+    return "".join(kept) if think_at >= 0 else "".join(kept) + text[seg:]
 
 
 def _check_json_nesting(text: str, start: int, where: str) -> None:
@@ -280,6 +303,13 @@ def _make_call(obj: Any, where: str) -> ToolCall:
     if not isinstance(args, dict):
         raise ToolCallParseError(f"{where}: arguments of {name!r} must be an object, got {type(args).__name__}")
     return ToolCall(name=name, arguments=json.dumps(args))
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without the code fence that opens and/or closes it (fences elsewhere are kept)."""
+    if opening := _FENCE_OPEN.match(text):
+        text = text[opening.end():]
+    return text.removesuffix("```").strip()
 
 
 def _parse_tagged(text: str) -> list[ToolCall]:
