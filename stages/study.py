@@ -26,7 +26,7 @@ Layout of ``out``::
 With ``results`` set (a folder kept in the repository, e.g. ``docs/results/bed-cpu``), the results
 are copied there after every finished run; a later study (another machine, ``out`` gone) reuses
 the finished runs its ``results.json`` lists (``finished``, with their evaluations, training rows
-and the base model's report) instead of training them again. Its ``runs/NAME-seedS/train/`` keeps
+and the base model's report) instead of training them again. Its ``training/NAME-seedS/train/`` keeps
 each finished run's ``metrics.jsonl`` and ``config.json``, and its ``report/`` is `lopd report` of
 all of them (without sample rollouts: the stores stay in ``out``).
 
@@ -385,7 +385,7 @@ def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("results.json", "results.csv", "table.md", *results["plots"]):
             shutil.copyfile(Path(config.out) / name, dest / name)
-        keep_training_logs(config, dest / "runs")
+        keep_training_logs(config, dest / "training")
         console.print(f"study: results copied into {dest}")
     return results
 
@@ -427,7 +427,7 @@ def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
                   + ", ".join(results["plots"]))
     if (out / "runs").is_dir():  # the trained runs' curves (losses, gradient norms, time, memory)
         report.run(report.ReportConfig(runs=[str(out / "runs")], out=str(out / "report")), console)
-    kept = Path(config.results) / "runs" if config.results else None
-    if kept and kept.is_dir() and kept.resolve() != (out / "runs").resolve():  # every run kept there, from any machine
+    kept = Path(config.results) / "training" if config.results else None
+    if kept and kept.is_dir():  # the training logs of every run kept there, from any machine
         report.run(report.ReportConfig(runs=[str(kept)], out=str(kept.parent / "report"), samples_steps=0), console)
     return results

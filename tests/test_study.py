@@ -266,7 +266,7 @@ def test_results_folder_continues_a_study_without_its_out_folder(straight, asset
     assert sorted(saved["finished"]) == ["grpo-seed0", "grpo-seed1", "lopd-seed0"]
     assert saved["base_report"]["per_task"] and (committed / "table.md").read_text() == (straight / "table.md").read_text()
     for label in saved["finished"]:  # the training logs are kept, and the report drawn from them
-        kept = committed / "runs" / label / "train" / "metrics.jsonl"
+        kept = committed / "training" / label / "train" / "metrics.jsonl"
         assert kept.read_text() == (straight / "runs" / label / "train" / "metrics.jsonl").read_text()
     summary = (committed / "report" / "summary.md").read_text()
     assert [line for line in summary.splitlines() if line.startswith("## ") and "seed" in line] == [
