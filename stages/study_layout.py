@@ -108,22 +108,22 @@ def done_file(config: StudyConfig, run: StudyRun, seed: int) -> Path:
     return run_dir(config, run, seed) / "done.json"
 
 
-def keep_training_logs(config: StudyConfig, dest: Path) -> list[Path]:
+def keep_training_logs(config: StudyConfig, dest: Path) -> None:
     """Copy each finished run's training log (``train/metrics.jsonl`` and ``train/config.json``)
-    to ``dest/NAME-seedS/train/``, so that `lopd report` can be drawn again where ``out`` is gone;
-    returns the files copied. A run already kept there is copied again (the same files)."""
-    copied = []
+    to ``dest/NAME-seedS/train/``, so that `lopd report` can be drawn again where ``out`` is gone
+    (a run already kept there is copied again: the same files)."""
     for run in config.runs:
-        for seed in config.seeds_of(run) if run.method != VANILLA else []:
-            train = run_dir(config, run, seed) / "train"
+        if run.method == VANILLA:
+            continue
+        for seed in config.seeds_of(run):
             if not done_file(config, run, seed).is_file():
                 continue
+            train = run_dir(config, run, seed) / "train"
+            target = dest / train.parent.name / "train"
             for name in ("metrics.jsonl", "config.json"):
                 if (train / name).is_file():
-                    target = dest / run_dir(config, run, seed).name / "train" / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    copied.append(Path(shutil.copyfile(train / name, target)))
-    return copied
+                    target.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(train / name, target / name)
 
 
 def base_report(config: StudyConfig) -> Path:

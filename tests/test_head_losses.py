@@ -256,7 +256,6 @@ def test_baseline_losses_with_heads_equal_them_on_logits(loss_name):
     assert new["ht"].grad is None and new["wt"].grad is None  # the teacher is detached in both
 
 
-
 class TorchDispatchCounter(torch.utils._python_dispatch.TorchDispatchMode):
     """Appends the name of every matmul-like op dispatched inside the block to ``calls``."""
 

@@ -85,7 +85,7 @@ def test_bare_json_object_and_list():
 
 
 def test_think_tags_inside_a_tagged_call_are_kept_and_calls_inside_reasoning_are_not_read():
-    # The action starts at the first <tool_call> outside a think block: its values keep the tags.
+    # Think tags inside the JSON of a tagged call outside reasoning are its values, kept as written.
     value = {"t": "<think>x</think>", "u": "</think>", "v": "<think>"}
     text = f"<think>plan</think>\n<tool_call>{json.dumps({'name': 'write', 'arguments': value})}</tool_call>"
     assert _pairs(parse_tool_calls(text)) == [("write", value)]
