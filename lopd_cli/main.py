@@ -297,6 +297,7 @@ def distill(
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Rollout top-k, 0 = off (the paper samples with 20, B.2). (default 0)"),
     engine: Optional[str] = typer.Option(None, "--engine", help="Rollout engine: hf or vllm. (default hf)"),
     rollout_batch: Optional[int] = typer.Option(None, "--rollout-batch", help="Episodes generated together. (default 8)"),
+    compile_decode: Optional[bool] = typer.Option(None, "--compile-decode/--no-compile-decode", help="hf engine on a GPU: compile the decoding forward (torch.compile; about 4x faster calls once compiled, but each new batch or length bucket compiles again for a minute or more: for one-turn rollouts at a fixed batch); may change on --resume. (default off: eager)"),
     activation_checkpointing: Optional[bool] = typer.Option(None, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute activations in backward: less memory, slower steps. (default off)"),
     grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Gradient-norm clipping, 0 = off. (default 1.0)"),
     embedder: Optional[str] = typer.Option(None, "--embedder", help="Embedder of new rollouts (lopd, the method that retrieves; the other methods append them unembedded for `lopd index`). (default: the store's)"),

@@ -179,7 +179,7 @@ class Distiller:
         # every update (engine.sleep) and at every weight sync
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,
                                   adapter=self.student.adapter, batch_size=config.rollout_batch,
-                                  prefix_cache_tokens=PREFIX_CACHE_TOKENS)
+                                  prefix_cache_tokens=PREFIX_CACHE_TOKENS, compile_decode=config.compile_decode)
         info = distributed.broadcast(embeddings_info(self.store) if self.world.is_main else None, self.world)
         # only a retrieving method reads embeddings: the others leave the rows for `lopd index`
         self.embedder = None

@@ -28,7 +28,7 @@ from stages.methods import get_method
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
 # finished steps (everything else must match). Paths are compared after resolving.
-RESUMABLE = runs.RESUMABLE | {"log", "allow_overlap", "new_store"}
+RESUMABLE = runs.RESUMABLE | {"log", "allow_overlap", "new_store", "compile_decode"}
 PATH_FIELDS = {"store", "out", "composer", "data_dir"}
 
 

@@ -66,6 +66,7 @@ class DistillConfig(BaseModel):
     max_len: int | None = Field(None, ge=2)
     micro_batch: int = Field(4, ge=1)
     rollout_batch: int = Field(8, ge=1)
+    compile_decode: bool = False
     activation_checkpointing: bool = Field(False, validation_alias=AliasChoices(
         "activation_checkpointing", "grad_checkpointing"))
     embedder: str | None = None

@@ -363,16 +363,19 @@ def test_resume_refuses_changed_settings(assets, tmp_path):
     assert (resumed.step, resumed.cursor) == (1, 2)
 
 
-def test_resume_may_change_max_len_and_path_spelling(assets, tmp_path, monkeypatch):
+def test_resume_may_change_max_len_compile_decode_and_path_spelling(assets, tmp_path, monkeypatch):
     config = make_config(assets, tmp_path, "respell", steps=1)
-    Distiller(config).fit()
+    first = Distiller(config)
+    assert not first.engine.compile_decode  # eager decoding unless asked
+    first.fit()
     monkeypatch.chdir(tmp_path)  # the same store and run folder, spelled relative
-    again = config.model_copy(update={"resume": True, "steps": 2, "max_len": 300,
+    again = config.model_copy(update={"resume": True, "steps": 2, "max_len": 300, "compile_decode": True,
                                       "store": "store-respell", "out": "respell"})
     out = io.StringIO()
     resumed = Distiller(again, console=Console(file=out, width=200))
     assert resumed.step == 1 and "resume: changed" in out.getvalue()
     assert "max_len 256 -> 300" in out.getvalue() and "store" not in out.getvalue().split("changed")[1]
+    assert "compile_decode False -> True" in out.getvalue() and resumed.engine.compile_decode
 
 
 def test_missing_logger_package_is_one_line_before_anything_loads(assets, tmp_path, monkeypatch):

@@ -3,12 +3,14 @@ top-k, weight sync, adapters and the factory. Uses the tiny in-process model."""
 from __future__ import annotations
 
 import copy
+from unittest import mock
 
 import pytest
 import torch
 
 from stages.engines import ENGINES, Generation, SamplingParams, make_engine
 from stages.engines.hf import HFRolloutEngine, generation_config
+from stages.engines.prefix_cache import COMPILED_CACHE_MULTIPLE
 from tests.tiny import tiny_model, tiny_tokenizer
 
 PROMPTS = [
@@ -335,3 +337,26 @@ def test_engine_errors(model, tok):
         HFRolloutEngine(model, bare)
     with pytest.raises(ValueError, match="batch_size"):
         HFRolloutEngine(model, tok, batch_size=0)
+
+
+def test_decoding_is_compiled_only_when_asked(model, tok, ids):
+    """Eager by default (on a GPU transformers would compile the decoding forward for the
+    prefix-cached path's StaticCache, once per cache shape). With ``compile_decode`` the static
+    cache's length is rounded up to a multiple of COMPILED_CACHE_MULTIPLE: the extra slots are
+    masked, so the tokens and log-probs are those of the exact length (on a CPU nothing compiles)."""
+    assert generation_config(GREEDY, 0, [1]).disable_compile
+    assert not generation_config(GREEDY, 0, [1], compile_decode=True).disable_compile
+    lengths, real = [], model.generate
+
+    def spy(*args, **kwargs):
+        lengths.append(kwargs["cache"].get_max_length())
+        return real(*args, **kwargs)
+
+    params = SamplingParams(temperature=0.7, max_new_tokens=6, seed=3)
+    with mock.patch.object(model, "generate", spy):
+        runs = [HFRolloutEngine(model, tok, prefix_cache_tokens=10_000, compile_decode=c).generate(ids, params)
+                for c in (False, True)]
+    longest = max(len(p) for p in ids) + params.max_new_tokens
+    assert lengths == [longest, -(-longest // COMPILED_CACHE_MULTIPLE) * COMPILED_CACHE_MULTIPLE]
+    assert lengths[1] > lengths[0]
+    assert_same(runs[1], runs[0])

@@ -219,7 +219,7 @@ def check_vllm_temperature(temperature: float) -> None:
 
 
 def make_engine(name: str, model, tokenizer, *, adapter: str | None = None, batch_size: int = 8,
-                prefix_cache_tokens: int = 0) -> RolloutEngine:
+                prefix_cache_tokens: int = 0, compile_decode: bool = False) -> RolloutEngine:
     """The rollout engine called ``name`` for ``model`` / ``tokenizer``.
 
     Args:
@@ -232,29 +232,33 @@ def make_engine(name: str, model, tokenizer, *, adapter: str | None = None, batc
         batch_size: prompts per batched forward (``hf``; vLLM schedules its own batches).
         prefix_cache_tokens: KV prefix-cache budget in tokens, 0 = off (``hf``; vLLM caches
             prefixes itself).
+        compile_decode: ``hf`` on a GPU: compile the decoding forward (see
+            :class:`stages.engines.hf.HFRolloutEngine`); vLLM compiles on its own.
 
     Raises:
         ValueError: see :func:`check_engine`.
     """
     check_engine(name)
     return ENGINES[name](model, tokenizer, adapter=adapter, batch_size=batch_size,
-                         prefix_cache_tokens=prefix_cache_tokens)
+                         prefix_cache_tokens=prefix_cache_tokens, compile_decode=compile_decode)
 
 
-def _hf_engine(model, tokenizer, *, adapter: str | None, batch_size: int, prefix_cache_tokens: int) -> RolloutEngine:
+def _hf_engine(model, tokenizer, *, adapter: str | None, batch_size: int, prefix_cache_tokens: int,
+               compile_decode: bool) -> RolloutEngine:
     from stages.engines.hf import HFRolloutEngine
 
     return HFRolloutEngine(model, tokenizer, adapter=adapter, batch_size=batch_size,
-                           prefix_cache_tokens=prefix_cache_tokens)
+                           prefix_cache_tokens=prefix_cache_tokens, compile_decode=compile_decode)
 
 
-def _vllm_engine(model, tokenizer, *, adapter: str | None, batch_size: int, prefix_cache_tokens: int) -> RolloutEngine:
+def _vllm_engine(model, tokenizer, *, adapter: str | None, batch_size: int, prefix_cache_tokens: int,
+                 compile_decode: bool) -> RolloutEngine:
     from stages.engines.vllm import VLLMRolloutEngine
 
     return VLLMRolloutEngine(model, tokenizer, adapter=adapter)
 
 
-# Engine name -> factory (model, tokenizer, *, adapter, batch_size, prefix_cache_tokens); the
+# Engine name -> factory (model, tokenizer, *, adapter, batch_size, prefix_cache_tokens, compile_decode); the
 # engine modules are imported only when an engine is built.
 ENGINES: Registry[Callable[..., RolloutEngine]] = Registry("engine", sort=False,
                                                            unknown="unknown engine {name}; known engines: {known}")

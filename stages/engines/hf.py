@@ -135,15 +135,21 @@ def _clean_defaults(model: nn.Module):
         hf.generation_config = saved
 
 
-def generation_config(params: SamplingParams, pad_token_id: int | None, eos_ids: list[int]) -> GenerationConfig:
+def generation_config(params: SamplingParams, pad_token_id: int | None, eos_ids: list[int], *,
+                      compile_decode: bool = False) -> GenerationConfig:
     """The ``GenerationConfig`` of one ``generate`` call: greedy, every field set so that
     ``generate`` builds no logits processor (nothing from the checkpoint). Sampling is done by
     :class:`_RowSampler`, passed as a logits processor; no top_k is set: transformers warns, on
     every call, of a flag it will not use.
+
+    ``compile_decode`` False sets ``disable_compile``: on a GPU, ``generate`` would otherwise
+    compile the decoding forward with ``torch.compile`` whenever it is handed a ``StaticCache``
+    (the prefix-cached path), once per new cache shape.
     """
     config = GenerationConfig()
     config.update(**_NEUTRAL, max_new_tokens=params.max_new_tokens, do_sample=False, temperature=1.0, top_p=1.0,
-                  top_k=None, pad_token_id=pad_token_id, eos_token_id=eos_ids, stop_strings=params.stop or None)
+                  top_k=None, pad_token_id=pad_token_id, eos_token_id=eos_ids, stop_strings=params.stop or None,
+                  disable_compile=not compile_decode)
     return config
 
 
@@ -164,18 +170,22 @@ class HFRolloutEngine:
             sequences and encode only the uncached part of each prompt
             (:mod:`stages.engines.prefix_cache`). Call :meth:`sync_weights` after the weights
             change (it clears the cache). 0 disables it.
+        compile_decode: let transformers compile the decoding forward on a GPU (prefix-cached
+            path only; the static cache's length is then rounded up to a multiple of
+            :data:`stages.engines.prefix_cache.COMPILED_CACHE_MULTIPLE` so that calls share
+            shapes). False: eager decoding.
 
     Raises:
         ValueError: no pad token, ``batch_size`` < 1, or ``adapter`` is not an adapter of ``model``.
     """
 
     def __init__(self, model: nn.Module, tokenizer, *, adapter: str | None = None, batch_size: int = 8,
-                 prefix_cache_tokens: int = 0):
+                 prefix_cache_tokens: int = 0, compile_decode: bool = False):
         if tokenizer.pad_token_id is None:
             raise ValueError("HFRolloutEngine: tokenizer.pad_token is not set (use load_policy)")
         if batch_size < 1:
             raise ValueError(f"HFRolloutEngine: batch_size must be >= 1, got {batch_size}")
-        self.tokenizer, self.batch_size = tokenizer, batch_size
+        self.tokenizer, self.batch_size, self.compile_decode = tokenizer, batch_size, compile_decode
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         self._use(model, adapter)
 
@@ -245,7 +255,8 @@ class HFRolloutEngine:
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams,
                         seeds: list[int] | None) -> list[Generation]:
         """Complete one mini-batch; ``seeds``: its rows' seeds (None when greedy)."""
-        config = generation_config(params, self.tokenizer.pad_token_id, self.eos_ids)
+        config = generation_config(params, self.tokenizer.pad_token_id, self.eos_ids,
+                                   compile_decode=self.compile_decode)
         recorder = _SampledLogprobs(params.temperature)
         processors = LogitsProcessorList([recorder])
         if params.temperature > 0:

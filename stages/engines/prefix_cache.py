@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # torch is imported where used, so the CLI can read the defau
 # default budget of the engines of `collect` and `evaluate`: a batch of 8 BFCL-v3 episodes
 # (~8k tokens each); ~3 GB for SmolLM2-135M in fp32, ~10 GB for Qwen3-4B in bf16
 PREFIX_CACHE_TOKENS = 65536
+# when ``generate`` compiles its decoding forward (``disable_compile`` off, on a GPU), the static
+# cache's length is rounded up to a multiple of this, so that calls of near lengths share a shape
+COMPILED_CACHE_MULTIPLE = 256
 
 
 @dataclass(eq=False)  # entries compare by identity (their tensors have no single truth value)
@@ -196,7 +199,10 @@ def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCac
         cache.hit_tokens += n
         cache.miss_tokens += len(new)
     # a static cache is written in place: a dynamic one copies all of its keys at every token
-    kv = StaticCache(config=model.config, max_cache_len=C + N + config.max_new_tokens)
+    length = C + N + config.max_new_tokens
+    if not config.disable_compile:
+        length = -(-length // COMPILED_CACHE_MULTIPLE) * COMPILED_CACHE_MULTIPLE
+    kv = StaticCache(config=model.config, max_cache_len=length)
     if C > 0:
         some = next(lay for n, lay in hits if n)
         for layer, (ref_k, ref_v) in enumerate(some):
