@@ -510,8 +510,10 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
     out = Path(config.out)
     steps = report.last_step - report.first_step + 1
     peak_mb = resources.peak_rss_mb()
-    console.print(f"[bold]distill[/] {config.method} run {report.run_id}: steps {report.first_step}..{report.last_step} "
-                  f"({steps} this call) in {report.seconds / 60:.1f} min, peak RSS {peak_mb:.0f} MB; "
+    done = (f"steps {report.first_step}..{report.last_step} ({steps} this call)" if steps > 0 else
+            f"all {report.last_step} steps were done already (0 this call)")
+    console.print(f"[bold]distill[/] {config.method} run {report.run_id}: {done} "
+                  f"in {report.seconds / 60:.1f} min, peak RSS {peak_mb:.0f} MB; "
                   f"mean reward {report.reward_mean:.3f}, success {report.success_rate:.0%}, "
                   f"{report.rows_added} rollouts added to {config.store}", soft_wrap=True)
     console.print(f"  student: {report.final_dir}/student (a plain Hugging Face model: lopd evaluate --model ...)\n"

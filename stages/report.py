@@ -255,10 +255,12 @@ def plot_group(path: Path, title: str, metrics: list[str], runs: dict[str, list[
         ax.axis("off")
     drawn = [label for label, rows in runs.items() if any(_numeric(rows, k) for k in metrics)]
     handles = [plt.Line2D([], [], **{**styles[label], "markersize": 3}) for label in drawn]
-    fig.legend(handles, drawn, loc="lower center", ncol=min(len(drawn), 4), fontsize=8)
+    ncol = max(1, min(len(drawn), 2 * cols))  # two entries per panel's width: long labels fit
+    fig.legend(handles, drawn, loc="lower center", ncol=ncol, fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(drawn) / 4), 1, 1))
-    fig.savefig(path, dpi=110)
+    legend_rows = math.ceil(len(drawn) / ncol)  # one row of 8-point text is ~0.2 inch
+    fig.tight_layout(rect=(0, min(0.5, (0.1 + 0.2 * legend_rows) / fig.get_figheight()), 1, 1))
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing drawn outside the figure is cut
     plt.close(fig)
 
 

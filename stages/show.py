@@ -107,8 +107,8 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
 
     Raises:
         FileNotFoundError: no such file or folder.
-        ValueError: not a JSON evaluation report (no ``per_task`` list), or a store filter given
-            with a report: one line naming the file.
+        ValueError: not a JSON evaluation report (no ``per_task`` list), a store filter given
+            with a report, or a ``run_id`` the store does not hold: one line naming the file.
         StoreError: a folder that is not an experience store.
     """
     console = console or Console()
@@ -117,16 +117,15 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
         from stages.core.data.store import ExperienceStore
 
         opened = ExperienceStore.open(path, create=False)
-        rows = store_rows(opened, run_id, env, split, failed)
-        chosen = select(rows, task, failed, limit)
         counts = opened.run_counts()
         listed = ", ".join(f"{name} ({n})" for name, n in counts.items())
+        if run_id and run_id not in counts:
+            raise ValueError(f"store {path}: no run {run_id!r}; its runs (trajectories): {listed or 'none'}")
+        rows = store_rows(opened, run_id, env, split, failed)
+        chosen = select(rows, task, failed, limit)
         console.print(f"[bold]store {_safe(path)}[/]: {len(chosen)} of {len(rows)} trajectories shown; "
                       f"runs in the store (trajectories): {_safe(listed or 'none')}", soft_wrap=True)
-        if run_id and run_id not in counts:
-            console.print(f"note: no run {_safe(repr(run_id))} in this store; pass one of the runs above to --run-id",
-                          soft_wrap=True)
-        elif not chosen and counts:
+        if not chosen and counts:
             console.print(f"note: none of the store's {sum(counts.values())} trajectories matches "
                           f"{_filters(run_id, env, split, failed, task)}", soft_wrap=True)
         for row in chosen:

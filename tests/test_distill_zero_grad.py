@@ -40,6 +40,10 @@ def test_zero_gradient_steps_warn_after_two_and_in_the_summary(assets, tmp_path)
     assert "warning: 3 of 3 steps had a zero gradient (steps 1, 2, 3)" in text
 
 
-def test_a_learning_run_has_no_zero_gradient_warning(assets, tmp_path):
-    report, text = _run(grpo_config(assets, tmp_path, "varied", temperature=1.0, group_size=4, steps=2))
+def test_a_learning_run_has_no_zero_gradient_warning_and_a_finished_one_says_so(assets, tmp_path):
+    config = grpo_config(assets, tmp_path, "varied", temperature=1.0, group_size=4, steps=2)
+    report, text = _run(config)
     assert report.zero_grad_steps == [] and "zero gradient" not in text
+    assert "steps 1..2 (2 this call)" in text
+    _, again = _run(config.model_copy(update={"resume": True}))  # nothing left to train
+    assert "all 2 steps were done already (0 this call)" in again and "3..2" not in again

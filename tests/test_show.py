@@ -73,8 +73,8 @@ def test_show_reads_a_store_with_filters(tmp_path):
     default_run = rows[0].run_id
     assert f"runs in the store (trajectories): {default_run} (2), distill-x (1)" in one.output
     wrong = runner.invoke(app, ["show", str(tmp_path / "store"), "--run-id", "distill-y"], env={"COLUMNS": "200"})
-    assert wrong.exit_code == 0 and "0 of 0 trajectories shown" in wrong.output
-    assert "no run 'distill-y' in this store" in wrong.output and "distill-x (1)" in wrong.output
+    assert wrong.exit_code == 2 and "trajectories shown" not in wrong.output
+    assert "no run 'distill-y'; its runs (trajectories):" in wrong.output and "distill-x (1)" in wrong.output
     by_task = runner.invoke(app, ["show", str(tmp_path / "store"), "--task", "3-4"], env={"COLUMNS": "200"})
     assert "1 of 3 trajectories shown" in by_task.output and "add-3-4" in by_task.output
     report = tmp_path / "r.json"
