@@ -204,9 +204,14 @@ def note_overlaps(ax: Any, series: dict[str, list[tuple[float, float]]]) -> None
 
 
 def integer_ticks(ax: Any) -> None:
-    """Whole numbers only on the x axis (steps and generations)."""
+    """Whole numbers only on the x axis (steps and generations); a panel spanning less than two
+    (one point, e.g. a cold start's single held-out check) is widened to +-1 around its middle, or
+    the locator would fall back to fractions."""
     from matplotlib.ticker import MaxNLocator
 
+    lo, hi = ax.get_xlim()
+    if hi - lo < 2:
+        ax.set_xlim((lo + hi) / 2 - 1, (lo + hi) / 2 + 1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 

@@ -268,3 +268,21 @@ def test_runs_of_a_shared_panel_are_told_apart_by_run_and_metric(tmp_path, monke
     drawn.clear()
     report.plot_group(tmp_path / "loss.png", "losses", ["loss", "heldout_nll"], {"b": _coldstart_rows()}, "step")
     assert len([ax for ax in drawn[0].flat if ax.axison]) == 2  # other groups keep a panel per metric
+
+
+def test_x_ticks_are_whole_numbers_also_for_a_single_point():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from stages.report import integer_ticks
+
+    for xs in ([10], [1, 2, 3, 40]):
+        fig, ax = plt.subplots()
+        ax.plot(xs, [0.5] * len(xs), "o")
+        integer_ticks(ax)
+        fig.canvas.draw()
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), (xs, ticks)
+        plt.close(fig)
