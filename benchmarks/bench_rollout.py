@@ -100,7 +100,8 @@ def run_mode(args: argparse.Namespace) -> None:
         seconds = time.perf_counter() - start
         engine.sleep()
         peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else 0.0
-        print(json.dumps({"call": call, "rows": len(prompts), "seconds": seconds, "generated": sum(len(g.token_ids) for g in generations),
+        generated = sum(len(g.token_ids) for g in generations)
+        print(json.dumps({"call": call, "rows": len(prompts), "seconds": seconds, "generated": generated,
                           "prompt": len(prompts[0]), "peak_gib": peak}), flush=True)
 
 

@@ -258,8 +258,8 @@ def _vllm_engine(model, tokenizer, *, adapter: str | None, batch_size: int, pref
     return VLLMRolloutEngine(model, tokenizer, adapter=adapter)
 
 
-# Engine name -> factory (model, tokenizer, *, adapter, batch_size, prefix_cache_tokens, compile_decode); the
-# engine modules are imported only when an engine is built.
+# Engine name -> factory (model, tokenizer, *, adapter, batch_size, prefix_cache_tokens,
+# compile_decode); the engine modules are imported only when an engine is built.
 ENGINES: Registry[Callable[..., RolloutEngine]] = Registry("engine", sort=False,
                                                            unknown="unknown engine {name}; known engines: {known}")
 ENGINES.add("hf", _hf_engine)
