@@ -36,6 +36,12 @@ model hands a loss when its head is applied inside the loss): ``full`` and ``top
 their (1, T, V) logits in the measurement, and ``head`` is the hidden-state loss
 (:func:`stages.core.losses.head.head_topm_tail_reverse_kl`), which never holds more than one
 chunk of logits; its memory is not linear in V (the hidden states' gradients do not grow with V).
+``fkl-head`` is OPSD's and SDFT's loss on hidden states with frozen heads (a LoRA student):
+:func:`stages.core.losses.kd.generalized_jsd` with ``beta=0``, the forward KL over the full
+vocabulary (run it with ``--teacher-grad off``: its teacher gets no gradient)::
+
+    PYTHONPATH=. python benchmarks/bench_loss_memory.py --hidden 576 --impls fkl-head --lengths 1024 \
+        --vocab 49152 --teacher-grad off
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ import torch
 from torch.nn.functional import linear
 
 from stages.core.losses.head import LMHead, head_topm_tail_reverse_kl
+from stages.core.losses.kd import generalized_jsd
 from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, topm_tail_reverse_kl
 from stages.core.run.resources import reset_peak_rss, status_mb
 
@@ -84,6 +91,8 @@ def run_case(impl: str, T: int, V: int, M: int, chunk_size: int, dtype: torch.dt
         head = LMHead(torch.randn(V, hidden, generator=g, device=device, dtype=dtype) / hidden**0.5, None)
         if impl == "head":
             loss_fn = lambda s, t, m: head_topm_tail_reverse_kl(s, t, m, head, head, M=M, chunk_size=chunk_size)[0]  # noqa: E731
+        elif impl == "fkl-head":
+            loss_fn = lambda s, t, m: generalized_jsd(s, t, m, 0.0, chunk_size=chunk_size, heads=(head, head))[0]  # noqa: E731
         else:
             logits_loss = loss_fn
             loss_fn = lambda s, t, m: logits_loss(linear(s, head.weight_Vd), linear(t, head.weight_Vd), m)  # noqa: E731
@@ -120,9 +129,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=151936, help="V (Qwen's: 151936)")
     parser.add_argument("--extrapolate-to", type=int, default=151936, help="also print extra memory scaled to this V")
     parser.add_argument("--M", type=int, default=20)
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="topm's positions per chunk")
-    parser.add_argument("--impls", nargs="+", default=["topm", "full"], choices=["topm", "full", "head"],
-                        help="head: the LM head per chunk of positions (needs --hidden)")
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="positions per chunk of the chunked losses")
+    parser.add_argument("--impls", nargs="+", default=["topm", "full"], choices=["topm", "full", "head", "fkl-head"],
+                        help="head, fkl-head: the LM head per chunk of positions (need --hidden)")
     parser.add_argument("--hidden", type=int, default=0,
                         help="d > 0: every case starts from (1, T, d) hidden states and a (V, d) LM head")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -139,8 +148,8 @@ def main() -> None:
     scale = args.extrapolate_to / args.vocab
     print(f"device {args.device}, dtype {args.dtype}, batch 1, M={args.M}, chunk {args.chunk_size}, teacher grad {args.teacher_grad};"
           f" extra = peak beyond the inputs; floor = the inputs' gradients; MiB")
-    if "head" in args.impls and not args.hidden:
-        parser.error("--impls head needs --hidden d")
+    if {"head", "fkl-head"} & set(args.impls) and not args.hidden:
+        parser.error("--impls head and fkl-head need --hidden d")
     if args.hidden:
         print(f"inputs: hidden states (1, T, {args.hidden}) of student and teacher and a frozen ({args.vocab}, {args.hidden})"
               " LM head; full and topm make their logits inside the measurement")
@@ -157,7 +166,7 @@ def main() -> None:
                                env={**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MIB)}).stdout.splitlines()[-1])
             row = (f"| {T} | {args.vocab} | {impl} | {r['input_mib']:.0f} | {r['extra_mib']:.0f} |"
                    f" {r['extra_mib'] / r['input_mib']:.2f} | {r['floor_mib']:.0f} | {r['seconds']:.1f} |")
-            scaled = "- (not linear in V: measure it) |" if impl == "head" else f" {r['extra_mib'] * scale:.0f} |"
+            scaled = "- (not linear in V: measure it) |" if impl.endswith("head") else f" {r['extra_mib'] * scale:.0f} |"
             print(row + (scaled if scale != 1 else ""), flush=True)
 
 

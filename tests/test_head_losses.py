@@ -311,6 +311,37 @@ def test_jsd_with_frozen_heads_takes_its_gradient_in_the_forward(beta, reduction
     assert new["hs"].grad[1].abs().sum() == 0  # the row without supervised tokens
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_forward_kl_closed_form_matches_autograd_at_the_floors(dtype, tol, temperature):
+    """The forward KL with frozen heads (closed-form gradient, one workspace for every chunk)
+    against the same loss on the heads' logits through autograd, in float32 and bfloat16, where
+    some student log-probs lie below the float32 floor of kl_rows (gaps of 300 nats: autograd
+    through the floor gives those entries no gradient) and the teacher puts mass on them."""
+    g = torch.Generator().manual_seed(5)
+    n, d = 7, 6
+    w_Vd = torch.eye(d, dtype=dtype)  # logits = hidden states, so the gaps are set exactly
+    hs = torch.randn(2, n, d, generator=g) * 3
+    hs[0, :, 0] = -300.0  # far below every other logit: log p_S < log(tiny of float32)
+    ht = torch.randn(2, n, d, generator=g) * 3
+    ht[0, :, 0] = 4.0  # the teacher's most likely token there
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[1, :2] = False
+    kw = dict(temperature=temperature, chunk_size=3, reduction="sequence")
+    ref_h = hs.to(dtype).requires_grad_()
+    loss_ref, m_ref = generalized_jsd(linear(ref_h, w_Vd), linear(ht.to(dtype), w_Vd), mask, 0.0, **kw)
+    loss_ref.backward()
+    new_h = hs.to(dtype).requires_grad_()
+    loss, m = generalized_jsd(new_h, ht.to(dtype), mask, 0.0, heads=(LMHead(w_Vd, None), LMHead(w_Vd, None)), **kw)
+    loss.backward()
+    assert loss.item() > 1.0  # the floored entries carry real teacher mass
+    torch.testing.assert_close(loss, loss_ref, rtol=tol, atol=tol)
+    assert m == pytest.approx(m_ref, rel=tol, abs=tol)
+    torch.testing.assert_close(new_h.grad.float(), ref_h.grad.float(), rtol=tol, atol=tol)
+    assert new_h.grad[0, :, 0].abs().max() < 1e-30 < new_h.grad[0, :, 1:].abs().max()
+    assert new_h.grad[1, :2].abs().sum() == 0  # unsupervised positions
+
+
 @pytest.mark.parametrize("reduction,denominator", [("token", None), ("trajectory", None), ("token", 9.0),
                                                    ("trajectory", 4.0)])
 @pytest.mark.parametrize("is_clip", [2.0, None])
