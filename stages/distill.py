@@ -354,7 +354,8 @@ class Distiller:
                 loss = loss * 0.0
             self._assert_requires_grad()
             t0 = time.perf_counter()
-            loss.backward()
+            with resources.transient_blocks():  # a backward's gradient temporaries die within it
+                loss.backward()
             self._phases["backward_s"] += time.perf_counter() - t0
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + v
@@ -363,7 +364,8 @@ class Distiller:
         if begun and finite:
             self._assert_requires_grad()
             t0 = time.perf_counter()
-            self.method.end_update()
+            with resources.transient_blocks():
+                self.method.end_update()
             self._phases["backward_s"] += time.perf_counter() - t0
         if distributed.any_rank(not finite, self.world):
             raise FloatingPointError(f"non-finite loss at step {step}; last good checkpoint: "

@@ -101,3 +101,71 @@ def test_reset_peak_rss_makes_the_high_water_mark_one_phases_peak():
     assert resources.status_mb("VmHWM") - resources.status_mb("VmRSS") > 80  # this phase's peak is kept
     with pytest.raises(KeyError):
         resources.status_mb("NoSuchField")
+
+
+_TRANSIENT = """
+import resource, sys, torch
+from stages.core.run import resources
+torch.set_num_threads(1)
+if sys.argv[1] == "map":
+    assert resources.map_large_blocks()
+x, w = torch.randn(8, 64, 576), torch.randn(576, 1536)
+
+def layers():  # a no-grad forward's pattern: each layer's 1.2-3 MB temporaries die before the next layer
+    h = x
+    for _ in range(30):
+        a = h @ w
+        h = (a * torch.sigmoid(a)) @ w.T + h
+    return h
+
+def faults(scope):  # minor page faults of the second pass (the first one warms the allocator)
+    with scope():
+        layers()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        layers()
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+import contextlib
+outside = faults(contextlib.nullcontext)
+inside = faults(resources.transient_blocks)
+with resources.transient_blocks():
+    nested = faults(resources.transient_blocks)  # an inner block leaves the outer one's setting
+print(outside, inside, nested, faults(contextlib.nullcontext))
+"""
+
+
+@pytest.mark.skipif(resources._glibc_mallopt() is None, reason="glibc mallopt only")
+def test_transient_blocks_reuse_freed_blocks_instead_of_fresh_pages():
+    """Under map_large_blocks every 1.2-3 MB temporary is a fresh mapping whose pages fault in;
+    inside transient_blocks glibc reuses the freed blocks (next to no page faults), nested blocks
+    too, and after the block the mapped policy is back."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    done = subprocess.run([sys.executable, "-c", _TRANSIENT, "map"], env={**env, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, check=True)
+    outside, inside, nested, after = map(int, done.stdout.split())
+    assert outside > 20_000 and after > 20_000, (outside, after)  # ~60 blocks x ~700 pages
+    assert inside < 1_000 and nested < 1_000, (inside, nested)
+
+
+def test_transient_blocks_set_and_restore_only_lopds_thresholds(monkeypatch):
+    """The glibc calls: none without map_large_blocks's setting; the mmap and trim thresholds
+    raised and restored around the block, the trim one left alone when the environment sets it."""
+    calls = []
+    monkeypatch.setattr(resources, "_glibc_mallopt", lambda: lambda option, value: calls.append((option, value)) or 1)
+    monkeypatch.setattr(resources, "_threshold", None)
+    with resources.transient_blocks():
+        pass
+    assert calls == []
+    monkeypatch.setattr(resources, "_threshold", resources.MMAP_THRESHOLD_BYTES)
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    with resources.transient_blocks():
+        assert resources._threshold == 32 << 20
+        with resources.transient_blocks():  # nested: no calls of its own
+            pass
+    assert resources._threshold == 1 << 20
+    assert calls == [(-3, 32 << 20), (-1, 64 << 20), (-3, 1 << 20), (-1, 128 << 10)]
+    calls.clear()
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000")
+    with resources.transient_blocks():
+        pass
+    assert calls == [(-3, 32 << 20), (-3, 1 << 20)]

@@ -12,6 +12,7 @@ DTensors) gets ``None``: its callers keep the full-logits path.
 """
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -23,6 +24,7 @@ from torch.distributed.tensor import DTensor
 from stages.core.losses.head import LMHead
 from stages.core.models.composer import adapter_scope
 from stages.core.models.shared_prefix import position_keys, prefix_groups, right_padded_lengths, shared_prefix_outputs
+from stages.core.run.resources import transient_blocks
 
 
 _CHECKED: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
@@ -58,9 +60,11 @@ def forward_outputs(model: nn.Module, hidden: bool, **inputs: Any) -> Tensor:
     run = _decoder(model) if hidden else model
     pick = _last_hidden if hidden else _logits
     key, groups = _shareable_groups(model, inputs)
-    if groups:
-        return shared_prefix_outputs(run, pick, key, inputs[key], inputs["attention_mask"], groups)
-    return pick(run(**inputs))
+    # without a gradient every layer's blocks die within the forward: the allocator may reuse them
+    with contextlib.nullcontext() if torch.is_grad_enabled() else transient_blocks():
+        if groups:
+            return shared_prefix_outputs(run, pick, key, inputs[key], inputs["attention_mask"], groups)
+        return pick(run(**inputs))
 
 
 def _logits(out: Any) -> Tensor:

@@ -15,12 +15,14 @@ sequences: ~15 GB measured without activation checkpointing, ~16 GB estimated).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -63,8 +65,11 @@ def _glibc_mallopt():
         return None
 
 
-_M_MMAP_THRESHOLD = -3  # glibc malloc.h
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc malloc.h
 MMAP_THRESHOLD_BYTES = 1 << 20
+TRANSIENT_THRESHOLD_BYTES = 32 << 20  # glibc's largest mmap threshold on 64-bit systems
+_DEFAULT_TRIM_THRESHOLD = 128 << 10  # glibc's trim threshold once the mmap threshold is fixed
+_threshold: int | None = None  # the mmap threshold lopd set now (None: glibc's or the environment's policy)
 
 
 def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -76,17 +81,55 @@ def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     freed while the next micro-batch allocates other shapes: a 2-task GRPO step on BFCL (135M,
     micro-batch 4, 915-token rows) peaked at 7.7 GiB resident, 5.3 GiB with this
     (docs/results/method-memory.md). A fixed threshold also stops glibc's adjustment. Cost: a
-    mapping's pages are zeroed when first touched (expected: a few percent of a CPU step;
-    not resolved on a shared machine). Called at
-    the start of the training stages; ``MALLOC_MMAP_THRESHOLD_`` set in the environment wins.
+    mapping's pages are zeroed when first touched, so code whose blocks die within it (no-grad
+    forwards, backward passes) runs under :func:`transient_blocks`. Called at the start of the
+    training stages; ``MALLOC_MMAP_THRESHOLD_`` set in the environment wins.
 
     Returns:
         True when the threshold was set (glibc, no environment override).
     """
+    global _threshold
     mallopt = _glibc_mallopt()
     if mallopt is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+    if not mallopt(_M_MMAP_THRESHOLD, int(threshold)):
+        return False
+    _threshold = int(threshold)
+    return True
+
+
+@contextlib.contextmanager
+def transient_blocks() -> Iterator[None]:
+    """Within the block, allocations below 32 MiB come from glibc's heap arenas again, not from
+    mappings of their own, and up to 64 MiB of free heap top stay mapped; for code whose large
+    blocks die inside it: a no-grad forward (each layer's temporaries, freed before the next
+    layer makes the same shapes) and a backward pass (its gradient temporaries). glibc then
+    reuses a freed block for the next one, where every fresh mapping has its pages zeroed by
+    the kernel at first touch. What outlives the block (activations saved for the backward,
+    made outside it) stays a mapping of its own. On exit the threshold
+    :func:`map_large_blocks` set and glibc's trim threshold are restored and the heap's free
+    pages handed back (``malloc_trim``). Without :func:`map_large_blocks`'s setting (another C
+    library, ``MALLOC_MMAP_THRESHOLD_`` in the environment) the block changes nothing;
+    ``MALLOC_TRIM_THRESHOLD_`` in the environment keeps its trim threshold.
+    """
+    global _threshold
+    outer = _threshold
+    if outer is None or outer >= TRANSIENT_THRESHOLD_BYTES:  # not lopd's setting, or an outer block
+        yield
+        return
+    mallopt, trim = _glibc_mallopt(), "MALLOC_TRIM_THRESHOLD_" not in os.environ
+    mallopt(_M_MMAP_THRESHOLD, TRANSIENT_THRESHOLD_BYTES)
+    if trim:
+        mallopt(_M_TRIM_THRESHOLD, 2 * TRANSIENT_THRESHOLD_BYTES)
+    _threshold = TRANSIENT_THRESHOLD_BYTES
+    try:
+        yield
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, outer)
+        if trim:
+            mallopt(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
+        _threshold = outer
+        release_free_memory()
 
 
 def status_mb(field: str) -> float:
