@@ -184,6 +184,22 @@ class Meter:
             return fn(x, weight, bias)
         return wrapper
 
+    def closed_form_head(self, fn):
+        """``fn`` (:func:`stages.core.losses.kd._forward_kl_rows`: the forward KL of one chunk from
+        hidden states, its head matmuls and gradient in closed form) counting its positions and
+        FLOPs as the autograd path's: the student's and the teacher's head forward, and with
+        ``need_grad`` the student head's backward for the input's gradient."""
+        @functools.wraps(fn)
+        def wrapper(student_cd, teacher_cd, student_head, teacher_head, temperature, workspace, need_grad):
+            rows = student_cd.shape[0]
+            matmul = 2 * student_head.weight_Vd.numel() * rows
+            self.tokens[("head", need_grad)] += rows
+            self.tokens[("head", False)] += rows
+            self.forward_flops += 2 * matmul
+            self.backward_flops += matmul * need_grad
+            return fn(student_cd, teacher_cd, student_head, teacher_head, temperature, workspace, need_grad)
+        return wrapper
+
     def timed(self, name: str, fn):
         """``fn`` with its wall time (device-synchronised) added to ``seconds[name]``, its CPU
         time to ``cpu[name]``."""

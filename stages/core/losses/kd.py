@@ -26,7 +26,7 @@ stays float64. With ``heads`` that are both frozen (a LoRA student), :func:`gene
 instead takes each chunk's gradient w.r.t. the student's hidden states in the forward
 (``_ChunkedRowsLoss``): the backward recomputes nothing, which saves both heads' matmuls a
 second time (the teacher's needs no gradient at all). For ``beta = 0`` (the forward KL) that
-gradient is in closed form (``_ForwardKLHeadRows``) and every chunk works in the same three
+gradient is in closed form (``_forward_kl_rows``) and every chunk works in the same three
 (chunk_size x V) buffers (``benchmarks/bench_loss_memory.py --impls fkl-head``: at 1024 x 49,152
 on 2 CPU threads, forward + backward 1.3 s and 171 MiB above the inputs, against 2.1 s and 491 MiB
 through autograd).
@@ -109,51 +109,60 @@ def _row_dot(a_cV: Tensor, b_cV: Tensor) -> Tensor:
     return (a_cV.unsqueeze(1) @ b_cV.unsqueeze(2)).view(-1)
 
 
-class _ForwardKLHeadRows(torch.autograd.Function):
-    """Forward KL(T || S) and reverse KL(S || T) per row of one chunk, from hidden states and
-    frozen heads, with the gradient in closed form.
+def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead, teacher_head: LMHead,
+                     temperature: float, workspace: _Workspace,
+                     need_grad: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Forward KL(T || S) and reverse KL(S || T) per row (c,) of one chunk of hidden states (c, d)
+    under frozen heads, and with ``need_grad`` d KL(T || S) / d student_cd (c, d), in closed form.
 
     Values equal :func:`_divergence_rows` with ``beta=0`` on the heads' logits (floors of
     :func:`stages.core.losses.lopd.kl_rows` included). With z = student logits / temperature,
     p_S = softmax(z) and a_v = p_T(v) where log p_S(v) lies above the floor (0 where kl_rows
-    floors it, as autograd through the floor gives): d KL(T || S) / dz = p_S * sum(a) - a.
-    The forward turns it into the gradient w.r.t. the student's hidden states right away
-    ((c, V) @ (V, d), cast to the head's dtype first as autograd's cast would), so the backward
-    only scales a (c, d) tensor. Every (c, V) tensor lives in ``workspace``.
+    floors it, as autograd through the floor gives): d KL(T || S) / dz = p_S * sum(a) - a, then
+    (c, V) @ (V, d) through the head, cast to the head's dtype first as autograd's cast would.
+    Every (c, V) tensor lives in ``workspace``: three head matmuls, no (c, V) allocation.
     """
+    dtype = upcast_dtype(student_cd.dtype)
+    like = student_cd.new_empty((0, student_head.weight_Vd.shape[0]), dtype=dtype)
+    s_cV, t_cV, x_cV, low_cV = workspace.take(student_cd.shape[0], like)
+    for out, h_cd, head in ((s_cV, student_cd, student_head), (t_cV, teacher_cd, teacher_head)):
+        (w, b), h = head.detached(), h_cd.detach()
+        if w.dtype == dtype:
+            torch.mm(h, w.t(), out=out)
+            if b is not None:
+                out.add_(b)
+        else:  # half-precision head: its logits in its dtype, then upcast, as _divergence_rows gets them
+            out.copy_(h @ w.t() if b is None else torch.addmm(b, h, w.t()))
+        if temperature != 1.0:
+            out.div_(temperature)
+        _log_softmax_(out, x_cV)
+    floor = math.log(torch.finfo(dtype).tiny)
+    torch.lt(s_cV, floor, out=low_cV)
+    s_cV.clamp_min_(floor)
+    t_cV.clamp_min_(floor)
+    torch.sub(t_cV, s_cV, out=x_cV)  # log p_T - log p_S, floored
+    p_t_cV, p_s_cV = t_cV.exp_(), s_cV.exp_()
+    forward_c, reverse_c = _row_dot(p_t_cV, x_cV), -_row_dot(p_s_cV, x_cV)
+    if not need_grad:
+        return forward_c, reverse_c, None
+    a_cV = p_t_cV.masked_fill_(low_cV, 0.0)
+    g_cV = p_s_cV.mul_(a_cV.sum(dim=-1, keepdim=True)).sub_(a_cV)  # d KL / d z
+    if temperature != 1.0:
+        g_cV.div_(temperature)
+    w = student_head.weight_Vd.detach()
+    return forward_c, reverse_c, g_cV.to(w.dtype) @ w
+
+
+class _ForwardKLHeadRows(torch.autograd.Function):
+    """:func:`_forward_kl_rows` as an autograd function of the student's hidden states: the
+    gradient is computed in the forward, so the backward only scales a (c, d) tensor."""
 
     @staticmethod
     def forward(ctx, student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead,  # type: ignore[override]
                 teacher_head: LMHead, temperature: float, workspace: _Workspace) -> tuple[Tensor, Tensor]:
-        dtype = upcast_dtype(student_cd.dtype)
-        like = student_cd.new_empty((0, student_head.weight_Vd.shape[0]), dtype=dtype)
-        s_cV, t_cV, x_cV, low_cV = workspace.take(student_cd.shape[0], like)
-        for out, h_cd, head in ((s_cV, student_cd, student_head), (t_cV, teacher_cd, teacher_head)):
-            if head.weight_Vd.dtype == dtype:
-                torch.mm(h_cd.detach(), head.weight_Vd.detach().t(), out=out)
-                if head.bias_V is not None:
-                    out.add_(head.bias_V.detach())
-            else:  # half-precision head: its logits upcast, as _divergence_rows does
-                out.copy_(linear(h_cd.detach(), *head.detached()))
-            if temperature != 1.0:
-                out.div_(temperature)
-            _log_softmax_(out, x_cV)
-        floor = math.log(torch.finfo(dtype).tiny)
-        torch.lt(s_cV, floor, out=low_cV)
-        s_cV.clamp_min_(floor)
-        t_cV.clamp_min_(floor)
-        torch.sub(t_cV, s_cV, out=x_cV)  # log p_T - log p_S, floored
-        p_t_cV, p_s_cV = t_cV.exp_(), s_cV.exp_()
-        forward_c, reverse_c = _row_dot(p_t_cV, x_cV), -_row_dot(p_s_cV, x_cV)
+        forward_c, reverse_c, ctx.grad_cd = _forward_kl_rows(student_cd, teacher_cd, student_head, teacher_head,
+                                                             temperature, workspace, ctx.needs_input_grad[0])
         ctx.mark_non_differentiable(reverse_c)
-        ctx.grad_cd = None
-        if ctx.needs_input_grad[0]:
-            a_cV = p_t_cV.masked_fill_(low_cV, 0.0)
-            g_cV = p_s_cV.mul_(a_cV.sum(dim=-1, keepdim=True)).sub_(a_cV)  # d KL / d z
-            if temperature != 1.0:
-                g_cV.div_(temperature)
-            w = student_head.weight_Vd.detach()
-            ctx.grad_cd = g_cV.to(w.dtype) @ w
         return forward_c, reverse_c
 
     @staticmethod
