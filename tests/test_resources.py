@@ -159,13 +159,13 @@ def test_transient_blocks_set_and_restore_only_lopds_thresholds(monkeypatch):
     monkeypatch.setattr(resources, "_threshold", resources.MMAP_THRESHOLD_BYTES)
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     with resources.transient_blocks():
-        assert resources._threshold == 32 << 20
+        assert resources._threshold == 4 << 20
         with resources.transient_blocks():  # nested: no calls of its own
             pass
     assert resources._threshold == 1 << 20
-    assert calls == [(-3, 32 << 20), (-1, 64 << 20), (-3, 1 << 20), (-1, 128 << 10)]
+    assert calls == [(-3, 4 << 20), (-1, 8 << 20), (-3, 1 << 20), (-1, 128 << 10)]
     calls.clear()
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000")
     with resources.transient_blocks():
         pass
-    assert calls == [(-3, 32 << 20), (-3, 1 << 20)]
+    assert calls == [(-3, 4 << 20), (-3, 1 << 20)]
