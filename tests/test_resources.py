@@ -130,21 +130,22 @@ outside = faults(contextlib.nullcontext)
 inside = faults(resources.transient_blocks)
 with resources.transient_blocks():
     nested = faults(resources.transient_blocks)  # an inner block leaves the outer one's setting
-print(outside, inside, nested, faults(contextlib.nullcontext))
+print(outside, inside, nested)
 """
 
 
 @pytest.mark.skipif(resources._glibc_mallopt() is None, reason="glibc mallopt only")
 def test_transient_blocks_reuse_freed_blocks_instead_of_fresh_pages():
     """Under map_large_blocks every 1.2-3 MB temporary is a fresh mapping whose pages fault in;
-    inside transient_blocks glibc reuses the freed blocks (next to no page faults), nested blocks
-    too, and after the block the mapped policy is back."""
+    inside transient_blocks glibc reuses the freed blocks (a tenth of the page faults at most),
+    nested blocks too. (After the block, blocks it freed may serve later requests: what is
+    restored is checked by the next test.)"""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     done = subprocess.run([sys.executable, "-c", _TRANSIENT, "map"], env={**env, "OMP_NUM_THREADS": "1"},
                           capture_output=True, text=True, check=True)
-    outside, inside, nested, after = map(int, done.stdout.split())
-    assert outside > 20_000 and after > 20_000, (outside, after)  # ~60 blocks x ~700 pages
-    assert inside < 1_000 and nested < 1_000, (inside, nested)
+    outside, inside, nested = map(int, done.stdout.split()[:3])
+    assert outside > 20_000, outside  # ~60 blocks x ~700 pages
+    assert inside < outside / 10 and nested < outside / 10, (outside, inside, nested)  # a few trims of the heap top
 
 
 def test_transient_blocks_set_and_restore_only_lopds_thresholds(monkeypatch):
@@ -163,7 +164,7 @@ def test_transient_blocks_set_and_restore_only_lopds_thresholds(monkeypatch):
         with resources.transient_blocks():  # nested: no calls of its own
             pass
     assert resources._threshold == 1 << 20
-    assert calls == [(-3, 4 << 20), (-1, 8 << 20), (-3, 1 << 20), (-1, 128 << 10)]
+    assert calls == [(-3, 4 << 20), (-1, 64 << 20), (-3, 1 << 20), (-1, 128 << 10)]
     calls.clear()
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000")
     with resources.transient_blocks():

@@ -70,6 +70,7 @@ MMAP_THRESHOLD_BYTES = 1 << 20
 # blocks up to this size come from the heap inside transient_blocks: 32 MiB (glibc's largest) let a
 # composer's backward (J = 3 x 512 tokens) grow the heap, a cold-start step's peak 2.3 -> 3.2 GB
 TRANSIENT_THRESHOLD_BYTES = 4 << 20
+TRANSIENT_TRIM_BYTES = 64 << 20  # free heap top kept inside transient_blocks (a smaller one re-faults pages)
 _DEFAULT_TRIM_THRESHOLD = 128 << 10  # glibc's trim threshold once the mmap threshold is fixed
 _threshold: int | None = None  # the mmap threshold lopd set now (None: glibc's or the environment's policy)
 
@@ -103,7 +104,7 @@ def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
 @contextlib.contextmanager
 def transient_blocks() -> Iterator[None]:
     """Within the block, allocations below 4 MiB come from glibc's heap arenas again, not from
-    mappings of their own, and up to 8 MiB of free heap top stay mapped; for code whose large
+    mappings of their own, and up to 64 MiB of free heap top stay mapped; for code whose large
     blocks die inside it: a no-grad forward (each layer's temporaries, freed before the next
     layer makes the same shapes) and a backward pass (its gradient temporaries). glibc then
     reuses a freed block for the next one, where every fresh mapping has its pages zeroed by
@@ -122,7 +123,7 @@ def transient_blocks() -> Iterator[None]:
     mallopt, trim = _glibc_mallopt(), "MALLOC_TRIM_THRESHOLD_" not in os.environ
     mallopt(_M_MMAP_THRESHOLD, TRANSIENT_THRESHOLD_BYTES)
     if trim:
-        mallopt(_M_TRIM_THRESHOLD, 2 * TRANSIENT_THRESHOLD_BYTES)
+        mallopt(_M_TRIM_THRESHOLD, TRANSIENT_TRIM_BYTES)
     _threshold = TRANSIENT_THRESHOLD_BYTES
     try:
         yield
