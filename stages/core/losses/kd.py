@@ -87,13 +87,14 @@ class _Workspace:
     def __init__(self) -> None:
         self.buffers: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
 
-    def take(self, rows: int, like: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(rows, V) views of the buffers; (re)allocated when too small or of another dtype/device."""
+    def take(self, rows: int, vocab: int, dtype: torch.dtype,
+             device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(rows, vocab) views of the buffers; (re)allocated when too small or of another dtype/device."""
         buf = self.buffers
-        if buf is None or buf[0].shape[0] < rows or buf[0].dtype != like.dtype or buf[0].device != like.device:
-            shape = (rows, like.shape[-1])
-            buf = self.buffers = (*(like.new_empty(shape) for _ in range(3)),
-                                  torch.empty(shape, dtype=torch.bool, device=like.device))
+        if buf is None or buf[0].shape[0] < rows or buf[0].dtype != dtype or buf[0].device != device:
+            shape = (rows, vocab)
+            buf = self.buffers = (*(torch.empty(shape, dtype=dtype, device=device) for _ in range(3)),
+                                  torch.empty(shape, dtype=torch.bool, device=device))
         return tuple(b[:rows] for b in buf)  # type: ignore[return-value]
 
 
@@ -123,8 +124,8 @@ def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHea
     Every (c, V) tensor lives in ``workspace``: three head matmuls, no (c, V) allocation.
     """
     dtype = upcast_dtype(student_cd.dtype)
-    like = student_cd.new_empty((0, student_head.weight_Vd.shape[0]), dtype=dtype)
-    s_cV, t_cV, x_cV, low_cV = workspace.take(student_cd.shape[0], like)
+    s_cV, t_cV, x_cV, low_cV = workspace.take(student_cd.shape[0], student_head.weight_Vd.shape[0], dtype,
+                                              student_cd.device)
     for out, h_cd, head in ((s_cV, student_cd, student_head), (t_cV, teacher_cd, teacher_head)):
         (w, b), h = head.detached(), h_cd.detach()
         if w.dtype == dtype:
