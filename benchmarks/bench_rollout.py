@@ -12,6 +12,8 @@ weights, :func:`benchmarks.bench_step.random_model`) in each mode, each mode in 
 * ``compile-exact``: as ``compile`` with the length not rounded (every call a new shape).
 * ``compile-dynamic``: as ``compile``, compiled with ``dynamic=True`` (one graph for all shapes).
 * ``no-prefix-cache``: the plain ``generate`` path (a ``DynamicCache``, never compiled).
+* ``plain-linear``: as ``eager`` with every linear layer through ``F.linear`` (on a CPU the engine
+  computes a product of at most ``FEW_ROWS`` rows as ``(W @ x.T).T``: decode steps of few rows).
 
 transformers compiles on a GPU only: on a CPU the compile modes decode eagerly (with the
 rounded cache) and sample the same tokens as ``eager``.
@@ -42,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-MODES = ("eager", "compile", "compile-exact", "compile-dynamic", "no-prefix-cache")
+MODES = ("eager", "compile", "compile-exact", "compile-dynamic", "no-prefix-cache", "plain-linear")
 
 
 def run_mode(args: argparse.Namespace) -> None:
@@ -65,6 +67,10 @@ def run_mode(args: argparse.Namespace) -> None:
     engine = HFRolloutEngine(model.eval(), tokenizer, adapter="student", batch_size=args.batch,
                              prefix_cache_tokens=0 if args.mode == "no-prefix-cache" else PREFIX_CACHE_TOKENS,
                              compile_decode=args.mode.startswith("compile"))
+    if args.mode == "plain-linear":
+        import stages.engines.hf as hf
+
+        mock.patch.object(hf, "FEW_ROWS", 0).start()
     if args.mode == "compile-exact":
         mock.patch.object(prefix_cache_module, "COMPILED_CACHE_MULTIPLE", 1).start()
     if args.mode == "compile-dynamic":

@@ -3,12 +3,14 @@ top-k, weight sync, adapters and the factory. Uses the tiny in-process model."""
 from __future__ import annotations
 
 import copy
+import functools
 from unittest import mock
 
 import pytest
 import torch
 
 from stages.engines import ENGINES, Generation, SamplingParams, make_engine
+from stages.engines import hf
 from stages.engines.hf import HFRolloutEngine, generation_config
 from stages.engines.prefix_cache import COMPILED_CACHE_MULTIPLE
 from tests.tiny import tiny_model, tiny_tokenizer
@@ -360,3 +362,53 @@ def test_decoding_is_compiled_only_when_asked(model, tok, ids):
     assert lengths == [longest, -(-longest // COMPILED_CACHE_MULTIPLE) * COMPILED_CACHE_MULTIPLE]
     assert lengths[1] > lengths[0]
     assert_same(runs[1], runs[0])
+
+
+# --- decode steps of few rows on the CPU --------------------------------------------------------
+
+
+class _QuantLinear(torch.nn.Linear):
+    """A subclass of nn.Linear, as quantized layers are."""
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 1), (1, 4), (2, 2), (5, 1), (3, 7)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_few_row_linears_compute_the_same_product_and_are_removed_on_exit(shape, bias):
+    """Inside the block a plain float32 CPU linear runs ``_linear_few_rows``: the product of at
+    most FEW_ROWS rows as (W @ x.T).T, more rows by F.linear; same values and shape, contiguous.
+    Subclasses, layers with a forward of their own on the instance and float64 layers are left,
+    and no instance forward stays behind, also when the block raises."""
+    torch.manual_seed(0)
+    plain, sub, wide = torch.nn.Linear(24, 40, bias=bias), _QuantLinear(24, 40), torch.nn.Linear(24, 40).double()
+    hooked = torch.nn.Linear(24, 40)
+    hooked.forward = own = functools.partial(torch.nn.functional.linear, weight=hooked.weight, bias=None)
+    net = torch.nn.ModuleList([plain, sub, wide, hooked])
+    x = torch.randn(*shape, 24)
+    with pytest.raises(KeyError), hf._few_row_linears(net):
+        assert plain.forward.func is hf._linear_few_rows
+        assert "forward" not in sub.__dict__ and "forward" not in wide.__dict__ and hooked.forward is own
+        y = plain(x)
+        assert y.shape == (*shape, 40) and y.is_contiguous()
+        torch.testing.assert_close(y, torch.nn.functional.linear(x, plain.weight, plain.bias), atol=1e-6, rtol=1e-5)
+        raise KeyError("the block raises")
+    assert "forward" not in plain.__dict__ and hooked.forward is own
+
+
+def test_decode_steps_take_the_few_row_product_with_the_same_tokens(model, tok, ids):
+    """Two prompts: the prefill runs F.linear, each decode step the (W @ x.T).T product; greedy
+    tokens and log-probs are those of F.linear everywhere (FEW_ROWS 0)."""
+    seen: list[int] = []
+    real = hf._linear_few_rows
+
+    def spy(layer, x):
+        seen.append(x.numel() // layer.in_features)
+        return real(layer, x)
+
+    engine = HFRolloutEngine(model, tok)
+    with mock.patch.object(hf, "_linear_few_rows", spy):
+        fast = engine.generate(ids[:2], GREEDY)
+    with mock.patch.object(hf, "FEW_ROWS", 0):
+        plain = engine.generate(ids[:2], GREEDY)
+    assert 2 in seen and max(seen) > hf.FEW_ROWS
+    assert_same(fast, plain)
+    assert not [m for m in model.modules() if "forward" in m.__dict__]
