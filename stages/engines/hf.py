@@ -141,19 +141,22 @@ def _clean_defaults(model: nn.Module):
 
 # A decode step feeds each linear layer one row per sequence. On a 2-core AMD EPYC (MKL, AVX-512)
 # float32 x @ W.T at 2-4 rows ran on one thread at a third to half the speed of the same product
-# written (W @ x.T).T; at 1 row both took the same, from 8 rows on F.linear was as fast. A CPU
-# rollout of 2 rows x 64 tokens at SmolLM2-135M's shape: 4.69 -> 2.26 s (benchmarks/bench_rollout.py,
-# modes plain-linear and eager).
+# written (W @ x.T).T, and from 8 rows on F.linear was as fast. One row went through MKL's
+# matrix-vector product at the speed of F.linear at 2 rows: computed twice as 2 rows it takes half
+# the time. CPU rollouts of 64 tokens at SmolLM2-135M's shape: 2 rows 4.69 -> 2.26 s, 1 row 3.04 ->
+# 2.26 s (benchmarks/bench_rollout.py, modes plain-linear and eager).
 FEW_ROWS = 4
 
 
 def _linear_few_rows(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` for ``x`` (..., in): at most FEW_ROWS rows as ``(W @ x.T).T``, more by
-    ``F.linear``. The same product, shape (..., out), contiguous."""
+    """``layer(x)`` for ``x`` (..., in): at most FEW_ROWS rows as ``(W @ x.T).T`` (one row as two
+    equal rows), more by ``F.linear``. The same product, shape (..., out), contiguous."""
     rows = x.numel() // layer.in_features
     if rows > FEW_ROWS:
         return torch.nn.functional.linear(x, layer.weight, layer.bias)
     x_RI = x.reshape(rows, layer.in_features)
+    if rows == 1:  # as two equal rows: the matrix-vector product ran at half their speed
+        return _linear_few_rows(layer, x_RI.repeat(2, 1))[:1].reshape(*x.shape[:-1], layer.out_features)
     y_OR = (torch.mm(layer.weight, x_RI.T) if layer.bias is None
             else torch.addmm(layer.bias[:, None], layer.weight, x_RI.T))
     return y_OR.T.contiguous().reshape(*x.shape[:-1], layer.out_features)
