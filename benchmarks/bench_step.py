@@ -287,8 +287,8 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
         patches.enter_context(mock.patch.object(stages.core.models.head, "prefix_groups", lambda ids, lengths: []))
     for losses in (stages.core.losses.head, stages.core.losses.kd, stages.core.losses.sdpo):
         patches.enter_context(mock.patch.object(losses, "linear", meter.head_linear(losses.linear)))
-    patches.enter_context(mock.patch.object(stages.core.losses.kd, "_forward_kl_rows",
-                                            meter.closed_form_head(stages.core.losses.kd._forward_kl_rows)))
+    for losses, fn in ((stages.core.losses.kd, "_forward_kl_rows"), (stages.core.losses.head, "_topm_tail_rows")):
+        patches.enter_context(mock.patch.object(losses, fn, meter.closed_form_head(getattr(losses, fn))))
     for composer in (getattr(method, "composer", None), getattr(method, "anchor", None)):
         if composer is not None:
             composer.forward = meter.timed("composer", composer.forward)

@@ -185,19 +185,21 @@ class Meter:
         return wrapper
 
     def closed_form_head(self, fn):
-        """``fn`` (:func:`stages.core.losses.kd._forward_kl_rows`: the forward KL of one chunk from
-        hidden states, its head matmuls and gradient in closed form) counting its positions and
-        FLOPs as the autograd path's: the student's and the teacher's head forward, and with
-        ``need_grad`` the student head's backward for the input's gradient."""
+        """``fn`` (a loss of one chunk from hidden states, its head matmuls and gradients in closed
+        form: :func:`stages.core.losses.kd._forward_kl_rows`, whose last argument says whether the
+        student's gradient is needed, or ``stages.core.losses.head._topm_tail_rows``, whose last
+        argument says it for the student and the teacher) counting its positions and FLOPs as the
+        autograd path's: both heads' forward, and each wanted gradient a head backward for the
+        input's gradient."""
         @functools.wraps(fn)
-        def wrapper(student_cd, teacher_cd, student_head, teacher_head, temperature, workspace, need_grad):
-            rows = student_cd.shape[0]
-            matmul = 2 * student_head.weight_Vd.numel() * rows
-            self.tokens[("head", need_grad)] += rows
-            self.tokens[("head", False)] += rows
-            self.forward_flops += 2 * matmul
-            self.backward_flops += matmul * need_grad
-            return fn(student_cd, teacher_cd, student_head, teacher_head, temperature, workspace, need_grad)
+        def wrapper(student_cd, teacher_cd, student_head, *rest):
+            need_grad = rest[-1]
+            rows, matmul = student_cd.shape[0], 2 * student_head.weight_Vd.numel() * student_cd.shape[0]
+            for wanted in (need_grad, False) if isinstance(need_grad, bool) else need_grad:
+                self.tokens[("head", wanted)] += rows
+                self.forward_flops += matmul
+                self.backward_flops += matmul * wanted
+            return fn(student_cd, teacher_cd, student_head, *rest)
         return wrapper
 
     def timed(self, name: str, fn):

@@ -342,6 +342,38 @@ def test_forward_kl_closed_form_matches_autograd_at_the_floors(dtype, tol, tempe
     assert new_h.grad[1, :2].abs().sum() == 0  # unsupervised positions
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_topm_tail_closed_form_matches_autograd_at_the_floors(dtype, tol):
+    """LOPD's top-M + tail loss with frozen heads (closed-form gradients of both hidden states,
+    one workspace for every chunk) against the logits function through autograd, in float32 and
+    bfloat16, where buckets lie below the float32 floor of kl_rows (300 nats down): a teacher
+    top-M token the student gives no mass, a student tail and a teacher tail of no mass."""
+    g = torch.Generator().manual_seed(7)
+    n, d, M = 6, 8, 3
+    w_Vd = torch.eye(d, dtype=dtype)  # logits = hidden states, so the gaps are set exactly
+    hs, ht = torch.randn(3, n, d, generator=g) * 3, torch.randn(3, n, d, generator=g) * 3
+    ht[:, :, :M] += 20.0  # the teacher's top-M: the first M ids
+    hs[0, :, 0] = -300.0  # the student: no mass on a teacher top-M token
+    hs[1, :, M:] = -300.0  # the student: no tail mass
+    ht[2, :, M:] = -300.0  # the teacher: no tail mass
+    mask = torch.ones(3, n, dtype=torch.bool)
+    mask[1, :2] = False
+    ref_s, ref_t = hs.to(dtype).requires_grad_(), ht.to(dtype).requires_grad_()
+    loss_ref, m_ref = topm_tail_reverse_kl(linear(ref_s, w_Vd), linear(ref_t, w_Vd), mask, M=M)
+    loss_ref.backward()
+    new_s, new_t = hs.to(dtype).requires_grad_(), ht.to(dtype).requires_grad_()
+    loss, m = head_topm_tail_reverse_kl(new_s, new_t, mask, LMHead(w_Vd, None), LMHead(w_Vd, None), M=M, chunk_size=4)
+    loss.backward()
+    assert loss.item() > 1.0  # the floored buckets carry real mass on the other side
+    torch.testing.assert_close(loss, loss_ref, rtol=tol, atol=tol)
+    assert m == pytest.approx(m_ref, rel=tol, abs=tol)
+    for new, ref in ((new_s, ref_s), (new_t, ref_t)):
+        assert new.grad.isfinite().all()
+        torch.testing.assert_close(new.grad.float(), ref.grad.float(), rtol=tol, atol=tol)
+    assert new_s.grad[0, :, 0].abs().max() < 1e-30 < new_s.grad[0, :, 1:].abs().max()
+    assert new_s.grad[1, :2].abs().sum() == 0 and new_t.grad[1, :2].abs().sum() == 0  # unsupervised
+
+
 @pytest.mark.parametrize("reduction,denominator", [("token", None), ("trajectory", None), ("token", 9.0),
                                                    ("trajectory", 4.0)])
 @pytest.mark.parametrize("is_clip", [2.0, None])

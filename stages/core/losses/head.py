@@ -6,10 +6,11 @@ These take the decoder's last hidden states (B, T, d) and the head's tensors ins
 masked positions are gathered, and each chunk of at most ``chunk_size`` of them computes its
 logits ``h @ W.T + b`` and its loss terms, so neither the forward nor the backward ever holds
 more than one chunk's (chunk_size x V) logits. With frozen heads (a LoRA student, LOPD's teacher)
-the reverse KL takes each chunk's gradient w.r.t. its hidden states right in the forward (as
-:func:`stages.core.losses.lopd.topm_tail_reverse_kl` does for logits); otherwise, and for the
-log-probs, each chunk runs under activation checkpointing and the backward recomputes its logits
-once (one more head matmul per supervised position).
+the reverse KL takes each chunk's gradient w.r.t. both hidden states right in the forward, in
+closed form (``_topm_tail_rows``), and every chunk works in the same three (chunk_size x V)
+buffers (:class:`Workspace`); otherwise, and for the log-probs, each chunk runs under activation
+checkpointing and the backward recomputes its logits once (one more head matmul per supervised
+position).
 Values and gradients equal the logits functions on ``head(h)`` (tests/test_head_losses.py).
 The baselines' losses take the same route through their ``heads=`` argument
 (:func:`stages.core.losses.kd.generalized_jsd`, :func:`stages.core.losses.sdpo.sdpo_topk_loss`).
@@ -21,6 +22,7 @@ shift HF outputs first). Every loss returns ``(loss, metrics)``.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import torch
@@ -30,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 from stages.core.losses.lopd import (
     DEFAULT_CHUNK_SIZE, Reduction, _ChunkedRowsLoss, _check_chunk_size, _check_token_ids, _mask_positions, _reduction_weights,
-    _token_logprobs, _topm_tail_kl_rows,
+    _token_logprobs, _topm_tail_kl_rows, upcast_dtype,
 )
 
 
@@ -48,6 +50,127 @@ class LMHead(NamedTuple):
     def detached(self) -> LMHead:
         """The same head cut from the graph (a fixed teacher's)."""
         return LMHead(self.weight_Vd.detach(), None if self.bias_V is None else self.bias_V.detach())
+
+
+class Workspace:
+    """Three float (c, V) buffers and ``masks`` bool (c, V) buffers, reused by every chunk of one
+    loss call: a chunk then allocates no (c, V) tensor, and a CPU allocator that maps large blocks
+    fresh (``stages.core.run.resources.map_large_blocks``) zeroes no new pages per chunk."""
+
+    def __init__(self, masks: int = 0) -> None:
+        self.masks = masks
+        self.buffers: tuple[Tensor, ...] | None = None
+
+    def take(self, rows: int, vocab: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, ...]:
+        """(rows, vocab) views of the buffers, floats first; (re)allocated when too small or of
+        another dtype/device."""
+        buf = self.buffers
+        if buf is None or buf[0].shape[0] < rows or buf[0].dtype != dtype or buf[0].device != device:
+            shape = (rows, vocab)
+            buf = self.buffers = (*(torch.empty(shape, dtype=dtype, device=device) for _ in range(3)),
+                                  *(torch.empty(shape, dtype=torch.bool, device=device) for _ in range(self.masks)))
+        return tuple(b[:rows] for b in buf)
+
+
+def head_logits_(out_cV: Tensor, h_cd: Tensor, head: LMHead) -> Tensor:
+    """``head(h_cd)`` (c, V) written into ``out_cV`` (float32, or float64), no gradient. A head of
+    another dtype (half precision) makes its logits in its own dtype first, then they are upcast:
+    the values the logits functions get from ``linear(h, w, b)``."""
+    (w, b), h = head.detached(), h_cd.detach()
+    if w.dtype == out_cV.dtype:
+        torch.mm(h, w.t(), out=out_cV)
+        return out_cV if b is None else out_cV.add_(b)
+    return out_cV.copy_(h @ w.t() if b is None else torch.addmm(b, h, w.t()))
+
+
+def log_softmax_(logits_cV: Tensor, scratch_cV: Tensor) -> Tensor:
+    """log_softmax over the last dimension of (c, V) ``logits_cV``, in place (``scratch_cV``, of
+    the same shape, is overwritten)."""
+    logits_cV.sub_(logits_cV.amax(dim=-1, keepdim=True))
+    torch.exp(logits_cV, out=scratch_cV)
+    return logits_cV.sub_(scratch_cV.sum(dim=-1, keepdim=True).log_())
+
+
+def _tail_logsumexp_(logp_cV: Tensor, top_cM: Tensor, top_logp_cM: Tensor, scratch_cV: Tensor) -> Tensor:
+    """(c, 1) logsumexp of the log-probs outside the top-M ids, stable; ``logp_cV`` is left as it
+    was (its top-M entries set to -inf for the sum, then written back)."""
+    logp_cV.scatter_(1, top_cM, float("-inf"))
+    peak_c1 = logp_cV.amax(dim=-1, keepdim=True)
+    peak_c1 = torch.where(peak_c1.isfinite(), peak_c1, 0.0)  # an all -inf tail: log 0 = -inf below
+    torch.sub(logp_cV, peak_c1, out=scratch_cV).exp_()
+    lse_c1 = scratch_cV.sum(dim=-1, keepdim=True).log_().add_(peak_c1)
+    logp_cV.scatter_(1, top_cM, top_logp_cM)
+    return lse_c1
+
+
+def _bucket_gradient_(logp_cV: Tensor, top_cM: Tensor, top_logp_cM: Tensor, coef_cB: Tensor, head: LMHead) -> Tensor:
+    """d/dh (c, d) from d/dlogits = p(v) * coef[bucket of v] (c, V), made in ``logp_cV`` (which
+    it overwrites): the tail coefficient everywhere, the top-M ones written over it."""
+    grad_cV = logp_cV.exp_().mul_(coef_cB[:, -1:])
+    grad_cV.scatter_(1, top_cM, top_logp_cM.exp() * coef_cB[:, :-1])
+    w = head.weight_Vd.detach()
+    return grad_cV.to(w.dtype) @ w
+
+
+def _topm_tail_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead, teacher_head: LMHead, M: int,
+                    workspace: Workspace, need_grad: tuple[bool, bool]) -> tuple[Tensor, ...]:
+    """Eq. 9-10 of the LOPD paper per row of one chunk of hidden states (c, d) under frozen heads,
+    with M < V, and its gradients in closed form.
+
+    Returns (kl_c, teacher_tail_c, student_tail_c, grad_student_cd or None, grad_teacher_cd or
+    None); the values equal ``_topm_tail_kl_rows`` of :mod:`stages.core.losses.lopd` on the heads'
+    logits (the floor of ``kl_rows`` included). With q, p the student's and teacher's (M + 1)
+    bucket probabilities, fq, fp their log-probs floored at log(tiny), b(v) the bucket of token v
+    and KL = sum_b exp(fq_b) (fq_b - fp_b):
+
+    - student logits: d KL / dz_v = p_S(v) (a_b(v) - sum_b q_b a_b), a_b = fq_b - fp_b + 1
+      (autograd through the floor gives a bucket below it no gradient; its q_b and every p_S(v)
+      in it are below tiny, so the terms this keeps are too);
+    - teacher logits: d KL / dt_v = p_T(v) (sum_b e_b - e_b(v) / p_b(v)), e_b = exp(fq_b) where
+      log p_b is above the floor, else 0;
+
+    each then (c, V) @ (V, d) through its head. Every (c, V) tensor lives in ``workspace``.
+    """
+    dtype = upcast_dtype(student_cd.dtype)
+    s_cV, t_cV, x_cV = workspace.take(student_cd.shape[0], student_head.weight_Vd.shape[0], dtype, student_cd.device)
+    for out, h_cd, head in ((s_cV, student_cd, student_head), (t_cV, teacher_cd, teacher_head)):
+        log_softmax_(head_logits_(out, h_cd, head), x_cV)
+    top_cM = t_cV.topk(M, dim=-1).indices
+    s_top_cM, t_top_cM = s_cV.gather(1, top_cM), t_cV.gather(1, top_cM)
+    log_q_cB = torch.cat([s_top_cM, _tail_logsumexp_(s_cV, top_cM, s_top_cM, x_cV)], dim=1)
+    log_p_cB = torch.cat([t_top_cM, _tail_logsumexp_(t_cV, top_cM, t_top_cM, x_cV)], dim=1)
+    floor = math.log(torch.finfo(dtype).tiny)
+    fq_cB, fp_cB = log_q_cB.clamp_min(floor), log_p_cB.clamp_min(floor)
+    kl_c = (fq_cB.exp() * (fq_cB - fp_cB)).sum(-1)
+    grads: list[Tensor | None] = [None, None]
+    if need_grad[0]:
+        a_cB = fq_cB - fp_cB + 1.0
+        coef_cB = a_cB - (log_q_cB.exp() * a_cB).sum(-1, keepdim=True)
+        grads[0] = _bucket_gradient_(s_cV, top_cM, s_top_cM, coef_cB, student_head)
+    if need_grad[1]:
+        above_cB = log_p_cB >= floor
+        e_cB = torch.where(above_cB, fq_cB.exp(), 0.0)
+        coef_cB = e_cB.sum(-1, keepdim=True) - torch.where(above_cB, (fq_cB - log_p_cB).exp(), 0.0)
+        grads[1] = _bucket_gradient_(t_cV, top_cM, t_top_cM, coef_cB, teacher_head)
+    return kl_c, log_p_cB[:, -1].exp(), log_q_cB[:, -1].exp(), *grads
+
+
+class _TopMTailHeadRows(torch.autograd.Function):
+    """:func:`_topm_tail_rows` as an autograd function of both hidden states: the gradients are
+    computed in the forward, so the backward only scales (c, d) tensors."""
+
+    @staticmethod
+    def forward(ctx, student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead,  # type: ignore[override]
+                teacher_head: LMHead, M: int, workspace: Workspace) -> tuple[Tensor, Tensor, Tensor]:
+        kl_c, t_tail_c, s_tail_c, *ctx.grads = _topm_tail_rows(student_cd, teacher_cd, student_head, teacher_head,
+                                                               M, workspace, ctx.needs_input_grad[:2])
+        ctx.mark_non_differentiable(t_tail_c, s_tail_c)
+        return kl_c, t_tail_c, s_tail_c
+
+    @staticmethod
+    def backward(ctx, grad_c: Tensor, *_: Tensor):  # type: ignore[override]
+        grads, ctx.grads = ctx.grads, None
+        return (*(None if g is None else grad_c.unsqueeze(-1) * g for g in grads), None, None, None, None)
 
 
 def check_head(h_BTd: Tensor, head: LMHead, name: str) -> None:
@@ -136,9 +259,14 @@ def head_topm_tail_reverse_kl(
     else:  # frozen heads: each chunk's gradient w.r.t. its hidden states taken in the forward, no recompute
         needs_grad = (torch.is_grad_enabled() and student_h_BTd.requires_grad,
                       torch.is_grad_enabled() and teacher_h_BTd.requires_grad)
+        if M < student_head.weight_Vd.shape[0]:  # in closed form, every chunk in one workspace
+            workspace = Workspace()
+            chunk_rows = lambda s_cd, t_cd: _TopMTailHeadRows.apply(  # noqa: E731
+                s_cd, t_cd, student_head, teacher_head, M, workspace)
+        else:  # no tail bucket: the full reverse KL through autograd
+            chunk_rows = lambda s_cd, t_cd: rows_fn(s_cd, t_cd, *student_head, *teacher_head)  # noqa: E731
         loss, t_tail_N, s_tail_N = _ChunkedRowsLoss.apply(
-            student_h_BTd, teacher_h_BTd, b_idx, t_idx, weights_N,
-            lambda s_cd, t_cd: rows_fn(s_cd, t_cd, *student_head, *teacher_head), chunk_size, needs_grad)
+            student_h_BTd, teacher_h_BTd, b_idx, t_idx, weights_N, chunk_rows, chunk_size, needs_grad)
     return loss, {"reverse_kl": float(loss.detach()), "teacher_tail_mass": float(t_tail_N.mean()),
                   "student_tail_mass": float(s_tail_N.mean()), "num_tokens": float(num_tokens)}
 

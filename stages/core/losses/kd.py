@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import linear
 
-from stages.core.losses.head import LMHead, check_head
+from stages.core.losses.head import LMHead, Workspace, check_head, head_logits_, log_softmax_
 from stages.core.losses.lopd import (
     DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
     floor_logprobs, kl_rows, upcast_dtype,
@@ -79,39 +79,13 @@ def _divergence_rows(student_cV: Tensor, teacher_cV: Tensor, beta: float,
     return loss_c, fwd_c.detach(), rev_c
 
 
-class _Workspace:
-    """Three float (c, V) buffers and one bool (c, V) buffer, reused by every chunk of one loss
-    call: a chunk then allocates no (c, V) tensor, and a CPU allocator that maps large blocks
-    fresh (``stages.core.run.resources.map_large_blocks``) zeroes no new pages per chunk."""
-
-    def __init__(self) -> None:
-        self.buffers: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
-
-    def take(self, rows: int, vocab: int, dtype: torch.dtype,
-             device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(rows, vocab) views of the buffers; (re)allocated when too small or of another dtype/device."""
-        buf = self.buffers
-        if buf is None or buf[0].shape[0] < rows or buf[0].dtype != dtype or buf[0].device != device:
-            shape = (rows, vocab)
-            buf = self.buffers = (*(torch.empty(shape, dtype=dtype, device=device) for _ in range(3)),
-                                  torch.empty(shape, dtype=torch.bool, device=device))
-        return tuple(b[:rows] for b in buf)  # type: ignore[return-value]
-
-
-def _log_softmax_(logits_cV: Tensor, scratch_cV: Tensor) -> Tensor:
-    """log_softmax over the last dimension, in place (``scratch_cV`` is overwritten)."""
-    logits_cV.sub_(logits_cV.amax(dim=-1, keepdim=True))
-    torch.exp(logits_cV, out=scratch_cV)
-    return logits_cV.sub_(scratch_cV.sum(dim=-1, keepdim=True).log_())
-
-
 def _row_dot(a_cV: Tensor, b_cV: Tensor) -> Tensor:
     """sum_v a[c, v] * b[c, v] per row (c,), as a batched matmul (no (c, V) product is made)."""
     return (a_cV.unsqueeze(1) @ b_cV.unsqueeze(2)).view(-1)
 
 
 def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead, teacher_head: LMHead,
-                     temperature: float, workspace: _Workspace,
+                     temperature: float, workspace: Workspace,
                      need_grad: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """Forward KL(T || S) and reverse KL(S || T) per row (c,) of one chunk of hidden states (c, d)
     under frozen heads, and with ``need_grad`` d KL(T || S) / d student_cd (c, d), in closed form.
@@ -127,16 +101,10 @@ def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHea
     s_cV, t_cV, x_cV, low_cV = workspace.take(student_cd.shape[0], student_head.weight_Vd.shape[0], dtype,
                                               student_cd.device)
     for out, h_cd, head in ((s_cV, student_cd, student_head), (t_cV, teacher_cd, teacher_head)):
-        (w, b), h = head.detached(), h_cd.detach()
-        if w.dtype == dtype:
-            torch.mm(h, w.t(), out=out)
-            if b is not None:
-                out.add_(b)
-        else:  # half-precision head: its logits in its dtype, then upcast, as _divergence_rows gets them
-            out.copy_(h @ w.t() if b is None else torch.addmm(b, h, w.t()))
+        head_logits_(out, h_cd, head)
         if temperature != 1.0:
             out.div_(temperature)
-        _log_softmax_(out, x_cV)
+        log_softmax_(out, x_cV)
     floor = math.log(torch.finfo(dtype).tiny)
     torch.lt(s_cV, floor, out=low_cV)
     s_cV.clamp_min_(floor)
@@ -160,7 +128,7 @@ class _ForwardKLHeadRows(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead,  # type: ignore[override]
-                teacher_head: LMHead, temperature: float, workspace: _Workspace) -> tuple[Tensor, Tensor]:
+                teacher_head: LMHead, temperature: float, workspace: Workspace) -> tuple[Tensor, Tensor]:
         forward_c, reverse_c, ctx.grad_cd = _forward_kl_rows(student_cd, teacher_cd, student_head, teacher_head,
                                                              temperature, workspace, ctx.needs_input_grad[0])
         ctx.mark_non_differentiable(reverse_c)
@@ -260,7 +228,7 @@ def generalized_jsd(
                                        upcast_dtype(student_logits.dtype), None if given is None else max(given, 1))
         student_head, teacher_head = heads[0], heads[1].detached()
         if beta == 0.0:  # the forward KL in closed form, its (c, V) tensors in one workspace
-            workspace = _Workspace()
+            workspace = Workspace(masks=1)
 
             def rows_fn(s_cd: Tensor, t_cd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
                 fwd_c, rev_c = _ForwardKLHeadRows.apply(s_cd, t_cd, student_head, teacher_head, temperature,
