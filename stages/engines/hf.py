@@ -17,7 +17,7 @@ was sampled. So no [steps x vocab] tensor is ever held (``output_logits=True`` w
 them until ``generate`` returns), and both the plain and the prefix-cached path share the code.
 
 On the CPU, decode steps of at most ``FEW_ROWS`` rows compute each float32 linear layer as
-``(W @ x.T).T`` (:func:`_few_row_linears`): the same product, which MKL runs 2-3x faster there.
+``(W @ x.T).T`` (:func:`_few_row_linears`): the same product, which MKL computes faster there.
 """
 from __future__ import annotations
 
@@ -140,11 +140,11 @@ def _clean_defaults(model: nn.Module):
 
 
 # A decode step feeds each linear layer one row per sequence. On a 2-core AMD EPYC (MKL, AVX-512)
-# float32 x @ W.T at 2-4 rows ran on one thread at a third to half the speed of the same product
-# written (W @ x.T).T, and from 8 rows on F.linear was as fast. One row went through MKL's
-# matrix-vector product at the speed of F.linear at 2 rows: computed twice as 2 rows it takes half
-# the time. CPU rollouts of 64 tokens at SmolLM2-135M's shape: 2 rows 4.69 -> 2.26 s, 1 row 3.04 ->
-# 2.26 s (benchmarks/bench_rollout.py, modes plain-linear and eager).
+# float32 x @ W.T at 2-4 rows was slower than the same product written (W @ x.T).T and gained
+# little from a second thread; from 8 rows on F.linear was as fast. One row (MKL's matrix-vector
+# product) is faster computed as 2 equal rows. CPU rollouts of 64 tokens at SmolLM2-135M's shape,
+# 2 threads: 1 row 3.18 -> 2.36 s, 2 rows 4.80 -> 2.34 s, 4 rows 4.81 -> 2.91 s
+# (benchmarks/bench_rollout.py, modes plain-linear and eager).
 FEW_ROWS = 4
 
 
