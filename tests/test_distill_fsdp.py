@@ -84,7 +84,11 @@ def _torchrun(*commands: list[str]) -> None:
 
 
 def _assert_same(two: DistillConfig, one: DistillConfig) -> None:
-    """Metrics to 1e-5 relative (timings aside), store rows, and the final students to 1e-5."""
+    """Metrics to 1e-5 relative (timings aside), store rows, and the final students to 1e-4 (a
+    tenth of one step at lr 1e-3: Adam divides by the gradient's running scale, so float noise
+    in a near-zero gradient moves a weight by a fraction of a step; the hf engine's CPU decode
+    products' last bits depend on the rows a step decodes, and each rank decodes its share:
+    3.3e-5 seen on 1 of 8,192 entries)."""
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows]  # noqa: E731
     got, want = strip(metrics(Path(two.out))), strip(metrics(Path(one.out)))
     assert [r["step"] for r in got] == [1, 2] and got[0].keys() == want[0].keys()
@@ -96,7 +100,7 @@ def _assert_same(two: DistillConfig, one: DistillConfig) -> None:
     b = load_file(str(Path(one.out) / "final" / "student" / "model.safetensors"))
     assert a.keys() == b.keys()
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-4)
 
 
 def _assert_sharded_checkpoint(out: Path) -> None:
