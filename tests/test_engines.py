@@ -412,3 +412,39 @@ def test_decode_steps_take_the_few_row_product_with_the_same_tokens(model, tok, 
     assert 2 in seen and max(seen) > hf.FEW_ROWS
     assert_same(fast, plain)
     assert not [m for m in model.modules() if "forward" in m.__dict__]
+
+
+def test_lora_layers_take_the_few_row_product_of_peft_s_forward(tok, ids):
+    """A peft LoRA linear with one plain adapter active runs base + scaling * B(A x) on few rows
+    inside the block, equal to peft's forward; disabled adapters, two active adapters and dropout
+    at work keep peft's forward. Decode steps of an adapter's rollout take it."""
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    from stages.core.models.composer import adapter_scope
+
+    peft_model = _lora_model(tok)
+    lora = [m for m in peft_model.modules() if isinstance(m, LoraLinear)]
+    with adapter_scope(peft_model, "student"), hf._few_row_linears(peft_model):
+        assert all(m.forward.func is hf._lora_few_rows and m.forward.args[1] == "student" for m in lora)
+        for rows in (1, 2, 3, 4, 6):
+            x = torch.randn(rows, 1, lora[0].in_features)
+            torch.testing.assert_close(lora[0](x), LoraLinear.forward(lora[0], x), atol=1e-6, rtol=1e-5)
+    assert not [m for m in peft_model.modules() if "forward" in m.__dict__]
+    with adapter_scope(peft_model, None):
+        assert hf._plain_lora(lora[0]) is None  # adapters off
+    lora[0].set_adapter(["student", "other"])
+    assert hf._plain_lora(lora[0]) is None  # two adapters at once
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], lora_dropout=0.1)
+    dropped = next(m for m in get_peft_model(tiny_model(tok), config).modules() if isinstance(m, LoraLinear))
+    assert hf._plain_lora(dropped.train()) is None and hf._plain_lora(dropped.eval()) == "default"
+    seen: list[int] = []
+    real = hf._lora_few_rows
+
+    def spy(layer, adapter, x):
+        seen.append(x.numel() // layer.in_features)
+        return real(layer, adapter, x)
+
+    with mock.patch.object(hf, "_lora_few_rows", spy):
+        make_engine("hf", _lora_model(tok), tok, adapter="student").generate(ids, GREEDY)
+    assert 3 in seen and max(seen) > hf.FEW_ROWS  # decode steps of the 3 prompts, and the prefill

@@ -17,7 +17,8 @@ was sampled. So no [steps x vocab] tensor is ever held (``output_logits=True`` w
 them until ``generate`` returns), and both the plain and the prefix-cached path share the code.
 
 On the CPU, decode steps of at most ``FEW_ROWS`` rows compute each float32 linear layer as
-``(W @ x.T).T`` (:func:`_few_row_linears`): the same product, which MKL computes faster there.
+``(W @ x.T).T`` (:func:`_few_row_linears`): the same product, which MKL computes faster there;
+a peft LoRA layer with one plain adapter active skips peft's per-call dispatch there too.
 """
 from __future__ import annotations
 
@@ -162,21 +163,63 @@ def _linear_few_rows(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return y_OR.T.contiguous().reshape(*x.shape[:-1], layer.out_features)
 
 
+def _lora_few_rows(layer: nn.Module, adapter: str, x: torch.Tensor) -> torch.Tensor:
+    """A peft LoRA linear ``layer(x)`` with the one plain ``adapter`` active (:func:`_plain_lora`)
+    for ``x`` (..., in): at most FEW_ROWS rows as base(x) + scaling * (B (A x.T)).T, the base
+    product by :func:`_linear_few_rows`, without peft's per-call dispatch; more rows by peft's
+    forward. Same shape, contiguous."""
+    base = layer.base_layer
+    rows = x.numel() // base.in_features
+    if rows > FEW_ROWS:
+        return type(layer).forward(layer, x)
+    x_RI = x.reshape(rows, base.in_features)
+    delta_OR = layer.lora_B[adapter].weight @ (layer.lora_A[adapter].weight @ x_RI.T)
+    y_RO = _linear_few_rows(base, x_RI).add_(delta_OR.T, alpha=layer.scaling[adapter])
+    return y_RO.reshape(*x.shape[:-1], base.out_features)
+
+
+def _plain_lora(layer: nn.Module) -> str | None:
+    """The adapter of a peft LoRA ``Linear`` whose forward is base(x) + scaling * B(A(x)): one
+    active adapter, plain LoRA (no variant such as DoRA), no bias on B, no dropout at work,
+    not merged, adapters on, float32 on the CPU. None for any other layer."""
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    if type(layer) is not LoraLinear or layer.disable_adapters or layer.merged:
+        return None
+    active = [name for name in layer.active_adapters if name in layer.lora_A]
+    if len(active) != 1 or active[0] in layer.lora_variant:
+        return None
+    name, base = active[0], layer.base_layer
+    dropout, a, b = layer.lora_dropout[name], layer.lora_A[name], layer.lora_B[name]
+    plain = (isinstance(dropout, nn.Identity) or not dropout.training) and b.bias is None and a.bias is None
+    cpu32 = all(w.device.type == "cpu" and w.dtype == torch.float32 for w in (base.weight, a.weight, b.weight))
+    return name if plain and cpu32 and type(base) is nn.Linear else None
+
+
 @contextlib.contextmanager
 def _few_row_linears(model: nn.Module):
     """Within the block every plain float32 ``nn.Linear`` of a CPU ``model`` runs
-    :func:`_linear_few_rows` (an instance attribute ``forward``, removed on exit). Subclasses
+    :func:`_linear_few_rows`, and every peft LoRA linear with one plain adapter active
+    :func:`_lora_few_rows` (instance attributes ``forward``, removed on exit). Subclasses
     (quantized layers), layers whose ``forward`` is already replaced on the instance (accelerate's
     hooks) and models on other devices are left as they are."""
-    layers = [m for m in model.modules() if type(m) is nn.Linear and "forward" not in m.__dict__
-              and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32]
-    for layer in layers:
-        layer.forward = functools.partial(_linear_few_rows, layer)
+    patched = []
+    for m in model.modules():
+        if "forward" in m.__dict__:
+            continue
+        adapter = _plain_lora(m)
+        if adapter is not None:
+            m.forward = functools.partial(_lora_few_rows, m, adapter)
+        elif type(m) is nn.Linear and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32:
+            m.forward = functools.partial(_linear_few_rows, m)
+        else:
+            continue
+        patched.append(m)
     try:
         yield
     finally:
-        for layer in layers:
-            del layer.forward
+        for m in patched:
+            del m.forward
 
 
 def generation_config(params: SamplingParams, pad_token_id: int | None, eos_ids: list[int], *,
