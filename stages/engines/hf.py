@@ -26,6 +26,7 @@ import contextlib
 import functools
 
 import torch
+from peft.tuners.lora.layer import Linear as LoraLinear
 from torch import nn
 from transformers import (
     GenerationConfig, LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
@@ -182,8 +183,6 @@ def _plain_lora(layer: nn.Module) -> str | None:
     """The adapter of a peft LoRA ``Linear`` whose forward is base(x) + scaling * B(A(x)): one
     active adapter, plain LoRA (no variant such as DoRA), no bias on B, no dropout at work,
     not merged, adapters on, float32 on the CPU. None for any other layer."""
-    from peft.tuners.lora.layer import Linear as LoraLinear
-
     if type(layer) is not LoraLinear or layer.disable_adapters or layer.merged:
         return None
     active = [name for name in layer.active_adapters if name in layer.lora_A]
