@@ -186,16 +186,14 @@ class Meter:
 
     def closed_form_head(self, fn):
         """``fn`` (a loss of one chunk from hidden states, its head matmuls and gradients in closed
-        form: :func:`stages.core.losses.kd._forward_kl_rows`, whose last argument says whether the
-        student's gradient is needed, or ``stages.core.losses.head._topm_tail_rows``, whose last
-        argument says it for the student and the teacher) counting its positions and FLOPs as the
-        autograd path's: both heads' forward, and each wanted gradient a head backward for the
-        input's gradient."""
+        form: :func:`stages.core.losses.kd._forward_kl_rows` or
+        ``stages.core.losses.head._topm_tail_rows``, whose last argument says which of the student
+        and the teacher want a gradient) counting its positions and FLOPs as the autograd path's:
+        both heads' forward, and each wanted gradient a head backward for the input's gradient."""
         @functools.wraps(fn)
         def wrapper(student_cd, teacher_cd, student_head, *rest):
-            need_grad = rest[-1]
             rows, matmul = student_cd.shape[0], 2 * student_head.weight_Vd.numel() * student_cd.shape[0]
-            for wanted in (need_grad, False) if isinstance(need_grad, bool) else need_grad:
+            for wanted in rest[-1]:
                 self.tokens[("head", wanted)] += rows
                 self.forward_flops += matmul
                 self.backward_flops += matmul * wanted

@@ -371,6 +371,14 @@ class _QuantLinear(torch.nn.Linear):
     """A subclass of nn.Linear, as quantized layers are."""
 
 
+def _rows_spy(fn, seen: list[int]):
+    """``fn(layer, ..., x)`` that also appends the number of rows of each ``x`` to ``seen``."""
+    def spy(layer, *args):
+        seen.append(args[-1].numel() // layer.in_features)
+        return fn(layer, *args)
+    return spy
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (2, 1), (1, 4), (2, 2), (5, 1), (3, 7)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_few_row_linears_compute_the_same_product_and_are_removed_on_exit(shape, bias):
@@ -398,14 +406,8 @@ def test_decode_steps_take_the_few_row_product_with_the_same_tokens(model, tok, 
     """Two prompts: the prefill runs F.linear, each decode step the (W @ x.T).T product; greedy
     tokens and log-probs are those of F.linear everywhere (FEW_ROWS 0)."""
     seen: list[int] = []
-    real = hf._linear_few_rows
-
-    def spy(layer, x):
-        seen.append(x.numel() // layer.in_features)
-        return real(layer, x)
-
     engine = HFRolloutEngine(model, tok)
-    with mock.patch.object(hf, "_linear_few_rows", spy):
+    with mock.patch.object(hf, "_linear_few_rows", _rows_spy(hf._linear_few_rows, seen)):
         fast = engine.generate(ids[:2], GREEDY)
     with mock.patch.object(hf, "FEW_ROWS", 0):
         plain = engine.generate(ids[:2], GREEDY)
@@ -439,12 +441,6 @@ def test_lora_layers_take_the_few_row_product_of_peft_s_forward(tok, ids):
     dropped = next(m for m in get_peft_model(tiny_model(tok), config).modules() if isinstance(m, LoraLinear))
     assert hf._plain_lora(dropped.train()) is None and hf._plain_lora(dropped.eval()) == "default"
     seen: list[int] = []
-    real = hf._lora_few_rows
-
-    def spy(layer, adapter, x):
-        seen.append(x.numel() // layer.in_features)
-        return real(layer, adapter, x)
-
-    with mock.patch.object(hf, "_lora_few_rows", spy):
+    with mock.patch.object(hf, "_lora_few_rows", _rows_spy(hf._lora_few_rows, seen)):
         make_engine("hf", _lora_model(tok), tok, adapter="student").generate(ids, GREEDY)
     assert 3 in seen and max(seen) > hf.FEW_ROWS  # decode steps of the 3 prompts, and the prefill

@@ -7,10 +7,10 @@ masked positions are gathered, and each chunk of at most ``chunk_size`` of them 
 logits ``h @ W.T + b`` and its loss terms, so neither the forward nor the backward ever holds
 more than one chunk's (chunk_size x V) logits. With frozen heads (a LoRA student, LOPD's teacher)
 the reverse KL takes each chunk's gradient w.r.t. both hidden states right in the forward, in
-closed form (``_topm_tail_rows``), and every chunk works in the same three (chunk_size x V)
-buffers (:class:`Workspace`); otherwise, and for the log-probs, each chunk runs under activation
-checkpointing and the backward recomputes its logits once (one more head matmul per supervised
-position).
+closed form (``_topm_tail_rows`` through :class:`GradInForward`), and every chunk works in the
+same three (chunk_size x V) buffers (:class:`Workspace`); otherwise, and for the log-probs, each
+chunk runs under activation checkpointing and the backward recomputes its logits once (one more
+head matmul per supervised position).
 Values and gradients equal the logits functions on ``head(h)`` (tests/test_head_losses.py).
 The baselines' losses take the same route through their ``heads=`` argument
 (:func:`stages.core.losses.kd.generalized_jsd`, :func:`stages.core.losses.sdpo.sdpo_topk_loss`).
@@ -155,22 +155,25 @@ def _topm_tail_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead
     return kl_c, log_p_cB[:, -1].exp(), log_q_cB[:, -1].exp(), *grads
 
 
-class _TopMTailHeadRows(torch.autograd.Function):
-    """:func:`_topm_tail_rows` as an autograd function of both hidden states: the gradients are
-    computed in the forward, so the backward only scales (c, d) tensors."""
+class GradInForward(torch.autograd.Function):
+    """One chunk's loss of two hidden states whose gradients ``rows`` computes in closed form in
+    the forward: ``rows(student_cd, teacher_cd, need_grad)``, with ``need_grad`` (bool, bool) the
+    inputs that want one, returns (values_c, *diagnostics_c, grad_student_cd or None,
+    grad_teacher_cd or None). The backward only scales those (c, d) gradients by the values'
+    incoming gradient; the diagnostics get none."""
 
     @staticmethod
-    def forward(ctx, student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead,  # type: ignore[override]
-                teacher_head: LMHead, M: int, workspace: Workspace) -> tuple[Tensor, Tensor, Tensor]:
-        kl_c, t_tail_c, s_tail_c, *ctx.grads = _topm_tail_rows(student_cd, teacher_cd, student_head, teacher_head,
-                                                               M, workspace, ctx.needs_input_grad[:2])
-        ctx.mark_non_differentiable(t_tail_c, s_tail_c)
-        return kl_c, t_tail_c, s_tail_c
+    def forward(ctx, student_cd: Tensor, teacher_cd: Tensor,  # type: ignore[override]
+                rows: Callable[..., tuple[Tensor | None, ...]]) -> tuple[Tensor, ...]:
+        values_c, *diagnostics, grad_s, grad_t = rows(student_cd, teacher_cd, ctx.needs_input_grad[:2])
+        ctx.grads = (grad_s, grad_t)
+        ctx.mark_non_differentiable(*diagnostics)
+        return (values_c, *diagnostics)
 
     @staticmethod
     def backward(ctx, grad_c: Tensor, *_: Tensor):  # type: ignore[override]
         grads, ctx.grads = ctx.grads, None
-        return (*(None if g is None else grad_c.unsqueeze(-1) * g for g in grads), None, None, None, None)
+        return (*(None if g is None else grad_c.unsqueeze(-1) * g for g in grads), None)
 
 
 def check_head(h_BTd: Tensor, head: LMHead, name: str) -> None:
@@ -261,8 +264,10 @@ def head_topm_tail_reverse_kl(
                       torch.is_grad_enabled() and teacher_h_BTd.requires_grad)
         if M < student_head.weight_Vd.shape[0]:  # in closed form, every chunk in one workspace
             workspace = Workspace()
-            chunk_rows = lambda s_cd, t_cd: _TopMTailHeadRows.apply(  # noqa: E731
-                s_cd, t_cd, student_head, teacher_head, M, workspace)
+
+            def closed_form(s_cd: Tensor, t_cd: Tensor, need_grad: tuple[bool, bool]) -> tuple[Tensor | None, ...]:
+                return _topm_tail_rows(s_cd, t_cd, student_head, teacher_head, M, workspace, need_grad)
+            chunk_rows = lambda s_cd, t_cd: GradInForward.apply(s_cd, t_cd, closed_form)  # noqa: E731
         else:  # no tail bucket: the full reverse KL through autograd
             chunk_rows = lambda s_cd, t_cd: rows_fn(s_cd, t_cd, *student_head, *teacher_head)  # noqa: E731
         loss, t_tail_N, s_tail_N = _ChunkedRowsLoss.apply(

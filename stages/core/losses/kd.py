@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import linear
 
-from stages.core.losses.head import LMHead, Workspace, check_head, head_logits_, log_softmax_
+from stages.core.losses.head import GradInForward, LMHead, Workspace, check_head, head_logits_, log_softmax_
 from stages.core.losses.lopd import (
     DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
     floor_logprobs, kl_rows, upcast_dtype,
@@ -86,9 +86,10 @@ def _row_dot(a_cV: Tensor, b_cV: Tensor) -> Tensor:
 
 def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead, teacher_head: LMHead,
                      temperature: float, workspace: Workspace,
-                     need_grad: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+                     need_grad: tuple[bool, bool]) -> tuple[Tensor, Tensor, Tensor | None, None]:
     """Forward KL(T || S) and reverse KL(S || T) per row (c,) of one chunk of hidden states (c, d)
-    under frozen heads, and with ``need_grad`` d KL(T || S) / d student_cd (c, d), in closed form.
+    under frozen heads, and with ``need_grad[0]`` d KL(T || S) / d student_cd (c, d), in closed
+    form (the teacher gets no gradient: the last item is None, as :class:`GradInForward` reads it).
 
     Values equal :func:`_divergence_rows` with ``beta=0`` on the heads' logits (floors of
     :func:`stages.core.losses.lopd.kl_rows` included). With z = student logits / temperature,
@@ -112,33 +113,14 @@ def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHea
     torch.sub(t_cV, s_cV, out=x_cV)  # log p_T - log p_S, floored
     p_t_cV, p_s_cV = t_cV.exp_(), s_cV.exp_()
     forward_c, reverse_c = _row_dot(p_t_cV, x_cV), -_row_dot(p_s_cV, x_cV)
-    if not need_grad:
-        return forward_c, reverse_c, None
+    if not need_grad[0]:
+        return forward_c, reverse_c, None, None
     a_cV = p_t_cV.masked_fill_(low_cV, 0.0)
     g_cV = p_s_cV.mul_(a_cV.sum(dim=-1, keepdim=True)).sub_(a_cV)  # d KL / d z
     if temperature != 1.0:
         g_cV.div_(temperature)
     w = student_head.weight_Vd.detach()
-    return forward_c, reverse_c, g_cV.to(w.dtype) @ w
-
-
-class _ForwardKLHeadRows(torch.autograd.Function):
-    """:func:`_forward_kl_rows` as an autograd function of the student's hidden states: the
-    gradient is computed in the forward, so the backward only scales a (c, d) tensor."""
-
-    @staticmethod
-    def forward(ctx, student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead,  # type: ignore[override]
-                teacher_head: LMHead, temperature: float, workspace: Workspace) -> tuple[Tensor, Tensor]:
-        forward_c, reverse_c, ctx.grad_cd = _forward_kl_rows(student_cd, teacher_cd, student_head, teacher_head,
-                                                             temperature, workspace, ctx.needs_input_grad[0])
-        ctx.mark_non_differentiable(reverse_c)
-        return forward_c, reverse_c
-
-    @staticmethod
-    def backward(ctx, grad_forward_c: Tensor, _grad_reverse: Tensor):  # type: ignore[override]
-        grad_cd = ctx.grad_cd
-        ctx.grad_cd = None
-        return grad_forward_c.unsqueeze(-1) * grad_cd, None, None, None, None, None
+    return forward_c, reverse_c, g_cV.to(w.dtype) @ w, None
 
 
 def _kd_reduce(values_N: Tensor, rows_N: Tensor, num_rows: int, reduction: KDReduction,
@@ -230,9 +212,11 @@ def generalized_jsd(
         if beta == 0.0:  # the forward KL in closed form, its (c, V) tensors in one workspace
             workspace = Workspace(masks=1)
 
+            def closed_form(s_cd: Tensor, t_cd: Tensor, need_grad: tuple[bool, bool]) -> tuple[Tensor | None, ...]:
+                return _forward_kl_rows(s_cd, t_cd, student_head, teacher_head, temperature, workspace, need_grad)
+
             def rows_fn(s_cd: Tensor, t_cd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-                fwd_c, rev_c = _ForwardKLHeadRows.apply(s_cd, t_cd, student_head, teacher_head, temperature,
-                                                        workspace)
+                fwd_c, rev_c = GradInForward.apply(s_cd, t_cd, closed_form)
                 return fwd_c, fwd_c.detach(), rev_c
         else:
             def rows_fn(s_cd: Tensor, t_cd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
