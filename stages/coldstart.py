@@ -71,6 +71,7 @@ from stages.core.data.store import ExperienceStore, StoreError
 FINAL = "final"
 HELDOUT = "heldout.json"
 KEEP_CHECKPOINTS = 2
+LOSS_WINDOW = 10  # the progress bar and the summary report the mean loss of this many last steps
 # Settings a resumed run may change (they do not change the meaning of finished steps), and
 # the fields holding paths (compared after resolving).
 _RESUMABLE = RESUMABLE | {"eval_every"}
@@ -133,6 +134,12 @@ def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tens
     with preserve_requires_grad(composer.backbone):
         composer.backbone.delete_adapter(_SCRATCH_ADAPTER)
     return phi
+
+
+def _recent_mean(losses: list[float]) -> float:
+    """Mean of the last (up to) ``LOSS_WINDOW`` step losses; NaN before the first step."""
+    tail = losses[-LOSS_WINDOW:]
+    return sum(tail) / len(tail) if tail else math.nan
 
 
 def _backbone_digest(composer: Composer) -> str:
@@ -322,10 +329,10 @@ class Coldstart:
         """The remaining steps: a metrics row each, a checkpoint every ``checkpoint_every`` and at the end."""
         c = self.config
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("loss {task.fields[loss]:.3f}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=self.console, transient=False) as bar:
+                      TextColumn(f"loss (mean of last {LOSS_WINDOW}) {{task.fields[loss]:.3f}}"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False) as bar:
             job = bar.add_task("steps", total=c.steps, completed=self.start_step,
-                               loss=self.losses[-1] if self.losses else float("nan"))
+                               loss=_recent_mean(self.losses))
             for step in range(self.start_step, c.steps):
                 record = self.loss_step(step)
                 self.step_seconds.append(record["seconds"])
@@ -334,7 +341,7 @@ class Coldstart:
                 done = record["step"]
                 if done % c.checkpoint_every == 0 or done == c.steps:
                     self.save_checkpoint(done)
-                bar.update(job, advance=1, loss=record["loss"])
+                bar.update(job, advance=1, loss=_recent_mean(self.losses))
 
     def finish(self) -> ColdstartReport:
         """Write ``final/`` and ``heldout.json``, check the backbone, and summarise the run.
@@ -357,13 +364,11 @@ class Coldstart:
             if result is not None:
                 (out / HELDOUT).write_text(result.model_dump_json(indent=2))
         unchanged = _backbone_digest(self.composer) == self.digest_before
-        losses = self.losses
-        tail = losses[-max(1, min(10, len(losses))):] if losses else [math.nan]  # the last (up to) 10 steps
         report = ColdstartReport(
             run_id=self.run_id, out=str(out), final=str(final), backbone_id=self.backbone_id, steps=c.steps,
             start_step=self.start_step, train_trajectories=len(t.train), train_tasks=len(t.train_tasks),
             too_long=t.too_long, heldout_trajectories=len(t.heldout), heldout_tasks=len(t.heldout_tasks),
-            final_loss=sum(tail) / len(tail), final_loss_steps=len(losses[-10:]), heldout=result,
+            final_loss=_recent_mean(self.losses), final_loss_steps=len(self.losses[-LOSS_WINDOW:]), heldout=result,
             seconds=time.perf_counter() - self.t_start,
             seconds_per_step=sum(self.step_seconds) / max(len(self.step_seconds), 1), peak_rss_mb=peak_rss_mb(),
             backbone_unchanged=unchanged,

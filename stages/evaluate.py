@@ -380,8 +380,8 @@ def report_table(report: dict[str, Any]) -> Table:
     table.add_column("value", justify="right")
     for key, value in report["scores"].items():
         table.add_row(key, f"{value:.3f}")
-    for key, value in report["behaviour"].items():
-        table.add_row(f"[dim]{key}[/]", f"{value:.2f}")
+    for key, value in report["behaviour"].items():  # the precision of the --compare table
+        table.add_row(f"[dim]{key}[/]", f"{value:.3f}")
     return table
 
 

@@ -241,8 +241,8 @@ def markdown(config: Any, rows: list[dict], key: str, tasks: int, base_score: fl
             f" ± {r['reference_nll_sd']:.4f}" if r["reference_nll_sd"] is not None else "")
         lines.append(f"| {r['run']} | {r['method']} | {len(r['seeds'])}{more} | {r['generations']} | "
                      f"{r['score_mean']:.3f}{spread} | {r['score_mean'] - base_score:+.3f} | {nll} | {paired} | {train} | "
-                     f"{r['first_step_tokens']:.1f} | {r['tool_calls_per_step']:.2f} | "
-                     f"{r['repeated_calls_per_task']:.2f} |")
+                     f"{r['first_step_tokens']:.1f} | {r['tool_calls_per_step']:.3f} | "
+                     f"{r['repeated_calls_per_task']:.3f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -254,7 +254,7 @@ def test_resources_are_guarded_before_work(tmp_path, store_path, tiny_dir, monke
 def test_too_little_data_warns_and_the_summary_says_how_many_steps_it_averages(tmp_path, store_path, tiny_dir):
     """8 tasks x 2 successes: 25% held out leaves 2 held-out tasks and 12 targets; a batch of 16
     sees the same targets every step. Both get a warning; after 2 steps the summary's final loss
-    is the mean of those 2 steps, and says so."""
+    is the mean of those 2 steps, and says so; the progress bar ends on the same number."""
     import io
 
     from rich.console import Console
@@ -267,6 +267,7 @@ def test_too_little_data_warns_and_the_summary_says_how_many_steps_it_averages(t
     assert "warning: 12 training trajectories for --batch-size 16" in text
     assert "warning: 2 held-out task(s)" in text
     assert report.final_loss_steps == 2 and "mean of the last 2 steps" in text
+    assert f"loss (mean of last 10) {report.final_loss:.3f}" in text
 
 
 def test_other_task_shift_gives_every_target_another_tasks_experiences():
