@@ -89,8 +89,21 @@ def friendly(fn: Callable) -> Callable:
             # soft_wrap: the error stays one line (rich would break it at the terminal width)
             err_console.print(f"[red]error:[/] {escape(msg)}", soft_wrap=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # Ctrl-C: what to do next instead of a silent exit
+            err_console.print(f"interrupted{_resume_hint(kwargs)}", soft_wrap=True)
+            raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _resume_hint(kwargs: dict) -> str:
+    """For a command with ``--resume``: how to continue, from that flag's own help (its first sentence)."""
+    command = getattr(kwargs.get("ctx"), "command", None)
+    flag = next((p for p in command.params if p.name == "resume"), None) if command is not None else None
+    if flag is None or not flag.help:
+        return ""
+    what = flag.help.split(" (")[0].rstrip(".")
+    return f": rerun the same command with --resume to continue ({what[0].lower()}{what[1:]})"
 
 
 def _flag_of(kwargs: dict, name: str) -> str:
@@ -126,7 +139,7 @@ def collect(
     config: Optional[str] = CONFIG,
     env: Optional[str] = typer.Option(None, "--env", help="Environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, livecodebench, taco (required, as a flag or in --config)."),
     store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
-    split: str = typer.Option("train", "--split", help="Task split: train or test (lopd-bed also has warmup and transfer)."),
+    split: str = typer.Option("train", "--split", help="Task split: train or test (bfcl also has heldout, its held-out single-turn tasks; lopd-bed also has warmup and transfer)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks. (default: all)"),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Policy: smollm2-135m (embedded), an HF id or a local path."),

@@ -57,7 +57,9 @@ from rich.table import Table
 from stages.coldstart_data import ColdstartData, split_targets, successful_trajectories
 from stages.coldstart_eval import HeldoutResult, action_nll, evaluate_heldout
 from stages.coldstart_settings import ColdstartConfig
-from stages.core.run.checkpoint import CHECKPOINTS, OPTIMIZER_FILE, read_state, restore_rng, write_checkpoint
+from stages.core.run.checkpoint import (
+    CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
+)
 from stages.core.models.composer import (
     Composer, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
 )
@@ -262,8 +264,9 @@ class Coldstart:
     def _resume(self, ckpt: Path | None) -> int:
         """Restore the optimizer and RNG states of ``ckpt``; returns the step to start from."""
         if ckpt is not None:
-            self.optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True,
-                                                      map_location=self.device))
+            with readable(ckpt / OPTIMIZER_FILE, "optimizer state"):
+                self.optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True,
+                                                          map_location=self.device))
             restore_rng(ckpt)
             return int(read_state(ckpt)["step"])
         if self.config.resume:

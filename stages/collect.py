@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from schemas import Trajectory
+from schemas import Task, Trajectory
 from stages.core.data.store import ExperienceStore, StoreError
-from stages.core.envs import make_env
+from stages.core.envs import EnvError, make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
 from stages.core.models.backbone import DType
@@ -78,6 +78,30 @@ _RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_turns
              "max_new_tokens", "temperature", "top_p", "top_k", "seed", "reference"]
 
 
+def _with_reference(env, tasks: list[Task], config: CollectConfig, console: Console) -> list[Task]:
+    """The ``tasks`` that have a reference solution (``--reference``); a note names how many are skipped.
+
+    Raises:
+        EnvError: the env has no reference solutions, or none of the tasks has one.
+    """
+    if not hasattr(env, "reference_actions"):
+        raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
+    kept, first_missing, skipped = [], None, 0
+    for task in tasks:
+        try:
+            env.reference_actions(task)
+            kept.append(task)
+        except EnvError as err:
+            first_missing, skipped = first_missing or str(err), skipped + 1
+    if not kept and tasks:
+        raise EnvError(f"--reference: none of the {len(tasks)} {config.split} task(s) has a reference solution "
+                       f"({first_missing}); drop --reference to roll them out with --model")
+    if skipped:
+        console.print(f"[yellow]note: {skipped} of {len(tasks)} task(s) have no reference solution and are "
+                      f"skipped ({first_missing})[/]", soft_wrap=True)
+    return kept
+
+
 def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     """Collect trajectories as configured; returns the summary (also printed as a table).
 
@@ -85,7 +109,6 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         StoreError: unusable store, or the run already has rows and ``resume`` is False.
         EnvError: unknown environment or unusable task data.
     """
-    from stages.core.envs import EnvError
     from stages.core.models.backbone import load_policy, load_tokenizer
     from stages.engines import SamplingParams, make_engine
     from stages.leakage import check_train_tasks
@@ -99,14 +122,17 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
                                    episode_rules=config.episode_rules)  # noqa: E731
     probe = env_factory()
     tasks = probe.tasks(config.split, config.limit)
+    if config.reference:
+        tasks = _with_reference(probe, tasks, config, console)
     probe.close()
-    if config.split != "test":  # training data (train, warmup...): never a task an evaluation benchmark scores
-        overlap = check_train_tasks(config.env, tasks, data_dir, allow_overlap=config.allow_overlap)
+    # training data (train, warmup...): never a task an evaluation benchmark scores; tasks of an
+    # evaluation split (test, bfcl's heldout) carry split "test"
+    train = [t for t in tasks if t.split != "test"]
+    if train:
+        overlap = check_train_tasks(config.env, train, data_dir, allow_overlap=config.allow_overlap)
         if overlap:
-            console.print(f"[yellow]--allow-overlap: {len(overlap)} of {len(tasks)} train tasks are scored by "
+            console.print(f"[yellow]--allow-overlap: {len(overlap)} of {len(train)} train tasks are scored by "
                           f"{', '.join(sorted({o.bench for o in overlap}))}[/]", soft_wrap=True)
-    if config.reference and not hasattr(probe, "reference_actions"):
-        raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
     # the store is opened (and created) only once the tasks are known to be playable and the
     # policy has loaded: a run that cannot start leaves no empty store behind
     policy_id, engine = "reference", None

@@ -173,8 +173,9 @@ class Distiller:
         if resume_from and self.shard is not None:
             self.shard.load(resume_from / sharding.DCP_FOLDER, self.optimizer, self._unsharded_params())
         elif resume_from:
-            saved = torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device)
-            self.optimizer.load_state_dict(saved)
+            with ckpt.readable(resume_from / ckpt.OPTIMIZER_FILE, "optimizer state"):
+                saved = torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device)
+                self.optimizer.load_state_dict(saved)
         # the prefix cache encodes the prompt the G rollouts of a task share once; cleared before
         # every update (engine.sleep) and at every weight sync
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,

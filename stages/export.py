@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from stages.core.run.checkpoint import CHECKPOINTS, checkpoint_dirs
+from stages.core.run.checkpoint import CHECKPOINTS, checkpoint_dirs, readable
 from stages.core.models.backbone import embedded_hub_id
 from stages.core.run.runs import CONFIG_FILE, MANIFEST_FILE, METRICS_FILE
 from stages.report import find_reports, read_rows, summary_row
@@ -153,7 +153,8 @@ def _write_model(source: Path, out: Path, *, base: str, model: str, merge: bool)
     adapter = (source / ADAPTER_CONFIG).is_file()
     if adapter and merge:
         fresh, tokenizer = load_policy(model, dtype="float32", device="cpu")
-        merged = PeftModel.from_pretrained(fresh, str(source)).merge_and_unload()
+        with readable(source, "the student's adapter"):
+            merged = PeftModel.from_pretrained(fresh, str(source)).merge_and_unload()
         merged.save_pretrained(out)
         tokenizer.save_pretrained(out)
         return "model"

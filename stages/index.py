@@ -88,11 +88,12 @@ def run(config: IndexConfig) -> IndexReport:
     """
     start = time.perf_counter()
     store = ExperienceStore.open(config.store, create=False)
-    if config.rebuild:
-        drop_embeddings(store)
-    info = embeddings_info(store)
+    info = None if config.rebuild else embeddings_info(store)
+    # the embedder loads before a rebuild drops anything: a bad --embedder leaves the store as it was
     embedder = load_embedder(config.embedder or (info.embedder if info else None),
                              batch_size=config.batch_size)
+    if config.rebuild:
+        drop_embeddings(store)
     field = config.field or (info.field if info else "task")
     with Progress(TextColumn("embedding"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), disable=not config.progress, transient=True) as bar:

@@ -35,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from schemas import Trajectory
 from stages.core.run.checkpoint import (
-    OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, restore_rng, write_checkpoint,
+    OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, readable, restore_rng, write_checkpoint,
 )
 from stages.core.data.rows import pad_rows, training_rows
 from stages.core.losses.lopd import masked_nll
@@ -163,7 +163,8 @@ def run(config: SftConfig, console: Console | None = None,
     optimizer = torch.optim.AdamW(params, lr=config.lr)
     start = 0
     if ckpt is not None:
-        optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True))
+        with readable(ckpt / OPTIMIZER_FILE, "optimizer state"):
+            optimizer.load_state_dict(torch.load(ckpt / OPTIMIZER_FILE, weights_only=True))
         start = read_state(ckpt)["step"]
         restore_rng(ckpt)
         truncate_metrics(out / METRICS_FILE, start)

@@ -108,9 +108,12 @@ def run(report: str | Path, task: str | None = None, failed: bool = False, limit
     Raises:
         FileNotFoundError: no such file or folder.
         ValueError: not a JSON evaluation report (no ``per_task`` list), a store filter given
-            with a report, or a ``run_id`` the store does not hold: one line naming the file.
+            with a report, or a ``run_id`` the store does not hold: one line naming the file;
+            ``limit`` below 1.
         StoreError: a folder that is not an experience store.
     """
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit {limit}: show at least 1 task (leave it out for 5)")
     console = console or Console()
     path = Path(report)
     if path.is_dir():

@@ -68,3 +68,21 @@ def test_turn_cap_is_max_turns_and_accepts_max_steps():
     assert CollectConfig(env="envscaler", store="s", max_steps=2).max_turns == 2  # the former name
     with pytest.raises(ValueError):
         CollectConfig(env="envscaler", store="s", max_turns=0)
+
+
+def test_ctrl_c_says_interrupted_and_how_to_continue(monkeypatch, tmp_path):
+    """Ctrl-C (KeyboardInterrupt) exits 130 with one line; a command with --resume adds how to
+    continue, in that flag's own words."""
+    from stages import collect, index
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(collect, "run", interrupted)
+    monkeypatch.setattr(index, "run", interrupted)
+    res = runner.invoke(app, ["collect", "--env", "envscaler", "--store", str(tmp_path / "s")])
+    assert res.exit_code == 130
+    assert res.output.strip() == ("interrupted: rerun the same command with --resume to continue "
+                                  "(skip tasks this run already stored)")
+    res = runner.invoke(app, ["index", "--store", str(tmp_path / "s")])
+    assert res.exit_code == 130 and res.output.strip() == "interrupted"

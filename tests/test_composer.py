@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 import torch
@@ -320,6 +321,24 @@ def test_save_load_round_trip_and_backbone_checks(setup, tmp_path):
         load_composer(tiny_llama(hidden=48), out, trainable=True, backbone_id="tiny-llama")
     with pytest.raises(ValueError, match="backbone_id"):
         save_composer(composer, tmp_path / "bad", {"placement": "prefix"})
+
+
+@pytest.mark.parametrize("damage", ["compressor", "adapter", "config"])
+def test_a_damaged_composer_checkpoint_is_one_line_naming_the_file(setup, tmp_path, damage):
+    """A truncated weights file (a full disk, a killed copy) or a config that is no JSON object:
+    one ValueError line naming the file, instead of the loader's traceback."""
+    initial, composer = setup
+    out = save_composer(composer, tmp_path / "ckpt", {"backbone_id": "tiny-llama"})
+    bad = {"compressor": out / "compressor.safetensors", "adapter": out / "composer" / "adapter_model.safetensors",
+           "config": out / "composer_config.json"}[damage]
+    if damage == "config":
+        bad.write_text('{"J": 2,')
+    else:
+        bad.write_bytes(bad.read_bytes()[:100])
+    named = bad if damage != "adapter" else bad.parent  # peft loads the adapter folder
+    with pytest.raises(ValueError, match=re.escape(str(named))) as err:
+        load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
+    assert "\n" not in str(err.value) and ("cannot load" in str(err.value) or "unreadable" in str(err.value))
 
 
 def test_shared_qformer_applies_one_block_depth_times_and_old_checkpoints_load_unshared(setup, tmp_path):

@@ -91,3 +91,25 @@ def test_the_bundled_practice_set_is_the_offline_default_and_every_reference_pas
     for task in tasks:
         env.reset(task)
         assert env.step(env.reference_actions(task)[0]).reward == 1.0, task.task_id
+
+
+def test_collect_reference_skips_tasks_without_a_solution_and_refuses_a_split_with_none(tmp_path):
+    rows = [json.loads(line) for line in (FIXTURE / "problems.jsonl").read_text().splitlines()]
+    data = tmp_path / "data"
+    data.mkdir()
+    rows[0]["solutions"] = "[]"
+    (data / "problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = tmp_path / "store"
+    args = ["collect", "--env", "taco", "--data-dir", str(data), "--reference", "--allow-overlap"]
+    result = CliRunner().invoke(app, [*args, "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert f"note: 1 of {len(make_env('taco', data_dir=data).tasks('train'))} task(s) have no reference" in result.output
+    stored = {r.task_id for r in ExperienceStore.open(store).query()}
+    assert stored == {"taco/double", "taco/count-vowels"}  # not taco/sum-two
+
+    for r in rows:
+        r["solutions"] = "[]"
+    (data / "problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = CliRunner().invoke(app, [*args, "--store", str(tmp_path / "store2")])
+    assert result.exit_code == 2 and "error: --reference: none of the" in result.output, result.output
+    assert not (tmp_path / "store2").exists()

@@ -219,3 +219,15 @@ def test_index_adds_a_trajectory_id_index_and_later_rows_are_still_found(indexed
     assert any(i.columns == ["trajectory_id"] and i.index_type == "BTree" for i in indices), indices
     indexed.append([make_traj("late", "task9", prompt="alpha late")])
     assert [t.trajectory_id for t in indexed.get(["late", "t-a"])] == ["late", "t-a"]
+
+
+def test_a_bad_embedder_is_one_line_and_a_rebuild_with_it_drops_nothing(indexed, monkeypatch, tmp_path):
+    """The embedder loads before --rebuild drops the embeddings: a path that does not exist, or
+    a folder that is no model, fails with one line and the store keeps its index."""
+    monkeypatch.undo()  # the real load_embedder
+    for bad in (str(tmp_path / "nope"), str(tmp_path)):
+        config = index_stage.IndexConfig(store=indexed.uri, progress=False, embedder=bad, rebuild=True)
+        with pytest.raises(FileNotFoundError, match=f"--embedder '{re.escape(bad)}'") as err:
+            index_stage.run(config)
+        assert "\n" not in str(err.value)
+        assert open_embeddings(indexed).count_rows() == len(ROWS)

@@ -57,3 +57,23 @@ def test_mbpp_plus_training_file_is_named_as_mbpp_plus_overlap(tmp_path):
     # the HumanEval+ bench must not load the MBPP+ file and claim its tasks (the label was humaneval-plus)
     with pytest.raises(LeakageError, match=r"are scored by mbpp-plus \(Mbpp/2\)"):
         check_train_tasks("code", train, path)
+
+
+def test_collect_checks_train_tasks_only_and_reference_needs_references(tmp_path):
+    """bfcl's heldout split is evaluation data (its tasks carry split "test"): collecting it is no
+    train collect, so no overlap check refuses it; its multi-turn test split has no reference
+    solutions, so a --reference collect of it is refused before a store exists."""
+    from typer.testing import CliRunner
+
+    from lopd_cli.main import app
+    from stages.core.data.store import ExperienceStore
+
+    store = tmp_path / "store"
+    res = CliRunner().invoke(app, ["collect", "--env", "bfcl", "--split", "heldout", "--reference", "--limit", "2",
+                                   "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    assert {r.split for r in ExperienceStore.open(store).query()} == {"test"}
+    res = CliRunner().invoke(app, ["collect", "--env", "bfcl", "--split", "test", "--reference", "--limit", "2",
+                                   "--store", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "none of the 2 test task(s) has a reference solution" in res.output, res.output
+    assert not (tmp_path / "none").exists()

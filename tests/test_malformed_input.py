@@ -77,6 +77,16 @@ def _empty_model(tmp: Path):
     return args, tmp / "model" / "config.json", "--model"
 
 
+def _truncated_weights(tmp: Path):
+    from tests.tiny import save_tiny
+
+    folder = save_tiny(tmp / "model")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # a full disk, a killed copy
+    args = ["collect", "--env", "envscaler", "--model", str(folder), "--store", str(tmp / "store"), "--limit", "1"]
+    return args, folder, "cannot load the model's weights"
+
+
 PROBES = {
     "store-deleted-file": Probe(_corrupt("delete")),
     "store-truncated-file": Probe(_corrupt("truncate")),
@@ -95,6 +105,7 @@ PROBES = {
                                          "--store", str(tmp / "store")], tmp / "data" / "tasks.jsonl", "line 1"),
                            leaves_nothing="store"),
     "model-empty-folder": Probe(_empty_model, leaves_nothing="store"),
+    "model-truncated-weights": Probe(_truncated_weights, leaves_nothing="store"),
 }
 FIELDS = {"compare-scores-null": "'scores'", "compare-string-score": "'scores.acc'",
           "compare-string-behaviour": "'behaviour.mean_steps'", "compare-not-json": "line 1 column 2",

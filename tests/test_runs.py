@@ -156,3 +156,30 @@ def test_out_respelled_with_symlink(tmp_path):
     config = started(tmp_path)
     os.symlink(tmp_path / "out", tmp_path / "link")
     assert open_again(tmp_path, config, out=str(tmp_path / "link")).changes == []
+
+
+def test_a_damaged_checkpoint_file_is_one_line_naming_it(tmp_path):
+    """A truncated optimizer or RNG file (a full disk, a killed copy) reads as one ValueError
+    naming the file; an error that is no loading failure passes through unchanged."""
+    import torch
+
+    from stages.core.run import checkpoint as ckpt
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    folder = ckpt.write_checkpoint(tmp_path, 1, lambda d: torch.save(optimizer.state_dict(), d / ckpt.OPTIMIZER_FILE),
+                                   {"step": 1}, keep=1)
+    for name in (ckpt.OPTIMIZER_FILE, ckpt.RNG_FILE):
+        path = folder / name
+        path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ValueError, match=f"^{folder / ckpt.OPTIMIZER_FILE}: cannot load optimizer state \\(") as err:
+        with ckpt.readable(folder / ckpt.OPTIMIZER_FILE, "optimizer state"):
+            optimizer.load_state_dict(torch.load(folder / ckpt.OPTIMIZER_FILE, weights_only=True))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=f"^{folder / ckpt.RNG_FILE}: cannot load RNG states"):
+        ckpt.restore_rng(folder)
+    with pytest.raises(KeyError):
+        with ckpt.readable(folder, "anything"):
+            raise KeyError("not a loading failure")

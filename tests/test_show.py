@@ -85,6 +85,9 @@ def test_show_reads_a_store_with_filters(tmp_path):
     empty.mkdir()
     notstore = runner.invoke(app, ["show", str(empty)])
     assert notstore.exit_code != 0 and "no experience store" in notstore.output and "Traceback" not in notstore.output
+    for limit in ("0", "-1"):  # -1 would slice off the last trajectory
+        res = runner.invoke(app, ["show", str(tmp_path / "store"), "--limit", limit])
+        assert res.exit_code == 2 and f"error: --limit {limit}: show at least 1 task" in res.output, res.output
 
 
 def test_tool_call_arguments_show_as_json_not_as_an_escaped_string():

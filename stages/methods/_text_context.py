@@ -51,6 +51,7 @@ from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, upcast_dtype
 from stages.core.models.assembly import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.models.composer import adapter_parameters, add_lora_adapter, preserve_requires_grad
 from stages.core.models.student import student_logits
+from stages.core.run.checkpoint import readable
 from stages.methods import Method, StepBatch, StepContext, Student
 
 REFERENCE_POLICY = "reference"  # the ``policy`` of rows written by ``lopd collect --reference``
@@ -180,7 +181,7 @@ class TextTeacher:
         """The ``teacher`` LoRA adapter: a copy of the student's, or restored from a checkpoint."""
         net, cfg = self.student.model, self.student.model.peft_config[self.student.adapter]
         if resume_from:
-            with preserve_requires_grad(net):
+            with preserve_requires_grad(net), readable(resume_from / TEACHER_FOLDER, "the saved teacher adapter"):
                 net.load_adapter(str(resume_from / TEACHER_FOLDER), adapter_name=TEACHER_ADAPTER,
                                  is_trainable=False)
         else:

@@ -54,6 +54,7 @@ from stages.core.losses.sdpo import sdpo_topk_loss
 from stages.core.models.assembly import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.models.composer import add_lora_adapter, adapter_parameters, preserve_requires_grad
 from stages.core.models.student import student_logits
+from stages.core.run.checkpoint import readable
 from stages.methods import Method, StepBatch, StepContext, register
 
 TEACHER = "teacher"  # the EMA teacher's adapter name, and its checkpoint sub-folder
@@ -173,8 +174,9 @@ class SDPO(Method):
         if s.adapter is None:  # full fine-tuning: a separate frozen module
             if saved is not None:
                 from transformers import AutoModelForCausalLM
-                self.teacher_model = AutoModelForCausalLM.from_pretrained(str(saved), dtype=getattr(torch, self.dtype),
-                                                                          use_kernels=False)  # no Hub kernels
+                with readable(saved, "the saved teacher"):
+                    self.teacher_model = AutoModelForCausalLM.from_pretrained(
+                        str(saved), dtype=getattr(torch, self.dtype), use_kernels=False)  # no Hub kernels
                 self.teacher_model.to(self.device).requires_grad_(False).eval()
             else:
                 self.teacher_model = frozen_teacher_copy(s.model)
@@ -182,7 +184,8 @@ class SDPO(Method):
         else:
             with preserve_requires_grad(s.model):
                 if saved is not None:
-                    s.model.load_adapter(str(saved), adapter_name=TEACHER, is_trainable=False)
+                    with readable(saved, "the saved teacher adapter"):
+                        s.model.load_adapter(str(saved), adapter_name=TEACHER, is_trainable=False)
                 else:
                     add_lora_adapter(s.model, TEACHER, config.student_lora_rank, 2 * config.student_lora_rank)
             for p in adapter_parameters(s.model, TEACHER):

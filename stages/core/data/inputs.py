@@ -2,6 +2,7 @@
 
 * :func:`read_utf8`: a text file's contents; a byte that is not UTF-8 is reported with the file,
   line and byte offset (Python's own ``UnicodeDecodeError`` names no file).
+* :func:`loader_reason`: the first sentence of a model loader's (often many-line) error.
 * :func:`hub_dataset_id`: decide whether a ``--data-dir`` value that is no local path is a
   Hugging Face dataset id, with one quick hub lookup instead of the dataset loader's retries.
 """
@@ -31,6 +32,14 @@ def read_utf8(path: Path | str, error: type[Exception] = ValueError) -> str:
         line = data.count(b"\n", 0, err.start) + 1
         raise error(f"{path}: line {line}: byte 0x{data[err.start]:02x} at offset {err.start} is not "
                     "UTF-8 text (save the file as UTF-8)") from None
+
+
+def loader_reason(err: BaseException, width: int = 160) -> str:
+    """What failed, from a Hugging Face loader's error: its first sentence on one line, at most
+    ``width`` characters (the loaders add paragraphs of advice about network and cache)."""
+    reason = " ".join(str(err).split()) or type(err).__name__
+    reason = reason.split(". ")[0].rstrip(".")
+    return reason if len(reason) <= width else reason[:width - 3] + "..."
 
 
 def hub_dataset_id(value: str, flag: str = "--data-dir", error: type[Exception] = ValueError) -> str:

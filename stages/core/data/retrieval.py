@@ -36,6 +36,7 @@ from lancedb.index import FTS, HnswSq, IvfPq
 from transformers import AutoModel, AutoTokenizer
 
 from schemas.trajectory import Trajectory
+from stages.core.data.inputs import loader_reason
 from stages.core.data.store import ExperienceStore, StoreError, sql_in, where_clause
 
 EMBEDDINGS = "embeddings"
@@ -78,16 +79,22 @@ class HFEmbedder:
         batch_size: texts per forward pass.
 
     Raises:
-        OSError: the model cannot be found/loaded (transformers' error).
+        FileNotFoundError: the model cannot be found or loaded (one line: the loader's reason).
     """
 
     def __init__(self, model: str | Path, name: str | None = None, batch_size: int = 32):
         local = Path(model).is_dir()
+        if not local and str(model).startswith(("/", "./", "../", "~")):
+            raise FileNotFoundError(f"--embedder {str(model)!r}: no such folder")
         self.name = name or str(model)
         self.batch_size = batch_size
-        self._tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=local)
-        self._model = AutoModel.from_pretrained(str(model), local_files_only=local,
-                                                use_kernels=False).eval()  # no kernels fetched from the Hub
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=local)
+            self._model = AutoModel.from_pretrained(str(model), local_files_only=local,
+                                                    use_kernels=False).eval()  # no kernels fetched from the Hub
+        except (OSError, ValueError) as err:  # ValueError: a malformed id or unusable files
+            raise FileNotFoundError(f"--embedder {str(model)!r}: cannot load it: {loader_reason(err)} (give "
+                                    "'minilm', a Hugging Face sentence-transformers id or a local folder)") from None
         self.dim = int(self._model.config.hidden_size)
         st_config = Path(model) / "sentence_bert_config.json"
         if local and st_config.is_file():

@@ -32,7 +32,7 @@ from stages.core.models.composer import (
 )
 from stages.core.models.backbone import load_policy, resolve_model
 from stages.core.models.student import STUDENT_ADAPTER
-from stages.core.run.checkpoint import OPTIMIZER_FILE
+from stages.core.run.checkpoint import OPTIMIZER_FILE, readable
 from stages.core.run.sharding import DCP_FOLDER
 
 _HPARAMS = ("J", "K", "depth", "heads", "mlp_ratio", "lora_rank", "lora_alpha", "target_modules",
@@ -78,18 +78,20 @@ def load_composer(backbone: nn.Module, ckpt_dir: str | Path, *, trainable: bool,
                          f"{cfg['hidden_size']}), got {backbone_id} with hidden size {d}")
     saved_name, name = cfg["adapter_name"], adapter_name or cfg["adapter_name"]
     training = backbone.training
-    if isinstance(backbone, PeftModel):
-        if name in backbone.peft_config:
-            raise ValueError(f"the backbone already has an adapter called {name!r}")
-        with preserve_requires_grad(backbone):
-            backbone.load_adapter(str(ckpt / saved_name), adapter_name=name, is_trainable=trainable)
-    else:
-        backbone = PeftModel.from_pretrained(backbone, str(ckpt / saved_name), adapter_name=name,
-                                             is_trainable=trainable)
+    if isinstance(backbone, PeftModel) and name in backbone.peft_config:
+        raise ValueError(f"the backbone already has an adapter called {name!r}")
+    with readable(ckpt / saved_name, "the composer's encoder adapter"):
+        if isinstance(backbone, PeftModel):
+            with preserve_requires_grad(backbone):
+                backbone.load_adapter(str(ckpt / saved_name), adapter_name=name, is_trainable=trainable)
+        else:
+            backbone = PeftModel.from_pretrained(backbone, str(ckpt / saved_name), adapter_name=name,
+                                                 is_trainable=trainable)
     # checkpoints written before qformer_shared existed stack separate blocks
     composer = Composer(backbone, adapter_name=name, qformer_shared=cfg.get("qformer_shared", False),
                         **{k: cfg[k] for k in _HPARAMS})
-    composer.compressor.load_state_dict(load_file(str(ckpt / COMPRESSOR_FILE)))
+    with readable(ckpt / COMPRESSOR_FILE, "the composer's compressor"):
+        composer.compressor.load_state_dict(load_file(str(ckpt / COMPRESSOR_FILE)))
     for p in composer.trainable_parameters():
         p.requires_grad_(trainable)
     composer.backbone.train(training)
@@ -143,8 +145,9 @@ def load_student(model: str, lora_rank: int, resume_from: Path | None,
     backbone, tokenizer = load_policy(model, dtype=dtype, device=device)
     backbone.requires_grad_(False)
     if resume_from:
-        backbone = PeftModel.from_pretrained(backbone, str(resume_from / "student"), adapter_name=adapter,
-                                             is_trainable=True)
+        with readable(resume_from / "student", "the student's adapter"):
+            backbone = PeftModel.from_pretrained(backbone, str(resume_from / "student"), adapter_name=adapter,
+                                                 is_trainable=True)
     else:
         backbone = add_lora_adapter(backbone, adapter, lora_rank, 2 * lora_rank)
     params = adapter_parameters(backbone, adapter)
@@ -195,8 +198,9 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     if lora_rank > 0:
         student = backbone
         if resume_from:
-            backbone.load_adapter(str(resume_from / "student"), adapter_name=student_adapter,
-                                  is_trainable=True)
+            with readable(resume_from / "student", "the student's adapter"):
+                backbone.load_adapter(str(resume_from / "student"), adapter_name=student_adapter,
+                                      is_trainable=True)
         else:
             add_lora_adapter(backbone, student_adapter, lora_rank, 2 * lora_rank)
         student_params = adapter_parameters(backbone, student_adapter)
@@ -251,7 +255,8 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     try:
         if adapter:
             fresh = load_policy(model, dtype=dtype, device=device)[0]
-            student = PeftModel.from_pretrained(fresh, str(checkpoint / "student")).merge_and_unload()
+            with readable(checkpoint / "student", "the student's adapter"):
+                student = PeftModel.from_pretrained(fresh, str(checkpoint / "student")).merge_and_unload()
         student.save_pretrained(tmp / "student")
         tokenizer.save_pretrained(tmp / "student")
         if export is not None:

@@ -27,6 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
+from stages.core.data.inputs import loader_reason
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -282,10 +284,7 @@ def load_tokenizer(name: str, path: str | None = None) -> PreTrainedTokenizerBas
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:  # ValueError: a local folder whose tokenizer files are unusable
-        reason = " ".join(str(err).split()) or type(err).__name__
-        reason = reason.split(". ")[0].rstrip(".")  # the loaders' first sentence says what failed
-        reason = reason if len(reason) <= 160 else reason[:157] + "..."
-        raise FileNotFoundError(f"--model {name!r}: cannot load it: {reason}; {_EMBEDDED_NOTE}") from None
+        raise FileNotFoundError(f"--model {name!r}: cannot load it: {loader_reason(err)}; {_EMBEDDED_NOTE}") from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -312,6 +311,8 @@ def load_policy(
     import torch
     from transformers import AutoModelForCausalLM
 
+    from stages.core.run.checkpoint import readable
+
     device, dtype = resolve_device_dtype(device, dtype)
     path = resolve_model(name)
     tokenizer = load_tokenizer(name, path)
@@ -320,7 +321,9 @@ def load_policy(
         return _load_adapter_folder(path, adapter, tokenizer, dtype, device)
     # use_kernels=False: transformers (5.x) otherwise swaps layers for kernels fetched from the Hugging
     # Face Hub when the model runs on CUDA (remote code; fails offline); lopd runs its torch code
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), use_kernels=False).to(device)
+    with readable(path, "the model's weights"):
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), use_kernels=False)
+    model = model.to(device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
     model.eval()
@@ -334,11 +337,14 @@ def _load_adapter_folder(path: str, adapter: Path, tokenizer, dtype: str, device
 
     from peft import PeftModel
 
+    from stages.core.run.checkpoint import readable
+
     base = json.loads(adapter.read_text())["base_model_name_or_path"]
     if base == embedded_hub_id(DEFAULT_MODEL) and not _in_hub_cache(base):
         base = DEFAULT_MODEL
     model = load_policy(base, dtype=dtype, device=device)[0]
-    model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    with readable(path, "the LoRA adapter"):
+        model = PeftModel.from_pretrained(model, path).merge_and_unload()
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
     model.eval()

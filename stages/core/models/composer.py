@@ -448,5 +448,17 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
 
 
 def read_composer_config(ckpt_dir: str | Path) -> dict:
-    """The ``composer_config.json`` of a checkpoint written by :func:`save_composer`."""
-    return json.loads((Path(ckpt_dir) / CONFIG_FILE).read_text())
+    """The ``composer_config.json`` of a checkpoint written by :func:`save_composer`.
+
+    Raises:
+        FileNotFoundError: the folder has no such file.
+        ValueError: the file is not a JSON object (one line naming it).
+    """
+    path = Path(ckpt_dir) / CONFIG_FILE
+    try:
+        cfg = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: unreadable composer config ({err})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: unreadable composer config (a JSON object expected)")
+    return cfg

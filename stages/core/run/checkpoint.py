@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,26 @@ RNG_FILE = "rng.pt"
 RANK_RNG_FILE = "rng-rank{rank}.pt"  # a data-parallel run's RNG state of one rank
 OPTIMIZER_FILE = "optimizer.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@contextmanager
+def readable(path: Path | str, what: str) -> Iterator[None]:
+    """Around a library's load of the saved file or folder ``path`` (safetensors weights, a peft
+    adapter, a ``torch.save`` file): a damaged one, e.g. truncated by a full disk, is one line
+    naming it instead of the loader's traceback.
+
+    Raises:
+        ValueError: ``"PATH: cannot load WHAT (the loader's first line)"`` in place of
+            safetensors' ``SafetensorError`` and torch's ``RuntimeError``, ``EOFError`` or
+            ``pickle.UnpicklingError`` (also a state dict whose shapes do not fit the model).
+    """
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path}: cannot load {what} ({first})") from err
 
 
 def checkpoint_dirs(out: Path) -> list[Path]:
@@ -126,7 +148,8 @@ def restore_rng(ckpt: Path, rank: int | None = None) -> None:
     """Restore the RNG states saved in ``ckpt/rng.pt`` by :func:`write_checkpoint` (with
     ``rank``: that rank's ``rng-rank<r>.pt`` of a data-parallel run)."""
     name = RNG_FILE if rank is None else RANK_RNG_FILE.format(rank=rank)
-    states = torch.load(Path(ckpt) / name, weights_only=False)  # our own file: numpy state
+    with readable(Path(ckpt) / name, "RNG states"):
+        states = torch.load(Path(ckpt) / name, weights_only=False)  # our own file: numpy state
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
     torch.set_rng_state(states["torch"])
