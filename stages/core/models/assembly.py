@@ -64,9 +64,9 @@ def load_composer(backbone: nn.Module, ckpt_dir: str | Path, *, trainable: bool,
         The composer (the compressor is built, then overwritten with the saved weights).
 
     Raises:
-        ValueError: the checkpoint was trained on another backbone id or hidden size, or
-            ``backbone`` already has an adapter of that name.
-        FileNotFoundError: ``ckpt_dir`` holds no composer.
+        ValueError: the checkpoint was trained on another backbone id or hidden size,
+            ``backbone`` already has an adapter of that name, or a file of the checkpoint is
+            missing or damaged (one line naming it).
     """
     ckpt = Path(ckpt_dir)
     cfg = read_composer_config(ckpt)

@@ -45,6 +45,8 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
+from stages.core.run.checkpoint import read_json_object
+
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 # the encoder LoRA psi of A.1 of the LOPD paper: all seven linear projections of every block
 ENCODER_TARGET_MODULES = (*DEFAULT_TARGET_MODULES, "gate_proj", "up_proj", "down_proj")
@@ -451,14 +453,6 @@ def read_composer_config(ckpt_dir: str | Path) -> dict:
     """The ``composer_config.json`` of a checkpoint written by :func:`save_composer`.
 
     Raises:
-        FileNotFoundError: the folder has no such file.
-        ValueError: the file is not a JSON object (one line naming it).
+        ValueError: the file is missing, unreadable or no JSON object (one line naming it).
     """
-    path = Path(ckpt_dir) / CONFIG_FILE
-    try:
-        cfg = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: unreadable composer config ({err})") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path}: unreadable composer config (a JSON object expected)")
-    return cfg
+    return read_json_object(Path(ckpt_dir) / CONFIG_FILE, "composer config")

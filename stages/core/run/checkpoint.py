@@ -132,11 +132,23 @@ def read_state(ckpt: Path) -> dict:
     Raises:
         ValueError: missing or unreadable state file (named in the message).
     """
-    path = Path(ckpt) / STATE_FILE
+    return read_json_object(Path(ckpt) / STATE_FILE, "checkpoint state")
+
+
+def read_json_object(path: Path, what: str) -> dict:
+    """The JSON object in the saved file ``path`` (a run's config, a checkpoint's state).
+
+    Raises:
+        ValueError: ``"PATH: unreadable WHAT (why)"``: the file is missing or unreadable, is no
+            UTF-8 JSON, or holds another JSON value than an object.
+    """
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: unreadable checkpoint state ({err})") from None
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:  # ValueError: JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: unreadable {what} ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: unreadable {what} (a JSON object expected, not {type(data).__name__})")
+    return data
 
 
 def capture_rng() -> dict:

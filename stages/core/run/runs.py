@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from stages.core.run.checkpoint import clean_partial, latest_checkpoint
+from stages.core.run.checkpoint import clean_partial, latest_checkpoint, read_json_object
 from stages.core.run.provenance import config_run_id, write_manifest
 
 CONFIG_FILE = "config.json"
@@ -67,15 +67,7 @@ def saved_config(out: Path) -> dict | None:
         ValueError: the file is unreadable or not a JSON object (the message names it).
     """
     path = Path(out) / CONFIG_FILE
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: unreadable run config ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: the run config must be a JSON object")
-    return data
+    return read_json_object(path, "run config") if path.is_file() else None
 
 
 def _same_path(a: object, b: object) -> bool:
