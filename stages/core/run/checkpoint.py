@@ -12,7 +12,8 @@ A checkpoint is written into a hidden temporary sibling folder and renamed into 
 folder, removed by :func:`clean_partial`, which also removes a half-written ``.final.tmp-*``
 folder and a half-deleted old checkpoint). Only the newest ``keep`` checkpoints stay; an old
 one is renamed away before it is deleted, so a killed deletion never leaves a partial
-``step-N``.
+``step-N``. A saved file that cannot be read back (truncated weights, a JSON file that is no
+object) is one ``ValueError`` line naming it: :func:`readable`, :func:`read_json_object`.
 
 The other parts of a run live elsewhere: the run folder's config, manifest and metrics in
 :mod:`stages.core.run.runs`, the models a checkpoint holds in :mod:`stages.core.models.assembly`, the
