@@ -178,6 +178,7 @@ def test_a_damaged_checkpoint_file_is_one_line_naming_it(tmp_path):
         with ckpt.readable(folder / ckpt.OPTIMIZER_FILE, "optimizer state"):
             optimizer.load_state_dict(torch.load(folder / ckpt.OPTIMIZER_FILE, weights_only=True))
     assert "\n" not in str(err.value)
+    assert str(err.value).endswith(f"; move {folder} out of {folder.parent} to resume from the checkpoint before it")
     with pytest.raises(ValueError, match=f"^{folder / ckpt.RNG_FILE}: cannot load RNG states"):
         ckpt.restore_rng(folder)
     with pytest.raises(KeyError):

@@ -54,6 +54,7 @@ def readable(path: Path | str, what: str) -> Iterator[None]:
         ValueError: ``"PATH: cannot load WHAT (the loader's first line)"`` in place of
             safetensors' ``SafetensorError`` and torch's ``RuntimeError``, ``EOFError`` or
             ``pickle.UnpicklingError`` (also a state dict whose shapes do not fit the model).
+            Inside ``checkpoints/step-N`` the line adds how to resume without that checkpoint.
     """
     from safetensors import SafetensorError
 
@@ -61,7 +62,10 @@ def readable(path: Path | str, what: str) -> Iterator[None]:
         yield
     except (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path}: cannot load {what} ({first})") from err
+        step = next((d for d in (Path(path), *Path(path).parents)
+                     if _STEP_DIR.match(d.name) and d.parent.name == CHECKPOINTS), None)
+        hint = f"; move {step} out of {step.parent} to resume from the checkpoint before it" if step else ""
+        raise ValueError(f"{path}: cannot load {what} ({first}){hint}") from err
 
 
 def checkpoint_dirs(out: Path) -> list[Path]:
