@@ -318,7 +318,7 @@ def distill(
     log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the initialisation, the task order and the rollouts' sampling. (default 0)"),
     allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
     shard: Optional[str] = typer.Option(None, "--shard", help="none, or fsdp: shard a fully fine-tuned student (--student-lora-rank 0) over the --nproc / torchrun processes (FSDP2; lopd and grpo, hf engine). (default none)"),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Train data-parallel in N processes on this node (launches torchrun; one GPU each under CUDA); --tasks-per-step is the global batch, split over them; --resume needs the same N."),
 ) -> None:

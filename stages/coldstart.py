@@ -138,10 +138,11 @@ def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tens
     return phi
 
 
-def _recent_mean(losses: list[float]) -> float:
-    """Mean of the last (up to) ``LOSS_WINDOW`` step losses; NaN before the first step."""
+def _recent_loss(losses: list[float]) -> dict:
+    """``{"loss": mean, "window": n}`` of the last n = min(``LOSS_WINDOW``, steps) step losses
+    (the progress bar's fields; loss NaN before the first step)."""
     tail = losses[-LOSS_WINDOW:]
-    return sum(tail) / len(tail) if tail else math.nan
+    return {"loss": sum(tail) / len(tail) if tail else math.nan, "window": len(tail)}
 
 
 def _backbone_digest(composer: Composer) -> str:
@@ -332,10 +333,10 @@ class Coldstart:
         """The remaining steps: a metrics row each, a checkpoint every ``checkpoint_every`` and at the end."""
         c = self.config
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn(f"loss (mean of last {LOSS_WINDOW}) {{task.fields[loss]:.3f}}"),
+                      TextColumn("loss (mean of last {task.fields[window]}) {task.fields[loss]:.3f}"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False) as bar:
             job = bar.add_task("steps", total=c.steps, completed=self.start_step,
-                               loss=_recent_mean(self.losses))
+                               **_recent_loss(self.losses))
             for step in range(self.start_step, c.steps):
                 record = self.loss_step(step)
                 self.step_seconds.append(record["seconds"])
@@ -344,7 +345,7 @@ class Coldstart:
                 done = record["step"]
                 if done % c.checkpoint_every == 0 or done == c.steps:
                     self.save_checkpoint(done)
-                bar.update(job, advance=1, loss=_recent_mean(self.losses))
+                bar.update(job, advance=1, **_recent_loss(self.losses))
 
     def finish(self) -> ColdstartReport:
         """Write ``final/`` and ``heldout.json``, check the backbone, and summarise the run.
@@ -367,11 +368,12 @@ class Coldstart:
             if result is not None:
                 (out / HELDOUT).write_text(result.model_dump_json(indent=2))
         unchanged = _backbone_digest(self.composer) == self.digest_before
+        recent = _recent_loss(self.losses)
         report = ColdstartReport(
             run_id=self.run_id, out=str(out), final=str(final), backbone_id=self.backbone_id, steps=c.steps,
             start_step=self.start_step, train_trajectories=len(t.train), train_tasks=len(t.train_tasks),
             too_long=t.too_long, heldout_trajectories=len(t.heldout), heldout_tasks=len(t.heldout_tasks),
-            final_loss=_recent_mean(self.losses), final_loss_steps=len(self.losses[-LOSS_WINDOW:]), heldout=result,
+            final_loss=recent["loss"], final_loss_steps=recent["window"], heldout=result,
             seconds=time.perf_counter() - self.t_start,
             seconds_per_step=sum(self.step_seconds) / max(len(self.step_seconds), 1), peak_rss_mb=peak_rss_mb(),
             backbone_unchanged=unchanged,

@@ -267,7 +267,7 @@ def test_too_little_data_warns_and_the_summary_says_how_many_steps_it_averages(t
     assert "warning: 12 training trajectories for --batch-size 16" in text
     assert "warning: 2 held-out task(s)" in text
     assert report.final_loss_steps == 2 and "mean of the last 2 steps" in text
-    assert f"loss (mean of last 10) {report.final_loss:.3f}" in text
+    assert f"loss (mean of last 2) {report.final_loss:.3f}" in text
 
 
 def test_other_task_shift_gives_every_target_another_tasks_experiences():
