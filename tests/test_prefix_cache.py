@@ -214,6 +214,29 @@ def test_share_prefixes_encodes_the_prefix_that_saves_most_first_and_stops_below
     assert encoded == []  # no prefix saves that many positions
 
 
+def test_a_shorter_pair_sharing_the_longer_pairs_system_prompt_encodes_only_its_rest(tok, model):
+    """Two tasks x 2 rollouts whose prompts share a 283-token system prompt, one task's prompt
+    twice the other's ([557, 557, 1158, 1158], as BFCL batches come): the longer pair is encoded
+    first and holds the system prompt, so the shorter pair encodes only what follows it (it used
+    to encode the system prompt again: a forward of zero new tokens, which raised)."""
+    gen = torch.Generator().manual_seed(0)
+    words = lambda n: torch.randint(10, len(tok), (n,), generator=gen)  # noqa: E731
+    system = words(283)
+    short, long = torch.cat([system, words(557 - 283)]), torch.cat([system, words(1158 - 283)])
+    prompts = [short, short.clone(), long, long.clone()]
+    encoded, cache = [], PrefixCache(10_000)
+    with torch.inference_mode(), mock.patch("stages.engines.prefix_cache._encode_prefix",
+                                            side_effect=lambda m, ids, c: (encoded.append(len(ids)),
+                                                                           _encode_prefix(m, ids, c))):
+        share_prefixes(model, prompts, cache)
+    assert encoded == [1157, 556]
+    assert cache.miss_tokens == 1157 + (556 - 283)  # each token once
+    assert [cache.match(p[:-1])[0] for p in prompts] == [556, 556, 1157, 1157]
+    engine = HFRolloutEngine(model, tok, batch_size=4, prefix_cache_tokens=10_000)
+    batch = [p.tolist() for p in prompts]
+    assert _same(engine.generate(batch, GREEDY), HFRolloutEngine(model, tok, batch_size=4).generate(batch, GREEDY))
+
+
 def test_lora_student_shares_its_prompt_and_the_cache_empties_before_the_update(tok):
     from peft import LoraConfig, get_peft_model
 
