@@ -19,7 +19,7 @@ from stages.core.data.rows import training_rows
 from stages.core.models.composer import adapter_parameters
 from stages.distill import TIMING_FIELDS, Distiller
 from stages.methods import StepBatch, StepContext, get_method
-from stages.methods.sdpo import CLOSING, FEEDBACK_HEAD, SOLUTION_HEAD, SDPO, SDPOOptions
+from stages.methods.sdpo import CLOSING, FEEDBACK_HEAD, SOLUTION_HEAD, SDPO, SDPOOptions, feedback_text
 from tests.test_distill import ENV, _hash_embedder, assets, metrics  # noqa: F401 (fixtures)
 
 runner = CliRunner()
@@ -263,3 +263,13 @@ def test_two_steps_through_the_cli_killed_and_resumed_bit_exact(assets, tmp_path
     t2 = load_file(str(straight / "checkpoints/step-2/teacher/adapter_model.safetensors"))
     assert any(not torch.equal(t1[k], t2[k]) for k in t1)  # the EMA teacher moves
     assert not (straight / "final" / "composer").exists() and not (straight / "final" / "teacher").exists()
+
+
+def test_env_feedback_reads_the_coding_judges_first_failure():
+    """taco's and livecodebench's checkers record ``{passed, total, first_failure}``: a failed
+    attempt there gets that as feedback (it had none, so SDPO never trained on coding tasks)."""
+    verdict = {"passed": 1, "total": 3, "first_failure": "runtime error: NameError: name 'num' is not defined",
+               "success": False}
+    traj = _traj("t1", "T", 0.0, ["```python\nprint(num)\n```"], [""], info=verdict)
+    assert feedback_text(traj, "env", 4000) == "first_failure: runtime error: NameError: name 'num' is not defined"
+    assert feedback_text(traj, "none", 4000) == ""

@@ -61,7 +61,9 @@ TEACHER = "teacher"  # the EMA teacher's adapter name, and its checkpoint sub-fo
 SOLUTION_HEAD = "Here is a solution to this task that succeeded:"
 FEEDBACK_HEAD = "Here is the environment's feedback on an earlier, unsuccessful attempt at this task:"
 CLOSING = "Now solve the original task correctly."
-_INFO_KEYS = ("error_type", "error", "error_message", "reason", "failures")
+# the checkers' error fields: BFCL's error_type and error, the coding judges' first_failure (taco,
+# livecodebench) ...
+_INFO_KEYS = ("error_type", "error", "error_message", "reason", "failures", "first_failure")
 
 
 class SDPOOptions(BaseModel):
