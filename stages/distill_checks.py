@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from schemas import Task
 from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import make_env
+from stages.core.exec import isolation
 from stages.core.models.backbone import DEFAULT_MODEL, resolve_model
 from stages.core.run import distributed, runs
 from stages.core.run.sharding import check_shard
@@ -91,20 +92,21 @@ def train_tasks(config: DistillConfig) -> list[Task]:
 def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) -> Checked:
     """Every check of a distill run that needs no model, in the order a user fixes them: the
     ``--model`` name (a misspelt embedded name or missing folder, without hub access), the
-    logger package, the rollout engine, the method's data-parallel split over ``world_size``
+    logger package, the rollout engine, isolation of model code (an env that runs it), the method's data-parallel split over ``world_size``
     processes and its sharding (``--shard``), the method's options against their files (LOPD:
     K against the composer), the
     environment's train tasks, and on the main process the run folder (``out`` holds another
     run, or a resumed run changes a fixed setting) and the store. Nothing is written.
 
     Raises:
-        ValueError, StoreError, EnvError, FileNotFoundError: one line naming the flag, file or
-            field to change.
+        ValueError, StoreError, EnvError, FileNotFoundError, IsolationUnavailable: one line naming
+            the flag, file or field to change.
     """
     if config.model != DEFAULT_MODEL:  # the embedded model resolves by converting it: a load, left to the run
         resolve_model(config.model)
     check_logger(config.log)
     check_engine(config.engine, config.temperature)
+    isolation.prepare(config.env, unsafe_exec=False)  # an env that runs model code needs isolation or LOPD_UNSAFE_EXEC
     method_cls = get_method(config.method)
     distributed.check_split(distributed.World(size=world_size), method_cls, config.tasks_per_step)
     check_shard(config, world_size)

@@ -41,8 +41,9 @@ def test_refuses_untrusted_code_without_isolation(no_isolation):
         run_python("print('ran')")
     msg = str(err.value)
     assert "\n" not in msg
-    assert msg == (f"cannot isolate model code here (disabled by {isolation.OFF_VAR}=off); "
-                   "install bubblewrap or pass --unsafe-exec to run it unisolated")
+    assert msg == (f"cannot isolate model code here (disabled by {isolation.OFF_VAR}=off); install bubblewrap, "
+                   "or run it unisolated with --unsafe-exec (collect, evaluate) or LOPD_UNSAFE_EXEC=1 (distill and "
+                   "the other stages)")
 
 
 def test_isolation_error_is_not_swallowed_as_an_episode_failure():
@@ -82,15 +83,19 @@ def test_isolated_run_ignores_the_unsafe_flag():
 @pytest.mark.parametrize("args", [
     ["collect", "--env", "code", "--store", "STORE"],
     ["collect", "--env", "envscaler", "--store", "STORE"],
+    ["collect", "--env", "taco", "--reference", "--store", "STORE"],
+    ["distill", "--method", "grpo", "--env", "taco", "--store", "STORE", "--out", "OUT"],
     ["evaluate", "--bench", "livecodebench"],
     ["evaluate", "--bench", "humaneval-plus"],
 ])
 def test_cli_refuses_in_one_line_before_loading_a_model(no_isolation, tmp_path, args):
-    res = runner.invoke(app, [a.replace("STORE", str(tmp_path / "store")) for a in args])
+    res = runner.invoke(app, [a.replace("STORE", str(tmp_path / "store")).replace("OUT", str(tmp_path / "out"))
+                              for a in args])
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())  # rich wraps long lines to the terminal width
     assert text.startswith("error: cannot isolate model code here (disabled by")
-    assert text.endswith("pass --unsafe-exec to run it unisolated")
+    assert text.endswith("LOPD_UNSAFE_EXEC=1 (distill and the other stages)")
+    assert not (tmp_path / "store").exists() and not (tmp_path / "out").exists()  # nothing written
 
 
 def test_cli_unsafe_exec_runs_collect_unisolated(no_isolation, tmp_path):

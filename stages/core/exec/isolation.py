@@ -55,7 +55,7 @@ CGROUP_VAR = "LOPD_SANDBOX_CGROUP"  # a delegated cgroup v2 directory to make th
 CGROUP_ROOT = "/sys/fs/cgroup"
 UNSAFE_VAR = "LOPD_UNSAFE_EXEC"  # "1": same as --unsafe-exec (for stages without the flag)
 # Environments / benches whose episodes execute model-written code (checked before a run starts).
-RUNS_MODEL_CODE = frozenset({"code", "livecodebench", "envscaler", "humaneval-plus", "mbpp-plus"})
+RUNS_MODEL_CODE = frozenset({"code", "livecodebench", "taco", "envscaler", "humaneval-plus", "mbpp-plus"})
 
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives")
@@ -90,7 +90,8 @@ class Limits:
 def set_unsafe_exec(allowed: bool) -> None:
     """Allow (``True``) or forbid (``False``, default) running untrusted code *without* isolation.
 
-    Called by the ``collect`` and ``evaluate`` stages with their ``--unsafe-exec`` flag. It only
+    Called by the ``collect`` and ``evaluate`` stages with their ``--unsafe-exec`` flag (distill's
+    preflight with ``False``: it has no flag, only ``LOPD_UNSAFE_EXEC``). It only
     matters where isolation is unavailable; where it is available it is always used.
     """
     global _unsafe_exec
@@ -146,8 +147,8 @@ def require() -> bool:
     if unsafe_exec_allowed():
         return False
     raise IsolationUnavailable(
-        f"cannot isolate model code here ({reason}); install bubblewrap "
-        "or pass --unsafe-exec to run it unisolated")
+        f"cannot isolate model code here ({reason}); install bubblewrap, or run it unisolated with "
+        f"--unsafe-exec (collect, evaluate) or {UNSAFE_VAR}=1 (distill and the other stages)")
 
 
 def _python_dirs() -> list[str]:
