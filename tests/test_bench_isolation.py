@@ -130,10 +130,10 @@ def test_hostile_solution_is_contained(tmp_path, monkeypatch):
 
 def test_graders_refuse_without_isolation(no_isolation, tmp_path):
     row = {"task_id": "HumanEval/0"}
-    with pytest.raises(IsolationUnavailable, match="pass --unsafe-exec"):
+    with pytest.raises(IsolationUnavailable, match="unisolated with --unsafe-exec"):
         humaneval_base({row["task_id"]: "print('ran')"})
     if EVALPLUS.is_dir():
-        with pytest.raises(IsolationUnavailable, match="pass --unsafe-exec"):
+        with pytest.raises(IsolationUnavailable, match="unisolated with --unsafe-exec"):
             evalplus_evaluate("humaneval-plus", FILES["humaneval-plus"], {"HumanEval/0": "x = 1"}, tmp_path)
 
 

@@ -58,7 +58,10 @@ def test_envscaler_worker_refuses_without_isolation(no_isolation):
 
 def test_unsafe_exec_falls_back_to_the_in_process_guards(no_isolation):
     isolation.set_unsafe_exec(True)
-    res = run_python("import os\nprint(os.getuid())", timeout_s=10)
+    with pytest.warns(RuntimeWarning, match="model code runs WITHOUT OS isolation") as said:
+        res = run_python("import os\nprint(os.getuid())", timeout_s=10)
+        run_python("print(1)", timeout_s=10)
+    assert len(said) == 1  # once per process, not per program
     assert res.status == "ok", res.reason
     assert res.stdout.strip() == str(__import__("os").getuid())  # not isolated: the caller's uid
     blocked = run_python("import socket\nsocket.socket().connect(('127.0.0.1', 9))", timeout_s=10)

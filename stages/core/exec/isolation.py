@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,8 +117,9 @@ def prepare(name: str, unsafe_exec: bool) -> None:
 
 
 def reset() -> None:
-    """Forget the cached probe result (tests; after changing ``LOPD_SANDBOX_ISOLATION``)."""
+    """Forget the cached probe result and the warning given (tests; after changing ``LOPD_SANDBOX_ISOLATION``)."""
     _probe.cache_clear()
+    _warn_unisolated.cache_clear()
 
 
 def unavailable_reason() -> str | None:
@@ -145,10 +147,18 @@ def require() -> bool:
     if reason is None:
         return True
     if unsafe_exec_allowed():
+        _warn_unisolated(reason)
         return False
     raise IsolationUnavailable(
         f"cannot isolate model code here ({reason}); install bubblewrap, or run it unisolated with "
         f"--unsafe-exec (collect, evaluate) or {UNSAFE_VAR}=1 (distill and the other stages)")
+
+
+@functools.cache
+def _warn_unisolated(reason: str) -> None:
+    """Say once per process that model code runs without OS isolation (``--unsafe-exec``)."""
+    warnings.warn(f"model code runs WITHOUT OS isolation ({reason}): --unsafe-exec / {UNSAFE_VAR}=1 is in effect",
+                  RuntimeWarning, stacklevel=3)
 
 
 def _python_dirs() -> list[str]:
