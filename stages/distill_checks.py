@@ -92,11 +92,11 @@ def train_tasks(config: DistillConfig) -> list[Task]:
 def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) -> Checked:
     """Every check of a distill run that needs no model, in the order a user fixes them: the
     ``--model`` name (a misspelt embedded name or missing folder, without hub access), the
-    logger package, the rollout engine, isolation of model code (an env that runs it), the method's data-parallel split over ``world_size``
-    processes and its sharding (``--shard``), the method's options against their files (LOPD:
-    K against the composer), the
-    environment's train tasks, and on the main process the run folder (``out`` holds another
-    run, or a resumed run changes a fixed setting) and the store. Nothing is written.
+    logger package, the rollout engine, isolation of model code (an env that runs it), the
+    method's data-parallel split over ``world_size`` processes and its sharding (``--shard``),
+    the method's options against their files (LOPD: K against the composer), the environment's
+    train tasks, and on the main process the run folder (``out`` holds another run, or a
+    resumed run changes a fixed setting) and the store. Nothing is written.
 
     Raises:
         ValueError, StoreError, EnvError, FileNotFoundError, IsolationUnavailable: one line naming

@@ -103,7 +103,8 @@ def test_collect_reference_skips_tasks_without_a_solution_and_refuses_a_split_wi
     args = ["collect", "--env", "taco", "--data-dir", str(data), "--reference", "--allow-overlap"]
     result = CliRunner().invoke(app, [*args, "--store", str(store)])
     assert result.exit_code == 0, result.output
-    assert f"note: 1 of {len(make_env('taco', data_dir=data).tasks('train'))} task(s) have no reference" in result.output
+    tasks = len(make_env("taco", data_dir=data).tasks("train"))
+    assert f"note: 1 of {tasks} task(s) have no reference" in result.output
     stored = {r.task_id for r in ExperienceStore.open(store).query()}
     assert stored == {"taco/double", "taco/count-vowels"}  # not taco/sum-two
 
