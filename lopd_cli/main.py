@@ -96,10 +96,15 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
+def _param(kwargs: dict, name: str):
+    """The click parameter ``name`` of the command called with ``kwargs``, or None."""
+    command = getattr(kwargs.get("ctx"), "command", None)  # getattr: typer passes its click's Context, no typer.Context
+    return next((p for p in command.params if p.name == name), None) if command is not None else None
+
+
 def _resume_hint(kwargs: dict) -> str:
     """For a command with ``--resume``: how to continue, from that flag's own help (its first sentence)."""
-    command = getattr(kwargs.get("ctx"), "command", None)
-    flag = next((p for p in command.params if p.name == "resume"), None) if command is not None else None
+    flag = _param(kwargs, "resume")
     if flag is None or not flag.help:
         return ""
     what = flag.help.split(" (")[0].rstrip(".")
@@ -109,10 +114,9 @@ def _resume_hint(kwargs: dict) -> str:
 def _flag_of(kwargs: dict, name: str) -> str:
     """How an error names setting ``name`` of a command called with ``kwargs``: as the command's
     flag of that name (``lam``: ``--lambda``), else as given."""
-    command = getattr(kwargs.get("ctx"), "command", None)  # getattr: typer passes its click's Context, no typer.Context
-    for param in command.params if command is not None else ():
-        if param.name == name and param.opts[0].startswith("--"):
-            return param.opts[0]
+    param = _param(kwargs, name)
+    if param is not None and param.opts[0].startswith("--"):
+        return param.opts[0]
     return "--" + name.replace("_", "-") if name in kwargs else name
 
 
