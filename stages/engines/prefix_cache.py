@@ -149,13 +149,13 @@ def share_prefixes(model, ids: list[torch.Tensor], cache: PrefixCache, min_token
                                for size, rows in candidates) if candidates else (0, 0, ())
         if gain < min_tokens:
             return
-        prefix = ids[rows[0]][:size]
-        _encode_prefix(model, prefix, cache)
-        # every row starting with part of it now finds that part cached, in ``rows`` or not (two
-        # tasks' longer pair shares the system prompt with a shorter pair, whose own candidate
-        # must not count it as unencoded)
+        r = rows[0]
+        _encode_prefix(model, ids[r][:size], cache)
+        # every row sharing part of it now finds that part cached, in ``rows`` or not (two tasks'
+        # longer pair shares the system prompt with a shorter pair, whose own candidate must not
+        # count it as unencoded)
         for k in range(n):
-            cached[k] = max(cached[k], min(_common_prefix(prefix, ids[k]), len(ids[k]) - 1))
+            cached[k] = max(cached[k], size if k == r else min(size, common[r][k]))
 
 
 def generate_cached(model, prompt_ids: list[list[int]], config, cache: PrefixCache, pad_id: int,
