@@ -64,7 +64,7 @@ def child(args: argparse.Namespace) -> dict:
     """Set up one method's Distiller, run ``args.steps`` steps with per-phase peaks, return them."""
     import torch
 
-    from stages import distill
+    from stages.distill import recipe as distill
     from stages.core.run import resources
 
     torch.set_num_threads(args.threads)

@@ -6,7 +6,7 @@ random words are random token ids), then runs warm-up + timed steps of one metho
 project's own code: rollouts with ``stages.engines.rollout.play`` on the ``hf`` engine (one-turn
 episodes, reward = parity of the answer's word count; the engine's prefix cache as distill sets it), ``training_rows``, the method's
 ``prepare`` / ``loss`` / ``after_step`` (composer, teacher, losses), AdamW and the engine's
-weight sync. The update loop mirrors ``Distiller._update`` (``stages.distill`` is not imported: it
+weight sync. The update loop mirrors ``Distiller._update`` (``stages.distill.recipe`` is not imported: it
 opens a lancedb store); LOPD's experiences and OPSD/SDFT's verified references come from an
 in-memory stand-in (one reference per task, J experiences of other tasks).
 

@@ -213,7 +213,7 @@ def lopd_worker(method: str, spec: Spec, conn) -> None:
     (:mod:`stages.core.models.shared_prefix`; the path before)."""
     import torch
     from rich.console import Console
-    from stages.distill import PHASE_FIELDS, DistillConfig, Distiller
+    from stages.distill.recipe import PHASE_FIELDS, DistillConfig, Distiller
     from stages.methods import Method
 
     _set_threads(spec.threads)

@@ -226,7 +226,7 @@ def coldstart(
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."),
 ) -> None:
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
-    from stages import coldstart as stage
+    from stages.coldstart import recipe as stage
 
     stage.run(_config(ctx, config, stage.ColdstartConfig, resume=resume))
 
@@ -332,8 +332,8 @@ def distill(
     With --resume the run's saved OUT/config.json supplies every option not given again.
     The lopd options (--composer, --margin, --J, ...) are made from its Options model.
     """
-    from stages import distill as stage
-    from stages.distill_settings import parse_options, settings
+    from stages.distill import recipe as stage
+    from stages.distill.settings import parse_options, settings
 
     given, _ = given_flags(ctx, exclude=("option", "resume", "nproc"))
     flags = {**given, **parse_options(option)}
@@ -345,7 +345,7 @@ def distill(
     run_config = settings(flags, config, resume)
     if nproc > 1:  # every check that needs no model, here, before torchrun starts N processes
         from stages.core.run import distributed
-        from stages.distill_checks import preflight
+        from stages.distill.checks import preflight
 
         preflight(run_config, world_size=nproc)
         raise typer.Exit(distributed.launch(nproc, _given_options(ctx, skip=("nproc",))))
@@ -410,7 +410,7 @@ def study(
 ) -> None:
     """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,
     then results.json/.csv, a markdown table and plots in the study folder. Rerun to resume."""
-    from stages import study as stage
+    from stages.study import recipe as stage
 
     stage.run_study(stage.load_study(config, out), report_only=report_only, only=only)
 

@@ -170,7 +170,7 @@ class MethodOptionsCommand(TyperCommand):
     @property
     def params(self) -> list:
         if self._all_params is None:  # one list: click appends to it and pops from it in place
-            from stages.distill_settings import DistillConfig
+            from stages.distill.settings import DistillConfig
             from stages.methods import get_method
 
             method = get_method(DistillConfig.model_fields["method"].default)
@@ -203,7 +203,7 @@ class MethodOptionsCommand(TyperCommand):
         """The epilog, then with ``--method X`` (not the default) a section of X's own options."""
         super().format_epilog(ctx, formatter)
         method = ctx.meta.get("lopd.method")
-        from stages.distill_settings import DistillConfig
+        from stages.distill.settings import DistillConfig
 
         if not method or method == DistillConfig.model_fields["method"].default:
             return

@@ -10,7 +10,7 @@ evaluation reports alone is summarised without plots. Writes into ``out``:
   anchor and latents, gradient norms, seconds per step, peak memory): one panel per metric, one line per run, against
   generations when every row has them (distill), else against steps;
 - ``summary.md``: per run the steps, first / last / min / max of each metric (for a distill run
-  also sample rollouts of its last steps: :mod:`stages.report_samples`), and the scores of the
+  also sample rollouts of its last steps: :mod:`stages.samples`), and the scores of the
   evaluation reports found.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rich.console import Console
 
 from stages.core.data.inputs import read_utf8
 from stages.core.run.runs import METRICS_FILE
-from stages.report_samples import run_samples
+from stages.samples import run_samples
 
 # (file stem, title, metric names): a metric is drawn in the first group that names it
 GROUPS = (

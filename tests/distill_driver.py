@@ -4,7 +4,7 @@ and hashing embedder, no download): the process the data-parallel tests start, a
 of torchrun's processes (several commands share one start-up and one process group)."""
 import sys
 
-import stages.distill as distill
+import stages.distill.recipe as distill
 from lopd_cli.main import app
 from tests.test_distill import HashEmbedder  # importing it registers the toy environment too
 

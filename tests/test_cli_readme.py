@@ -54,7 +54,9 @@ def test_help_shows_boolean_flags_without_a_value(name):
 def test_every_config_field_of_every_stage_is_a_flag():
     """One set of options: each stage config field (and each lopd option of distill) is a flag
     spelled like the field (``max_new_tokens`` -> ``--max-new-tokens``; lopd's ``lam`` is ``--lambda``)."""
-    from stages import coldstart, collect, distill, evaluate, index, sft
+    from stages import collect, evaluate, index, sft
+    from stages.coldstart import recipe as coldstart
+    from stages.distill import recipe as distill
     from stages.methods import get_method
 
     stages = {"collect": collect.CollectConfig, "index": index.IndexConfig, "coldstart": coldstart.ColdstartConfig,

@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from schemas import Message, ToolCall, Trajectory, Turn
-from stages import coldstart, coldstart_data, coldstart_eval
-from stages.coldstart import ColdstartConfig
-from stages.coldstart_data import split_tasks
+from stages.coldstart import data as coldstart_data
+from stages.coldstart import heldout as heldout
+from stages.coldstart import recipe as coldstart
+from stages.coldstart.recipe import ColdstartConfig
+from stages.coldstart.data import split_tasks
 from stages.core.data.retrieval import index_new
 from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.latent.contexts import build_batch
@@ -201,14 +203,14 @@ def test_resume_is_bit_identical(tmp_path, store_path, tiny_dir):
 
 def test_target_never_among_its_experiences(tmp_path, store_path, tiny_dir, monkeypatch):
     seen = []
-    real = coldstart_data.build_batch  # training batches there, held-out ones in coldstart_eval
+    real = coldstart_data.build_batch  # training batches there, held-out ones in heldout
 
     def spy(tok, trajectories, experiences, **kw):
         seen.extend(zip(trajectories, experiences))
         return real(tok, trajectories, experiences, **kw)
 
     monkeypatch.setattr(coldstart_data, "build_batch", spy)
-    monkeypatch.setattr(coldstart_eval, "build_batch", spy)
+    monkeypatch.setattr(heldout, "build_batch", spy)
     config = cfg(tmp_path, store_path, tiny_dir, steps=4, batch_size=3, placement="per-turn")
     report = run(config)
     train_tasks, held_tasks = split_tasks({f"add-{a}-{b}" for a, b in PAIRS}, 0.25, 0)
@@ -271,7 +273,7 @@ def test_too_little_data_warns_and_the_summary_says_how_many_steps_it_averages(t
 
 
 def test_other_task_shift_gives_every_target_another_tasks_experiences():
-    shift = coldstart_eval.other_task_shift
+    shift = heldout.other_task_shift
     assert shift(["a", "a", "b", "b"], [{"x"}] * 4) == 2  # 1 pairs a with a
     assert shift(["a", "b", "c"], [{"c"}, {"x"}, {"x"}]) == 2  # 1 hands a's list to c, which holds c
     assert shift(["a", "a"], [set(), set()]) is None  # one task: no other task's list exists
@@ -289,9 +291,9 @@ def test_heldout_other_experiences_is_the_trained_composer_on_moved_lists(tmp_pa
     trajs = [make_traj(f"h{i}", a, b) for i, (a, b) in enumerate([(50, 1), (51, 2), (52, 3)])]
     pool = [make_traj(f"e{i}", a, b) for i, (a, b) in enumerate([(60, 4), (61, 5), (62, 6), (63, 7)])]
     kw = dict(J=2, max_exp_tokens=96, max_len=1024, batch_size=2)
-    same = coldstart_eval.evaluate_heldout(composer, tok, trajs, [pool[:2]] * 3, **kw)
+    same = heldout.evaluate_heldout(composer, tok, trajs, [pool[:2]] * 3, **kw)
     assert same.nll_other_experiences == pytest.approx(same.nll_trained, abs=1e-6)
-    moved = coldstart_eval.evaluate_heldout(composer, tok, trajs, [pool[:2], pool[2:], pool[1:3]], **kw)
+    moved = heldout.evaluate_heldout(composer, tok, trajs, [pool[:2], pool[2:], pool[1:3]], **kw)
     assert moved.nll_other_experiences is not None and moved.nll_other_experiences != moved.nll_trained
     one_task = [make_traj(f"s{i}", 50, 1) for i in range(2)]
-    assert coldstart_eval.evaluate_heldout(composer, tok, one_task, [pool[:2]] * 2, **kw).nll_other_experiences is None
+    assert heldout.evaluate_heldout(composer, tok, one_task, [pool[:2]] * 2, **kw).nll_other_experiences is None

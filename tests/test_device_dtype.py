@@ -23,7 +23,7 @@ from torch.utils._device import _device_constructors
 from torch.utils._pytree import tree_flatten
 
 import stages
-from stages.distill import DistillConfig, Distiller
+from stages.distill.recipe import DistillConfig, Distiller
 from tests.test_distill import ENV, _hash_embedder, assets  # noqa: F401 (fixtures)
 
 STAGES_DIR = str(Path(stages.__file__).parent)

@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.data.experience_rows import STEP_KEY
 from stages.core.run import checkpoint as ckpt
-import stages.distill as distill
+import stages.distill.recipe as distill
 from stages.core.models.composer import (
     Composer, adapter_parameters, adapter_scope, base_parameters, save_composer,
 )
@@ -31,8 +31,8 @@ from stages.core.data.store import ExperienceStore
 from stages.core.envs import StepResult, register
 from stages.core.losses.lopd import dual_update
 from stages.core.models.backbone import load_policy
-from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
-from stages.distill_settings import load_config
+from stages.distill.recipe import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
+from stages.distill.settings import load_config
 from stages.methods import lopd as lopd_method
 
 METRIC_FIELDS = COMMON_FIELDS + lopd_method.LOPD.metrics
@@ -437,7 +437,7 @@ def test_composer_of_another_backbone_is_a_clear_error(assets, tmp_path):
 
 
 def test_method_options_from_the_command_line():
-    from stages.distill_settings import parse_options
+    from stages.distill.settings import parse_options
 
     assert parse_options(["margin=0.1", "freeze_composer=true", "composer=runs/c0", "J=2"]) == {
         "margin": 0.1, "freeze_composer": True, "composer": "runs/c0", "J": 2}

@@ -37,7 +37,7 @@ from stages.core.data.store import ExperienceStore
 from stages.core.run import checkpoint as ckpt
 from stages.core.run import distributed
 from stages.core.run.distributed import World
-from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
+from stages.distill.recipe import TIMING_FIELDS, DistillConfig, Distiller
 from stages.methods import get_method
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 

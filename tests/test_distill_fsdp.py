@@ -29,7 +29,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from stages.core.run import checkpoint as ckpt
 from stages.core.run.sharding import DCP_FOLDER
-from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
+from stages.distill.recipe import TIMING_FIELDS, DistillConfig, Distiller
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 from tests.test_distill_ddp import _kill_tree, _rows, one_thread
 

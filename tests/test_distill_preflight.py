@@ -17,7 +17,7 @@ from lopd_cli.main import app
 from stages.core.data.store import ExperienceStore
 import stages.core.run.distributed as distributed
 from stages.core.run.tracking import check_logger
-from stages.distill_settings import settings
+from stages.distill.settings import settings
 import stages.methods.lopd as lopd_method
 from tests.test_distill import ENV, _hash_embedder, assets  # noqa: F401 (fixtures)
 

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from stages.core.latent.teacher import context_teacher_logits
 from stages.core.models.backbone import disable_dropout, dropout_left, load_policy
 from stages.core.models.student import student_logits
-from stages.distill import _training_modules
+from stages.distill.recipe import _training_modules
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine
 from stages.methods.sdpo import SDPO, TEACHER, SDPOOptions

@@ -306,7 +306,7 @@ def test_a_served_folder_keeps_vllms_logprobs(fake_vllm, tok, ids, tmp_path):
 
 @pytest.mark.parametrize("temperature", [0.005, 2.5])
 def test_temperatures_vllm_would_not_sample_are_refused_first(fake_vllm, tok, ids, tmp_path, temperature):
-    from stages.distill import DistillConfig, Distiller
+    from stages.distill.recipe import DistillConfig, Distiller
 
     msg = rf"^engine 'vllm' samples temperature 0 \(greedy\) or 0.01 to 2.0, got {temperature}: use --engine hf"
     with pytest.raises(ValueError, match=msg):
@@ -449,7 +449,7 @@ def test_missing_vllm_is_one_clear_error(monkeypatch, tok):
 
 def test_distill_and_evaluate_refuse_a_missing_vllm_before_loading(monkeypatch, tmp_path):
     from stages import evaluate
-    from stages.distill import DistillConfig, Distiller
+    from stages.distill.recipe import DistillConfig, Distiller
 
     monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(ValueError, match="install with pip install"):
@@ -470,7 +470,7 @@ def test_distill_rolls_out_through_vllm_and_sleeps_for_each_update(fake_vllm, mo
     """Two GRPO steps: the rollouts are exactly vLLM's ids and log-probs, the engine sleeps before
     each update, and step 2 samples with the adapter of version 2 (the one after step 1's update)."""
     from stages.core.data.store import ExperienceStore
-    import stages.distill as distill
+    import stages.distill.recipe as distill
     from tests.test_distill import ENV, HashEmbedder  # registers the toy environment
 
     monkeypatch.setattr(distill, "load_embedder", lambda name=None, **kw: HashEmbedder())

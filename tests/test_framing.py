@@ -14,7 +14,7 @@ from stages.core.latent.framing import FRAMES, SENTINEL, frame_domain, framed_pr
 from stages.core.latent.teacher import teacher_logits
 from stages.core.models.composer import add_lora_adapter, base_parameters
 from stages.core.text.chat import action_spans
-from stages.distill import Distiller
+from stages.distill.recipe import Distiller
 from tests.test_distill import _hash_embedder, assets, composer_placed, make_config, metrics  # noqa: F401 (fixtures)
 from tests.test_onpolicy_tokens import Scripted, _play
 from tests.tiny import tiny_model, tiny_tokenizer

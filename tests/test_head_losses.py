@@ -18,7 +18,7 @@ from stages.core.losses.kd import generalized_jsd
 from stages.core.losses.sdpo import sdpo_topk_loss
 from stages.core.losses.lopd import sampled_token_logprobs, topm_tail_reverse_kl
 from stages.core.models.head import forward_outputs, output_head
-from stages.distill import DistillConfig, Distiller
+from stages.distill.recipe import DistillConfig, Distiller
 from stages.methods import Method
 from tests.test_distill import ENV, _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 from tests.tiny import tiny_model, tiny_tokenizer

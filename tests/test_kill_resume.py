@@ -19,9 +19,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from stages import coldstart
+from stages.coldstart import recipe as coldstart
 from stages.core.data.store import ExperienceStore
-from stages.distill import TIMING_FIELDS, Distiller
+from stages.distill.recipe import TIMING_FIELDS, Distiller
 from tests.test_coldstart import HashEmbedder as ColdstartEmbedder
 from tests.test_coldstart import cfg as coldstart_cfg
 from tests.test_coldstart import one_thread, store_path, tiny_dir  # noqa: F401 (fixtures)
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DISTILL = """
 import sys
 sys.path.insert(0, {root!r})
-import stages.distill as d
+import stages.distill.recipe as d
 from tests.test_distill import HashEmbedder
 d.load_embedder = lambda name=None, **kw: HashEmbedder()
 d.Distiller(d.DistillConfig.model_validate_json(open(sys.argv[1]).read())).fit()
@@ -39,7 +39,7 @@ d.Distiller(d.DistillConfig.model_validate_json(open(sys.argv[1]).read())).fit()
 COLDSTART = """
 import sys
 sys.path.insert(0, {root!r})
-from stages import coldstart
+from stages.coldstart import recipe as coldstart
 from tests.test_coldstart import HashEmbedder
 coldstart.run(coldstart.ColdstartConfig.model_validate_json(open(sys.argv[1]).read()), embedder=HashEmbedder())
 """

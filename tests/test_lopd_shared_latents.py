@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from stages.core.latent.shared import SharedLatents
-from stages.distill import Distiller
+from stages.distill.recipe import Distiller
 from stages.methods import lopd as lopd_method
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 

@@ -16,7 +16,7 @@ from schemas import Message, Trajectory, Turn
 from stages.core.data.retrieval import index_new, open_embeddings, unembedded_count
 from stages.core.data.rows import TrainRow, training_rows
 from stages.core.data.store import ExperienceStore
-from stages.distill import COMMON_FIELDS, DistillConfig, Distiller
+from stages.distill.recipe import COMMON_FIELDS, DistillConfig, Distiller
 from stages.engines.rollout import RolloutStats
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods.grpo import GRPO, GRPOOptions

@@ -20,7 +20,7 @@ from schemas import Message, Trajectory, Turn
 from stages.core.data.rows import TrainRow, training_rows
 from stages.core.data.store import ExperienceStore
 from stages.core.models.composer import adapter_parameters, base_parameters
-from stages.distill import TIMING_FIELDS, DistillConfig, Distiller
+from stages.distill.recipe import TIMING_FIELDS, DistillConfig, Distiller
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods._text_context import TEACHER_ADAPTER, demonstration_text, verified_references
 from tests.test_distill import ENV, _hash_embedder, assets, metrics  # noqa: F401 (fixtures)

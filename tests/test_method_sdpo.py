@@ -17,7 +17,7 @@ from lopd_cli.main import app
 from schemas import Message, Trajectory, Turn
 from stages.core.data.rows import training_rows
 from stages.core.models.composer import adapter_parameters
-from stages.distill import TIMING_FIELDS, Distiller
+from stages.distill.recipe import TIMING_FIELDS, Distiller
 from stages.methods import StepBatch, StepContext, get_method
 from stages.methods.sdpo import CLOSING, FEEDBACK_HEAD, SOLUTION_HEAD, SDPO, SDPOOptions, feedback_text
 from tests.test_distill import ENV, _hash_embedder, assets, metrics  # noqa: F401 (fixtures)

@@ -17,7 +17,7 @@ from schemas import SkillRecord
 from stages.core.data.rows import training_rows
 from stages.core.data.store import StoreError
 from stages.core.models.composer import adapter_parameters
-from stages.distill import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
+from stages.distill.recipe import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
 from stages.engines.rollout import RolloutStats
 from stages.methods import StepBatch, StepContext
 from stages.methods.skill_sd import (

@@ -21,7 +21,7 @@ from stages.core.latent.privileged import privileged_prefix
 from stages.core.losses.lopd import masked_nll
 from stages.core.models.student import student_logits
 from stages.core.text.chat import action_spans
-from stages.distill import DistillConfig, Distiller
+from stages.distill.recipe import DistillConfig, Distiller
 from stages.engines import Generation, SamplingParams, make_engine
 from stages.engines.rollout import play
 from stages.methods import Method, get_method, known_methods

@@ -9,7 +9,7 @@ import pytest
 import typer
 
 from lopd_cli.main import app
-from stages.coldstart import ColdstartConfig
+from stages.coldstart.recipe import ColdstartConfig
 from stages.collect import CollectConfig
 from stages.settings import merge, resolve, saved_settings
 
@@ -89,7 +89,7 @@ def test_a_lopd_flag_reaches_the_run_config(tmp_path, monkeypatch):
     """The flags made from the Options model land in DistillConfig.options, next to -o pairs."""
     from typer.testing import CliRunner
 
-    from stages import distill
+    from stages.distill import recipe as distill
 
     seen = {}
     monkeypatch.setattr(distill, "run", lambda config: seen.setdefault("config", config))

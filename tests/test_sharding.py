@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from stages.core.run import sharding
 from stages.core.run.distributed import World
-from stages.distill import DistillConfig
+from stages.distill.recipe import DistillConfig
 from tests.tiny import tiny_model, tiny_tokenizer
 
 

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
-from stages import study
+from stages.study import recipe as study
 from stages.core.envs import make_env
 from stages.core.envs.bfcl import is_heldout
 from tests.test_coldstart import one_thread  # noqa: F401 (fixture: bit-exact runs need one thread in and out of process)
@@ -27,10 +27,10 @@ runner = CliRunner()
 DRIVER = """
 import sys
 sys.path.insert(0, {root!r})
-import stages.distill as d
+import stages.distill.recipe as d
 from tests.test_distill import HashEmbedder
 d.load_embedder = lambda name=None, **kw: HashEmbedder()
-from stages import study
+from stages.study import recipe as study
 study.run_study(study.load_study(sys.argv[1]))
 """
 
@@ -325,7 +325,7 @@ def test_a_study_may_grow_but_not_change_a_run():
     added or dropped entry or other seeds keep the finished runs valid; another method or settings
     of a named run, or another shared setting, do not. A setting the saved file lacks (written
     before it existed) counts as its default."""
-    from stages.study_layout import StudyConfig, changed_settings
+    from stages.study.layout import StudyConfig, changed_settings
 
     def settings(**extra):
         base = {"store": "s", "runs": [{"name": "vanilla", "method": "vanilla"}, {"name": "lopd", "settings": {"J": 2}}]}
@@ -349,9 +349,9 @@ def test_a_study_may_grow_but_not_change_a_run():
 def test_example_study_files_are_valid_at_equal_budget(path):
     """Every shipped study file loads, gives each run the same rollout budget, and every run's
     settings are valid distill settings for its method (an unknown option would fail here)."""
-    from stages.study import check_budget, distill_config, load_study
+    from stages.study.recipe import check_budget, distill_config, load_study
 
-    from stages.study_sft import SFT_METHODS, sft_config
+    from stages.study.sft import SFT_METHODS, sft_config
 
     config = load_study(path)
     steps, per_step = check_budget(config)
@@ -366,7 +366,7 @@ def test_example_study_files_are_valid_at_equal_budget(path):
 
 
 def test_noise_line_and_wall_time_read_as_numbers():
-    from stages.study_report import noise_line, wall_time
+    from stages.study.report import noise_line, wall_time
 
     assert noise_line(0.0, 100) == ("The base model solves 0 of 100: a true rate up to 3/100 = 0.030 is "
                                     "consistent with that (95%, rule of three).")
@@ -377,7 +377,7 @@ def test_noise_line_and_wall_time_read_as_numbers():
 
 
 def test_report_only_redraws_a_committed_results_folder_from_results_json(tmp_path):
-    from stages.study_report import curves, finished_only, lopd_margins
+    from stages.study.report import curves, finished_only, lopd_margins
 
     copy = tmp_path / "bfcl-cpu"
     shutil.copytree(ROOT / "docs" / "results" / "bfcl-cpu", copy)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from stages.distill import Distiller
+from stages.distill.recipe import Distiller
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)
 
 

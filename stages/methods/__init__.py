@@ -1,7 +1,7 @@
 """Training methods of `lopd distill`, one module each, registered by name.
 
 A method is a class behind one small interface (:class:`Method`). The loop in
-:mod:`stages.distill` owns everything that is the same for every method (rollouts with the
+:mod:`stages.distill.recipe` owns everything that is the same for every method (rollouts with the
 current student, micro-batching, the optimizer step, the experience memory, checkpoints); the
 method owns what differs: its options, the teacher's view of a batch, the loss, what it does
 after the optimizer step, and the state it checkpoints.

@@ -17,7 +17,7 @@ CUDA) the sharded parameters, gradients and optimizer state are float32 (the mas
 and each layer computes in the run dtype (``MixedPrecisionPolicy(param_dtype=<run dtype>,
 reduce_dtype=float32)``).
 
-What a sharded step does differently (all of it here, used by :mod:`stages.distill`):
+What a sharded step does differently (all of it here, used by :mod:`stages.distill.recipe`):
 
 - every rank must run the same number of sharded forwards and backwards (each is a collective):
   :func:`micro_batches` pads the ranks with fewer rows with idle passes (:meth:`ShardedStudent.

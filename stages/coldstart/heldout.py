@@ -1,4 +1,4 @@
-"""Held-out evaluation of a cold-start composer (`lopd coldstart`, :mod:`stages.coldstart`).
+"""Held-out evaluation of a cold-start composer (`lopd coldstart`, :mod:`stages.coldstart.recipe`).
 
 Held-out targets are scored with experiences retrieved from the whole store (minus the target,
 and its task with ``exclude_same_task``), as at deployment: the masked NLL of their action

@@ -22,7 +22,7 @@ from stages.core.models.backbone import DEFAULT_MODEL, resolve_model
 from stages.core.run import distributed, runs
 from stages.core.run.sharding import check_shard
 from stages.core.run.tracking import check_logger
-from stages.distill_settings import DistillConfig
+from stages.distill.settings import DistillConfig
 from stages.engines import check_engine
 from stages.leakage import check_train_tasks
 from stages.methods import get_method

@@ -1,4 +1,4 @@
-"""Coldstart's data (`lopd coldstart`, :mod:`stages.coldstart`): targets, the task split, retrieval.
+"""Coldstart's data (`lopd coldstart`, :mod:`stages.coldstart.recipe`): targets, the task split, retrieval.
 
 Targets are the store's successful train-split trajectories (optionally of one env) whose
 prompt leaves room for an action within ``max_len``. Tasks are split deterministically (seeded
@@ -22,7 +22,7 @@ from stages.core.text.chat import action_spans, tokenize_for_training
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from stages.coldstart_settings import ColdstartConfig
+    from stages.coldstart.settings import ColdstartConfig
     from stages.core.data.retrieval import Retriever
 
 
@@ -46,7 +46,7 @@ class ColdstartData:
     Args:
         retriever: :class:`stages.core.data.retrieval.Retriever` over the experience store.
         tokenizer: the backbone's tokenizer.
-        config: the run's :class:`stages.coldstart_settings.ColdstartConfig` (J, token caps,
+        config: the run's :class:`stages.coldstart.settings.ColdstartConfig` (J, token caps,
             ``exclude_same_task``, ``placement``).
         heldout_tasks: task ids whose trajectories never serve as training experiences.
     """

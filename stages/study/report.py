@@ -1,4 +1,4 @@
-"""The results of a `lopd study` (:mod:`stages.study`): numbers, the paper-style table and plots.
+"""The results of a `lopd study` (:mod:`stages.study.recipe`): numbers, the paper-style table and plots.
 
 Everything is read back from the study folder (evaluate reports and the runs' ``metrics.jsonl``),
 so the results can be rewritten at any time from what is on disk:
@@ -6,7 +6,7 @@ so the results can be rewritten at any time from what is on disk:
 - ``results.json``: settings, held-out split, every evaluation (run, method, seed, generations,
   scores, behaviour), every training row (reward, LOPD's Delta and beta), the table rows, the
   base model's evaluate report and final evaluations, the final table (``final_table``:
-  :mod:`stages.study_final`) and the finished runs (``finished``: run, seed, seconds, the last
+  :mod:`stages.study.final`) and the finished runs (``finished``: run, seed, seconds, the last
   evaluation's per-task rows, the final evaluations); a study with ``results`` reuses the
   evaluations, training rows, base model and finished runs from its copy there;
 - ``results.csv``: the evaluations, one per line;
@@ -35,9 +35,9 @@ from stages.core.data.inputs import read_utf8
 from stages.core.envs.bfcl import HELDOUT_RULE
 from stages.core.run.runs import METRICS_FILE, read_metrics
 from stages.report import integer_ticks, note_overlaps, series_styles
-from stages.study_final import final_markdown, final_rows, final_seconds, read_finals
-from stages.study_layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir
-from stages.study_sft import SFT_METHODS
+from stages.study.final import final_markdown, final_rows, final_seconds, read_finals
+from stages.study.layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir
+from stages.study.sft import SFT_METHODS
 
 _SCORES = ("accuracy", "mean", "pass@1", "success_rate")
 _BEHAVIOUR = ("first_step_tokens", "tool_calls_per_step", "mean_steps", "repeated_calls_per_task")
@@ -172,7 +172,7 @@ def finished_runs(config: Any, saved: dict[str, Any] | None) -> dict[str, dict]:
     trained (run, seed): read from ``out`` (``done.json`` and the last evaluation), or kept from
     the ``results`` folder's ``saved`` results for those finished only there. ``final_per_task``
     holds each task's id, reward, success and reference NLL (where the bench has one); ``finals``
-    the run's final evaluations (:func:`stages.study_final.read_finals`)."""
+    the run's final evaluations (:func:`stages.study.final.read_finals`)."""
     reused = reused_runs(config, saved)
     finished = {}
     for run in config.runs:

@@ -1,4 +1,4 @@
-"""The final evaluations of a `lopd study` (:mod:`stages.study`): every finished student, and the
+"""The final evaluations of a `lopd study` (:mod:`stages.study.recipe`): every finished student, and the
 base model, scored once more after training on the study's ``final_evals`` benches (e.g. the
 whole held-out split, transfer environments, another benchmark), and the table that compares
 them per task against the base model.
@@ -23,7 +23,7 @@ import numpy as np
 from stages.core.benches import standard_error
 from stages.core.data.inputs import read_utf8
 from stages.evaluate import paired_difference
-from stages.study_layout import VANILLA, StudyConfig
+from stages.study.layout import VANILLA, StudyConfig
 
 _TASK_KEYS = ("task_id", "reward", "success", "reference_nll")
 

@@ -1,4 +1,4 @@
-"""Supervised baselines as entries of a `lopd study` (:mod:`stages.study`): ``method = "sft"``
+"""Supervised baselines as entries of a `lopd study` (:mod:`stages.study.recipe`): ``method = "sft"``
 fine-tunes the starting student on the train split's verified references in its store copy,
 ``method = "rft"`` (rejection-sampling fine-tuning) first plays the train tasks with the starting
 student (the study's generation budget) and fine-tunes on the successes of that collect (`lopd
@@ -24,8 +24,8 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from stages import collect, sft
-from stages.distill_settings import DistillConfig
-from stages.study_layout import StudyConfig, StudyRun, run_dir
+from stages.distill.settings import DistillConfig
+from stages.study.layout import StudyConfig, StudyRun, run_dir
 
 SFT_METHODS = {"sft": "reference", "rft": "student"}  # method -> the rows it fine-tunes on
 _SAMPLING = ("temperature", "top_p", "max_new_tokens", "max_turns")

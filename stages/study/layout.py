@@ -1,6 +1,6 @@
-"""The settings of a `lopd study` and its folder layout (see :mod:`stages.study`): where each run,
+"""The settings of a `lopd study` and its folder layout (see :mod:`stages.study.recipe`): where each run,
 evaluation and summary lives, and the results a ``results`` folder keeps. Read by the study and
-by its report (:mod:`stages.study_report`)."""
+by its report (:mod:`stages.study.report`)."""
 from __future__ import annotations
 
 import json
@@ -30,7 +30,7 @@ class StudyRun(BaseModel):
 
 class FinalEval(BaseModel):
     """One final evaluation of every finished student and of the base model (see
-    :mod:`stages.study_final`): a ``lopd evaluate`` bench, its task ``limit`` (None: all) and
+    :mod:`stages.study.final`): a ``lopd evaluate`` bench, its task ``limit`` (None: all) and
     ``max_new_tokens`` per action (None: the bench's default)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -18,7 +18,7 @@ Data protocol:
   almost verbatim, so the composer would learn to copy it (a shortcut that lowers the NLL
   without learning to distil transferable guidance), and at distill time a fresh task has
   no stored success to copy from, so the teacher would be trained on a context it never gets.
-- Held-out evaluation (:func:`stages.coldstart_eval.evaluate_heldout`) scores held-out
+- Held-out evaluation (:func:`stages.coldstart.heldout.evaluate_heldout`) scores held-out
   targets with experiences retrieved from the whole store (minus the target, and its task
   with ``exclude_same_task``), as at deployment: NLL with (a) no latents, (b) the untrained
   composer (same seeded init), (c) the trained composer.
@@ -27,7 +27,7 @@ The run is a recipe on the run-folder helpers distill uses (:mod:`stages.core.ru
 :mod:`stages.core.run.checkpoint`): :class:`Coldstart` sets the run up (folder, data, model,
 composer, optimizer, resume), takes loss steps (:meth:`Coldstart.loss_step`), trains
 (:meth:`Coldstart.train`) and checkpoints (:meth:`Coldstart.save_checkpoint`). Data:
-:mod:`stages.coldstart_data`; held-out evaluation and the NLL: :mod:`stages.coldstart_eval`.
+:mod:`stages.coldstart.data`; held-out evaluation and the NLL: :mod:`stages.coldstart.heldout`.
 
 Outputs in ``out/``: ``config.json`` and ``manifest.json`` (run-folder rules:
 :mod:`stages.core.run.runs`), ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
@@ -54,9 +54,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from stages.coldstart_data import ColdstartData, split_targets, successful_trajectories
-from stages.coldstart_eval import HeldoutResult, action_nll, evaluate_heldout
-from stages.coldstart_settings import ColdstartConfig
+from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
+from stages.coldstart.heldout import HeldoutResult, action_nll, evaluate_heldout
+from stages.coldstart.settings import ColdstartConfig
 from stages.core.run.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
 )

@@ -41,13 +41,13 @@ from stages.core.run import checkpoint as ckpt
 from stages.core.run import distributed, resources, runs, sharding
 from stages.core.run.provenance import git_commit
 from stages.core.run.tracking import RunLogger
-from stages.distill_checks import preflight
-from stages.distill_settings import DistillConfig
+from stages.distill.checks import preflight
+from stages.distill.settings import DistillConfig
 from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
 from stages.methods import Method, StepBatch, StepContext, get_method
-from stages.report_samples import chosen_samples, samples_markdown
+from stages.samples import chosen_samples, samples_markdown
 
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
@@ -111,7 +111,7 @@ class Distiller:
             that cannot run so, fewer tasks per step than processes, a resume with another
             number of processes than the checkpoint's.
         StoreError, EnvError: unusable store or environment; a store that does not exist
-            (unless ``new_store``). All of these come from :func:`stages.distill_checks.preflight`,
+            (unless ``new_store``). All of these come from :func:`stages.distill.checks.preflight`,
             before any model loads or any file is written.
     """
 

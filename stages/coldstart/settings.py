@@ -1,4 +1,4 @@
-"""The settings of one `lopd coldstart` run (:mod:`stages.coldstart`), read by its data and loop."""
+"""The settings of one `lopd coldstart` run (:mod:`stages.coldstart.recipe`), read by its data and loop."""
 from __future__ import annotations
 
 from typing import Literal

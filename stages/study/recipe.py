@@ -2,7 +2,7 @@
 
 A study file (TOML) lists runs: a name, a method (``vanilla`` = the untrained model, any
 `lopd distill` method, or ``sft`` / ``rft``: supervised fine-tuning on the train references or on
-the student's own successes, :mod:`stages.study_sft`), seeds and the run's own settings; the
+the student's own successes, :mod:`stages.study.sft`), seeds and the run's own settings; the
 ``[distill]`` table holds the settings all runs share. Every trained run gets its own copy of the experience store (a
 method's rollouts never feed another's retrieval or reference pool) and the same rollout
 budget (``steps x tasks_per_step x group_size``, checked). The student is evaluated on the held-out
@@ -18,7 +18,7 @@ Layout of ``out``::
     runs/NAME-seedS/store/   the run's copy of the store; train/ its distill run; evals/gen-G.json
     runs/NAME-seedS/done.json  the finished run's distill summary
     vanilla/final-BENCH.json, runs/NAME-seedS/evals/final-BENCH.json
-                             the ``final_evals`` (:mod:`stages.study_final`) of the base model and
+                             the ``final_evals`` (:mod:`stages.study.final`) of the base model and
                              of each finished student, written before its done.json
     results.json, results.csv, table.md, heldout.png, heldout_nll.png, train_reward.png, lopd_dual.png
     report/                  `lopd report` of the trained runs: loss, gradient-norm, time and memory curves
@@ -50,15 +50,17 @@ import torch
 from pydantic import ValidationError
 from rich.console import Console
 
-from stages import distill, evaluate, study_sft
+from stages import evaluate
+from stages.distill import recipe as distill
+from stages.study import sft as study_sft
 from stages.core.data.inputs import read_utf8
 from stages.core.run.provenance import git_commit
 from stages.methods import get_method
 from stages.settings import merge
-from stages.study_final import final_path
-from stages.study_layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,
+from stages.study.final import final_path
+from stages.study.layout import (VANILLA, StudyConfig, StudyRun, base_report, changed_settings, committed, done_file,
                                   keep_training_logs, reused_runs, run_dir)
-from stages.study_sft import SFT_METHODS
+from stages.study.sft import SFT_METHODS
 
 def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
     """Read and validate a study file (TOML); ``out`` (the ``--out`` flag) overrides its ``out``
@@ -186,7 +188,7 @@ def _hf_engine(config: StudyConfig, model: Any, tokenizer: Any, adapter: str | N
 
 def _evaluate_at(config: StudyConfig, folder: Path, label: str, console: Console):
     """``evaluate_at(generations, student, adapter, tokenizer)`` of an sft/rft entry
-    (:func:`stages.study_sft.train`): the student in training scored into ``evals/gen-G.json``."""
+    (:func:`stages.study.sft.train`): the student in training scored into ``evals/gen-G.json``."""
     def evaluate_at(generations: int, student: Any, adapter: str | None, tokenizer: Any) -> None:
         out = folder / "evals" / f"gen-{generations}.json"
         if out.is_file():
@@ -272,7 +274,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
     With ``report_only`` nothing is trained or evaluated: the results are written from what the
     study folder holds (unfinished runs show as pending); with no base model's evaluation and no
     run folders, the table and plots are redrawn from the ``results`` folder's or ``out``'s
-    results.json alone (:func:`stages.study_report.rerender`). ``only`` names the entries to train
+    results.json alone (:func:`stages.study.report.rerender`). ``only`` names the entries to train
     now, ``NAME`` (all its seeds) or ``NAME:SEED`` (the base model is evaluated in any case); the
     others are left as they are, so a study can be run in parts, in any order, across sessions or
     machines sharing the folder.
@@ -377,7 +379,7 @@ def _chosen(config: StudyConfig, only: list[str] | None) -> dict[str, set[int] |
 
 def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
     """Write the results into ``out`` and copy them (json, csv, table, plots) into ``results``."""
-    from stages.study_report import write_results
+    from stages.study.report import write_results
 
     results = write_results(config, commit=git_commit(), budget=check_budget(config))
     if config.results and Path(config.results).resolve() != Path(config.out).resolve():
@@ -398,7 +400,7 @@ def _rerender(config: StudyConfig, console: Console) -> dict[str, Any]:
     Raises:
         ValueError: no results.json there, or one of a study with other settings.
     """
-    from stages.study_report import rerender
+    from stages.study.report import rerender
 
     folders = [Path(f) for f in (config.results, config.out) if f]
     folder = next((f for f in folders if (f / "results.json").is_file()), None)
