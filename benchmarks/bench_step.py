@@ -6,7 +6,7 @@ random words are random token ids), then runs warm-up + timed steps of one metho
 project's own code: rollouts with ``stages.engines.rollout.play`` on the ``hf`` engine (one-turn
 episodes, reward = parity of the answer's word count; the engine's prefix cache as distill sets it), ``training_rows``, the method's
 ``prepare`` / ``loss`` / ``after_step`` (composer, teacher, losses), AdamW and the engine's
-weight sync. The update loop mirrors ``Distiller._update`` (``stages.distill.recipe`` is not imported: it
+weight sync. The update loop mirrors ``Trainer.update`` (``stages.distill`` is not imported: it
 opens a lancedb store); LOPD's experiences and OPSD/SDFT's verified references come from an
 in-memory stand-in (one reference per task, J experiences of other tasks).
 
@@ -81,7 +81,7 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
 
 @dataclass
 class BenchConfig:
-    """The settings of :class:`stages.distill.DistillConfig` that the methods and this loop read."""
+    """The settings of :class:`stages.distill.settings.DistillConfig` that the methods and this loop read."""
 
     model: str
     device: str
@@ -330,9 +330,9 @@ def step(bench: Bench, index: int) -> dict:
     method.train_mode()
     loss_fn, backward = meter.timed("forward", method.loss), meter.timed("backward", torch.Tensor.backward)
     sums: dict[str, float] = {"loss": 0.0}
-    for _ in range(method.update_epochs):  # as Distiller._update: exact accumulation over micro-batches
+    for _ in range(method.update_epochs):  # as Trainer.update: exact accumulation over micro-batches
         b.optimizer.zero_grad(set_to_none=True)
-        if b.args.shared_latents:  # as Distiller._update: LOPD encodes each distinct composer input once
+        if b.args.shared_latents:  # as Trainer.update: LOPD encodes each distinct composer input once
             meter.timed("forward", method.begin_update)(rows, batch.extras)
         for lo in range(0, len(rows), c.micro_batch):
             part = rows[lo:lo + c.micro_batch]
@@ -350,7 +350,7 @@ def step(bench: Bench, index: int) -> dict:
                 p.requires_grad_(True)
             with meter.recomputing():  # several chunks: the composer's forward runs again, with its graph
                 meter.timed("backward", method.end_update)()
-        meter.timed("optimizer", _clip_and_step)(b.groups, b.optimizer, c.grad_clip)  # as Distiller._update
+        meter.timed("optimizer", _clip_and_step)(b.groups, b.optimizer, c.grad_clip)  # as Trainer.update
     t0 = now()
     method.after_step(sums)
     b.engine.sync_weights(student.model, student.adapter)

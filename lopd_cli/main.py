@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from lopd_cli.options import (
-    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, PREFIX_CACHE, SAMPLING_SEED,
-    UNSAFE_EXEC,
-    MethodOptionsCommand, given_flags,
+    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, PREFIX_CACHE, RESUME_RUN,
+    SAMPLING_SEED, STORE, STORE_REQUIRED, STORE_TABLE, UNSAFE_EXEC,
+    MethodOptionsCommand, given_flags, given_options,
 )
 from lopd_cli.plan import plan as _plan
 
@@ -142,7 +142,7 @@ def collect(
     ctx: typer.Context,
     config: Optional[str] = CONFIG,
     env: Optional[str] = typer.Option(None, "--env", help="Environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, livecodebench, taco (required, as a flag or in --config)."),
-    store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
+    store: str = STORE,
     split: str = typer.Option("train", "--split", help="Task split: train or test (bfcl also has heldout, its held-out single-turn tasks; lopd-bed also has warmup and transfer)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks. (default: all)"),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
@@ -178,7 +178,7 @@ def collect(
 def index(
     ctx: typer.Context,
     config: Optional[str] = CONFIG,
-    store: str = typer.Option("runs/store", "--store", help="Experience store directory or URI."),
+    store: str = STORE,
     embedder: Optional[str] = typer.Option(None, "--embedder", help="minilm (packaged all-MiniLM-L6-v2) or a sentence-transformers id/path. (default: the store's, else minilm)"),
     field: Optional[str] = typer.Option(None, "--field", help="What to embed: task (the task text), trajectory (the transcript), or trace (task + observation-lite trace, searched with an instruction-prefixed task query: asymmetric, A.3). (default: the store's, else task)"),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per embedder batch."),
@@ -223,7 +223,7 @@ def coldstart(
     activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: older spelling)."),
     grad_clip: float = typer.Option(1.0, "--grad-clip", "--max-grad-norm", help="Gradient clipping of phi (--max-grad-norm: older spelling)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."),
+    resume: bool = RESUME_RUN,
 ) -> None:
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
     from stages.coldstart import recipe as stage
@@ -255,31 +255,13 @@ def sft(
     seed: int = typer.Option(0, "--seed", help="Seed of the data order."),
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."),
+    resume: bool = RESUME_RUN,
 ) -> None:
     """Supervised fine-tuning on verified trajectories: the warm start of a study, or the SFT and
     rejection-sampling baselines. Only the action tokens are supervised."""
     from stages import sft as stage
 
     stage.run(_config(ctx, config, stage.SftConfig, resume=resume))
-
-
-def _given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
-    """The command and the options given on its command line, as flags again (e.g. to run the
-    same command in torchrun's processes)."""
-    argv = [ctx.info_name]
-    for param in ctx.command.params:
-        source = ctx.get_parameter_source(param.name)  # compared by name: typer may carry its own click
-        if param.name in skip or source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
-            continue
-        value = ctx.params[param.name]
-        if getattr(param, "is_flag", False) and isinstance(value, bool):
-            argv.append(param.opts[0] if value else param.secondary_opts[0])
-        elif getattr(param, "multiple", False):
-            argv += [x for v in value for x in (param.opts[0], str(v))]
-        else:
-            argv += [param.opts[0], str(value)]
-    return argv
 
 
 @app.command(cls=MethodOptionsCommand)
@@ -348,7 +330,7 @@ def distill(
         from stages.distill.checks import preflight
 
         preflight(run_config, world_size=nproc)
-        raise typer.Exit(distributed.launch(nproc, _given_options(ctx, skip=("nproc",))))
+        raise typer.Exit(distributed.launch(nproc, given_options(ctx, skip=("nproc",))))
     stage.run(run_config)
 
 
@@ -391,9 +373,11 @@ def evaluate(
     from stages import evaluate as stage
 
     if compare:
+        from stages.compare import compare as compare_reports
+
         if not reports or len(reports) < 2:
             raise ValueError("--compare needs at least two report files: lopd evaluate --compare A.json B.json")
-        Console().print(stage.compare([Path(r) for r in reports]))
+        Console().print(compare_reports([Path(r) for r in reports]))
         return
     stage.run(_config(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"), required=(
         "bench", "--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
@@ -475,8 +459,8 @@ app.add_typer(store_app, name="store")
 @store_app.command("versions")
 @friendly
 def store_versions(
-    store: str = typer.Option(..., "--store", help="Experience store directory or URI."),
-    table: str = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings."),
+    store: str = STORE_REQUIRED,
+    table: str = STORE_TABLE,
 ) -> None:
     """List a table's versions (time, rows) and mark which ones can be read."""
     from stages import store_admin as stage
@@ -487,9 +471,9 @@ def store_versions(
 @store_app.command("restore")
 @friendly
 def store_restore(
-    store: str = typer.Option(..., "--store", help="Experience store directory or URI."),
+    store: str = STORE_REQUIRED,
     version: Optional[int] = typer.Option(None, "--version", help="Version to bring back (default: the newest readable one)."),
-    table: str = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings."),
+    table: str = STORE_TABLE,
 ) -> None:
     """Make an earlier, readable version the table's latest (a new version; nothing is deleted)."""
     from stages import store_admin as stage

@@ -43,12 +43,34 @@ PREFIX_CACHE = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help=(
     "Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt "
     "only encodes what is new (0 = off)."))
 SAMPLING_SEED = typer.Option(0, "--seed", help="Sampling seed.")
+STORE = typer.Option("runs/store", "--store", help="Experience store directory or URI.")
+STORE_REQUIRED = typer.Option(..., "--store", help="Experience store directory or URI.")
+STORE_TABLE = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings.")
+RESUME_RUN = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override).")
 DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task files from here.")
 # collect, distill and evaluate: environments with two sets of rules (envscaler, lopd-bed, acebench)
 EPISODE_RULES = typer.Option(None, "--episode-rules", help=(
     "official | lenient: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's own "
     "scoring; lenient: tool errors and extra calls do not end or void an episode). Recorded in the run's "
     "config, manifest and report. (default: the environment's, official; lenient for lopd-bed)"))
+
+
+def given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
+    """The command and the options given on its command line, as flags again (e.g. to run the
+    same command in torchrun's processes)."""
+    argv = [ctx.info_name]
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name)  # compared by name: typer may carry its own click
+        if param.name in skip or source is None or source.name in ("DEFAULT", "DEFAULT_MAP"):
+            continue
+        value = ctx.params[param.name]
+        if getattr(param, "is_flag", False) and isinstance(value, bool):
+            argv.append(param.opts[0] if value else param.secondary_opts[0])
+        elif getattr(param, "multiple", False):
+            argv += [x for v in value for x in (param.opts[0], str(v))]
+        else:
+            argv += [param.opts[0], str(value)]
+    return argv
 
 
 def given_flags(ctx: typer.Context, exclude: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""`lopd evaluate`: benchmark scores and behaviour statistics of a policy, and side-by-side comparison.
+"""`lopd evaluate`: benchmark scores and behaviour statistics of a policy (side-by-side comparison of
+reports: :mod:`stages.compare`).
 
 A run plays every task of the bench once with greedy decoding (temperature 0 unless overridden;
 the value used is recorded), scores the trajectories with the bench's official checker (see
@@ -28,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas import Trajectory
-from stages.core.benches import BENCHES, standard_error
+from stages.core.benches import BENCHES
 from stages.core.envs import EnvError, check_episode_rules
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
@@ -383,131 +384,3 @@ def report_table(report: dict[str, Any]) -> Table:
     for key, value in report["behaviour"].items():  # the precision of the --compare table
         table.add_row(f"[dim]{key}[/]", f"{value:.3f}")
     return table
-
-
-def _load_report(path: Path) -> dict[str, Any]:
-    """A report file checked field by field: one-line ``ValueError`` naming file and field."""
-    from stages.core.data.inputs import read_utf8
-
-    text = read_utf8(path)
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not a JSON evaluate report ({err.msg} at line {err.lineno} "
-                         f"column {err.colno})") from None
-    if not isinstance(report, dict):
-        raise ValueError(f"{path}: not an evaluate report (the top level is {_json_kind(report)}, not an object)")
-    for field in ("bench", "model", "scores", "behaviour"):
-        if field not in report:
-            raise ValueError(f"{path}: missing field {field!r} (not an evaluate report)")
-    for field in ("bench", "model"):
-        if not isinstance(report[field], str):
-            raise ValueError(f"{path}: field {field!r} must be a string, got {_json_kind(report[field])}")
-    for section in ("scores", "behaviour"):
-        metrics = report[section]
-        if not isinstance(metrics, dict):
-            raise ValueError(f"{path}: field {section!r} must be an object of metric: number, "
-                             f"got {_json_kind(metrics)}")
-        for key, value in metrics.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ValueError(f"{path}: field '{section}.{key}' must be a number, got "
-                                 f"{_json_kind(value)} {json.dumps(value)[:40]}")
-    return report
-
-
-def _data_of(report: dict[str, Any]) -> Any:
-    """The data a report was scored on: its ``config.data_dir`` (None: the package's copy)."""
-    config = report.get("config")
-    return config.get("data_dir") if isinstance(config, dict) else None
-
-
-def _json_kind(value: Any) -> str:
-    """The JSON name of a value's type (null, boolean, number, string, array, object)."""
-    for kind, types in (("null", type(None)), ("boolean", bool), ("number", (int, float)),
-                        ("string", str), ("array", list), ("object", dict)):
-        if isinstance(value, types):
-            return kind
-    return type(value).__name__
-
-
-def compare(paths: list[Path]) -> Table:
-    """Side-by-side table of evaluate reports; later columns show deltas vs the first report.
-
-    Raises:
-        ValueError: fewer than one path, a file that is not an evaluate report (names file and
-            field), or reports of different benches or data.
-    """
-    if not paths:
-        raise ValueError("compare: give at least one report path")
-    reports = [_load_report(Path(p)) for p in paths]
-    for path, r in zip(paths[1:], reports[1:]):
-        if r["bench"] != reports[0]["bench"]:
-            raise ValueError(f"{path}: a {r['bench']} report cannot be compared with {paths[0]} ({reports[0]['bench']})")
-        if _data_of(r) != _data_of(reports[0]):
-            raise ValueError(f"{path}: scored on other data ({_data_of(r) or 'package data'}) than {paths[0]} "
-                             f"({_data_of(reports[0]) or 'package data'})")
-    models = [r["model"] for r in reports]
-    on_fixtures = " (on bundled test fixtures, not the benchmark)" if reports[0].get("fixtures") else ""
-    table = Table(title=f"compare {reports[0]['bench']}{on_fixtures}")
-    table.add_column("metric")
-    for path, r in zip(paths, reports):  # a model named twice (e.g. the base model of two runs): the file tells them apart
-        table.add_column(r["model"] if models.count(r["model"]) == 1 else f"{r['model']} ({Path(path).parent.name}/{Path(path).name})",
-                         justify="right")
-    for section in ("scores", "behaviour"):
-        keys = list(dict.fromkeys(k for r in reports for k in r[section]))
-        for key in keys:
-            base = reports[0][section].get(key)
-            cells = []
-            for i, r in enumerate(reports):
-                value = r[section].get(key)
-                if value is None:
-                    cells.append("-")
-                elif i == 0 or base is None:
-                    cells.append(f"{value:.3f}")
-                else:
-                    cells.append(f"{value:.3f} ({value - base:+.3f})")
-            table.add_row(key if section == "scores" else f"[dim]{key}[/]", *cells)
-    notes = _task_set_notes(paths, reports)
-    if notes:
-        table.caption = "\n".join(notes)
-    for key in ("reward", "success", "reference_nll"):
-        stats = [paired_difference(_task_rows(reports[0]), _task_rows(r), key) for r in reports[1:]]
-        if any(stats):
-            table.add_row(f"paired Δ {key}", "-", *(
-                f"{d:+.3f} ± {se:.3f} ({up} higher / {down} lower, n {n})" if n else "-"
-                for d, se, n, up, down in (st or (0.0, 0.0, 0, 0, 0) for st in stats)))
-    return table
-
-
-def _task_set_notes(paths: list[Path], reports: list[dict[str, Any]]) -> list[str]:
-    """One warning per report that scored other tasks than the first: its score deltas compare
-    different task sets (unpaired); the paired rows use only the tasks both scored."""
-    first = {r.get("task_id") for r in _task_rows(reports[0])}
-    notes = []
-    for path, report in zip(paths[1:], reports[1:]):
-        tasks = {r.get("task_id") for r in _task_rows(report)}
-        if tasks != first:
-            notes.append(f"warning: {path} scored other tasks than {paths[0]} ({len(tasks)} vs {len(first)}, "
-                         f"{len(tasks & first)} in both): its score deltas are unpaired; the paired rows use the "
-                         f"{len(tasks & first)} shared tasks")
-    return notes
-
-
-def _task_rows(report: dict[str, Any]) -> list[dict]:
-    """A report's per-task rows (objects only; none when the report has no ``per_task`` list)."""
-    rows = report.get("per_task")
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-
-
-def paired_difference(base: list[dict], other: list[dict], key: str) -> tuple[float, float, int, int, int] | None:
-    """The paired difference of per-task value ``key`` (``other`` minus ``base``) over the tasks
-    both reports scored: ``(mean, standard error of the mean, n, tasks higher, tasks lower)``;
-    booleans count as 0/1. None when fewer than two tasks have the value in both reports.
-    """
-    values = {r.get("task_id"): r.get(key) for r in base}
-    diffs = [float(r[key]) - float(values[r.get("task_id")]) for r in other
-             if isinstance(r.get(key), (int, float)) and isinstance(values.get(r.get("task_id")), (int, float))]
-    if len(diffs) < 2:
-        return None
-    return (sum(diffs) / len(diffs), standard_error(diffs), len(diffs), sum(d > 0 for d in diffs),
-            sum(d < 0 for d in diffs))

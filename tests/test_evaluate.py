@@ -16,7 +16,8 @@ from schemas import ToolCall, Trajectory, Turn
 from stages.core.benches import bfcl_scores, evalplus_evaluate, humaneval_base
 from stages.core.envs import EnvError, make_env
 from stages.engines import Generation
-from stages.evaluate import EvaluateConfig, behaviour_stats, compare, model_slug, run
+from stages.compare import compare
+from stages.evaluate import EvaluateConfig, behaviour_stats, model_slug, run
 from tests.tiny import tiny_tokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -317,7 +318,7 @@ def test_standard_error_over_tasks_hand_computed():
 def test_paired_difference_by_hand_and_in_the_compare_table(tmp_path):
     from rich.console import Console
 
-    from stages.evaluate import compare, paired_difference
+    from stages.compare import compare, paired_difference
 
     base = [{"task_id": "a", "reward": 0.0, "success": False}, {"task_id": "b", "reward": 0.5, "success": False},
             {"task_id": "c", "reward": 1.0, "success": True}, {"task_id": "only-base", "reward": 1.0}]

@@ -2,7 +2,7 @@
 before anything is written (run folder, store, logger files), so a run that cannot start
 fails in a second with one line and leaves nothing that blocks the next try.
 
-:func:`preflight` is called by :class:`stages.distill.Distiller` (rank 0 of a data-parallel
+:func:`preflight` is called by :class:`stages.distill.recipe.Distiller` (rank 0 of a data-parallel
 run checks the run folder and the store) and by ``lopd distill --nproc N`` before it starts
 torchrun.
 """

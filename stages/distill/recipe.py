@@ -34,7 +34,7 @@ from stages.core.data.retrieval import Retriever, embeddings_info, index_new, lo
 from stages.core.data.rows import training_rows
 from stages.core.data.store import ExperienceStore
 from stages.core.envs import make_env
-from stages.core.models.assembly import save_final, save_student
+from stages.core.models.assembly import save_final
 from stages.core.models.backbone import disable_dropout, resolve_device_dtype
 from stages.core.models.composer import base_model, enable_activation_checkpointing
 from stages.core.run import checkpoint as ckpt
@@ -43,6 +43,7 @@ from stages.core.run.provenance import git_commit
 from stages.core.run.tracking import RunLogger
 from stages.distill.checks import preflight
 from stages.distill.settings import DistillConfig
+from stages.distill.trainer import Trainer
 from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
@@ -120,7 +121,6 @@ class Distiller:
         resources.map_large_blocks()  # freed activations leave the resident set at once
         self.world = distributed.world(torch.device(device).type)
         self.console = (console or Console()) if self.world.is_main else Console(quiet=True)
-        self._phases: dict[str, float] = {}  # forward/backward/optimizer seconds of the current step
         method_cls = get_method(config.method)
         checked = preflight(config, self.world.size, self.world.is_main)  # no model loaded, nothing written
         self.out, options, self.tasks = Path(config.out), checked.options, checked.tasks
@@ -170,12 +170,9 @@ class Distiller:
         self.optimizer = torch.optim.AdamW(
             [{"params": self.student.params, "lr": config.lr},
              *({"params": params, "lr": lr} for params, lr in extra.values())], weight_decay=0.0)
-        if resume_from and self.shard is not None:
-            self.shard.load(resume_from / sharding.DCP_FOLDER, self.optimizer, self._unsharded_params())
-        elif resume_from:
-            with ckpt.readable(resume_from / ckpt.OPTIMIZER_FILE, "optimizer state"):
-                saved = torch.load(resume_from / ckpt.OPTIMIZER_FILE, map_location=self.method.device)
-                self.optimizer.load_state_dict(saved)
+        self.trainer = Trainer(self.method, self.groups, self.optimizer, self.world, self.shard, self.out)
+        if resume_from:
+            self.trainer.restore(resume_from)
         # the prefix cache encodes the prompt the G rollouts of a task share once; cleared before
         # every update (engine.sleep) and at every weight sync
         self.engine = make_engine(config.engine, self.student.model, self.student.tokenizer,
@@ -198,10 +195,6 @@ class Distiller:
             sharding.restore_rng(resume_from, self.world)
 
     # ----------------------------------------------------------------------------- setup --
-
-    def _unsharded_params(self) -> list[torch.nn.Parameter]:
-        """The trainable parameters outside the student (composer ...), in optimizer order."""
-        return [p for name, params in self.groups.items() if name != "student" for p in params]
 
     def _data_dir(self) -> Path | None:
         return Path(self.config.data_dir) if self.config.data_dir else None
@@ -275,7 +268,7 @@ class Distiller:
         batch.extras = self.method.prepare(batch, StepContext(self.store, self._retriever(), self.engine, step))
         if hasattr(self.engine, "sleep"):  # vllm: its GPU memory goes to the update; generate wakes it
             self.engine.sleep()
-        self._phases = dict.fromkeys(("forward_s", "backward_s", "optimizer_s"), 0.0)
+        self.trainer.phases = dict.fromkeys(("forward_s", "backward_s", "optimizer_s"), 0.0)
         prepare_s = time.perf_counter() - t_train
         self.student.model.train()  # train mode engages activation checkpointing (dropout is 0: disable_dropout)
         self.method.train_mode()
@@ -283,7 +276,7 @@ class Distiller:
         sums: dict[str, float] = {}
         norms: dict[str, float] = {}
         for _ in range(epochs):  # metrics are averaged over the updates of the step
-            part_sums, part_norms = self._update(step, batch)
+            part_sums, part_norms = self.trainer.update(step, batch, c.micro_batch, c.grad_clip)
             for into, part in ((sums, part_sums), (norms, part_norms)):
                 for k, v in part.items():
                     into[k] = into.get(k, 0.0) + v / epochs
@@ -312,118 +305,21 @@ class Distiller:
                "tokens_per_s": generated["tokens_per_s"],
                "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
                "peak_rss_mb": resources.peak_rss_mb(), "rss_mb": resources.rss_mb(),
-               "prepare_s": prepare_s, **self._phases, "sync_s": sync_s, "memory_s": memory_s}
+               "prepare_s": prepare_s, **self.trainer.phases, "sync_s": sync_s, "memory_s": memory_s}
         if self.shard is not None:
             row["gather_s"] = self.shard.take_gather_seconds()
         return row
-
-    def _update(self, step: int, batch: StepBatch) -> tuple[dict[str, float], dict[str, float]]:
-        """One optimizer update on the step's rows: the method's loss on micro-batches
-        (gradients accumulated exactly), grad norms (before clipping), clipping, the step.
-
-        Data-parallel: this rank's contiguous share of the rows, each micro-batch weighted by its
-        share of ALL the step's rows (the methods' own normalisers come from the global batch
-        too), gradients and loss metrics summed over ranks: the single-process update.
-
-        Returns the summed loss metrics (with ``loss`` and ``action_tokens``) and the grad norms.
-        """
-        c, rows = self.config, batch.rows
-        self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {"loss": 0.0, "action_tokens": 0.0}
-        finite = True
-        spans = sharding.micro_batches(self.world, len(rows), c.micro_batch, padded=self.shard is not None)
-        mine = [span for span in spans if span is not None]
-        begun = self.shard is None and bool(mine)
-        if begun:
-            t0 = time.perf_counter()
-            lo, hi = mine[0][0], mine[-1][1]  # this process's contiguous share
-            self.method.begin_update(rows[lo:hi], batch.extras[lo:hi])
-            self._phases["forward_s"] += time.perf_counter() - t0
-        for span in spans:
-            if span is None or not finite:  # sharded: every rank runs as many backwards as the others
-                self.shard.idle_pass(self.student.tokenizer.pad_token_id)
-                continue
-            lo, hi = span
-            part = rows[lo:hi]
-            t0 = time.perf_counter()
-            loss, m = self.method.loss(part, batch.extras[lo:hi], len(part) / len(rows))
-            self._phases["forward_s"] += time.perf_counter() - t0
-            finite = bool(torch.isfinite(loss))
-            if not finite and self.shard is None:
-                break
-            if not finite:  # a sharded backward is a collective: run it (the step then fails below)
-                loss = loss * 0.0
-            self._assert_requires_grad()
-            t0 = time.perf_counter()
-            with resources.transient_blocks():  # a backward's gradient temporaries die within it
-                loss.backward()
-            self._phases["backward_s"] += time.perf_counter() - t0
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + v
-            sums["loss"] += float(loss.detach())
-            sums["action_tokens"] += sum(int(r.mask_T.sum()) for r in part)
-        if begun and finite:
-            self._assert_requires_grad()
-            t0 = time.perf_counter()
-            with resources.transient_blocks():
-                self.method.end_update()
-            self._phases["backward_s"] += time.perf_counter() - t0
-        if distributed.any_rank(not finite, self.world):
-            raise FloatingPointError(f"non-finite loss at step {step}; last good checkpoint: "
-                                     f"{ckpt.latest_checkpoint(self.out) or 'none'}")
-        t0 = time.perf_counter()
-        sums = distributed.sum_floats(sums, self.world)
-        distributed.all_reduce_grads([p for params in self.groups.values() for p in params], self.world)
-        self._phases["backward_s"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        norm = (lambda params: sharding.grad_norm(params, self.world)) if self.shard else _grad_norm  # noqa: E731
-        norms = {f"grad_norm_{name}": norm(params) for name, params in self.groups.items()}
-        if not all(np.isfinite(v) for v in norms.values()):
-            raise FloatingPointError(f"non-finite gradient at step {step}; last good checkpoint: "
-                                     f"{ckpt.latest_checkpoint(self.out) or 'none'}")
-        if c.grad_clip > 0 and self.shard is not None:
-            sharding.clip_grad_norm_([p for params in self.groups.values() for p in params], c.grad_clip, self.world)
-        elif c.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_([p for params in self.groups.values() for p in params], c.grad_clip)
-        if rows:
-            self.optimizer.step()
-        self._phases["optimizer_s"] += time.perf_counter() - t0
-        return sums, norms
-
-    def _assert_requires_grad(self) -> None:
-        """peft's set_adapter/disable_adapter flip requires_grad of the other adapters, and autograd
-        reads the flag at backward: re-assert it, or an adapter silently gets no gradient."""
-        for params in self.groups.values():
-            for p in params:
-                p.requires_grad_(True)
 
     def _defaults(self) -> dict[str, float]:
         """0.0 for every method metric, so each row has all of them (also on an empty step)."""
         return dict.fromkeys(self.method.metrics, 0.0)
 
     def save_checkpoint(self) -> Path:
-        """Write ``out/checkpoints/step-<step>`` (student, method modules, optimizer, state, RNG).
-
-        Data-parallel: every rank calls it; rank 0 writes the folder with every rank's RNG
-        state (``rng-rank<r>.pt``) and ``world_size`` in ``state.json``.
-        """
+        """Write ``out/checkpoints/step-<step>`` (:meth:`Trainer.save_checkpoint`) with the run's
+        position (step, data position, run id, the method's state, the number of processes)."""
         state = {"step": self.step, "data_position": self.cursor, "run_id": self.config.run_id,
                  **self.method.state(), **({"world_size": self.world.size} if self.world.size > 1 else {})}
-        staged = None
-        if self.shard is not None:  # every rank writes its shards (DCP); rank 0 moves them in
-            staged = self.shard.save(sharding.staging_folder(self.out / ckpt.CHECKPOINTS, self.step),
-                                     self.optimizer, self._unsharded_params())
-        def fill(folder: Path) -> None:
-            if staged is not None:
-                sharding.place_checkpoint(staged, folder)
-            else:
-                save_student(folder, student=self.student.model, adapter=self.student.adapter,
-                             tokenizer=self.student.tokenizer, optimizer=self.optimizer)
-            self.method.save(folder)
-        rngs = distributed.gather_to_main(ckpt.capture_rng(), self.world) if self.world.size > 1 else None
-        folder = (ckpt.write_checkpoint(self.out, self.step, fill, state, self.config.keep_checkpoints,
-                                        rank_rngs=rngs) if self.world.is_main else None)
-        return distributed.broadcast(folder, self.world)
+        return self.trainer.save_checkpoint(self.step, state, self.config.keep_checkpoints)
 
     def fit(self, on_step: Callable[["Distiller", dict], None] | None = None) -> DistillReport:
         """Run the remaining steps, checkpointing every ``checkpoint_every`` and at the end.
@@ -489,12 +385,6 @@ class Distiller:
             self.logger.log(row, row["step"])
             samples = chosen_samples(self.step_trajectories)  # first, best, worst, as `lopd report` shows them
             self.logger.log_samples(samples, "\n".join(samples_markdown(samples)), row["step"])
-
-
-def _grad_norm(params: list[torch.nn.Parameter]) -> float:
-    """L2 norm of the gradients of ``params`` (missing gradients count as zero)."""
-    grads = [p.grad.detach().double().pow(2).sum() for p in params if p.grad is not None]
-    return float(torch.stack(grads).sum().sqrt()) if grads else 0.0
 
 
 def run(config: DistillConfig, console: Console | None = None) -> DistillReport:

@@ -133,7 +133,7 @@ class Method:
 
     Args:
         options: validated ``Options`` (after :meth:`resolve_options`).
-        config: the whole :class:`stages.distill.DistillConfig` (common settings).
+        config: the whole :class:`stages.distill.settings.DistillConfig` (common settings).
         resume_from: the checkpoint folder the run resumes from, or None: a method restores
             what its :meth:`save` wrote there (e.g. an EMA teacher) in its ``__init__``.
         state: the method's :meth:`state` saved in that checkpoint ({} when fresh).

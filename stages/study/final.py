@@ -22,7 +22,7 @@ import numpy as np
 
 from stages.core.benches import standard_error
 from stages.core.data.inputs import read_utf8
-from stages.evaluate import paired_difference
+from stages.compare import paired_difference
 from stages.study.layout import VANILLA, StudyConfig
 
 _TASK_KEYS = ("task_id", "reward", "success", "reference_nll")

@@ -302,7 +302,7 @@ def _plot_curves(path: Path, records: list[dict], x: str, y: str, ylabel: str, t
 def write_results(config: Any, commit: str | None, budget: tuple[int, int]) -> dict[str, Any]:
     """Write results.json, results.csv, table.md and the plots into ``config.out``; returns the results.
 
-    ``budget``: every trained run's (steps, rollouts per step) (:func:`stages.study.check_budget`).
+    ``budget``: every trained run's (steps, rollouts per step) (:func:`stages.study.recipe.check_budget`).
 
     ``seconds`` in the results = the base model's evaluation + each finished run's wall time
     (training with its evaluations; of its last invocation when it was resumed).

@@ -17,7 +17,8 @@ CUDA) the sharded parameters, gradients and optimizer state are float32 (the mas
 and each layer computes in the run dtype (``MixedPrecisionPolicy(param_dtype=<run dtype>,
 reduce_dtype=float32)``).
 
-What a sharded step does differently (all of it here, used by :mod:`stages.distill.recipe`):
+What a sharded step does differently (all of it here, used by :mod:`stages.distill.trainer` and
+:mod:`stages.distill.recipe`; the functions serve a whole student too):
 
 - every rank must run the same number of sharded forwards and backwards (each is a collective):
   :func:`micro_batches` pads the ranks with fewer rows with idle passes (:meth:`ShardedStudent.
@@ -289,6 +290,9 @@ def grad_norm(params: Sequence[nn.Parameter], w: World) -> float:
     """L2 norm of the gradients of ``params`` (missing gradients count as zero), in float64:
     the squared norms of sharded (DTensor) gradients are summed over the ranks, whole ones
     (already the same on every rank) are counted once."""
+    if not any(isinstance(p.grad, DTensor) for p in params):  # a whole student: no collective
+        grads = [p.grad.detach().double().pow(2).sum() for p in params if p.grad is not None]
+        return float(torch.stack(grads).sum().sqrt()) if grads else 0.0
     sharded = torch.zeros((), dtype=torch.float64, device=w.device)
     whole = 0.0
     for p in params:
@@ -308,6 +312,8 @@ def clip_grad_norm_(params: Sequence[nn.Parameter], max_norm: float, w: World) -
     """Scale the gradients of ``params`` in place so their joint L2 norm is at most
     ``max_norm`` (the rule of ``torch.nn.utils.clip_grad_norm_``: factor
     ``min(1, max_norm / (norm + 1e-6))``), for sharded and whole gradients; returns the norm."""
+    if not any(isinstance(p.grad, DTensor) for p in params):  # a whole student: torch's own clipping
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     total = grad_norm(params, w)
     coef = min(1.0, max_norm / (total + 1e-6))
     if coef < 1.0:
