@@ -146,17 +146,12 @@ def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str,
 def _write_model(source: Path, out: Path, *, base: str, model: str, merge: bool) -> str:
     """Write the student of ``source`` into ``out`` (which must not exist); returns the kind
     written: ``model`` or ``adapter``."""
-    from peft import PeftModel
-
-    from stages.core.models.backbone import load_policy, load_tokenizer
+    from stages.core.models.backbone import load_tokenizer, merge_lora_float32
 
     adapter = (source / ADAPTER_CONFIG).is_file()
     if adapter and merge:
-        fresh, tokenizer = load_policy(model, dtype="float32", device="cpu")
-        with readable(source, "the student's adapter"):
-            merged = PeftModel.from_pretrained(fresh, str(source)).merge_and_unload()
-        merged.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        merge_lora_float32(model, source).save_pretrained(out)
+        load_tokenizer(model).save_pretrained(out)
         return "model"
     shutil.copytree(source, out, ignore=lambda _, names: [n for n in names if n in _SKIP])
     if adapter:

@@ -202,7 +202,6 @@ def run(config: SftConfig, console: Console | None = None,
                                                       optimizer=optimizer),
                     {"step": step, "run_id": run_id}, config.keep_checkpoints)
             bar.update(task, advance=1, status=f"nll {metrics['nll']:.3f}")
-    final = save_final(out, last, model=config.model, tokenizer=tokenizer, student=student, adapter=adapter,
-                       device=device, dtype=dtype)
+    final = save_final(out, last, model=config.model, tokenizer=tokenizer, student=student, adapter=adapter)
     console.print(f"wrote {final / 'student'} (use it as --model), metrics {out / METRICS_FILE}", soft_wrap=True)
     return final / "student"

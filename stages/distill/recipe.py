@@ -352,7 +352,7 @@ class Distiller:
         if self.world.is_main:
             final = save_final(self.out, last, model=c.model, tokenizer=self.student.tokenizer,
                                student=student, adapter=self.student.adapter,
-                               export=self.method.export, device=self.method.device, dtype=self.method.dtype)
+                               export=self.method.export)
             self.logger.close()
         distributed.barrier(self.world)
         return DistillReport(

@@ -30,7 +30,7 @@ from stages.core.models.composer import (
     COMPRESSOR_FILE, Composer, adapter_parameters, add_lora_adapter, base_model, preserve_requires_grad,
     read_composer_config,
 )
-from stages.core.models.backbone import load_policy, resolve_model
+from stages.core.models.backbone import load_policy, merge_lora_float32, resolve_model
 from stages.core.models.student import STUDENT_ADAPTER
 from stages.core.run.checkpoint import OPTIMIZER_FILE, readable
 from stages.core.run.sharding import DCP_FOLDER
@@ -235,13 +235,14 @@ def save_student(folder: Path, *, student: nn.Module, adapter: str | None, token
 
 
 def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: nn.Module,
-               adapter: str | None, export: Callable[[Path], None] | None = None,
-               device: str | None = None, dtype: str | None = None) -> Path:
+               adapter: str | None, export: Callable[[Path], None] | None = None) -> Path:
     """Write ``out/final``: ``student/`` (plain merged HF model + tokenizer) and what ``export`` adds.
 
-    A LoRA student is merged from ``checkpoint/student`` onto a freshly loaded ``model``
-    (W + s * B A; loaded on ``device`` in ``dtype``, the run's), so the folder loads with
-    ``AutoModelForCausalLM.from_pretrained`` and the training backbone stays untouched. A fully fine-tuned ``student`` is saved as it is.
+    A LoRA student is merged from ``checkpoint/student`` onto a freshly loaded ``model`` in
+    float32 on the CPU (:func:`~stages.core.models.backbone.merge_lora_float32`: W + s * B A kept
+    in float32 whatever the run's dtype, since a bf16 merge rounds most of a small update away),
+    so the folder loads with ``AutoModelForCausalLM.from_pretrained`` and the training backbone
+    stays untouched. A fully fine-tuned ``student`` is saved as it is (in the run's dtype).
     ``export(folder)`` writes the method's own final artifacts (LOPD: ``composer/``).
     Written to a temporary folder and renamed, so ``final`` is complete or absent; ``final``
     names its checkpoint in ``checkpoint.txt``, and one already made from ``checkpoint`` is kept
@@ -254,9 +255,7 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     tmp = Path(tempfile.mkdtemp(prefix=".final.tmp-", dir=out))
     try:
         if adapter:
-            fresh = load_policy(model, dtype=dtype, device=device)[0]
-            with readable(checkpoint / "student", "the student's adapter"):
-                student = PeftModel.from_pretrained(fresh, str(checkpoint / "student")).merge_and_unload()
+            student = merge_lora_float32(model, checkpoint / "student")
         student.save_pretrained(tmp / "student")
         tokenizer.save_pretrained(tmp / "student")
         if export is not None:

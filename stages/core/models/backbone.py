@@ -8,6 +8,10 @@
   it to every model it loads): training forwards run in ``train()`` mode (activation
   checkpointing needs it), and there dropout would make the student's log-probs differ from
   the ones it sampled with and the teacher's targets random.
+* :func:`merge_lora_float32` merges a LoRA adapter folder into its base in float32 and marks the
+  model (``lopd_merged_lora`` in its config): a small LoRA update W + s B A mostly lies below
+  half a bf16 step of W, so a merge rounded onto the bf16 grid is mostly the base model again.
+  :func:`load_policy` loads a folder so marked in float32 whatever dtype is asked.
 * :func:`resolve_device_dtype` turns the stages' ``--device`` / ``--dtype`` (None = automatic)
   into the values every model of a run is loaded with: CUDA in bfloat16 when a GPU is visible,
   else the CPU in float32 (bf16 is ~25x slower than fp32 on a CPU without bf16 units, as AVX2).
@@ -43,6 +47,8 @@ _DROPOUT_NAME = re.compile(r"dropout|pdrop|layerdrop", re.IGNORECASE)
 # parameter dtypes a stage accepts (--dtype); float64 is for numerical tests on the CPU
 DType = Literal["float32", "bfloat16", "float16", "float64"]
 DTYPES: tuple[str, ...] = get_args(DType)
+# config field of a LoRA student merged in float32 (merge_lora_float32): load_policy keeps it float32
+MERGED_LORA_KEY = "lopd_merged_lora"
 
 
 def resolve_device_dtype(device: str | None = None, dtype: str | None = None) -> tuple[str, str]:
@@ -300,7 +306,9 @@ def load_policy(
     token is used. The model is in eval mode on ``device`` with parameters of ``dtype`` (None:
     :func:`resolve_device_dtype`'s automatic choice: CUDA + bfloat16 when a GPU is visible,
     else the CPU in float32), with every dropout probability 0 (:func:`disable_dropout`,
-    checked here): its forwards give the same logits in train and in eval mode.
+    checked here): its forwards give the same logits in train and in eval mode. A merged LoRA
+    student (:func:`merge_lora_float32`: ``final/student``, ``lopd export --merge``, or a LoRA
+    adapter folder, merged here) is loaded in float32 whatever ``dtype`` says.
 
     Raises:
         FileNotFoundError: see :func:`resolve_model`; also a local folder without
@@ -318,7 +326,9 @@ def load_policy(
     tokenizer = load_tokenizer(name, path)
     adapter = Path(path) / "adapter_config.json"
     if adapter.is_file() and not (Path(path) / "config.json").is_file():  # `lopd export` without --merge
-        return _load_adapter_folder(path, adapter, tokenizer, dtype, device)
+        return _load_adapter_folder(path, adapter, tokenizer, device)
+    if _merged_lora(path):  # bf16 would round the merged update away (module docstring)
+        dtype = "float32"
     # use_kernels=False: transformers (5.x) otherwise swaps layers for kernels fetched from the Hugging
     # Face Hub when the model runs on CUDA (remote code; fails offline); lopd runs its torch code
     with readable(path, "the model's weights"):
@@ -330,21 +340,47 @@ def load_policy(
     return model, tokenizer
 
 
-def _load_adapter_folder(path: str, adapter: Path, tokenizer, dtype: str, device: str):
-    """A peft LoRA adapter folder merged onto its ``base_model_name_or_path`` (the embedded
-    model when that is its hub id and the hub cache lacks it), as :func:`load_policy` returns it."""
-    import json
+def _merged_lora(path: str) -> bool:
+    """Whether the model folder (or hub id) ``path`` holds a LoRA student merged by
+    :func:`merge_lora_float32` (its config carries ``MERGED_LORA_KEY``)."""
+    from transformers import AutoConfig
 
+    try:
+        return bool(getattr(AutoConfig.from_pretrained(path), MERGED_LORA_KEY, False))
+    except (OSError, ValueError):  # the model loader reports an unreadable config in one line
+        return False
+
+
+def merge_lora_float32(base: str, adapter_dir: str | Path, device: str = "cpu") -> PreTrainedModel:
+    """The LoRA adapter folder ``adapter_dir`` merged into base model ``base`` (a ``--model``
+    name or folder), in float32 on ``device``: W + s * B A computed and kept in float32, the
+    config marked with ``MERGED_LORA_KEY`` so that :func:`load_policy` keeps it in float32.
+
+    Raises:
+        FileNotFoundError / ValueError: see :func:`load_policy`; a missing or damaged adapter
+            file (one line naming it).
+    """
     from peft import PeftModel
 
     from stages.core.run.checkpoint import readable
 
+    fresh = load_policy(base, dtype="float32", device=device)[0]
+    with readable(adapter_dir, "the LoRA adapter"):
+        merged = PeftModel.from_pretrained(fresh, str(adapter_dir)).merge_and_unload()
+    setattr(merged.config, MERGED_LORA_KEY, True)
+    return merged
+
+
+def _load_adapter_folder(path: str, adapter: Path, tokenizer, device: str):
+    """A peft LoRA adapter folder merged onto its ``base_model_name_or_path`` (the embedded
+    model when that is its hub id and the hub cache lacks it) in float32
+    (:func:`merge_lora_float32`), as :func:`load_policy` returns it."""
+    import json
+
     base = json.loads(adapter.read_text())["base_model_name_or_path"]
     if base == embedded_hub_id(DEFAULT_MODEL) and not _in_hub_cache(base):
         base = DEFAULT_MODEL
-    model = load_policy(base, dtype=dtype, device=device)[0]
-    with readable(path, "the LoRA adapter"):
-        model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    model = merge_lora_float32(base, path, device=device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
     model.eval()
