@@ -5,8 +5,15 @@ B.1 of the LOPD paper (G = 4 rollouts per task = the loop's
 Per step: every rollout i of a task gets A_i = (r_i - mean_G) / (std_G + eps) (std on by
 default; ``scale_std=false`` for Dr.GRPO / the SDPO repo's GRPO), shared by all its action
 tokens; the loss is -min(rho A, clip(rho, 1 - eps_lo, 1 + eps_hi) A) per token with
-rho = pi_theta / pi_old against the sampling log-probs the rollout recorded
-(``TrainRow.logprobs_T``), plus optionally ``kl_coef`` x k3 KL to the initial policy.
+rho = pi_theta / pi_old, plus optionally ``kl_coef`` x k3 KL to the initial policy. pi_old is
+the training forward before the step's first update (as verl and TRL): the first epoch's own
+log-probs, detached and kept per row for the later epochs, so rho is exactly 1 in the first
+epoch in any dtype. The log-probs the engine recorded while sampling (``TrainRow.logprobs_T``,
+another kernel with a KV cache: in bf16 they differ from the training forward by 0.05 nats per
+token on average) are the behaviour policy of the optional rollout correction
+(``rollout_correction="token-tis"``: each token's loss times min(pi_old / pi_engine, cap), as
+verl's token-level truncated importance sampling); off by default, their gap is reported
+(``rollout_logp_abs_diff``).
 
 Choices B.1 leaves open (KL weight, std scaling, aggregation...), defaults first:
 * aggregation ``token-mean`` (DAPO: sum over the step's action tokens / their number);
@@ -21,9 +28,9 @@ Choices B.1 leaves open (KL weight, std scaling, aggregation...), defaults first
   only dilute the token mean); on, their rows leave the loss and its normaliser.
 
 Log-probs are taken at the sampling temperature (``log_softmax(logits / T)``, as the engine
-records them), so rho = 1 up to numerics on the first epoch. A row whose action tokens lack a
-recorded sampling log-prob (older stores, re-tokenized rows) uses the current policy's
-detached log-prob there (ratio 1); such rows are counted in ``no_logprob_rows``.
+records them). A row whose action tokens lack a recorded sampling log-prob (older stores,
+re-tokenized rows) gets weight 1 from the rollout correction; such rows are counted in
+``no_logprob_rows``.
 """
 from __future__ import annotations
 
@@ -36,7 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stages.core.data.rows import TrainRow, pad_rows
 from stages.core.losses.head import head_token_logprobs
-from stages.core.losses.pg import group_advantages, k3_kl, ppo_clip_loss, token_logprobs
+from stages.core.losses.pg import (
+    group_advantages, k3_kl, ppo_clip_loss, token_logprobs, truncated_is_weights,
+)
 from stages.core.models.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, register
 
@@ -61,6 +70,10 @@ class GRPOOptions(BaseModel):
                                                               "(None: --max-new-tokens).")
     drop_zero_var: bool = Field(False, description="Leave groups whose rewards are all equal out of the loss "
                                                    "(DAPO).")
+    rollout_correction: Literal["off", "token-tis"] = Field(
+        "off", description="token-tis: weight each token's loss by min(pi_old / pi_engine, rollout_correction_cap), "
+                           "the engine's recorded log-probs as the behaviour policy (verl's rollout correction).")
+    rollout_correction_cap: float = Field(2.0, gt=0.0, description="Truncation of the rollout correction's weight.")
 
 
 @dataclass
@@ -72,12 +85,38 @@ class PGExtra:
         keep: False when the row leaves the loss (``drop_zero_var`` and a zero-variance group).
         prefix_ids: the teacher's prompt ids (Skill-SD), None without a teacher view.
         skill_id: the skill in that prompt (Skill-SD), "" for none.
+        old_logp_T: float (T-1,) pi_old of the row's tokens 1.. (shifted; the first epoch's
+            training forward, detached), None until the first epoch's loss set it.
     """
 
     advantage: float
     keep: bool = True
     prefix_ids: list[int] | None = None
     skill_id: str = ""
+    old_logp_T: torch.Tensor | None = None
+
+
+def pi_old(rows: list[TrainRow], extras: list[PGExtra], logp_BT: torch.Tensor) -> torch.Tensor:
+    """(B, T-1) pi_old of a micro-batch: the policy before the step's first update.
+
+    In the first epoch (the rows' ``old_logp_T`` unset) that is the training forward itself:
+    ``logp_BT`` detached (ratio exactly 1), kept per row in its extra for the later epochs, which
+    read it back (0 past a row's length). A micro-batch's rows are in the same epoch.
+
+    Args:
+        rows: the micro-batch's rows (row b fills ``logp_BT[b, :len(ids_T) - 1]``).
+        extras: their :class:`PGExtra`, updated in place in the first epoch.
+        logp_BT: float (B, T-1) current log-probs of ``ids[:, 1:]`` (the shifted tokens).
+    """
+    if extras[0].old_logp_T is None:
+        fresh_BT = logp_BT.detach()
+        for b, (row, extra) in enumerate(zip(rows, extras)):
+            extra.old_logp_T = fresh_BT[b, :len(row.ids_T) - 1].clone()
+        return fresh_BT
+    old_BT = torch.zeros_like(logp_BT)
+    for b, extra in enumerate(extras):
+        old_BT[b, :extra.old_logp_T.shape[0]] = extra.old_logp_T
+    return old_BT
 
 
 @register("grpo")
@@ -86,7 +125,7 @@ class GRPO(Method):
 
     Options = GRPOOptions
     metrics = ("pg_loss", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "adv_abs_mean",
-               "kl_ref", "zero_var_groups", "no_logprob_rows")
+               "kl_ref", "zero_var_groups", "no_logprob_rows", "rollout_logp_abs_diff", "rollout_is_mean")
 
     def __init__(self, options: GRPOOptions, config: Any, resume_from: Path | None, state: dict) -> None:
         super().__init__(options, config, resume_from, state)
@@ -145,20 +184,21 @@ class GRPO(Method):
         metrics are scaled by this micro-batch's share of the step's kept tokens.
         """
         o, s = self.options, self.student
-        ids, attn, mask, old, insert_at = pad_rows(s.tokenizer, rows, self.device)
+        ids, attn, mask, behaviour, insert_at = pad_rows(s.tokenizer, rows, self.device)
         keep_B1 = torch.tensor([e.keep for e in extras], dtype=torch.bool, device=self.device).unsqueeze(1)
         mask = (mask & keep_B1)[:, 1:]
         logp = self.sampled_logprobs(s.model, lambda hidden: student_logits(s.model, ids, attn, adapter=s.adapter,
                                                                             hidden=hidden), ids, mask)
-        old = old[:, 1:].to(logp.dtype)
-        old = torch.where(mask & torch.isnan(old), logp.detach(), old)  # no recorded log-prob: ratio 1
+        old = pi_old(rows, extras, logp)
+        weights, rollout_m = truncated_is_weights(old, behaviour[:, 1:], mask, cap=o.rollout_correction_cap)
         adv = torch.tensor([e.advantage for e in extras], dtype=logp.dtype, device=logp.device)
         denom = self.denominator()
-        loss, m = ppo_clip_loss(logp, old, adv, mask, eps_lo=o.eps_lo, eps_hi=o.eps_hi,
-                                aggregation=o.aggregation, denominator=denom)
+        loss, m = ppo_clip_loss(logp, old, adv, mask, eps_lo=o.eps_lo, eps_hi=o.eps_hi, aggregation=o.aggregation,
+                                denominator=denom, weights_BT=weights if o.rollout_correction == "token-tis" else None)
         share = float(mask.sum()) / max(self.step_tokens, 1)
         metrics = {"pg_loss": m["pg_loss"], **{k: share * m[k] for k in
-                                               ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean")}}
+                                               ("clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean")},
+                   **{k: share * rollout_m[k] for k in ("rollout_logp_abs_diff", "rollout_is_mean")}}
         if o.kl_coef > 0:
             with torch.no_grad():
                 ref = s.model if self.reference_policy is None else self.reference_policy

@@ -26,10 +26,14 @@ Teacher context (per training row, appended to the teacher's first user message 
 Texts are clipped to ``max_context_chars``.
 
 Loss: :func:`stages.core.losses.sdpo.sdpo_topk_loss`, the student's top-k + tail reverse KL
-(k = 20) with the clipped importance ratio min(exp(logp - logp_old), 2), token-mean over the
-step's distilled tokens (micro-batches accumulate exactly). logp_old is the rollout's recorded
-log-prob, taken at the sampling temperature, so logp is read from the student's logits divided
-by ``--temperature`` (the ratio is 1 on-policy; 1 where nothing was recorded). The top-k and the
+(k = 20), token-mean over the step's distilled tokens (micro-batches accumulate exactly). Its
+importance ratio exp(logp - logp_old) compares with pi_old, the training forward before the
+step's single update (as upstream's verl computes it): exactly 1, so no weight by default. With
+``rollout_correction="token-tis"`` logp_old is the engine's recorded log-prob instead (the
+behaviour policy: another kernel with a KV cache, 0.05 nats per token off in bf16) and each
+token is weighted by min(exp(logp - logp_old), is_clip), verl's token-level truncated importance
+sampling; the recorded log-probs are taken at the sampling temperature, so logp is read from
+the student's logits divided by ``--temperature`` (weight 1 where nothing was recorded). The top-k and the
 divergence are taken on student and teacher logits divided by ``loss_temperature``: by default
 the sampling temperature ``--temperature`` (1 for greedy rollouts), as upstream SDPO and TRL's
 SDPO do; ``-o loss_temperature=1`` takes them on the raw logits, as LOPD's loss does. No
@@ -80,7 +84,12 @@ class SDPOOptions(BaseModel):
                                                             "observation, else the checker's error details; observation = "
                                                             "the observation text only; none = siblings only (B.1).")
     max_context_chars: int = Field(4000, ge=1, description="Characters kept of the teacher's extra context.")
-    is_clip: float | None = Field(2.0, gt=0.0, description="Importance-ratio clip (None: no ratio).")
+    rollout_correction: Literal["off", "token-tis"] = Field(
+        "off", description="token-tis: weight each token by min(pi_old / pi_engine, is_clip), the engine's recorded "
+                           "log-probs as the behaviour policy (verl's rollout correction); off: pi_old is the "
+                           "training forward (ratio 1).")
+    is_clip: float | None = Field(2.0, gt=0.0, description="Truncation of the rollout correction's weight "
+                                                            "(None: no weight).")
     alpha: float = Field(1.0, ge=0.0, le=1.0, description="1 = reverse KL (B.1), 0.5 = the upstream JSD.")
     add_tail: bool = Field(True, description="A tail bucket for the mass outside the top-k, else the top-k "
                            "renormalised.")
@@ -243,7 +252,8 @@ class SDPO(Method):
                                           adapter=self.teacher_adapter, hidden=heads is not None)
         denominator = ctx[0].tokens if o.reduction == "token" else ctx[0].rows
         temperature = self.config.temperature if self.config.temperature > 0 else 1.0
-        loss, m = sdpo_topk_loss(s_logits[:, :-1], t_logits[:, :-1], ids[:, 1:], mask[:, 1:], old[:, 1:],
+        behaviour = old[:, 1:] if o.rollout_correction == "token-tis" else None  # None: ratio 1 (pi_old)
+        loss, m = sdpo_topk_loss(s_logits[:, :-1], t_logits[:, :-1], ids[:, 1:], mask[:, 1:], behaviour,
                                  k=o.k, alpha=o.alpha, add_tail=o.add_tail, is_clip=o.is_clip,
                                  temperature=temperature, loss_temperature=o.loss_temperature or temperature,
                                  reduction=o.reduction, denominator=denominator, heads=heads)

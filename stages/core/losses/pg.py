@@ -20,6 +20,7 @@ A batch with no masked token gives 0 with a defined (all-zero) gradient, never N
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -160,23 +161,67 @@ def aggregate(values_BT: Tensor, mask_BT: Tensor, aggregation: Aggregation = "to
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
 
 
+def truncated_is_weights(old_logp_BT: Tensor, behaviour_logp_BT: Tensor, mask_BT: Tensor, *,
+                         cap: float = 2.0) -> tuple[Tensor, dict[str, float]]:
+    """Token-level truncated importance weights min(pi_old / pi_behaviour, cap) (TIS).
+
+    The rollout correction of verl (``rollout_is``, token level): the rollout engine sampled
+    from pi_behaviour (its recorded log-probs: another kernel, a KV cache, bf16 rounding), while
+    pi_old is the training forward's value of the same tokens before the update; the weight
+    re-weights each token's loss toward pi_old's distribution, truncated at ``cap``. Detached.
+
+    Args:
+        old_logp_BT: float (B, T) pi_old log-probs of the sampled tokens (nats).
+        behaviour_logp_BT: float (B, T) the engine's recorded log-probs (NaN = not recorded).
+        mask_BT: bool or 0/1 (B, T).
+        cap: upper truncation of the weight, > 0.
+
+    Returns:
+        weights_BT: (B, T) of ``old_logp_BT``'s dtype, 1 off the mask and where nothing was
+        recorded; metrics: rollout_is_mean (masked mean weight), rollout_is_clip_frac (share of
+        recorded masked tokens truncated), rollout_logp_abs_diff (masked mean |log pi_old - log
+        pi_behaviour| over recorded tokens, nats).
+
+    Raises:
+        ValueError: shape mismatch, bad mask, cap <= 0.
+    """
+    _check_pair(old_logp_BT, behaviour_logp_BT, "old_logp and behaviour_logp")
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    m_BT = _float_mask(mask_BT, tuple(old_logp_BT.shape), old_logp_BT.dtype) > 0
+    behaviour_BT = behaviour_logp_BT.detach().to(old_logp_BT.dtype)
+    known_BT = m_BT & ~torch.isnan(behaviour_BT)
+    diff_BT = torch.where(known_BT, old_logp_BT.detach() - behaviour_BT, torch.zeros_like(behaviour_BT))
+    raw_BT = torch.exp(diff_BT.clamp(max=math.log(cap)))  # never above cap, never overflows
+    weights_BT = torch.where(known_BT, raw_BT, torch.ones_like(raw_BT))
+    n, k = int(m_BT.sum()), int(known_BT.sum())
+    return weights_BT, {"rollout_is_mean": float(weights_BT[m_BT].mean()) if n else 1.0,
+                        "rollout_is_clip_frac": float((diff_BT[known_BT] >= math.log(cap)).double().mean()) if k
+                        else 0.0,
+                        "rollout_logp_abs_diff": float(diff_BT[known_BT].abs().mean()) if k else 0.0}
+
+
 def ppo_clip_loss(logp_BT: Tensor, old_logp_BT: Tensor, advantages_B: Tensor, mask_BT: Tensor, *,
                   eps_lo: float = 0.2, eps_hi: float = 0.2, aggregation: Aggregation = "token-mean",
-                  denominator: float | None = None) -> tuple[Tensor, dict[str, float]]:
+                  denominator: float | None = None,
+                  weights_BT: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """PPO-clip surrogate of GRPO: -min(rho A, clip(rho, 1 - eps_lo, 1 + eps_hi) A) per token.
 
     GRPO (B.1 of the LOPD paper: eps 0.2/0.2; Skill-SD and DAPO: 0.2/0.28).
-    rho = exp(logp - sg(old_logp)) is the token-level importance ratio against the behaviour
-    policy (the sampling log-probs recorded with the rollout); A is the row's advantage, shared
-    by every token of it. The gradient reaches ``logp_BT`` only.
+    rho = exp(logp - sg(old_logp)) is the token-level ratio against pi_old, the policy before
+    this step's first update (the training forward's log-probs then, as verl and TRL compute
+    them: rho is exactly 1 in the first epoch); A is the row's advantage, shared by every token
+    of it. The gradient reaches ``logp_BT`` only.
 
     Args:
         logp_BT: float (B, T) current-policy log-probs of the sampled tokens (differentiable).
-        old_logp_BT: float (B, T) behaviour log-probs (finite on masked positions).
+        old_logp_BT: float (B, T) pi_old log-probs (finite on masked positions).
         advantages_B: float (B,) advantage per row.
         mask_BT: bool or 0/1 (B, T), supervised positions.
         eps_lo, eps_hi: clip range [1 - eps_lo, 1 + eps_hi], each >= 0 (eps_lo < 1).
         aggregation, denominator: see :func:`aggregate`.
+        weights_BT: float (B, T) per-token weights of the surrogate (detached), e.g. the
+            rollout correction's :func:`truncated_is_weights`; None = 1.
 
     Returns:
         loss: scalar tensor (nats-scaled surrogate).
@@ -203,6 +248,9 @@ def ppo_clip_loss(logp_BT: Tensor, old_logp_BT: Tensor, advantages_B: Tensor, ma
     unclipped_BT = ratio_BT * adv_B1
     clipped_BT = ratio_BT.clamp(1.0 - eps_lo, 1.0 + eps_hi) * adv_B1
     per_token_BT = -torch.minimum(unclipped_BT, clipped_BT)
+    if weights_BT is not None:
+        _check_pair(logp_BT, weights_BT, "logp and weights")
+        per_token_BT = per_token_BT * weights_BT.detach().to(logp_BT.dtype)
     loss = aggregate(per_token_BT, m_BT, aggregation, denominator)
     with torch.no_grad():
         n = int(m_BT.sum())
