@@ -88,3 +88,17 @@ def test_ppo_weights_scale_each_tokens_loss():
     ratio = torch.exp(logp_BT.detach() - old_BT)
     per_token = -torch.minimum(ratio * adv_B[:, None], ratio.clamp(0.8, 1.2) * adv_B[:, None])
     assert float(loss) == pytest.approx(float((per_token * w_BT).sum() / 4))
+
+
+@pytest.mark.parametrize("correction", ["off", "token-tis"])
+def test_sdpo_ratio_is_one_in_bf16_unless_corrected(assets, tmp_path, correction):
+    trainer = Distiller(grpo_config(assets, tmp_path, f"bf16-sdpo-{correction}", method="sdpo", dtype="bfloat16",
+                                    device="cpu", temperature=1.0, max_new_tokens=16,
+                                    options={"rollout_correction": correction}))
+    rows, extras = _first_epoch(trainer)
+    _, m = trainer.method.loss(rows, extras, 1.0)
+    assert m["distill_loss"] != 0.0  # rows with a teacher context were distilled
+    if correction == "off":
+        assert m["is_ratio"] == 1.0 and m["is_clip_frac"] == 0.0  # main: the engine's log-probs, ratio != 1
+    else:
+        assert m["is_ratio"] != pytest.approx(1.0, abs=1e-5)
