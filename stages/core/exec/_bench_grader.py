@@ -143,10 +143,11 @@ def run_with_candidates(args: Sequence[str], candidates: Mapping[str, tuple[str,
         GraderError: the grader ran past its wall-clock limit.
     """
     from stages.core.exec import call_server, isolation
+    from stages.core.exec.tree_memory import TreeMemoryCap
 
     isolated = isolation.require()
     with tempfile.TemporaryDirectory(prefix="lopd-candidates-") as tmp, contextlib.ExitStack() as stack:
-        group = stack.enter_context(isolation.MemoryGroup(MEMORY_MB)) if isolation.cgroup_base()[0] else None
+        group = stack.enter_context(TreeMemoryCap(MEMORY_MB))
         chan, given, work = Path(tmp) / "chan", Path(tmp) / "solutions.json", Path(tmp) / "work"
         chan.mkdir()
         work.mkdir()
@@ -167,10 +168,10 @@ def run_with_candidates(args: Sequence[str], candidates: Mapping[str, tuple[str,
         else:
             argv = [sys.executable, "-I", "-B", os.path.abspath(__file__), "candidates", str(given), str(fd)]
             popen_env, cwd = {**isolation.base_env(), "HOME": str(work), "TMPDIR": str(work)}, work
-        if group is not None:  # one memory cap for all the solutions' processes together
-            argv = [*group.prefix, *argv]
+        argv = [*group.prefix, *argv]  # one memory cap for all the solutions' processes together
         served = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   env=popen_env, cwd=cwd, pass_fds=[fd], start_new_session=True)
+        group.watch(served)
         server.close()
         try:
             return run_grader(args, out_dir=out_dir, ro_binds={**ro_binds, str(chan): CHANNEL},

@@ -22,20 +22,16 @@ classes and check functions) runs as ``bwrap <namespaces and mounts> -- <setpriv
 * **environment**: cleared; only ``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` and thread-count caps.
 * **resource limits** (set by ``prlimit`` inside the sandbox, just before the program):
   CPU seconds, address space, file size, processes of uid 65534, no core dumps.
-* **whole-tree memory cap** (:class:`MemoryGroup`): where cgroup v2 offers a writable memory
-  controller (the process's own cgroup, or a delegated one named by ``LOPD_SANDBOX_CGROUP``), the
-  sandbox starts in a fresh child cgroup whose ``memory.max`` caps every process of the program
-  together (no swap; the whole group is killed on overflow). Elsewhere the bound on the tree is
-  the process limit times the per-process address-space cap.
+* **whole-tree memory cap** (:class:`stages.core.exec.tree_memory.TreeMemoryCap`, applied by the
+  callers around the command): a cgroup v2 or v1 memory group holding every process of the
+  program, else a watchdog over the tree's summed memory; the whole tree is killed on overflow.
 
 The probe runs once per process (cached); set ``LOPD_SANDBOX_ISOLATION=off`` before the first
 use (or call :func:`reset` after setting it) to simulate a machine without isolation.
 """
 from __future__ import annotations
 
-import errno
 import functools
-import itertools
 import os
 import shutil
 import signal
@@ -52,8 +48,6 @@ WORKDIR = "/sandbox"
 WORK_MB = 64  # size of the writable tmpfs at WORKDIR
 NPROC = 256  # RLIMIT_NPROC for uid 65534 (shared by all concurrent sandboxes)
 OFF_VAR = "LOPD_SANDBOX_ISOLATION"
-CGROUP_VAR = "LOPD_SANDBOX_CGROUP"  # a delegated cgroup v2 directory to make the per-sandbox groups in
-CGROUP_ROOT = "/sys/fs/cgroup"
 UNSAFE_VAR = "LOPD_UNSAFE_EXEC"  # "1": same as --unsafe-exec (for stages without the flag)
 # Environments / benches whose episodes execute model-written code (checked before a run starts).
 RUNS_MODEL_CODE = frozenset({"code", "livecodebench", "taco", "envscaler", "humaneval-plus", "mbpp-plus"})
@@ -366,100 +360,3 @@ def stop(proc: subprocess.Popen, isolated: bool) -> int:
         return kill(proc)
     kill_group(proc.pid)
     return proc.wait()
-
-
-_group_ids = itertools.count()
-
-
-def _own_cgroup() -> Path | None:
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    own = next((line[3:] for line in lines if line.startswith("0::")), None)
-    return None if own is None else Path(CGROUP_ROOT) / own.lstrip("/")
-
-
-@functools.lru_cache(maxsize=1)
-def cgroup_base() -> tuple[Path | None, str | None]:
-    """(the cgroup v2 directory per-sandbox memory groups are made in, None), or (None, why there is
-    none: no cgroup v2, or no writable memory controller). Probed once per process (a group is
-    made, capped and removed)."""
-    if not (Path(CGROUP_ROOT) / "cgroup.controllers").is_file():
-        return None, f"no cgroup v2 at {CGROUP_ROOT}"
-    given = os.environ.get(CGROUP_VAR, "").strip()
-    base = Path(given) if given else _own_cgroup()
-    if base is None or not base.is_dir():
-        return None, f"cgroup {base or '(own)'} not found"
-    control = base / "cgroup.subtree_control"
-    try:
-        if "memory" not in control.read_text().split():
-            control.write_text("+memory")
-        probe = base / f"lopd-probe-{os.getpid()}"
-        probe.mkdir(exist_ok=True)
-        try:
-            (probe / "memory.max").write_text(str(64 * 2**20))
-        finally:
-            _remove_group(probe)
-    except OSError as err:
-        return None, f"no writable memory controller in {base} ({err.strerror or err})"
-    return base, None
-
-
-class MemoryGroup:
-    """A fresh cgroup v2 group capping the memory of every process started through :attr:`prefix`
-    together (the whole process tree); use as a context manager, which removes the group.
-
-    Args:
-        memory_mb: the cap in MiB (``memory.max``; ``memory.swap.max`` 0; ``memory.oom.group`` 1,
-            so an overflow kills the whole group).
-
-    Raises:
-        OSError: the group could not be made (callers check :func:`cgroup_base` first).
-    """
-
-    def __init__(self, memory_mb: int):
-        base, reason = cgroup_base()
-        if base is None:
-            raise OSError(f"no cgroup v2 memory group: {reason}")
-        self.memory_mb = int(memory_mb)
-        self.path = base / f"lopd-sandbox-{os.getpid()}-{next(_group_ids)}"
-        self.path.mkdir()
-        (self.path / "memory.max").write_text(str(self.memory_mb * 2**20))
-        for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
-            if (self.path / name).exists():
-                (self.path / name).write_text(value)
-        # the shell moves itself into the group (writing 0 moves the writer), then becomes the command
-        self.prefix = ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(self.path / "cgroup.procs")]
-
-    def oom_killed(self) -> bool:
-        """Whether the kernel killed a process of the group for exceeding the cap."""
-        try:
-            events = dict(line.split() for line in (self.path / "memory.events").read_text().splitlines())
-        except (OSError, ValueError):
-            return False
-        return int(events.get("oom_kill", 0)) > 0 or int(events.get("oom_group_kill", 0)) > 0
-
-    def __enter__(self) -> "MemoryGroup":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if (self.path / "cgroup.kill").exists():
-            try:
-                (self.path / "cgroup.kill").write_text("1")
-            except OSError:
-                pass
-        _remove_group(self.path)
-
-
-def _remove_group(path: Path) -> None:
-    """rmdir a cgroup, retrying for up to 5 s while its killed processes are reaped (EBUSY)."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            path.rmdir()
-            return
-        except OSError as err:
-            if err.errno != errno.EBUSY or time.monotonic() > deadline:
-                return
-            time.sleep(0.02)

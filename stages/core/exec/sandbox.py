@@ -42,6 +42,7 @@ from typing import Literal
 
 from stages.core.exec import isolation
 from stages.core.exec.isolation import IsolationUnavailable, set_unsafe_exec  # noqa: F401  (re-exported)
+from stages.core.exec.tree_memory import TreeMemoryCap
 
 Status = Literal["ok", "error", "timeout", "memory", "blocked"]
 
@@ -278,17 +279,16 @@ def run_python(
     network / IPC / mount namespaces, read-only filesystem except a private tmpfs cwd, own
     ``/proc``, empty environment, rlimits; the whole sandbox is killed on the wall-clock timeout.
 
-    Memory: where cgroup v2 offers a writable memory controller
-    (:func:`stages.core.exec.isolation.cgroup_base`), ``memory_mb`` caps the whole process tree together
-    (:class:`stages.core.exec.isolation.MemoryGroup`; an overflow kills the tree: status ``memory``).
-    Elsewhere it caps each process's address space, so the tree is bounded by ``nproc`` times
-    ``memory_mb`` (``nproc`` counts every process and thread of the sandbox uid, across sandboxes).
+    Memory: ``memory_mb`` caps the whole process tree together
+    (:class:`stages.core.exec.tree_memory.TreeMemoryCap`: a cgroup v2 or v1 memory group, else a
+    watchdog over the tree's summed memory; an overflow kills the tree: status ``memory``) and
+    each process's address space.
 
     Args:
         code: Python source text (untrusted).
         timeout_s: wall-clock limit in seconds; the child's whole sandbox is killed after it.
         cpu_s: CPU-time limit in seconds per process (RLIMIT_CPU soft limit; SIGXCPU -> ``timeout``).
-        memory_mb: memory cap in MiB: the whole tree's (cgroup v2) and each process's (RLIMIT_AS).
+        memory_mb: memory cap in MiB: the whole tree's and each process's (RLIMIT_AS).
         stdin: text fed to the child's standard input ("" -> /dev/null).
         max_output_chars: stdout and stderr are each cut to this many characters.
         audit_hook: install the audit-hook layer (default). ``False`` leaves the OS layer alone
@@ -312,7 +312,7 @@ def run_python(
     root = Path(tempfile.mkdtemp(prefix="lopd-sandbox-"))
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, root, ignore_errors=True)
-        group = stack.enter_context(isolation.MemoryGroup(memory_mb)) if isolation.cgroup_base()[0] else None
+        group = stack.enter_context(TreeMemoryCap(memory_mb))
         program = root / "program.py"
         program.write_text(code, encoding="utf-8")
         if isolated:
@@ -326,8 +326,7 @@ def run_python(
             argv = [*_netns_prefix(), *python_argv(str(work), str(program), audit_hook, digit_limit)]
             env = {**isolation.base_env(), "HOME": str(work), "TMPDIR": str(work)}
             cwd, preexec = work, functools.partial(_limits, int(cpu_s), int(memory_mb), int(nproc))
-        if group is not None:
-            argv = [*group.prefix, *argv]
+        argv = [*group.prefix, *argv]
         stdin_path = root / "stdin.txt"
         stdin_path.write_text(stdin, encoding="utf-8")
         out_path, err_path = root / "stdout.txt", root / "stderr.txt"
@@ -345,6 +344,7 @@ def run_python(
                 close_fds=True,
                 preexec_fn=preexec,
             )
+            group.watch(proc)
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -355,6 +355,6 @@ def run_python(
             rc = -(rc - 128)
         stdout, stderr = _read(out_path, max_output_chars), _read(err_path, _FILE_CAP)
         status, reason, clean = classify(rc, wall_killed, stderr, timeout_s, cpu_s)
-        if group is not None and group.oom_killed() and not wall_killed:
+        if group.exceeded() and not wall_killed:
             status, reason = "memory", f"exceeded the memory cap of the whole process tree ({memory_mb} MiB)"
         return SandboxResult(status, rc, stdout, clean[:max_output_chars], reason, duration)
