@@ -316,8 +316,9 @@ def test_jsd_with_frozen_heads_takes_its_gradient_in_the_forward(beta, reduction
 def test_forward_kl_closed_form_matches_autograd_at_the_floors(dtype, tol, temperature):
     """The forward KL with frozen heads (closed-form gradient, one workspace for every chunk)
     against the same loss on the heads' logits through autograd, in float32 and bfloat16, where
-    some student log-probs lie below the float32 floor of kl_rows (gaps of 300 nats: autograd
-    through the floor gives those entries no gradient) and the teacher puts mass on them."""
+    some student log-probs lie 300 nats down (their probabilities underflow float32, the
+    log-probs do not) and the teacher puts mass on them: exact values, and the gradient
+    p_S - p_T pulls the student up there."""
     g = torch.Generator().manual_seed(5)
     n, d = 7, 6
     w_Vd = torch.eye(d, dtype=dtype)  # logits = hidden states, so the gaps are set exactly
@@ -334,11 +335,11 @@ def test_forward_kl_closed_form_matches_autograd_at_the_floors(dtype, tol, tempe
     new_h = hs.to(dtype).requires_grad_()
     loss, m = generalized_jsd(new_h, ht.to(dtype), mask, 0.0, heads=(LMHead(w_Vd, None), LMHead(w_Vd, None)), **kw)
     loss.backward()
-    assert loss.item() > 1.0  # the floored entries carry real teacher mass
+    assert loss.item() > 50.0  # the underflowed entries count at their exact -300 nats
     torch.testing.assert_close(loss, loss_ref, rtol=tol, atol=tol)
     assert m == pytest.approx(m_ref, rel=tol, abs=tol)
     torch.testing.assert_close(new_h.grad.float(), ref_h.grad.float(), rtol=tol, atol=tol)
-    assert new_h.grad[0, :, 0].abs().max() < 1e-30 < new_h.grad[0, :, 1:].abs().max()
+    assert new_h.grad[0, :, 0].max() < 0  # -p_T there: the teacher's mass pulls the student up
     assert new_h.grad[1, :2].abs().sum() == 0  # unsupervised positions
 
 

@@ -13,7 +13,11 @@ classes and check functions) runs as ``bwrap <namespaces and mounts> -- <setpriv
   ``/proc`` of the new PID namespace (the host's processes, e.g. the parent's
   ``/proc/<pid>/environ``, are not visible); a minimal ``/dev``; and the only writable place,
   :data:`WORKDIR`, a size-capped tmpfs that vanishes with the sandbox. The project directory, home
-  directories and the host's ``/tmp`` are simply not there. A caller may add a private writable
+  directories and the host's ``/tmp`` are simply not there. ``/proc/self/mountinfo`` still names
+  each bind's host source path (a kernel record of the mount, not closed here): the same paths
+  for the system and Python directories, and the host names of the caller's binds (the program's
+  temporary file, a bench grader's driver and folders): names only, nothing more is reachable
+  through them. A caller may add a private writable
   ``/dev/shm`` tmpfs (``shm_mb``, for ``multiprocessing``) and writable binds of output folders it
   made for this one run (``rw_binds``; what the program leaves there is untrusted).
 * **credentials**: as root, ``setpriv`` switches to uid/gid 65534 (nobody) with no supplementary

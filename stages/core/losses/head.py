@@ -22,7 +22,6 @@ shift HF outputs first). Every loss returns ``(loss, metrics)``.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, NamedTuple
 
 import torch
@@ -32,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from stages.core.losses.lopd import (
     DEFAULT_CHUNK_SIZE, Reduction, _ChunkedRowsLoss, _check_chunk_size, _check_token_ids, _mask_positions, _reduction_weights,
-    _token_logprobs, _topm_tail_kl_rows, upcast_dtype,
+    _token_logprobs, _topm_tail_kl_rows, finite_logprobs, upcast_dtype,
 )
 
 
@@ -112,6 +111,21 @@ def _bucket_gradient_(logp_cV: Tensor, top_cM: Tensor, top_logp_cM: Tensor, coef
     return grad_cV.to(w.dtype) @ w
 
 
+def _teacher_gradient_(logp_cV: Tensor, top_cM: Tensor, top_logp_cM: Tensor, log_tail_c1: Tensor, e_cB: Tensor,
+                       scratch_cV: Tensor, head: LMHead) -> Tensor:
+    """d KL / dh (c, d) of the teacher: per token v, p_T(v) sum_b e_b - e_b(v) p_T(v) / p_b(v)
+    (a top-M token is its own bucket: p_T(v) / p_b(v) = 1; a tail token's ratio is taken as
+    exp(log p_T(v) - log p_tail) <= 1, which never overflows where the tail's mass underflows),
+    then through the head. ``logp_cV`` and ``scratch_cV`` are overwritten."""
+    total_c1 = e_cB.sum(-1, keepdim=True)
+    shift_c1 = torch.where(log_tail_c1 > float("-inf"), log_tail_c1, 0.0)  # e_tail is 0 where it is -inf
+    ratio_cV = torch.sub(logp_cV, shift_c1, out=scratch_cV).exp_().mul_(e_cB[:, -1:])
+    grad_cV = logp_cV.exp_().mul_(total_c1).sub_(ratio_cV)
+    grad_cV.scatter_(1, top_cM, top_logp_cM.exp() * total_c1 - e_cB[:, :-1])
+    w = head.weight_Vd.detach()
+    return grad_cV.to(w.dtype) @ w
+
+
 def _topm_tail_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead, teacher_head: LMHead, M: int,
                     workspace: Workspace, need_grad: tuple[bool, bool]) -> tuple[Tensor, ...]:
     """Eq. 9-10 of the LOPD paper per row of one chunk of hidden states (c, d) under frozen heads,
@@ -119,15 +133,15 @@ def _topm_tail_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead
 
     Returns (kl_c, teacher_tail_c, student_tail_c, grad_student_cd or None, grad_teacher_cd or
     None); the values equal ``_topm_tail_kl_rows`` of :mod:`stages.core.losses.lopd` on the heads'
-    logits (the floor of ``kl_rows`` included). With q, p the student's and teacher's (M + 1)
-    bucket probabilities, fq, fp their log-probs floored at log(tiny), b(v) the bucket of token v
-    and KL = sum_b exp(fq_b) (fq_b - fp_b):
+    logits (the -inf handling of ``kl_rows`` included). With q, p the student's and teacher's
+    (M + 1) bucket probabilities, fq, fp their log-probs with -inf raised to log(tiny)
+    (:func:`~stages.core.losses.lopd.finite_logprobs`), b(v) the bucket of token v and
+    KL = sum_b exp(fq_b) (fq_b - fp_b):
 
     - student logits: d KL / dz_v = p_S(v) (a_b(v) - sum_b q_b a_b), a_b = fq_b - fp_b + 1
-      (autograd through the floor gives a bucket below it no gradient; its q_b and every p_S(v)
-      in it are below tiny, so the terms this keeps are too);
-    - teacher logits: d KL / dt_v = p_T(v) (sum_b e_b - e_b(v) / p_b(v)), e_b = exp(fq_b) where
-      log p_b is above the floor, else 0;
+      (a -inf bucket gets no gradient from autograd; its q_b and every p_S(v) in it are 0);
+    - teacher logits: d KL / dt_v = p_T(v) sum_b e_b - e_b(v) p_T(v) / p_b(v), e_b = exp(fq_b)
+      where log p_b is finite, else 0 (:func:`_teacher_gradient_`);
 
     each then (c, V) @ (V, d) through its head. Every (c, V) tensor lives in ``workspace``.
     """
@@ -139,8 +153,7 @@ def _topm_tail_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead
     s_top_cM, t_top_cM = s_cV.gather(1, top_cM), t_cV.gather(1, top_cM)
     log_q_cB = torch.cat([s_top_cM, _tail_logsumexp_(s_cV, top_cM, s_top_cM, x_cV)], dim=1)
     log_p_cB = torch.cat([t_top_cM, _tail_logsumexp_(t_cV, top_cM, t_top_cM, x_cV)], dim=1)
-    floor = math.log(torch.finfo(dtype).tiny)
-    fq_cB, fp_cB = log_q_cB.clamp_min(floor), log_p_cB.clamp_min(floor)
+    fq_cB, fp_cB = finite_logprobs(log_q_cB), finite_logprobs(log_p_cB)
     kl_c = (fq_cB.exp() * (fq_cB - fp_cB)).sum(-1)
     grads: list[Tensor | None] = [None, None]
     if need_grad[0]:
@@ -148,10 +161,8 @@ def _topm_tail_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead
         coef_cB = a_cB - (log_q_cB.exp() * a_cB).sum(-1, keepdim=True)
         grads[0] = _bucket_gradient_(s_cV, top_cM, s_top_cM, coef_cB, student_head)
     if need_grad[1]:
-        above_cB = log_p_cB >= floor
-        e_cB = torch.where(above_cB, fq_cB.exp(), 0.0)
-        coef_cB = e_cB.sum(-1, keepdim=True) - torch.where(above_cB, (fq_cB - log_p_cB).exp(), 0.0)
-        grads[1] = _bucket_gradient_(t_cV, top_cM, t_top_cM, coef_cB, teacher_head)
+        e_cB = torch.where(log_p_cB > float("-inf"), fq_cB.exp(), 0.0)
+        grads[1] = _teacher_gradient_(t_cV, top_cM, t_top_cM, log_p_cB[:, -1:], e_cB, x_cV, teacher_head)
     return kl_c, log_p_cB[:, -1].exp(), log_q_cB[:, -1].exp(), *grads
 
 

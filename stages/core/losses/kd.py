@@ -53,7 +53,7 @@ from torch.nn.functional import linear
 from stages.core.losses.head import GradInForward, LMHead, Workspace, check_head, head_logits_, log_softmax_
 from stages.core.losses.lopd import (
     DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
-    floor_logprobs, kl_rows, upcast_dtype,
+    finite_logprobs, kl_rows, upcast_dtype,
 )
 
 KDReduction = Literal["sequence", "token"]
@@ -70,7 +70,8 @@ def _divergence_rows(student_cV: Tensor, teacher_cV: Tensor, beta: float,
     elif beta == 1.0:
         loss_c = kl_rows(s_logp, t_logp)  # KL(S || T)
     else:  # log m = logsumexp(log beta + log p_T, log(1 - beta) + log p_S), in log space
-        m_logp = torch.logaddexp(floor_logprobs(t_logp) + math.log(beta), floor_logprobs(s_logp) + math.log(1.0 - beta))
+        m_logp = torch.logaddexp(finite_logprobs(t_logp) + math.log(beta),
+                                 finite_logprobs(s_logp) + math.log(1.0 - beta))
         kl_t_m = kl_rows(t_logp, m_logp)
         kl_s_m = kl_rows(s_logp, m_logp)
         loss_c = beta * kl_t_m + (1.0 - beta) * kl_s_m
@@ -91,10 +92,10 @@ def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHea
     under frozen heads, and with ``need_grad[0]`` d KL(T || S) / d student_cd (c, d), in closed
     form (the teacher gets no gradient: the last item is None, as :class:`GradInForward` reads it).
 
-    Values equal :func:`_divergence_rows` with ``beta=0`` on the heads' logits (floors of
-    :func:`stages.core.losses.lopd.kl_rows` included). With z = student logits / temperature,
-    p_S = softmax(z) and a_v = p_T(v) where log p_S(v) lies above the floor (0 where kl_rows
-    floors it, as autograd through the floor gives): d KL(T || S) / dz = p_S * sum(a) - a, then
+    Values equal :func:`_divergence_rows` with ``beta=0`` on the heads' logits (the -inf handling
+    of :func:`stages.core.losses.lopd.kl_rows` included). With z = student logits / temperature,
+    p_S = softmax(z) and a_v = p_T(v) where log p_S(v) is finite (0 where kl_rows raises a -inf
+    one, as autograd through that gives): d KL(T || S) / dz = p_S * sum(a) - a, then
     (c, V) @ (V, d) through the head, cast to the head's dtype first as autograd's cast would.
     Every (c, V) tensor lives in ``workspace``: three head matmuls, no (c, V) allocation.
     """
@@ -106,11 +107,11 @@ def _forward_kl_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHea
         if temperature != 1.0:
             out.div_(temperature)
         log_softmax_(out, x_cV)
-    floor = math.log(torch.finfo(dtype).tiny)
-    torch.lt(s_cV, floor, out=low_cV)
-    s_cV.clamp_min_(floor)
-    t_cV.clamp_min_(floor)
-    torch.sub(t_cV, s_cV, out=x_cV)  # log p_T - log p_S, floored
+    floor = math.log(torch.finfo(dtype).tiny)  # -inf log-probs are raised to it, as kl_rows does
+    torch.eq(s_cV, float("-inf"), out=low_cV)
+    for logp_cV in (s_cV, t_cV):
+        logp_cV.nan_to_num_(nan=float("nan"), posinf=float("inf"), neginf=floor)
+    torch.sub(t_cV, s_cV, out=x_cV)  # log p_T - log p_S
     p_t_cV, p_s_cV = t_cV.exp_(), s_cV.exp_()
     forward_c, reverse_c = _row_dot(p_t_cV, x_cV), -_row_dot(p_s_cV, x_cV)
     if not need_grad[0]:

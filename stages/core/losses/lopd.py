@@ -159,31 +159,47 @@ def _token_logprobs(logits_XV: Tensor, ids_X: Tensor) -> Tensor:
 def kl_rows(p_logp_NB: Tensor, q_logp_NB: Tensor) -> Tensor:
     """KL(p || q) = sum_b p_b (log p_b - log q_b) per row (N,), in nats, finite for -inf log-probs.
 
-    Both log-probabilities are floored at log of the dtype's smallest normal number (about -87 in
-    float32, -708 in float64) before the sum, which keeps 0 log 0 = 0 (a -inf log-prob under p,
-    e.g. a masked vocabulary entry, would otherwise give exp(-inf) * (-inf) = NaN) and gives a
-    finite, large term where q has -inf but p has mass. Terms above the floor are unchanged, so
-    the value differs from the exact one by less than V times the floor's probability.
+    Exact wherever the log-probabilities are finite, however small (a log-prob of -191 counts as
+    -191 although its probability underflows float32). Only -inf entries (a masked vocabulary)
+    are raised to log of the dtype's smallest normal number (about -87.3 in float32, -708 in
+    float64, :func:`finite_logprobs`): that keeps 0 log 0 = 0 (exp(-inf) * (-inf) would be NaN)
+    and gives a finite, large term where q is -inf but p has mass (exactly +inf).
 
     Args:
         p_logp_NB, q_logp_NB: float log-probabilities of the same shape (..., B), normalised
             over the last dimension.
 
     Returns:
-        (...,) tensor of the input dtype; differentiable w.r.t. both (zero gradient at floored entries).
+        (...,) tensor of the input dtype; differentiable w.r.t. both (zero gradient at -inf entries).
     """
-    p_NB, q_NB = floor_logprobs(p_logp_NB), floor_logprobs(q_logp_NB)
+    p_NB, q_NB = finite_logprobs(p_logp_NB), finite_logprobs(q_logp_NB)
     return (p_NB.exp() * (p_NB - q_NB)).sum(-1)
 
 
-def floor_logprobs(logp: Tensor) -> Tensor:
-    """``logp`` with entries below log(smallest normal number of its dtype) raised to that floor.
+def finite_logprobs(logp: Tensor) -> Tensor:
+    """``logp`` with its -inf entries raised to log(smallest normal number of its dtype).
 
     -inf log-probabilities (masked vocabulary) become finite, so products and mixtures built from
     them (e.g. JSD's log m = logaddexp(...)) have finite values and gradients; the gradient at a
-    floored entry is 0. Probabilities above the floor are unchanged.
+    raised entry is 0. Finite entries are unchanged, even below that value.
     """
-    return logp.clamp_min(math.log(torch.finfo(logp.dtype).tiny))
+    return logp.masked_fill(logp == float("-inf"), math.log(torch.finfo(logp.dtype).tiny))
+
+
+def tail_logsumexp(logp_NV: Tensor, ids_NK: Tensor) -> Tensor:
+    """(N, 1) log of the probability mass outside ``ids_NK``: the logsumexp of the other log-probs.
+
+    A row whose other entries are all -inf (a masked vocabulary) gives -inf with a zero gradient
+    (torch's logsumexp would give NaN gradients there: softmax of -inf only).
+
+    Args:
+        logp_NV: float (N, V) log-probabilities.
+        ids_NK: int64 (N, K) ids inside the support, distinct within a row, K < V.
+    """
+    rest_NV = logp_NV.scatter(-1, ids_NK, float("-inf"))
+    empty_N1 = (rest_NV == float("-inf")).all(-1, keepdim=True)
+    lse_N1 = rest_NV.masked_fill(empty_N1, 0.0).logsumexp(-1, keepdim=True)
+    return lse_N1.masked_fill(empty_N1, float("-inf"))
 
 
 def _topm_tail_kl_rows(
@@ -198,8 +214,8 @@ def _topm_tail_kl_rows(
     t_buckets = t_logp_NV.gather(-1, top_ids_NM)  # (N, M)
     if M < vocab_size:
         # log of the tail mass = logsumexp of the log-probs outside the top-M (stable in log space)
-        s_tail_N1 = s_logp_NV.scatter(-1, top_ids_NM, float("-inf")).logsumexp(-1, keepdim=True)
-        t_tail_N1 = t_logp_NV.scatter(-1, top_ids_NM, float("-inf")).logsumexp(-1, keepdim=True)
+        s_tail_N1 = tail_logsumexp(s_logp_NV, top_ids_NM)
+        t_tail_N1 = tail_logsumexp(t_logp_NV, top_ids_NM)
         s_buckets = torch.cat([s_buckets, s_tail_N1], dim=-1)  # (N, M+1)
         t_buckets = torch.cat([t_buckets, t_tail_N1], dim=-1)  # (N, M+1)
         s_tail_mass = s_tail_N1.squeeze(-1).detach().exp()

@@ -30,7 +30,7 @@ from torch.nn.functional import linear
 from stages.core.losses.head import LMHead, check_head
 from stages.core.losses.lopd import (
     DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
-    floor_logprobs, kl_rows, upcast_dtype,
+    finite_logprobs, kl_rows, tail_logsumexp, upcast_dtype,
 )
 
 Reduction = Literal["token", "trajectory"]
@@ -55,8 +55,7 @@ def topk_buckets(logp_NV: Tensor, ids_NK: Tensor, add_tail: bool = True) -> Tens
         return buckets_NK
     if not add_tail:
         return buckets_NK - buckets_NK.logsumexp(-1, keepdim=True)
-    tail_N1 = logp_NV.scatter(-1, ids_NK, float("-inf")).logsumexp(-1, keepdim=True)
-    return torch.cat([buckets_NK, tail_N1], dim=-1)
+    return torch.cat([buckets_NK, tail_logsumexp(logp_NV, ids_NK)], dim=-1)
 
 
 def bucket_divergence(s_NB: Tensor, t_NB: Tensor, alpha: float) -> Tensor:
@@ -71,7 +70,7 @@ def bucket_divergence(s_NB: Tensor, t_NB: Tensor, alpha: float) -> Tensor:
         return kl_rows(s_NB, t_NB)
     if alpha == 0.0:
         return kl_rows(t_NB, s_NB)
-    s_NB, t_NB = floor_logprobs(s_NB), floor_logprobs(t_NB)
+    s_NB, t_NB = finite_logprobs(s_NB), finite_logprobs(t_NB)
     m_NB = torch.logsumexp(torch.stack([s_NB + math.log(1.0 - alpha), t_NB + math.log(alpha)]), dim=0)
     kl_s = kl_rows(s_NB, m_NB)
     kl_t = kl_rows(t_NB, m_NB)
