@@ -380,6 +380,28 @@ def test_lora_student_gets_a_fresh_request_per_version(fake_vllm, tok, ids, base
         engine.sync_weights(student, None)
 
 
+def test_a_wake_serves_the_adapter_under_a_fresh_request(fake_vllm, tok, ids, base_folder):
+    """A step without training rows sleeps and wakes without a sync: the next rollouts must not
+    reuse the adapter vLLM loaded before the sleep (vllm#53888), but load it again."""
+    student = lora_student(base_folder, rank=4)
+    engine = make_engine("vllm", student, tok, adapter="student")
+    llm = FakeLLM.last
+    engine.generate([ids], SamplingParams())
+    before = llm.generated[-1][2]
+    engine.sleep()  # a step with no rows: no sync_weights
+    engine.generate([ids], SamplingParams())
+    after = llm.generated[-1][2]
+    assert after.lora_int_id != before.lora_int_id and after.lora_path == before.lora_path  # main: the same id
+    engine.generate([ids], SamplingParams())  # awake: the same request
+    engine.sleep()
+    engine.sync_weights(student, "student")  # a new version: its request is fresh already
+    engine.generate([ids], SamplingParams())
+    ids_used = [c[1] for c in llm.calls if c[0] == "generate"]
+    assert ids_used == [1, 2, 2, 3]
+    assert [c for c in llm.calls if c[0] != "generate"] == [
+        ("sleep", 1), ("wake_up", ("weights",)), ("wake_up", ("kv_cache",))] * 2
+
+
 def test_full_fine_tuning_reloads_the_saved_weights(fake_vllm, tok, ids):
     model = tiny_model(tok)
     engine = VLLMRolloutEngine(model, tok)

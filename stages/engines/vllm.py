@@ -41,7 +41,11 @@ kwargs={"weights_path": ...})`` (the worker's in-place reload from a folder) and
   fine-tuned student is saved whole (``save_pretrained``) and reloaded in place from that folder.
 * **sleep**: frees the engine's GPU memory while the trainer runs: level 1 for LoRA (base
   weights parked in CPU memory), level 2 for full fine-tuning (weights dropped: the next wake
-  reloads the newest saved version). ``generate`` wakes the engine. An engine built from a
+  reloads the newest saved version). ``generate`` wakes the engine. After a wake, a LoRA adapter
+  vLLM already served is registered again under a fresh int id (same folder), so vLLM loads it
+  anew rather than applying one it loaded before the sleep (vLLM 0.27.1 was reported to stop
+  applying such an adapter after a level-1 wake); a step without training rows syncs nothing,
+  and its next rollouts still use a freshly loaded adapter. An engine built from a
   model folder (``lopd evaluate``) serves it as it is: no sleep mode, nothing to sync.
 """
 from __future__ import annotations
@@ -49,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import itertools
 import os
 import random
 import shutil
@@ -139,6 +144,8 @@ class VLLMRolloutEngine:
         self._work = tempfile.TemporaryDirectory(prefix="lopd-vllm-")  # weight versions; removed with the engine
         self._folder: Path | None = None  # the newest saved version
         self._lora = None
+        self._lora_ids = itertools.count(1)  # vLLM caches adapters by int id: one per registration
+        self._lora_served = False  # vLLM has loaded the current LoRARequest (a generate used it)
         self._model: nn.Module | None = None  # the trained model (recomputes truncated log-probs)
         self._asleep: set[str] = set()
         self.device = torch.device("cuda")
@@ -212,6 +219,7 @@ class VLLMRolloutEngine:
         prompts = [self._vllm.TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
         self._wake()
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora)
+        self._lora_served = self._lora is not None
         gens = [self._finish(out.outputs[0]) for out in outputs]
         if truncates(params) and self._model is not None:
             gens = self._model_logprobs(prompt_ids, gens, params.temperature)
@@ -221,7 +229,7 @@ class VLLMRolloutEngine:
         """Generate with the current weights of ``model`` (its adapter ``adapter``) from now on.
 
         LoRA: the adapter is saved to a fresh folder and a fresh ``LoRARequest`` (name
-        ``<adapter>-v<version>``, int id ``version``) serves it. Full fine-tuning: the model is
+        ``<adapter>-v<version>``, the next int id) serves it. Full fine-tuning: the model is
         saved to a fresh folder and reloaded in place now (or, while asleep, at the next wake).
         The previous version's folder is removed.
 
@@ -249,6 +257,8 @@ class VLLMRolloutEngine:
             self.llm.wake_up(tags=["weights"])
             if self.sleep_level == 2:  # level 2 dropped the weights: load the newest version
                 self._reload()
+            elif self._lora_served:  # loaded before the sleep: served again under a fresh id
+                self._register_lora(self._lora.lora_path, f"{self.adapter}-v{self.version}-wake")
         if "kv_cache" in self._asleep:
             self.llm.wake_up(tags=["kv_cache"])
         self._asleep = set()
@@ -270,10 +280,14 @@ class VLLMRolloutEngine:
             path = self._folder if self.adapter == "default" else self._folder / self.adapter
             if not (path / "adapter_config.json").is_file():
                 raise RuntimeError(f"VLLMRolloutEngine: no adapter_config.json in {path} after saving {self.adapter!r}")
-            self._lora = self._lora_request_cls(lora_name=f"{self.adapter}-v{self.version}",
-                                                lora_int_id=self.version, lora_path=str(path))
+            self._register_lora(str(path), f"{self.adapter}-v{self.version}")
         if old is not None:  # vLLM holds that version in memory or will never need it again
             shutil.rmtree(old, ignore_errors=True)
+
+    def _register_lora(self, path: str, name: str) -> None:
+        """Serve the adapter folder ``path`` through a fresh ``LoRARequest`` (the next int id)."""
+        self._lora = self._lora_request_cls(lora_name=name, lora_int_id=next(self._lora_ids), lora_path=path)
+        self._lora_served = False
 
     def _finish(self, out: Any) -> Generation:
         """vLLM's ``CompletionOutput`` -> :class:`Generation`, by vLLM's verdict (module docstring):
