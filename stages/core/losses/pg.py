@@ -300,14 +300,15 @@ def sampled_token_sdl(logp_BT: Tensor, teacher_logp_BT: Tensor, old_logp_BT: Ten
     Skill-SD (B.1 of the LOPD paper: "importance-weighted sampled-token reverse
     KL", weight 0.001 outside this function). With l = log S - log T at the sampled token and
     rho = S / sg(S_old) = exp(logp - sg(old_logp)), the per-token value is rho * (e^(-l) - 1 + l):
-    the k3 estimate of KL(S || T), importance-weighted from the behaviour policy's samples. The
+    the k3 estimate of KL(S || T), importance-weighted from pi_old's samples (S_old: the policy
+    before the step's first update, as :func:`ppo_clip_loss` takes it). The
     teacher is detached; gradient reaches ``logp_BT`` through both rho and l. Whether the
     original clips rho is unverified: ``ratio_clip`` (e.g. 2.0) caps it, None = no cap.
 
     Args:
         logp_BT: float (B, T) student log-probs of the sampled tokens (differentiable).
         teacher_logp_BT: float (B, T) teacher log-probs of the same tokens (detached here).
-        old_logp_BT: float (B, T) behaviour log-probs (finite on masked positions).
+        old_logp_BT: float (B, T) pi_old log-probs (finite on masked positions).
         mask_BT: bool or 0/1 (B, T).
         ratio_clip: upper cap on rho (> 0) or None.
         aggregation, denominator: see :func:`aggregate` (Skill-SD: mean over valid tokens).
