@@ -11,7 +11,7 @@ import torch
 from schemas import Message, Trajectory, Turn
 from stages.core.data.rows import TrainRow, training_rows
 from stages.core.losses.pg import ppo_clip_loss, truncated_is_weights
-from stages.distill import Distiller
+from stages.distill.recipe import Distiller
 from stages.engines.rollout import RolloutStats
 from stages.methods import StepBatch, StepContext
 from stages.methods.grpo import PGExtra, pi_old
