@@ -86,9 +86,10 @@ def _assert_same_training(two, one, trainable: tuple[str, ...]) -> None:
             # Adam divides by the gradient's running scale, so float noise in a near-zero gradient
             # can move a weight by a fraction of a step. The noise: another summation order across
             # ranks, and the hf engine's CPU decode, whose products' last bits depend on the rows a
-            # step decodes (each rank decodes its share). 1e-2 of one step (lr 1e-2) is allowed
-            # (3e-3 seen on 1 of 256 LoRA entries before the few-row decode, 6e-3 since)
-            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-4)
+            # step decodes (each rank decodes its share); lr is 1e-2
+            # (3e-3 seen on 1 of 256 LoRA entries before the few-row decode, 6e-3 since; SDPO with
+            # pi_old from the training forward: 1.4e-2 on 1 of 256), so 2e-2 of a step is allowed
+            torch.testing.assert_close(a[k], b[k], rtol=2e-4, atol=2e-4)
 
 
 @contextlib.contextmanager

@@ -89,11 +89,15 @@ def _assert_same(two: DistillConfig, one: DistillConfig) -> None:
     in a near-zero gradient moves a weight by a fraction of a step; the hf engine's CPU decode
     products' last bits depend on the rows a step decodes, and each rank decodes its share:
     3.3e-5 seen on 1 of 8,192 entries)."""
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in rows]  # noqa: E731
+    # rollout_logp_abs_diff is the decode's float noise against the training forward (~1e-6 nats
+    # here): it depends on the rows each rank decodes, so it is bounded, not compared
+    noise = ("rollout_logp_abs_diff",)
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_FIELDS + noise} for r in rows]  # noqa: E731
     got, want = strip(metrics(Path(two.out))), strip(metrics(Path(one.out)))
     assert [r["step"] for r in got] == [1, 2] and got[0].keys() == want[0].keys()
     for a, b in zip(got, want):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-7), (a, b)
+    assert all(r.get(k, 0.0) < 1e-4 for r in metrics(Path(two.out)) + metrics(Path(one.out)) for k in noise)
     assert want[0]["grad_norm_student"] > 0 and want[1]["grad_norm_student"] != want[0]["grad_norm_student"]
     assert _rows(two.store) == _rows(one.store)
     a = load_file(str(Path(two.out) / "final" / "student" / "model.safetensors"))

@@ -38,10 +38,16 @@ print("held", held, "fork_failed", failed, flush=True)
 """
 
 
-def _tree_rss_mb() -> float:
-    """Resident MiB of every process this test process started, and theirs (not itself)."""
+def _started_since(before: set[int]) -> list[int]:
+    """This test process's descendants that were not there at ``before`` (other tests of the session
+    may leave long-lived workers, e.g. a benchmark grader's, that are not the probe's)."""
+    return [pid for pid in tree_memory._descendants(os.getpid())[1:] if pid not in before]
+
+
+def _tree_rss_mb(before: set[int]) -> float:
+    """Resident MiB of every process this test process started since ``before``, and theirs."""
     total = 0
-    for pid in tree_memory._descendants(os.getpid())[1:]:
+    for pid in _started_since(before):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
@@ -55,11 +61,12 @@ class _Sampler:
 
     def __init__(self):
         self.peak_mb, self._stop = 0.0, threading.Event()
+        self.before = set(tree_memory._descendants(os.getpid())[1:])
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak_mb = max(self.peak_mb, _tree_rss_mb())
+            self.peak_mb = max(self.peak_mb, _tree_rss_mb(self.before))
             time.sleep(0.005)
 
     def __enter__(self):
@@ -93,7 +100,7 @@ def test_six_children_of_700_mb_under_a_1_gb_cap_end_with_the_tree_killed(cap_me
     # passes it by what it writes in between (about 1.1 GiB at the peak on a 2-core machine)
     bound_mb = 1.2 * 1024 if cap_mechanism.startswith("cgroup") else 1.5 * 1024
     assert sampler.peak_mb < bound_mb, (cap_mechanism, sampler.peak_mb)
-    assert tree_memory._descendants(os.getpid())[1:] == []  # nothing of the tree survived
+    assert _started_since(sampler.before) == []  # nothing of the tree survived
 
 
 def test_a_tree_under_the_cap_runs_to_the_end(cap_mechanism):
