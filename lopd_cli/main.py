@@ -389,7 +389,7 @@ def evaluate(
 def study(
     config: str = typer.Option(..., "--config", help="Study file (TOML): store, bench, seeds, a `distill` table of shared settings and `runs` entries (name, method, seeds, settings). See examples/study/."),
     out: Optional[str] = typer.Option(None, "--out", help="Study folder (default: the file's `out`, else runs/study)."),
-    report_only: bool = typer.Option(False, "--report-only", help="Train and evaluate nothing: write the results of what the study folder holds (unfinished runs show as pending); a folder with a results.json and no run folders (a committed docs/results/... one) is redrawn from results.json alone."),
+    report_only: bool = typer.Option(False, "--report-only", help="Train and evaluate nothing: write the results of what the study folder holds into --out (unfinished runs show as pending; the study's results folder is read, not written); with no run folders, they are redrawn from the results folder's results.json alone."),
     only: Optional[list[str]] = typer.Option(None, "--only", metavar="NAME[:SEED]", help="Train only this run, NAME or NAME:SEED (repeatable; the others are left as they are): run a study in parts, in any order."),
 ) -> None:
     """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,
