@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas import Task, Trajectory
@@ -20,6 +20,7 @@ from stages.core.envs import EnvError, make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
 from stages.core.models.backbone import DType
+from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import config_run_id, git_commit, write_manifest
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
@@ -168,7 +169,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     pending: dict[str, list[Trajectory]] = {}
     written: list[Trajectory] = []
     t0 = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("reward {task.fields[reward]:.3f}"), TextColumn("{task.fields[actions]} actions"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
         job = bar.add_task("tasks", total=len(todo), reward=0.0, actions=0)

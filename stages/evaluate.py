@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas import Trajectory
@@ -34,6 +34,7 @@ from stages.core.envs import EnvError, check_episode_rules
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
 from stages.core.models.backbone import DType
+from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
@@ -180,7 +181,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     order = {t.task_id: i for i, t in enumerate(prepared.tasks)}
     trajs: list[Trajectory] = []
     stats = RolloutStats()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("success {task.fields[success]:.3f} (mean reward {task.fields[reward]:.3f})"), TextColumn("{task.fields[actions]} actions"),
                   TimeElapsedColumn(), console=console) as bar:
         job = bar.add_task(config.bench, total=len(prepared.tasks), reward=0.0, success=0.0, actions=0)
