@@ -289,7 +289,7 @@ def distill(
     max_len: Optional[int] = typer.Option(None, "--max-len", help="Token cap of a training sequence; a sequence whose prompt alone fills it is skipped and counted. (default: none)"),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Training sequences per forward/backward (gradients accumulate exactly). (default 4)"),
     student_lora_rank: Optional[int] = typer.Option(None, "--student-lora-rank", help="Student LoRA rank; 0 = full fine-tuning. (default 8)"),
-    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
+    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints (one is also written after step 1 and after the last). (default 5)"),
     keep_checkpoints: Optional[int] = typer.Option(None, "--keep-checkpoints", help="Checkpoints kept (the newest). (default 2)"),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Rollout sampling temperature. (default 0.7)"),
     top_p: Optional[float] = typer.Option(None, "--top-p", help="Rollout nucleus mass. (default 0.95)"),

@@ -167,7 +167,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     for note in prepared.notes:
         console.print(f"  note: {note}")
     if engine is None and config.composer:
-        engine, tokenizer = latent_engine(config)
+        engine, tokenizer = latent_engine(config, {t.env for t in prepared.tasks})
     elif engine is None:
         from stages.core.models.backbone import load_policy, load_tokenizer, resolve_model
         from stages.engines import make_engine
@@ -197,6 +197,8 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     if getattr(engine, "retrieved", None) is not None:  # latent-conditioned: what each task saw
         for task_id, ids in engine.retrieved.items():
             extras.setdefault(task_id, {})["experiences"] = ids
+        prepared.notes.append(engine.retrieval_note())
+        console.print(f"  {prepared.notes[-1]}")
         if engine.unconditioned:
             prepared.notes.append(f"{engine.unconditioned} prompt(s) rendered anew mid-episode were "
                                   "generated without latents")
@@ -233,14 +235,16 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     return report
 
 
-def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
-    """The frozen ``config.model`` with ``config.composer`` and a retriever over ``config.store``.
+def latent_engine(config: EvaluateConfig, envs: set[str]) -> tuple[Any, Any]:
+    """The frozen ``config.model`` with ``config.composer`` and a retriever over ``config.store``
+    (checked to serve tasks of ``envs``).
 
     Raises:
         ValueError: the composer was trained on another backbone (before any model loads).
-        StoreError: the store does not exist or has no embeddings (run ``lopd index``).
+        StoreError: the store does not exist, has no embeddings (run ``lopd index``) or no
+            experience for any of ``envs`` (:func:`stages.core.data.retrieval.check_serves`).
     """
-    from stages.core.data.retrieval import Retriever
+    from stages.core.data.retrieval import Retriever, check_serves
     from stages.core.data.store import ExperienceStore
     from stages.core.models.assembly import load_composer
     from stages.core.models.backbone import load_policy, resolve_model
@@ -252,6 +256,7 @@ def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
         raise ValueError(f"composer in {config.composer} was trained on backbone {cfg['backbone_id']}, "
                          f"got --model {config.model}")
     retriever = Retriever(ExperienceStore.open(config.store, create=False))
+    check_serves(retriever.store, envs, who=f"--composer {config.composer}")
     model, tokenizer = load_policy(config.model, dtype=config.dtype, device=config.device)
     composer = load_composer(model, config.composer, trainable=False, backbone_id=cfg["backbone_id"])
     composer.backbone.eval()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from stages.core.run.resources import StepShape, step_memory_bytes
 
@@ -343,3 +344,95 @@ def render_fit(fit: Fit, gpu_gb: float) -> str:
     verdict = "fits" if fit.fits else "still does NOT fit"
     tail = "" if fit.fits else "; a larger GPU or more ranks"
     return f"{verdict} {gpu_gb:g} GB with {flags} (peak after {peaks}){tail}"
+
+
+# A run without --max-len trains on whole episodes: up to max_turns actions of max_new_tokens
+# each after the task prompt (observations come on top), capped by the model's context.
+PROMPT_TOKENS = 512
+
+
+def run_plan_input(config: Any, options: dict, *, nproc: int, dtype: str, available_bytes: int) -> PlanInput | None:
+    """The :class:`PlanInput` of a `lopd distill` run's settings (``config``: a DistillConfig,
+    ``options``: its method's resolved options), to be compared with ``available_bytes``; None
+    when the plan cannot tell (a method outside :data:`PLAN_METHODS`, a backbone it cannot read).
+    Without ``max_len`` the sequence is ``PROMPT_TOKENS + max_turns * max_new_tokens`` tokens,
+    at most the model's ``max_position_embeddings``."""
+    if config.method not in PLAN_METHODS or dtype not in DTYPE_BYTES:
+        return None
+    try:
+        backbone_of(config.model)
+    except (ValueError, OSError):
+        return None
+    max_len = config.max_len or min(PROMPT_TOKENS + config.max_turns * config.max_new_tokens,
+                                    _context_length(config.model))
+    lopd = {k: options[k] for k in ("J", "K", "max_exp_tokens") if options.get(k) is not None}
+    extra = {k: options[k] for k in ("kl_coef", "teacher") if k in options}
+    return PlanInput(backbone=config.model, method=config.method, nproc=nproc, dtype=dtype, shard=config.shard,
+                     student_lora_rank=config.student_lora_rank, micro_batch=config.micro_batch, max_len=max_len,
+                     activation_checkpointing=config.activation_checkpointing, rollout_batch=config.rollout_batch,
+                     max_new_tokens=config.max_new_tokens, gpu_gb=available_bytes / GB, **lopd, **extra)
+
+
+def _context_length(model: str) -> int:
+    """``max_position_embeddings`` of ``model``'s config.json (a folder or file), else 32768."""
+    path = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
+    try:
+        return int(json.loads(path.read_text()).get("max_position_embeddings") or 32768)
+    except (OSError, ValueError, AttributeError):
+        return 32768
+
+
+def check_run_memory(p: PlanInput, *, stage: str = "distill", where: str = "free memory", assumed: str = "") -> Plan:
+    """Refuse a run whose planned peak exceeds ``p.gpu_gb`` (the memory free now, per rank),
+    naming the flags that would fit (:func:`fitting`). Returns the plan.
+
+    Args:
+        where: what ``p.gpu_gb`` is, for the message.
+        assumed: how the sequence length was chosen, for the message (``"no --max-len: ..."``).
+
+    Raises:
+        ValueError: ``"distill: a step needs about 155.4 GB (lopd plan's estimate: micro-batch 4
+            x 8192 tokens, ...), 21.0 GB free memory: fits 21 GB with --activation-checkpointing
+            --micro-batch 1 (...)"``.
+    """
+    result = plan(p)
+    if result.fits:
+        return result
+    raise ValueError(f"{stage}: a step needs about {result.peak / GB:.1f} GB (lopd plan's estimate for "
+                     f"micro-batch {p.micro_batch} x {p.max_len} tokens{assumed}, {p.dtype}; `lopd plan --model "
+                     f"{p.backbone} --method {p.method} ...` shows the parts), {p.gpu_gb:.1f} GB {where}: "
+                     + render_fit(fitting(p), round(p.gpu_gb, 1)))
+
+
+def check_distill_memory(config: Any, options: dict, world_size: int = 1) -> Plan | None:
+    """Before a `lopd distill` run loads a model: its planned peak per rank (:func:`run_plan_input`)
+    against the memory free now (a CUDA device's free memory; on the CPU the machine's available
+    memory shared by the ``world_size`` processes), refused with the flags that would fit
+    (:func:`check_run_memory`). ``LOPD_MEMORY_CHECK=0`` skips it (the estimate assumes every row
+    as long as ``max_len``). Returns the plan, None when skipped or when the plan cannot tell.
+
+    Raises:
+        ValueError: the planned peak exceeds the free memory (one line with the flags that fit).
+    """
+    import os
+
+    import psutil
+
+    from stages.core.models.backbone import resolve_device_dtype
+
+    if os.environ.get("LOPD_MEMORY_CHECK", "1") == "0":
+        return None
+    device, dtype = resolve_device_dtype(config.device, config.dtype)
+    if device.startswith("cuda"):
+        import torch
+
+        free, where = torch.cuda.mem_get_info(torch.device(device))[0], f"free on {device}"
+    else:
+        free, where = psutil.virtual_memory().available // world_size, "of memory available" + (
+            f" per process ({world_size} on this machine)" if world_size > 1 else "")
+    p = run_plan_input(config, options, nproc=world_size, dtype=dtype, available_bytes=free)
+    if p is None:
+        return None
+    assumed = "" if config.max_len else (f" (no --max-len: whole episodes of {config.max_turns} turns x "
+                                         f"{config.max_new_tokens} tokens assumed)")
+    return check_run_memory(p, where=where, assumed=assumed)

@@ -80,3 +80,30 @@ def test_sdpo_and_skill_sd_hold_a_teacher_copy_of_a_full_student_and_an_adapter_
     assert full.components["composer + anchor"] == 0
     assert plan(PlanInput(backbone="qwen3-4b", method="skill-sd", student_lora_rank=0,
                           kl_coef=0.1)).components["teacher copies"] == 4 * b.params()  # + GRPO's reference
+
+
+def test_distill_refuses_a_step_that_outgrows_free_memory_with_the_flags_that_fit(monkeypatch):
+    """The newcomer's run: distill defaults (30 turns x 256 tokens, no --max-len, micro-batch 4)
+    on a 20 GB machine is refused before any model loads, naming flags whose plan fits."""
+    import psutil
+    from types import SimpleNamespace
+
+    from stages.distill.settings import DistillConfig
+    from stages.plan import check_distill_memory, fitting, run_plan_input
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=int(20 * GB)))
+    config = DistillConfig(env="bfcl", method="grpo", model="smollm2-135m", store="s", out="o", device="cpu")
+    with pytest.raises(ValueError, match=r"^distill: a step needs about \d+\.\d GB \(lopd plan's estimate for micro-batch "
+                                         r"4 x 8192 tokens \(no --max-len: whole episodes of 30 turns x 256 tokens "
+                                         r"assumed\), float32; .*\), 20\.0 GB of memory available: fits 20 GB with "
+                                         r"--activation-checkpointing --micro-batch"):
+        check_distill_memory(config, config.options)
+    p = run_plan_input(config, config.options, nproc=1, dtype="float32", available_bytes=int(20 * GB))
+    changes = fitting(p).changes
+    fixed = config.model_copy(update=changes)
+    assert check_distill_memory(fixed, fixed.options).fits
+    monkeypatch.setenv("LOPD_MEMORY_CHECK", "0")
+    assert check_distill_memory(config, config.options) is None
+    monkeypatch.delenv("LOPD_MEMORY_CHECK")
+    two = check_distill_memory(fixed.model_copy(update={"max_len": 1024}), fixed.options, world_size=2)
+    assert two.gpu_bytes == int(10 * GB)  # two processes share the machine's memory
