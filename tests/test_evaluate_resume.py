@@ -1,0 +1,71 @@
+"""`lopd evaluate`: a report of other settings is never replaced silently (the composer gets its
+own default path), and an interrupted evaluation resumes from the tasks it finished."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+
+from stages.core.envs import make_env
+from stages.evaluate import EvaluateConfig, default_out, run
+from tests.test_env_envscaler import ORACLE
+from tests.test_evaluate import SequentialEngine
+from tests.tiny import tiny_tokenizer
+
+QUIET = Console(file=open("/dev/null", "w"))
+
+
+class StopsAfter(SequentialEngine):
+    """A SequentialEngine whose ``stop``-th episode is interrupted (Ctrl-C) at its first step."""
+
+    def __init__(self, scripts, stop: int):
+        super().__init__(scripts)
+        self.stop = stop
+
+    def generate(self, prompt_ids, params):
+        if self.episode + 1 == self.stop and tiny_tokenizer().decode(prompt_ids[0]).count("<|im_start|>assistant") == 1:
+            raise KeyboardInterrupt
+        return super().generate(prompt_ids, params)
+
+
+def _evaluate(out, engine, **kw):
+    config = EvaluateConfig(bench="envscaler", out=str(out), batch_size=1, **kw)
+    return run(config, QUIET, engine=engine, tokenizer=tiny_tokenizer())
+
+
+def _rows(report):
+    return report["per_task"]
+
+
+def test_an_interrupted_evaluation_resumes_where_it_stopped(tmp_path):
+    scripts = [ORACLE[t.task_id] for t in make_env("envscaler").tasks("test")]
+    assert len(scripts) >= 2
+    straight = _evaluate(tmp_path / "straight.json", SequentialEngine(scripts))
+    out = tmp_path / "cut.json"
+    with pytest.raises(KeyboardInterrupt):
+        _evaluate(out, StopsAfter(scripts, stop=1))
+    partial = tmp_path / "cut.partial.jsonl"
+    assert not out.exists() and len(partial.read_text().splitlines()) == 1 + 1  # header + the finished task
+    with pytest.raises(ValueError, match=r"cut.partial.jsonl holds 1 finished task\(s\) .*pass --resume"):
+        _evaluate(out, SequentialEngine(scripts))
+    with pytest.raises(ValueError, match=r"the interrupted run had other settings \(temperature: 0.0 -> 0.5"):
+        _evaluate(out, SequentialEngine(scripts), resume=True, temperature=0.5)
+    resumed = _evaluate(out, SequentialEngine(scripts[1:]), resume=True, workers=1)  # plays the rest only
+    assert resumed["scores"] == straight["scores"] and _rows(resumed) == _rows(straight)
+    assert not partial.exists() and json.loads(out.read_text())["scores"] == straight["scores"]
+
+
+def test_a_report_of_other_settings_is_refused_and_the_same_settings_replace_it(tmp_path):
+    scripts = [ORACLE[t.task_id] for t in make_env("envscaler").tasks("test")]
+    out = tmp_path / "r.json"
+    first = _evaluate(out, SequentialEngine(scripts))
+    with pytest.raises(ValueError, match=rf"^{out} holds an evaluation of other settings \(limit: None -> 2\): "
+                                         "give another --out, or remove it$"):
+        _evaluate(out, SequentialEngine(scripts), limit=2)
+    again = _evaluate(out, SequentialEngine(scripts), workers=1)  # the same evaluation: replaced
+    assert again["scores"] == first["scores"]
+    plain = EvaluateConfig(bench="bfcl-single", model="m")
+    with_composer = EvaluateConfig(bench="bfcl-single", model="m", composer="runs/c/final", store="s")
+    assert default_out(plain).name == "bfcl-single-m.json"
+    assert default_out(with_composer).name == "bfcl-single-m-composer-runs-c-final.json"
