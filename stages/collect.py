@@ -86,7 +86,8 @@ def _with_reference(env, tasks: list[Task], config: CollectConfig, console: Cons
         EnvError: the env has no reference solutions, or none of the tasks has one.
     """
     if not hasattr(env, "reference_actions"):
-        raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
+        raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference, or collect them from "
+                       "an env that has them (bfcl, lopd-bed, envscaler's own tasks, the code envs)")
     kept, first_missing, skipped = [], None, 0
     for task in tasks:
         try:
@@ -96,7 +97,8 @@ def _with_reference(env, tasks: list[Task], config: CollectConfig, console: Cons
             first_missing, skipped = first_missing or str(err), skipped + 1
     if not kept and tasks:
         raise EnvError(f"--reference: none of the {len(tasks)} {config.split} task(s) has a reference solution "
-                       f"({first_missing}); drop --reference to roll them out with --model")
+                       f"({first_missing}); drop --reference to roll them out with --model, or use an env whose "
+                       "train tasks have them (--env lopd-bed: the study bed; --env bfcl: single-turn)")
     if skipped:
         console.print(f"[yellow]note: {skipped} of {len(tasks)} task(s) have no reference solution and are "
                       f"skipped ({first_missing})[/]", soft_wrap=True)

@@ -236,7 +236,9 @@ class Coldstart:
         fits = len(t.train) + len(t.heldout)
         if fits < 2:
             raise StoreError(f"store {c.experiences}: only {fits} successful trajectories fit "
-                             f"max_len={c.max_len}; coldstart needs at least 2")
+                             f"max_len={c.max_len}; coldstart needs at least 2: verified answers come from "
+                             f"`lopd collect --env ENV --split train --reference --store {c.experiences}` "
+                             "(bfcl, lopd-bed, the code envs), more successes from a larger --model")
         if len(t.train) < c.batch_size:
             console.print(f"[yellow]warning: {len(t.train)} training trajectories for --batch-size {c.batch_size}: "
                           "every step sees the same few targets (collect more successes first)[/]", soft_wrap=True)

@@ -54,7 +54,9 @@ class LOPDOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     # descriptions: the help of the `lopd distill` flags (lopd_cli.options.option_flags)
-    composer: str = Field(description="lopd: cold-start composer folder (lopd coldstart's final/).")
+    composer: str = Field(description="lopd: cold-start composer folder (lopd coldstart's final/).",
+                          json_schema_extra={"made_by": "`lopd coldstart --experiences STORE --out DIR` makes one "
+                                                        "(then --composer DIR/final)"})
     margin: float = Field(0.05, ge=0.0, description="Privileged margin m (0 = the no-margin ablation). (default 0.05)")
     J: int = Field(3, ge=1, description="Retrieved experiences per task. (default: the composer's, else 3)")
     K: int = Field(32, ge=1, description="Latent tokens per experience (must match the composer). (default: the composer's)")
