@@ -79,10 +79,10 @@ def compare(paths: list[Path]) -> Table:
     models = [r["model"] for r in reports]
     on_fixtures = " (on bundled test fixtures, not the benchmark)" if reports[0].get("fixtures") else ""
     table = Table(title=f"compare {reports[0]['bench']}{on_fixtures}")
-    table.add_column("metric")
+    table.add_column("metric", overflow="fold")
     for path, r in zip(paths, reports):  # a model named twice (e.g. the base model of two runs): the file tells them apart
         table.add_column(r["model"] if models.count(r["model"]) == 1 else f"{r['model']} ({Path(path).parent.name}/{Path(path).name})",
-                         justify="right")
+                         justify="right", overflow="fold")  # a long model path wraps, never cut to "…"
     for section in ("scores", "behaviour"):
         keys = list(dict.fromkeys(k for r in reports for k in r[section]))
         for key in keys:

@@ -69,3 +69,19 @@ def test_a_report_of_other_settings_is_refused_and_the_same_settings_replace_it(
     with_composer = EvaluateConfig(bench="bfcl-single", model="m", composer="runs/c/final", store="s")
     assert default_out(plain).name == "bfcl-single-m.json"
     assert default_out(with_composer).name == "bfcl-single-m-composer-runs-c-final.json"
+
+
+def test_compare_shows_long_model_names_whole_on_a_narrow_terminal(tmp_path):
+    from stages.compare import compare
+
+    scripts = [ORACLE[t.task_id] for t in make_env("envscaler").tasks("test")]
+    long = "runs/bed/a-rather-long-run-folder-name/final/student"
+    for name, model in (("a.json", "smollm2-135m"), ("b.json", long)):
+        report = _evaluate(tmp_path / name, SequentialEngine(scripts))
+        (tmp_path / name).write_text(json.dumps({**report, "model": model}))
+    console = Console(file=open("/dev/null", "w"), width=60, record=True)
+    console.print(compare([tmp_path / "a.json", tmp_path / "b.json"]))
+    text = console.export_text()
+    assert "…" not in text  # wrapped in its column, not cut
+    header = "".join(line.split("┃")[3].strip() for line in text.splitlines() if line.count("┃") == 4)
+    assert header == long
