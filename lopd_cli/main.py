@@ -344,7 +344,7 @@ def evaluate(
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks; bfcl-v3: N per category, of its 4 (base, miss_func, miss_param, long_context), so --limit 1 runs 4 tasks. (default: all)"),
-    out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>[-composer-<composer>].json); a report of other settings there is refused, not replaced."),
+    out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>[-composer-<composer>].json); a report of other settings there is refused, not replaced. With --compare: write the comparison there, JSON for .json, else CSV."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench). (default: the bench's packaged data)"),
     release: str = typer.Option("v6", "--release", help="LiveCodeBench release window: v5 or v6."),
     language: str = typer.Option("en", "--language", help="acebench: the language of --data-dir, en (ACEBench's data_en) or zh (data_zh: its Chinese prompts and Chinese agent platforms)."),
@@ -375,10 +375,13 @@ def evaluate(
 
     if compare:
         from stages.compare import compare as compare_reports
+        from stages.compare import write_comparison
 
         if not reports or len(reports) < 2:
             raise ValueError("--compare needs at least two report files: lopd evaluate --compare A.json B.json")
         Console().print(compare_reports([Path(r) for r in reports]))
+        if out:  # the same numbers as a file: JSON for .json, else CSV
+            Console().print(f"comparison written to {write_comparison([Path(r) for r in reports], Path(out))}")
         return
     stage.run(_config(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"), required=(
         "bench", "--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "

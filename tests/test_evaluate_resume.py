@@ -85,3 +85,27 @@ def test_compare_shows_long_model_names_whole_on_a_narrow_terminal(tmp_path):
     assert "…" not in text  # wrapped in its column, not cut
     header = "".join(line.split("┃")[3].strip() for line in text.splitlines() if line.count("┃") == 4)
     assert header == long
+
+
+def test_compare_writes_its_numbers_as_json_and_csv(tmp_path):
+    import csv
+
+    from typer.testing import CliRunner
+
+    from lopd_cli.main import app
+
+    scripts = [ORACLE[t.task_id] for t in make_env("envscaler").tasks("test")]
+    _evaluate(tmp_path / "a.json", SequentialEngine(scripts))
+    _evaluate(tmp_path / "b.json", SequentialEngine([["Done."]] * len(scripts)))
+    args = ["evaluate", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out"]
+    assert CliRunner().invoke(app, [*args, str(tmp_path / "c.json")]).exit_code == 0
+    assert CliRunner().invoke(app, [*args, str(tmp_path / "c.csv")]).exit_code == 0
+    rows = json.loads((tmp_path / "c.json").read_text())
+    success = {r["report"]: r for r in rows if r["section"] == "scores" and r["metric"] == "success_rate"}
+    assert success[str(tmp_path / "a.json")]["value"] == 1.0 and success[str(tmp_path / "a.json")]["delta"] is None
+    assert success[str(tmp_path / "b.json")]["delta"] == -1.0
+    paired = next(r for r in rows if r["section"] == "paired" and r["metric"] == "success")
+    assert (paired["value"], paired["n"], paired["lower"]) == (-1.0, len(scripts), len(scripts))
+    with (tmp_path / "c.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(rows) and table[0]["model"] == "smollm2-135m"
