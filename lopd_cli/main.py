@@ -289,7 +289,7 @@ def distill(
     max_len: Optional[int] = typer.Option(None, "--max-len", help="Token cap of a training sequence; a sequence whose prompt alone fills it is skipped and counted. (default: none)"),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="Training sequences per forward/backward (gradients accumulate exactly). (default 4)"),
     student_lora_rank: Optional[int] = typer.Option(None, "--student-lora-rank", help="Student LoRA rank; 0 = full fine-tuning. (default 8)"),
-    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints. (default 5)"),
+    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Steps between checkpoints (one is also written after step 1 and after the last). (default 5)"),
     keep_checkpoints: Optional[int] = typer.Option(None, "--keep-checkpoints", help="Checkpoints kept (the newest). (default 2)"),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Rollout sampling temperature. (default 0.7)"),
     top_p: Optional[float] = typer.Option(None, "--top-p", help="Rollout nucleus mass. (default 0.95)"),
@@ -344,7 +344,7 @@ def evaluate(
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N tasks; bfcl-v3: N per category, of its 4 (base, miss_func, miss_param, long_context), so --limit 1 runs 4 tasks. (default: all)"),
-    out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>.json)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Report JSON path (default runs/eval/<bench>-<model>[-composer-<composer>].json); a report of other settings there is refused, not replaced. With --compare: write the comparison there, JSON for .json, else CSV."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Benchmark data folder/file (or HF dataset id for livecodebench). (default: the bench's packaged data)"),
     release: str = typer.Option("v6", "--release", help="LiveCodeBench release window: v5 or v6."),
     language: str = typer.Option("en", "--language", help="acebench: the language of --data-dir, en (ACEBench's data_en) or zh (data_zh: its Chinese prompts and Chinese agent platforms)."),
@@ -363,6 +363,7 @@ def evaluate(
     user_model: Optional[str] = typer.Option(None, "--user-model", help="acebench: the model that plays the user of the multi-turn tasks (default: --model); envscaler: the user of the conversational tasks (default: none, those tasks are left out)."),
     composer: Optional[str] = typer.Option(None, "--composer", help="Composer folder (coldstart/distill output; needs --store): condition the frozen --model on latents of experiences retrieved from --store, placed as the composer was trained (the paper's base + composer row)."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store the --composer's experiences come from (successful train-split rows of other tasks)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted evaluation: the tasks finished before (kept in OUT.partial.jsonl as each ends) are not played again."),
     compare: bool = typer.Option(False, "--compare", help="Compare report files instead: lopd evaluate --compare A.json B.json"),
     reports: Optional[list[str]] = typer.Argument(None, metavar="REPORT", help="Report files for --compare.", show_default=False),
     unsafe_exec: bool = UNSAFE_EXEC,
@@ -374,10 +375,13 @@ def evaluate(
 
     if compare:
         from stages.compare import compare as compare_reports
+        from stages.compare import write_comparison
 
         if not reports or len(reports) < 2:
             raise ValueError("--compare needs at least two report files: lopd evaluate --compare A.json B.json")
         Console().print(compare_reports([Path(r) for r in reports]))
+        if out:  # the same numbers as a file: JSON for .json, else CSV
+            Console().print(f"comparison written to {write_comparison([Path(r) for r in reports], Path(out))}")
         return
     stage.run(_config(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"), required=(
         "bench", "--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
@@ -389,7 +393,7 @@ def evaluate(
 def study(
     config: str = typer.Option(..., "--config", help="Study file (TOML): store, bench, seeds, a `distill` table of shared settings and `runs` entries (name, method, seeds, settings). See examples/study/."),
     out: Optional[str] = typer.Option(None, "--out", help="Study folder (default: the file's `out`, else runs/study)."),
-    report_only: bool = typer.Option(False, "--report-only", help="Train and evaluate nothing: write the results of what the study folder holds (unfinished runs show as pending); a folder with a results.json and no run folders (a committed docs/results/... one) is redrawn from results.json alone."),
+    report_only: bool = typer.Option(False, "--report-only", help="Train and evaluate nothing: write the results of what the study folder holds into --out (unfinished runs show as pending; the study's results folder is read, not written); with no run folders, they are redrawn from the results folder's results.json alone."),
     only: Optional[list[str]] = typer.Option(None, "--only", metavar="NAME[:SEED]", help="Train only this run, NAME or NAME:SEED (repeatable; the others are left as they are): run a study in parts, in any order."),
 ) -> None:
     """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,

@@ -8,7 +8,7 @@ import typer
 
 def plan(
     model: str = typer.Option(..., "--model", help="Backbone: a config.json, its folder, or a known name (qwen3-8b, qwen3-4b, qwen3-1.7b, smollm2-135m)."),
-    method: str = typer.Option("lopd", "--method", help="lopd, grpo, sdft or opsd."),
+    method: str = typer.Option("lopd", "--method", help="lopd, grpo, sdft, opsd, sdpo or skill-sd."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Ranks (GPUs) in all: processes per node x nodes."),
     dtype: str = typer.Option("bfloat16", "--dtype", help="Run dtype: bfloat16, float16 or float32."),
     shard: str = typer.Option("none", "--shard", help="none or fsdp (as lopd distill --shard)."),
@@ -21,7 +21,7 @@ def plan(
     J: int = typer.Option(3, "--J", min=0, help="lopd: retrieved experiences per row."),
     K: int = typer.Option(32, "--K", min=1, help="lopd: latent tokens per experience."),
     max_exp_tokens: int = typer.Option(512, "--max-exp-tokens", min=1, help="lopd: tokens per experience."),
-    kl_coef: float = typer.Option(0.0, "--kl-coef", min=0.0, help="grpo: > 0 keeps a frozen reference copy."),
+    kl_coef: float = typer.Option(0.0, "--kl-coef", min=0.0, help="grpo, skill-sd: > 0 keeps a frozen reference copy."),
     teacher: str = typer.Option("frozen", "--teacher", help="sdft/opsd: frozen, ema or current."),
     gpu_gb: float = typer.Option(80.0, "--gpu-gb", min=1.0, help="Memory of one GPU in GB."),
     composer_blocks: Optional[int] = typer.Option(None, "--composer-blocks", min=1, help="lopd: QFormer blocks (1 when shared, the default)."),

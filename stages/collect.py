@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas import Task, Trajectory
@@ -20,6 +20,7 @@ from stages.core.envs import EnvError, make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
 from stages.core.models.backbone import DType
+from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import config_run_id, git_commit, write_manifest
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
@@ -85,7 +86,8 @@ def _with_reference(env, tasks: list[Task], config: CollectConfig, console: Cons
         EnvError: the env has no reference solutions, or none of the tasks has one.
     """
     if not hasattr(env, "reference_actions"):
-        raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference")
+        raise EnvError(f"env {config.env!r} has no reference solutions; drop --reference, or collect them from "
+                       "an env that has them (bfcl, lopd-bed, envscaler's own tasks, the code envs)")
     kept, first_missing, skipped = [], None, 0
     for task in tasks:
         try:
@@ -95,7 +97,8 @@ def _with_reference(env, tasks: list[Task], config: CollectConfig, console: Cons
             first_missing, skipped = first_missing or str(err), skipped + 1
     if not kept and tasks:
         raise EnvError(f"--reference: none of the {len(tasks)} {config.split} task(s) has a reference solution "
-                       f"({first_missing}); drop --reference to roll them out with --model")
+                       f"({first_missing}); drop --reference to roll them out with --model, or use an env whose "
+                       "train tasks have them (--env lopd-bed: the study bed; --env bfcl: single-turn)")
     if skipped:
         console.print(f"[yellow]note: {skipped} of {len(tasks)} task(s) have no reference solution and are "
                       f"skipped ({first_missing})[/]", soft_wrap=True)
@@ -168,7 +171,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
     pending: dict[str, list[Trajectory]] = {}
     written: list[Trajectory] = []
     t0 = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("reward {task.fields[reward]:.3f}"), TextColumn("{task.fields[actions]} actions"),
                   TimeElapsedColumn(), console=console, transient=False) as bar:
         job = bar.add_task("tasks", total=len(todo), reward=0.0, actions=0)

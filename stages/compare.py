@@ -79,10 +79,10 @@ def compare(paths: list[Path]) -> Table:
     models = [r["model"] for r in reports]
     on_fixtures = " (on bundled test fixtures, not the benchmark)" if reports[0].get("fixtures") else ""
     table = Table(title=f"compare {reports[0]['bench']}{on_fixtures}")
-    table.add_column("metric")
+    table.add_column("metric", overflow="fold")
     for path, r in zip(paths, reports):  # a model named twice (e.g. the base model of two runs): the file tells them apart
         table.add_column(r["model"] if models.count(r["model"]) == 1 else f"{r['model']} ({Path(path).parent.name}/{Path(path).name})",
-                         justify="right")
+                         justify="right", overflow="fold")  # a long model path wraps, never cut to "…"
     for section in ("scores", "behaviour"):
         keys = list(dict.fromkeys(k for r in reports for k in r[section]))
         for key in keys:
@@ -141,3 +141,51 @@ def paired_difference(base: list[dict], other: list[dict], key: str) -> tuple[fl
         return None
     return (sum(diffs) / len(diffs), standard_error(diffs), len(diffs), sum(d > 0 for d in diffs),
             sum(d < 0 for d in diffs))
+
+
+def comparison_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """The numbers of :func:`compare` as rows, for ``--compare ... --out FILE``: per report and
+    metric ``{"report", "model", "section", "metric", "value", "delta"}`` (``delta``: minus the
+    first report's value, None for the first), then per later report and per-task key
+    ``{"report", "model", "section": "paired", "metric", "value": mean, "se", "n", "higher",
+    "lower"}``. Model names and paths are whole.
+
+    Raises:
+        ValueError: see :func:`compare`.
+    """
+    compare(paths)  # the same checks (benches, data, fields)
+    reports = [_load_report(Path(p)) for p in paths]
+    rows: list[dict[str, Any]] = []
+    for path, r in zip(paths, reports):
+        for section in ("scores", "behaviour"):
+            for key, value in r[section].items():
+                base = reports[0][section].get(key)
+                delta = None if r is reports[0] or value is None or base is None else value - base
+                rows.append({"report": str(path), "model": r["model"], "section": section, "metric": key,
+                             "value": value, "delta": delta})
+    for path, r in zip(paths[1:], reports[1:]):
+        for key in ("reward", "success", "reference_nll"):
+            stat = paired_difference(_task_rows(reports[0]), _task_rows(r), key)
+            if stat:
+                mean, se, n, up, down = stat
+                rows.append({"report": str(path), "model": r["model"], "section": "paired", "metric": key,
+                             "value": mean, "se": se, "n": n, "higher": up, "lower": down})
+    return rows
+
+
+def write_comparison(paths: list[Path], out: Path) -> Path:
+    """Write :func:`comparison_rows` to ``out``: JSON (a list of objects) for ``.json``, else CSV
+    (one header of every field)."""
+    import csv
+
+    rows = comparison_rows(paths)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".json":
+        out.write_text(json.dumps(rows, indent=2))
+        return out
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return out

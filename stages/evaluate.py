@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas import Trajectory
@@ -34,6 +34,8 @@ from stages.core.envs import EnvError, check_episode_rules
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
 from stages.core.models.backbone import DType
+from stages.core.run.outputs import PartialResults, check_overwrite, partial_path
+from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 
@@ -85,6 +87,7 @@ class EvaluateConfig(BaseModel):
     composer: str | None = None
     store: str | None = None
     user_model: str | None = None  # acebench multi-turn: the simulated user (None: the evaluated model); envscaler: the user of conversational tasks (None: they are left out)
+    resume: bool = False  # continue the tasks OUT.partial.jsonl holds (stages.core.run.outputs)
 
     @model_validator(mode="after")
     def _store_with_composer(self) -> EvaluateConfig:
@@ -98,6 +101,16 @@ class EvaluateConfig(BaseModel):
 def model_slug(model: str) -> str:
     """A file-name-safe form of a model id or path (``runs/lopd/final`` -> ``runs-lopd-final``)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-.") or "model"
+
+
+# settings that do not change an evaluation's result: a report of other settings is never replaced
+SAME_RESULT = ("out", "batch_size", "workers", "prefix_cache_tokens", "device", "unsafe_exec", "resume")
+
+
+def default_out(config: EvaluateConfig) -> Path:
+    """``runs/eval/<bench>-<model>[-composer-<composer>].json``."""
+    composer = f"-composer-{model_slug(config.composer)}" if config.composer else ""
+    return Path(f"runs/eval/{config.bench}-{model_slug(config.model)}{composer}.json")
 
 
 def behaviour_stats(trajs: list[Trajectory]) -> dict[str, float]:
@@ -157,7 +170,10 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     check_episode_rules(bench.env, config.episode_rules, bench=config.bench)
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     prepared = bench.prepare(config)
-    out = Path(config.out or f"runs/eval/{config.bench}-{model_slug(config.model)}.json")
+    out = Path(config.out or default_out(config))
+    settings = config.model_dump(mode="json")
+    check_overwrite(out, settings, SAME_RESULT)  # never replaces a report of other settings
+    partial = PartialResults(partial_path(out), settings, resume=config.resume, ignore=SAME_RESULT)
     params = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                             max_new_tokens=config.max_new_tokens, seed=config.seed)
     console.print(f"[bold]evaluate[/] {config.bench}: {len(prepared.tasks)} task{'' if len(prepared.tasks) == 1 else 's'}, model={config.model}, "
@@ -166,7 +182,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     for note in prepared.notes:
         console.print(f"  note: {note}")
     if engine is None and config.composer:
-        engine, tokenizer = latent_engine(config)
+        engine, tokenizer = latent_engine(config, {t.env for t in prepared.tasks})
     elif engine is None:
         from stages.core.models.backbone import load_policy, load_tokenizer, resolve_model
         from stages.engines import make_engine
@@ -178,24 +194,33 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         engine = make_engine(config.engine, model, tokenizer, batch_size=config.batch_size,
                              prefix_cache_tokens=config.prefix_cache_tokens)
     order = {t.task_id: i for i, t in enumerate(prepared.tasks)}
-    trajs: list[Trajectory] = []
+    trajs = [Trajectory.model_validate(row["trajectory"]) for row in partial.rows.values()]
+    if trajs:
+        console.print(f"  resuming: {len(trajs)} of {len(prepared.tasks)} tasks finished before ({partial.path})")
     stats = RolloutStats()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("success {task.fields[success]:.3f} (mean reward {task.fields[reward]:.3f})"), TextColumn("{task.fields[actions]} actions"),
                   TimeElapsedColumn(), console=console) as bar:
-        job = bar.add_task(config.bench, total=len(prepared.tasks), reward=0.0, success=0.0, actions=0)
-        for traj in play(engine, tokenizer, prepared.env_factory, prepared.tasks, samples_per_task=1, params=params,
+        job = bar.add_task(config.bench, total=len(prepared.tasks), completed=len(trajs), reward=0.0, success=0.0,
+                           actions=0)
+        todo = [t for t in prepared.tasks if t.task_id not in partial.rows]
+        for traj in play(engine, tokenizer, prepared.env_factory, todo, samples_per_task=1, params=params,
                          policy_id=config.model, run_id=f"evaluate-{config.bench}", git_commit=git_commit(),
                          max_concurrent=config.batch_size, stats=stats,
                          on_step=lambda s: bar.update(job, actions=s.actions)):
             trajs.append(traj)
+            partial.add(traj.task_id, {"trajectory": traj.model_dump(mode="json"),
+                                       "experiences": getattr(engine, "retrieved", {}).get(traj.task_id)})
             bar.update(job, advance=1, reward=sum(t.reward for t in trajs) / len(trajs),
                        success=sum(t.success for t in trajs) / len(trajs))  # = pass@1 / accuracy of one-shot benches
     trajs.sort(key=lambda t: order.get(t.task_id, len(order)))
     scores, extras = bench.score(config, prepared, trajs)
     if getattr(engine, "retrieved", None) is not None:  # latent-conditioned: what each task saw
+        engine.retrieved.update({k: r["experiences"] or [] for k, r in partial.rows.items() if k not in engine.retrieved})
         for task_id, ids in engine.retrieved.items():
             extras.setdefault(task_id, {})["experiences"] = ids
+        prepared.notes.append(engine.retrieval_note())
+        console.print(f"  {prepared.notes[-1]}")
         if engine.unconditioned:
             prepared.notes.append(f"{engine.unconditioned} prompt(s) rendered anew mid-episode were "
                                   "generated without latents")
@@ -227,19 +252,22 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         **_cache_counts(engine),
     }
     _write_atomic(out, report)
+    partial.finish()
     console.print(report_table(report))
     console.print(f"report written to {out}")
     return report
 
 
-def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
-    """The frozen ``config.model`` with ``config.composer`` and a retriever over ``config.store``.
+def latent_engine(config: EvaluateConfig, envs: set[str]) -> tuple[Any, Any]:
+    """The frozen ``config.model`` with ``config.composer`` and a retriever over ``config.store``
+    (checked to serve tasks of ``envs``).
 
     Raises:
         ValueError: the composer was trained on another backbone (before any model loads).
-        StoreError: the store does not exist or has no embeddings (run ``lopd index``).
+        StoreError: the store does not exist, has no embeddings (run ``lopd index``) or no
+            experience for any of ``envs`` (:func:`stages.core.data.retrieval.check_serves`).
     """
-    from stages.core.data.retrieval import Retriever
+    from stages.core.data.retrieval import Retriever, check_serves
     from stages.core.data.store import ExperienceStore
     from stages.core.models.assembly import load_composer
     from stages.core.models.backbone import load_policy, resolve_model
@@ -251,6 +279,7 @@ def latent_engine(config: EvaluateConfig) -> tuple[Any, Any]:
         raise ValueError(f"composer in {config.composer} was trained on backbone {cfg['backbone_id']}, "
                          f"got --model {config.model}")
     retriever = Retriever(ExperienceStore.open(config.store, create=False))
+    check_serves(retriever.store, envs, who=f"--composer {config.composer}")
     model, tokenizer = load_policy(config.model, dtype=config.dtype, device=config.device)
     composer = load_composer(model, config.composer, trainable=False, backbone_id=cfg["backbone_id"])
     composer.backbone.eval()

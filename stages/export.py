@@ -19,7 +19,8 @@ The folder written (``--out``):
   every stage (:func:`stages.core.models.backbone.load_policy`);
 - the tokenizer;
 - ``README.md``: a model card with the run's stage, base, source, the run's settings
-  (``RUN/config.json``) and its last metrics row (``RUN/metrics.jsonl``).
+  (``RUN/config.json``) and the exported step's metrics row (``RUN/metrics.jsonl``); local paths in
+  it are written without this machine's folders (:func:`shareable`).
 
 ``--push-to-hub REPO`` uploads the folder afterwards with ``huggingface_hub`` (a token must be
 configured); offline it fails in one line.
@@ -107,13 +108,33 @@ def pick_source(run: Path, step: int | None) -> tuple[Path, str]:
     return steps[step] / "student", f"step-{step}"
 
 
+def shareable(value: Any) -> Any:
+    """``value`` with every absolute local path in it (a string, or inside lists and dicts) written
+    without this machine's folders: relative to the working directory when under it, else
+    ``<local>/NAME`` (``/home/me/x/runs/store`` -> ``runs/store`` or ``<local>/store``)."""
+    if isinstance(value, dict):
+        return {k: shareable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shareable(v) for v in value]
+    if not isinstance(value, str) or not value.startswith(("/", "~")):
+        return value
+    path = Path(value).expanduser()
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return f"<local>/{path.name}"
+
+
 def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str, metrics: dict | None,
                reports: list[tuple[str, dict]] = ()) -> str:
     """The ``README.md`` of an export: Hugging Face card metadata (``base_model`` only for a hub
     id), what the folder holds, how to load it, the run's settings, the metrics row of the exported
-    step and the scores of the evaluation reports ``(path, report)`` of the exported model."""
+    step and the scores of the evaluation reports ``(path, report)`` of the exported model. Local
+    paths are written without this machine's folders (:func:`shareable`)."""
+    hub_base = [] if Path(base).expanduser().exists() else [f"base_model: {base}"]  # a local folder is no hub id
+    settings, base = shareable(settings), shareable(base)
+    reports = [(shareable(path), {**report, "model": shareable(report.get("model", "-"))}) for path, report in reports]
     library = "peft" if kind == "adapter" else "transformers"
-    hub_base = [] if Path(base).is_absolute() else [f"base_model: {base}"]
     lines = ["---", *hub_base, f"library_name: {library}", "tags:", "- lopd", f"- {stage}", "---", "",
              f"# {stage} student ({source})", "",
              f"Trained with `lopd {stage}`"

@@ -12,24 +12,31 @@ rank, in bytes:
 - gradients and AdamW state (two moments): in the parameters' dtype, sharded like them;
 - teacher copies: what the method holds besides the student (LOPD with a full student: a frozen
   backbone copy carrying the composers; GRPO with ``kl_coef > 0``: a frozen reference;
-  SDFT/OPSD: a frozen or EMA copy unless ``teacher=current``); never sharded;
+  SDFT/OPSD: a frozen or EMA copy unless ``teacher=current``; SDPO: an EMA copy, or with a
+  LoRA student a second adapter; Skill-SD: a copy of the student, or a second adapter, plus
+  GRPO's reference with ``kl_coef > 0``); never sharded;
 - composer (LOPD): its LoRA psi and compressor (float32 weights, gradients, AdamW) and the
   frozen anchor phi_0;
 - activations of one micro-batch (:func:`stages.core.run.resources.step_memory_bytes`, float32
-  activations scaled to the run dtype; logits stay float32); one forward (the student's) for
-  GRPO, student + teacher + composer encoder for LOPD;
+  activations scaled to the run dtype; logits stay float32); one forward (the student's; the
+  other methods' teachers run without gradient) for every method but LOPD, student + teacher +
+  composer encoder for LOPD;
 - the rollout (HF engine): the KV cache of ``rollout_batch`` sequences and, for a sharded
   student, the full weights gathered in the run dtype while it generates;
 - a fixed allowance for the CUDA context and allocator slack (:data:`RUNTIME_BYTES`).
 
 The peak is the larger of the update phase and the rollout phase. The numbers are estimates
 (the activation model was calibrated on one CPU run; see :mod:`stages.core.run.resources`).
+
+A plan that does not fit comes with the settings that would (:func:`fitting`): the changes
+below tried in turn, each kept while it lowers the peak, until the peak fits.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from stages.core.run.resources import StepShape, step_memory_bytes
 
@@ -50,7 +57,7 @@ KNOWN_SHAPES: dict[str, dict] = {
 }
 ALIASES = {"qwen3-8b": "Qwen/Qwen3-8B", "qwen3-4b": "Qwen/Qwen3-4B", "qwen3-1.7b": "Qwen/Qwen3-1.7B",
            "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
-PLAN_METHODS = ("lopd", "grpo", "sdft", "opsd")
+PLAN_METHODS = ("lopd", "grpo", "sdft", "opsd", "sdpo", "skill-sd")
 
 
 @dataclass(frozen=True)
@@ -184,8 +191,12 @@ def _teacher(b: Backbone, p: PlanInput, bytes_: int) -> int:
     """Bytes of the frozen / EMA copies the method holds besides the student."""
     full = p.student_lora_rank == 0
     copies = {"lopd": int(full), "grpo": int(full and p.kl_coef > 0),
-              "sdft": int(full and p.teacher != "current"), "opsd": int(full and p.teacher != "current")}[p.method]
-    return copies * b.params() * bytes_
+              "sdft": int(full and p.teacher != "current"), "opsd": int(full and p.teacher != "current"),
+              "sdpo": int(full), "skill-sd": int(full) + int(full and p.kl_coef > 0)}[p.method]
+    adapter = 0  # SDPO's and Skill-SD's teacher adapter beside a LoRA student's (float32)
+    if not full and p.method in ("sdpo", "skill-sd"):
+        adapter = 4 * b.lora_params(p.student_lora_rank, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    return copies * b.params() * bytes_ + adapter
 
 
 def _composer(b: Backbone, p: PlanInput) -> int:
@@ -259,4 +270,169 @@ def render(p: PlanInput, result: Plan) -> str:
     verdict = "fits" if result.fits else "does NOT fit"
     lines.append(f"peak {result.peak / GB:.1f} GB per rank: {verdict} on {p.gpu_gb:g} GB GPUs "
                  f"({(result.gpu_bytes - result.peak) / GB:+.1f} GB headroom)")
+    if not result.fits:
+        lines.append(render_fit(fitting(p), p.gpu_gb))
     return "\n".join(lines)
+
+
+# The changes :func:`fitting` tries, in this order: (field, the next value after the current
+# one, None when there is none). Cheapest for the result first: checkpointing and smaller
+# micro-batches only cost time; sharding needs ranks; a LoRA student and shorter sequences
+# change what is trained.
+def _halve(floor: int):
+    return lambda v: v // 2 if v // 2 >= floor else None
+
+
+_CHANGES = (
+    ("activation_checkpointing", lambda v: None if v else True),
+    ("micro_batch", _halve(1)),
+    ("shard", lambda v: None if v == "fsdp" else "fsdp"),
+    ("rollout_batch", _halve(1)),
+    ("dtype", lambda v: "bfloat16" if v == "float32" else None),
+    ("student_lora_rank", lambda v: 8 if v == 0 else None),
+    ("max_len", _halve(512)),
+)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What :func:`fitting` found: the settings changed (field -> value), the peak after each
+    change kept (``trail``: (field, value, peak bytes)), and whether the last one fits."""
+
+    changes: dict[str, object]
+    trail: list[tuple[str, object, int]]
+    fits: bool
+
+
+def flag(name: str, value: object) -> str:
+    """A plan setting as `lopd distill`'s flag: ``--micro-batch 1``, ``--activation-checkpointing``."""
+    spelled = "--" + name.replace("_", "-")
+    return spelled if value is True else f"{spelled} {value}"
+
+
+def fitting(p: PlanInput) -> Fit:
+    """The settings that bring ``p``'s peak under ``p.gpu_gb`` (module docstring); a sharded
+    student only where ``p.nproc > 1`` and the student is fully fine-tuned.
+
+    Raises:
+        ValueError: see :func:`plan`.
+    """
+    current, peak = p, plan(p).peak
+    changes: dict[str, object] = {}
+    trail: list[tuple[str, object, int]] = []
+    for name, step in _CHANGES:
+        if name == "shard" and (current.nproc < 2 or current.student_lora_rank != 0):
+            continue
+        while peak > current.gpu_gb * GB and (value := step(getattr(current, name))) is not None:
+            candidate = replace(current, **{name: value})
+            candidate_peak = plan(candidate).peak
+            if candidate_peak >= peak:
+                break
+            current, peak, changes[name] = candidate, candidate_peak, value
+            trail.append((name, value, peak))
+    return Fit(changes, trail, peak <= current.gpu_gb * GB)
+
+
+def render_fit(fit: Fit, gpu_gb: float) -> str:
+    """One line: ``"fits 24 GB with --activation-checkpointing --micro-batch 1 (peak after
+    --activation-checkpointing: 51.5 GB, --micro-batch 2: 32.5 GB, --micro-batch 1: 22.7 GB)"``,
+    or how close the changes come."""
+    if not fit.trail:
+        return f"no setting lopd plan varies lowers the peak: a GPU larger than {gpu_gb:g} GB or more ranks"
+    flags = " ".join(flag(name, value) for name, value in fit.changes.items())
+    peaks = ", ".join(f"{flag(name, value)}: {peak / GB:.1f} GB" for name, value, peak in fit.trail)
+    verdict = "fits" if fit.fits else "still does NOT fit"
+    tail = "" if fit.fits else "; a larger GPU or more ranks"
+    return f"{verdict} {gpu_gb:g} GB with {flags} (peak after {peaks}){tail}"
+
+
+# A run without --max-len trains on whole episodes: up to max_turns actions of max_new_tokens
+# each after the task prompt (observations come on top), capped by the model's context.
+PROMPT_TOKENS = 512
+
+
+def run_plan_input(config: Any, options: dict, *, nproc: int, dtype: str, available_bytes: int) -> PlanInput | None:
+    """The :class:`PlanInput` of a `lopd distill` run's settings (``config``: a DistillConfig,
+    ``options``: its method's resolved options), to be compared with ``available_bytes``; None
+    when the plan cannot tell (a method outside :data:`PLAN_METHODS`, a backbone it cannot read).
+    Without ``max_len`` the sequence is ``PROMPT_TOKENS + max_turns * max_new_tokens`` tokens,
+    at most the model's ``max_position_embeddings``."""
+    if config.method not in PLAN_METHODS or dtype not in DTYPE_BYTES:
+        return None
+    try:
+        backbone_of(config.model)
+    except (ValueError, OSError):
+        return None
+    max_len = config.max_len or min(PROMPT_TOKENS + config.max_turns * config.max_new_tokens,
+                                    _context_length(config.model))
+    lopd = {k: options[k] for k in ("J", "K", "max_exp_tokens") if options.get(k) is not None}
+    extra = {k: options[k] for k in ("kl_coef", "teacher") if k in options}
+    return PlanInput(backbone=config.model, method=config.method, nproc=nproc, dtype=dtype, shard=config.shard,
+                     student_lora_rank=config.student_lora_rank, micro_batch=config.micro_batch, max_len=max_len,
+                     activation_checkpointing=config.activation_checkpointing, rollout_batch=config.rollout_batch,
+                     max_new_tokens=config.max_new_tokens, gpu_gb=available_bytes / GB, **lopd, **extra)
+
+
+def _context_length(model: str) -> int:
+    """``max_position_embeddings`` of ``model``'s config.json (a folder or file), else 32768."""
+    path = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
+    try:
+        return int(json.loads(path.read_text()).get("max_position_embeddings") or 32768)
+    except (OSError, ValueError, AttributeError):
+        return 32768
+
+
+def check_run_memory(p: PlanInput, *, stage: str = "distill", where: str = "free memory", assumed: str = "") -> Plan:
+    """Refuse a run whose planned peak exceeds ``p.gpu_gb`` (the memory free now, per rank),
+    naming the flags that would fit (:func:`fitting`). Returns the plan.
+
+    Args:
+        where: what ``p.gpu_gb`` is, for the message.
+        assumed: how the sequence length was chosen, for the message (``"no --max-len: ..."``).
+
+    Raises:
+        ValueError: ``"distill: a step needs about 155.4 GB (lopd plan's estimate: micro-batch 4
+            x 8192 tokens, ...), 21.0 GB free memory: fits 21 GB with --activation-checkpointing
+            --micro-batch 1 (...)"``.
+    """
+    result = plan(p)
+    if result.fits:
+        return result
+    raise ValueError(f"{stage}: a step needs about {result.peak / GB:.1f} GB (lopd plan's estimate for "
+                     f"micro-batch {p.micro_batch} x {p.max_len} tokens{assumed}, {p.dtype}; `lopd plan --model "
+                     f"{p.backbone} --method {p.method} ...` shows the parts), {p.gpu_gb:.1f} GB {where}: "
+                     + render_fit(fitting(p), round(p.gpu_gb, 1)))
+
+
+def check_distill_memory(config: Any, options: dict, world_size: int = 1) -> Plan | None:
+    """Before a `lopd distill` run loads a model: its planned peak per rank (:func:`run_plan_input`)
+    against the memory free now (a CUDA device's free memory; on the CPU the machine's available
+    memory shared by the ``world_size`` processes), refused with the flags that would fit
+    (:func:`check_run_memory`). ``LOPD_MEMORY_CHECK=0`` skips it (the estimate assumes every row
+    as long as ``max_len``). Returns the plan, None when skipped or when the plan cannot tell.
+
+    Raises:
+        ValueError: the planned peak exceeds the free memory (one line with the flags that fit).
+    """
+    import os
+
+    import psutil
+
+    from stages.core.models.backbone import resolve_device_dtype
+
+    if os.environ.get("LOPD_MEMORY_CHECK", "1") == "0":
+        return None
+    device, dtype = resolve_device_dtype(config.device, config.dtype)
+    if device.startswith("cuda"):
+        import torch
+
+        free, where = torch.cuda.mem_get_info(torch.device(device))[0], f"free on {device}"
+    else:
+        free, where = psutil.virtual_memory().available // world_size, "of memory available" + (
+            f" per process ({world_size} on this machine)" if world_size > 1 else "")
+    p = run_plan_input(config, options, nproc=world_size, dtype=dtype, available_bytes=free)
+    if p is None:
+        return None
+    assumed = "" if config.max_len else (f" (no --max-len: whole episodes of {config.max_turns} turns x "
+                                         f"{config.max_new_tokens} tokens assumed)")
+    return check_run_memory(p, where=where, assumed=assumed)

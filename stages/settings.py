@@ -17,6 +17,7 @@ these keys.
 """
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -82,12 +83,17 @@ def read_settings(path: str | Path, model_cls: type[BaseModel], stage: str,
 
 def error_text(error: Mapping[str, Any]) -> str:
     """One item of ``ValidationError.errors()`` as a short line: the message of our own
-    validators as raised, else pydantic's message with the value given (cut to 60 characters)."""
+    validators as raised, else pydantic's message with the value given (cut to 60 characters);
+    a value outside a fixed set (``Literal``) gets the closest choice first
+    (``"did you mean 'bfloat16'? Input should be 'float32', 'bfloat16', ... (got 'bf16')"``)."""
     if error["type"] == "value_error":
         return str(error.get("ctx", {}).get("error", error["msg"]))
     given = repr(error.get("input"))
     given = given if len(given) <= 60 else given[:57] + "..."
-    return f"{error['msg']} (got {given})"
+    hint = ""
+    if error["type"] == "literal_error":  # ctx["expected"] is pydantic's "'a', 'b' or 'c'"
+        hint = did_you_mean(error.get("input"), re.findall(r"'([^']*)'", error.get("ctx", {}).get("expected", "")))
+    return f"{hint}{error['msg']} (got {given})"
 
 
 def validated(model_cls: type[BaseModel], values: Mapping[str, Any], *, flags: Mapping[str, Any],

@@ -31,7 +31,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
 from stages.core.run.checkpoint import (
@@ -41,6 +41,7 @@ from stages.core.data.rows import pad_rows, training_rows
 from stages.core.losses.lopd import masked_nll
 from stages.core.models.assembly import load_student, save_final, save_student
 from stages.core.models.backbone import DType, resolve_device_dtype
+from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import config_run_id
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
 from stages.core.run.runs import (
@@ -174,12 +175,16 @@ def run(config: SftConfig, console: Console | None = None,
                   f"(split {config.split}, source {config.source}{', ' + str(len(skipped)) + ' too long' if skipped else ''}); "
                   f"{'full fine-tuning' if adapter is None else f'LoRA rank {config.lora_rank}'} of {config.model} on {device}",
                   soft_wrap=True)
+    if ckpt is not None:
+        console.print(f"sft resuming run {run_id} after step {start} of {config.steps} (checkpoint {ckpt})", soft_wrap=True)
+    elif folder.resuming:
+        console.print(f"sft resuming run {run_id}: no checkpoint in {out} yet, starting at step 1", soft_wrap=True)
 
     student.train()
     last = ckpt
-    with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[status]}"), console=console) as bar:
-        task = bar.add_task("steps", total=config.steps, completed=start, status="")
+        task = bar.add_task("sft", total=config.steps, completed=start, status="")
         for step in range(start + 1, config.steps + 1):
             t0 = time.perf_counter()
             picked = [rows[i] for i in seeded_stream(len(rows), config.seed, (step - 1) * config.batch_size,

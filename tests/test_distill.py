@@ -153,6 +153,7 @@ def test_three_steps_metrics_store_and_dual_update(straight):
         assert set(METRIC_FIELDS) <= set(r)
         assert all(math.isfinite(r[k]) for k in METRIC_FIELDS), r
         assert r["action_tokens"] > 0 and r["tokens"] > 0
+        assert 0 < r["experiences"] <= config.options["J"] and 0 <= r["no_experience_frac"] < 1  # per row, this step
         # where the time went: the training phases add up to train_s, the step holds them all
         phases = [r[k] for k in ("prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s")]
         assert all(v >= 0 for v in phases) and r["forward_s"] > 0 and r["backward_s"] > 0
@@ -350,6 +351,7 @@ def test_per_turn_placement_and_empty_store(assets, tmp_path):
     trainer.fit()
     rows = metrics(trainer.out)
     assert len(rows) == 2 and all(math.isfinite(r["reverse_kl"]) and r["action_tokens"] > 0 for r in rows)
+    assert rows[0]["experiences"] == 0 and rows[0]["no_experience_frac"] == 1  # step 1: nothing to retrieve yet
     store = ExperienceStore.open(empty)  # step 1 trained without experiences; memory grew
     assert store.count() == 8 and open_embeddings(store).count_rows() == 8
 

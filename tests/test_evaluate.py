@@ -49,6 +49,7 @@ class SequentialEngine:
 
 
 def _run(tmp_path, scripts, **kw):
+    (tmp_path / "report.json").unlink(missing_ok=True)  # a report of other settings is never replaced
     config = EvaluateConfig(out=str(tmp_path / "report.json"), batch_size=1, **kw)
     report = run(config, Console(file=open("/dev/null", "w")), engine=SequentialEngine(scripts), tokenizer=tiny_tokenizer())
     assert json.loads((tmp_path / "report.json").read_text())["scores"] == report["scores"]

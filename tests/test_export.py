@@ -45,7 +45,9 @@ def test_a_checkpoint_exports_as_an_adapter_on_a_portable_base_with_a_model_card
     assert {oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {"0o644"}  # readable by others
     card = (out / "README.md").read_text()
     assert "library_name: peft" in card and "# sft student (step-1)" in card
-    assert json.loads((lora_run / "config.json").read_text())["store"] in card
+    store = Path(json.loads((lora_run / "config.json").read_text())["store"])
+    assert f'"store": "<local>/{store.name}"' in card and str(store) not in card  # no folder of this machine
+    assert f"from `<local>/{Path(tiny_dir).name}`" in card and tiny_dir not in card and "base_model:" not in card
     first = json.loads((lora_run / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 1 and "## Metrics of step 1" in card and f"| nll | {first['nll']:.4g} |" in card
     assert "## Evaluations" not in card  # the final student's evaluations are of another model
@@ -79,6 +81,7 @@ def test_without_step_the_final_student_is_exported_with_the_run_s_evaluations(l
     last = json.loads((lora_run / "metrics.jsonl").read_text().splitlines()[-1])
     assert f"## Metrics of step {last['step']}" in card
     assert "base_model:" not in card  # a local base is no hub id
+    assert str(lora_run) not in card and "| <local>/student |" in card  # the report and its model, shareable
     torch.testing.assert_close(logits(AutoModelForCausalLM.from_pretrained(out)),
                                logits(AutoModelForCausalLM.from_pretrained(lora_run / "final/student")))
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from schemas import Message, Task
 from stages.core.data import retrieval
 from stages.core.data.retrieval import index_new
-from stages.core.data.store import ExperienceStore
+from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.models.backbone import load_policy
 from stages.core.models.composer import Composer, save_composer
 from stages.core.text.chat import render_prompt
@@ -103,5 +103,14 @@ def test_evaluate_with_a_composer_retrieves_train_experiences_of_other_tasks(tmp
     assert "reference_nll" not in report["scores"]
     with pytest.raises(ValueError, match="--composer needs --store"):
         EvaluateConfig(bench="bfcl-single", composer=str(tmp_path / "composer"))
+    assert "retrieval: experiences for 2 of 2 tasks (2.0 per task, J=2)" in report["notes"]
     with pytest.raises(ValueError, match="trained on backbone"):
-        run(config.model_copy(update={"model": "smollm2-135m"}), Console(file=open("/dev/null", "w")))
+        run(config.model_copy(update={"model": "smollm2-135m", "out": str(tmp_path / "other.json")}),
+            Console(file=open("/dev/null", "w")))
+    toy = ExperienceStore.open(tmp_path / "toy")  # a store of another run: nothing for bfcl's tasks
+    toy.append([make_traj(f"toy-{i}", f"t{i}", env="toy", prompt=f"add {i}") for i in range(2)])
+    index_new(toy, HashEmbedder())
+    with pytest.raises(StoreError, match=r"serves none of the tasks of --composer .*env bfcl \(its successful "
+                                         r"train trajectories by env: toy 2\)"):
+        run(config.model_copy(update={"store": str(tmp_path / "toy"), "out": str(tmp_path / "toy.json")}),
+            Console(file=open("/dev/null", "w")))

@@ -6,7 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
-from stages.plan import GB, PlanInput, backbone_of, plan, render
+from dataclasses import replace
+
+from stages.plan import GB, PlanInput, backbone_of, fitting, plan, render
 from tests.tiny import save_tiny, tiny_model, tiny_tokenizer
 
 
@@ -47,6 +49,61 @@ def test_plan_command_prints_the_verdict_and_refuses_bad_settings():
     assert ok.exit_code == 0 and "per rank:" in ok.output and "fits on 80 GB GPUs" in ok.output
     for args, message in ((["--model", "nope-7b"], "unknown backbone 'nope-7b'"),
                           (["--model", "qwen3-8b", "--shard", "fsdp"], "add --student-lora-rank 0"),
-                          (["--model", "qwen3-8b", "--method", "skill-sd"], "lopd plan knows --method")):
+                          (["--model", "qwen3-8b", "--method", "ppo"], "lopd plan knows --method")):
         bad = CliRunner().invoke(app, ["plan", *args])
         assert bad.exit_code != 0 and message in bad.output, bad.output
+
+
+def test_a_plan_that_does_not_fit_names_the_flags_that_do():
+    p = PlanInput(backbone="qwen3-4b", gpu_gb=24)
+    fit = fitting(p)
+    assert not plan(p).fits and fit.fits and fit.changes == {"activation_checkpointing": True, "micro_batch": 1}
+    assert plan(replace(p, **fit.changes)).fits and not plan(replace(p, micro_batch=2, activation_checkpointing=True)).fits
+    assert [peak for *_, peak in fit.trail] == sorted((peak for *_, peak in fit.trail), reverse=True)
+    assert fitting(replace(p, gpu_gb=200)).changes == {}  # it fits already
+    assert fitting(replace(p, student_lora_rank=0, nproc=8, gpu_gb=40)).changes.get("shard") == "fsdp"
+    assert "shard" not in fitting(replace(p, student_lora_rank=0, gpu_gb=40)).changes  # one rank: nothing to shard
+    out = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "24"])
+    assert out.exit_code == 0 and "does NOT fit on 24 GB" in out.output
+    assert "fits 24 GB with --activation-checkpointing --micro-batch 1 (peak after" in out.output
+    tiny = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "4"])
+    assert "still does NOT fit 4 GB with" in tiny.output and "a larger GPU or more ranks" in tiny.output
+
+
+@pytest.mark.parametrize("method", ["sdpo", "skill-sd"])
+def test_sdpo_and_skill_sd_hold_a_teacher_copy_of_a_full_student_and_an_adapter_of_a_lora_one(method):
+    b = backbone_of("qwen3-4b")
+    full = plan(PlanInput(backbone="qwen3-4b", method=method, student_lora_rank=0))
+    lora = plan(PlanInput(backbone="qwen3-4b", method=method, student_lora_rank=8))
+    assert full.components["teacher copies"] == 2 * b.params()  # bfloat16
+    assert lora.components["teacher copies"] == 4 * b.lora_params(8, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    assert full.components["composer + anchor"] == 0
+    assert plan(PlanInput(backbone="qwen3-4b", method="skill-sd", student_lora_rank=0,
+                          kl_coef=0.1)).components["teacher copies"] == 4 * b.params()  # + GRPO's reference
+
+
+def test_distill_refuses_a_step_that_outgrows_free_memory_with_the_flags_that_fit(monkeypatch):
+    """The newcomer's run: distill defaults (30 turns x 256 tokens, no --max-len, micro-batch 4)
+    on a 20 GB machine is refused before any model loads, naming flags whose plan fits."""
+    import psutil
+    from types import SimpleNamespace
+
+    from stages.distill.settings import DistillConfig
+    from stages.plan import check_distill_memory, fitting, run_plan_input
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=int(20 * GB)))
+    config = DistillConfig(env="bfcl", method="grpo", model="smollm2-135m", store="s", out="o", device="cpu")
+    with pytest.raises(ValueError, match=r"^distill: a step needs about \d+\.\d GB \(lopd plan's estimate for micro-batch "
+                                         r"4 x 8192 tokens \(no --max-len: whole episodes of 30 turns x 256 tokens "
+                                         r"assumed\), float32; .*\), 20\.0 GB of memory available: fits 20 GB with "
+                                         r"--activation-checkpointing --micro-batch"):
+        check_distill_memory(config, config.options)
+    p = run_plan_input(config, config.options, nproc=1, dtype="float32", available_bytes=int(20 * GB))
+    changes = fitting(p).changes
+    fixed = config.model_copy(update=changes)
+    assert check_distill_memory(fixed, fixed.options).fits
+    monkeypatch.setenv("LOPD_MEMORY_CHECK", "0")
+    assert check_distill_memory(config, config.options) is None
+    monkeypatch.delenv("LOPD_MEMORY_CHECK")
+    two = check_distill_memory(fixed.model_copy(update={"max_len": 1024}), fixed.options, world_size=2)
+    assert two.gpu_bytes == int(10 * GB)  # two processes share the machine's memory

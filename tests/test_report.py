@@ -164,7 +164,9 @@ def test_report_notes_a_missing_store_in_one_line(tmp_path):
     assert result.exit_code == 0, result.output
     text = (run / "report" / "summary.md").read_text()
     notes = [line for line in text.splitlines() if line.startswith("note: no sample rollouts")]
-    assert notes == [f"note: no sample rollouts: store {tmp_path / 'gone'} unreadable (no experience store at {tmp_path / 'gone'})"]
+    gone = tmp_path / "gone"
+    assert notes == [f"note: no sample rollouts: store {gone} unreadable (no experience store at {gone} "
+                     f"(`lopd collect --env ENV --store {gone}` makes one))"]
     (tmp_path / "empty").mkdir()
     run = _distill_run(tmp_path, tmp_path / "empty")
     assert runner.invoke(app, ["report", str(run)]).exit_code == 0

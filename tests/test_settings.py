@@ -109,3 +109,20 @@ def test_a_name_that_is_no_string_gets_the_one_line_refusal_without_a_hint():
     assert did_you_mean(1, ["lopd", "grpo"]) == "" and did_you_mean("lpod", ["lopd", "grpo"]) == "did you mean 'lopd'? "
     with pytest.raises(ValueError, match="unknown method 1"):
         get_method(1)
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["sft", "--config", "CFG", "--store", "s"],
+     "CFG: unknown option 'learning_rate' for lopd sft: did you mean 'lr'? options: "),
+    (["distill", "--config", "CFG"], "CFG: unknown option 'learning_rate' for method 'lopd': did you mean 'lr'? "),
+    (["sft", "--dtype", "bf16"], "invalid option --dtype: did you mean 'bfloat16'? Input should be 'float32', "),
+    (["evaluate", "--bench", "bfcl_v3"], "invalid option --bench: did you mean 'bfcl-v3'? Input should be "),
+])
+def test_the_fields_usual_names_get_a_did_you_mean(tmp_path, args, expected):
+    from typer.testing import CliRunner
+
+    config = tmp_path / "c.toml"
+    config.write_text("learning_rate = 1e-5\n")  # transformers' and TRL's name of lopd's lr
+    result = CliRunner().invoke(app, [str(config) if a == "CFG" else a for a in args])
+    assert result.exit_code == 2
+    assert " ".join(result.output.split()).startswith("error: " + expected.replace("CFG", str(config)))

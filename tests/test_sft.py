@@ -2,10 +2,13 @@
 resume and the final folder."""
 from __future__ import annotations
 
+import io
 import json
+import re
 
 import pytest
 import torch
+from rich.console import Console
 
 from stages import sft
 from stages.core.data.rows import pad_rows, training_rows
@@ -90,8 +93,11 @@ def test_training_lowers_nll_writes_a_loadable_student_and_resumes_identically(t
     sft.run(cfg(tmp_path, store_path, tiny_dir, name="b", steps=4))
     with pytest.raises(ValueError, match="--resume"):
         sft.run(cfg(tmp_path, store_path, tiny_dir, name="b", steps=6))
-    resumed = sft.run(cfg(tmp_path, store_path, tiny_dir, name="b", steps=6, resume=True))
+    log = io.StringIO()  # a log file: no terminal
+    resumed = sft.run(cfg(tmp_path, store_path, tiny_dir, name="b", steps=6, resume=True), console=Console(file=log))
     assert [r["nll"] for r in metrics(tmp_path / "b")] == pytest.approx([r["nll"] for r in rows], rel=1e-6)
+    assert re.search(r"sft resuming run sft-\w+ after step 4 of 6 \(checkpoint .*step-4\)", log.getvalue())
+    assert re.search(r"^sft: 4/6 \(67%\).*\n(.*\n)*sft: 6/6 \(100%\), nll \d", log.getvalue(), re.M)  # plain lines
     again = load_policy(str(resumed), device="cpu")[0]
     for p, q in zip(tuned.parameters(), again.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

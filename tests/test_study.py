@@ -381,6 +381,9 @@ def test_report_only_redraws_a_committed_results_folder_from_results_json(tmp_pa
 
     copy = tmp_path / "bfcl-cpu"
     shutil.copytree(ROOT / "docs" / "results" / "bfcl-cpu", copy)
+    toml = "\n".join(line for line in (copy / "study.toml").read_text().splitlines()
+                     if not line.startswith("results ="))  # the copy is the results folder, redrawn as --out
+    (copy / "study.toml").write_text(toml)
     for png in copy.glob("*.png"):
         png.unlink()
     saved = json.loads((copy / "results.json").read_text())  # skill-sd as it stood before it ran: pending
@@ -506,3 +509,21 @@ def test_report_only_pairs_the_committed_bed_finals_against_lopd_anew(tmp_path):
     assert row["lopd_run"] == "lopd" and len(diffs) == 300
     assert "| Δ success vs lopd (paired) |" in (copy / "table.md").read_text()
 
+
+
+@pytest.mark.parametrize("folder", ["bed-cpu", "bfcl-cpu"])
+def test_report_only_writes_out_and_leaves_the_committed_results_folder_as_it_is(tmp_path, folder):
+    """`--report-only` of a study whose ``results`` folder is kept in the repository: the bed
+    study (the base model's evaluation restored, finished runs from results.json) and the BFCL
+    study (redrawn from results.json alone) write into ``out`` only: no file of the results
+    folder changes and none is added."""
+    committed, out = tmp_path / folder, tmp_path / "out"
+    shutil.copytree(ROOT / "docs" / "results" / folder, committed)
+    toml = "\n".join(line for line in (committed / "study.toml").read_text().splitlines()
+                     if not line.startswith(("results =", "out =")))
+    (committed / "study.toml").write_text(f'out = "{out}"\nresults = "{committed}"\n{toml}')
+    before = {p: p.read_bytes() for p in committed.rglob("*") if p.is_file()}
+    result = runner.invoke(app, ["study", "--config", str(committed / "study.toml"), "--report-only"])
+    assert result.exit_code == 0, result.output
+    assert {p: p.read_bytes() for p in committed.rglob("*") if p.is_file()} == before
+    assert (out / "table.md").read_text().startswith("Held-out") and (out / "results.json").is_file()

@@ -9,6 +9,9 @@ RUN=${RUN:-runs/quickstart}
 HELDOUT=${HELDOUT:-40}        # held-out BFCL single-turn tasks scored (199 exist; ~6 s each on 2 cores)
 MULTI_TURN=${MULTI_TURN:-0}   # 1: also BFCL-v3 multi-turn, EVAL_LIMIT tasks per category
 EVAL_LIMIT=${EVAL_LIMIT:-1}
+BED=${BED:-1}                 # 7: the study bed, base model vs a short warm start (BED=0 skips it)
+BED_TASKS=${BED_TASKS:-20}    # held-out bed tasks scored (300 exist)
+BED_STEPS=${BED_STEPS:-12}    # lopd sft steps on the bed's verified warm-up demonstrations
 here=$(cd "$(dirname "$0")" && pwd)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 start=$(date +%s)
@@ -37,6 +40,7 @@ step "6/6 evaluate: held-out BFCL single-turn ($HELDOUT tasks never trained on),
 evaluate() {  # bench who extra-flags...
   local bench=$1 who=$2; shift 2
   local model=smollm2-135m; [ "$who" = lopd ] && model="$RUN/lopd/final/student"
+  [ "$who" = bed-sft ] && model="$RUN/bed-sft/final/student"
   local report="$RUN/eval/$bench-$who.json"
   if [ -f "$report" ]; then echo "reusing $report"; return; fi
   lopd evaluate --bench "$bench" --model "$model" --batch-size 8 --out "$report" "$@"
@@ -49,6 +53,16 @@ if [ "$MULTI_TURN" = 1 ]; then
   # drop both flags for BFCL's own rules (20 steps per user turn, 256 tokens)
   for who in base lopd; do evaluate bfcl-v3 "$who" --limit "$EVAL_LIMIT" --max-turns 8 --max-new-tokens 64 --batch-size 4; done
   lopd evaluate --compare "$RUN/eval/bfcl-v3-base.json" "$RUN/eval/bfcl-v3-lopd.json"
+fi
+if [ "$BED" = 1 ]; then
+  step "7 the study bed: an agent before and after a warm start ($BED_TASKS held-out tasks, $BED_STEPS fine-tuning steps)"
+  # the 135M model answers BFCL in prose, so 6's table stays at 0; on lopd's study bed the same model,
+  # fine-tuned on the bed's verified warm-up demonstrations, solves held-out tasks it failed before
+  lopd collect --env lopd-bed --split warmup --reference --store "$RUN/bed-warm" --resume
+  lopd sft --store "$RUN/bed-warm" --out "$RUN/bed-sft" --steps "$BED_STEPS" --resume
+  evaluate lopd-bed base --limit "$BED_TASKS" --batch-size 10
+  evaluate lopd-bed bed-sft --limit "$BED_TASKS" --batch-size 10
+  lopd evaluate --compare "$RUN/eval/lopd-bed-base.json" "$RUN/eval/lopd-bed-bed-sft.json"
 fi
 lopd report "$RUN/composer0" "$RUN/lopd" "$RUN/eval/bfcl-single-base.json" --out "$RUN/report"  # training curves + summary.md
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN, plots in $RUN/report"

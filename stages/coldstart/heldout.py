@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import torch
 from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
@@ -27,6 +27,7 @@ from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import latent_teacher_logits
 from stages.core.losses.lopd import masked_nll
 from stages.core.models.composer import Composer
+from stages.core.run.progress import StageProgress
 
 
 class HeldoutResult(BaseModel):
@@ -162,9 +163,9 @@ def evaluate_heldout(
         shift = other_task_shift([t.task_id for t in trajectories],
                                  [{e.task_id for e in exps} for exps in experiences]) if baselines else None
         passes = 1 + int(baselines) + int(baselines and untrained_phi is not None) + int(shift is not None)
-        with Progress(TextColumn("held-out NLL"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True, disable=console is None) as bar:
-            task = bar.add_task("batches", total=passes * len(batches))
+            task = bar.add_task("held-out NLL", total=passes * len(batches))
             advance = lambda: bar.advance(task)  # noqa: E731
             trained, tokens = _pooled_nll(composer, batches, placement, True, advance)
             none = _pooled_nll(composer, batches, placement, False, advance)[0] if baselines else math.nan

@@ -47,7 +47,6 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
-    Progress,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -64,6 +63,7 @@ from stages.core.models.composer import (
     Composer, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
 )
 from stages.core.models.assembly import load_composer
+from stages.core.run.progress import StageProgress
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory, rss_mb
 from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, freeze_config, read_metrics, start_run, truncate_metrics,
@@ -236,7 +236,9 @@ class Coldstart:
         fits = len(t.train) + len(t.heldout)
         if fits < 2:
             raise StoreError(f"store {c.experiences}: only {fits} successful trajectories fit "
-                             f"max_len={c.max_len}; coldstart needs at least 2")
+                             f"max_len={c.max_len}; coldstart needs at least 2: verified answers come from "
+                             f"`lopd collect --env ENV --split train --reference --store {c.experiences}` "
+                             "(bfcl, lopd-bed, the code envs), more successes from a larger --model")
         if len(t.train) < c.batch_size:
             console.print(f"[yellow]warning: {len(t.train)} training trajectories for --batch-size {c.batch_size}: "
                           "every step sees the same few targets (collect more successes first)[/]", soft_wrap=True)
@@ -332,10 +334,10 @@ class Coldstart:
     def train(self) -> None:
         """The remaining steps: a metrics row each, a checkpoint every ``checkpoint_every`` and at the end."""
         c = self.config
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("loss (mean of last {task.fields[window]}) {task.fields[loss]:.3f}"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False) as bar:
-            job = bar.add_task("steps", total=c.steps, completed=self.start_step,
+            job = bar.add_task("coldstart", total=c.steps, completed=self.start_step,
                                **_recent_loss(self.losses))
             for step in range(self.start_step, c.steps):
                 record = self.loss_step(step)

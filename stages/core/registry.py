@@ -17,10 +17,31 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
+# The names other trainers (transformers' TrainingArguments, TRL, verl) and torch give to lopd's
+# settings and values, which spelling distance does not find ('learning_rate' is far from 'lr').
+USUAL_NAMES = {
+    "learning_rate": "lr", "lr_rate": "lr", "max_steps": "steps", "num_steps": "steps", "total_steps": "steps",
+    "train_steps": "steps", "per_device_train_batch_size": "micro_batch", "micro_batch_size": "micro_batch",
+    "train_batch_size": "batch_size", "max_grad_norm": "grad_clip", "gradient_clipping": "grad_clip",
+    "clip_grad_norm": "grad_clip", "output_dir": "out", "save_steps": "checkpoint_every",
+    "save_total_limit": "keep_checkpoints", "gradient_checkpointing": "activation_checkpointing",
+    "model_name_or_path": "model", "model_name": "model", "torch_dtype": "dtype", "lora_r": "lora_rank",
+    "max_length": "max_len", "max_seq_length": "max_len", "max_completion_length": "max_new_tokens",
+    "num_generations": "group_size", "seed_value": "seed", "resume_from_checkpoint": "resume",
+    "report_to": "log", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16",
+    "float": "float32", "double": "float64",
+}
+
+
 def did_you_mean(key: object, names: Iterable[str]) -> str:
-    """``"did you mean 'bfcl'? "`` for the name of ``names`` closest to ``key`` (difflib), else ``""``
-    (also for a ``key`` that is no string, e.g. a number read from a config file)."""
-    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6) if isinstance(key, str) else []
+    """``"did you mean 'bfcl'? "`` for the name of ``names`` that ``key`` usually means
+    (:data:`USUAL_NAMES`, e.g. ``learning_rate`` -> ``lr``) or else is closest to (difflib),
+    else ``""`` (also for a ``key`` that is no string, e.g. a number read from a config file)."""
+    if not isinstance(key, str):
+        return ""
+    names = sorted(names)
+    usual = USUAL_NAMES.get(key.lower().replace("-", "_"))
+    close = [usual] if usual in names else difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}? " if close else ""
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from schemas import Task
+from stages.core.data.retrieval import check_serves
 from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import make_env
 from stages.core.exec import isolation
@@ -26,6 +27,7 @@ from stages.distill.settings import DistillConfig
 from stages.engines import check_engine
 from stages.leakage import check_train_tasks
 from stages.methods import get_method
+from stages.plan import check_distill_memory
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
 # finished steps (everything else must match). Paths are compared after resolving.
@@ -95,8 +97,9 @@ def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) 
     logger package, the rollout engine, isolation of model code (an env that runs it), the
     method's data-parallel split over ``world_size`` processes and its sharding (``--shard``),
     the method's options against their files (LOPD: K against the composer), the environment's
-    train tasks, and on the main process the run folder (``out`` holds another run, or a
-    resumed run changes a fixed setting) and the store. Nothing is written.
+    train tasks, on the main process the run folder (``out`` holds another run, or a resumed
+    run changes a fixed setting) and the store, and last a step's planned memory against the
+    free memory (:func:`stages.plan.check_distill_memory`). Nothing is written.
 
     Raises:
         ValueError, StoreError, EnvError, FileNotFoundError, IsolationUnavailable: one line naming
@@ -122,4 +125,8 @@ def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) 
         folder = runs.open_run(out, "distill", config, resume=config.resume, may_change=RESUMABLE,
                                path_fields=PATH_FIELDS)
         check_store(config.store, config.new_store)
+        if method_cls.retrieves and not config.new_store:  # every row would get no experience
+            check_serves(ExperienceStore.open(config.store, create=False), [config.env], who=f"--method {config.method}",
+                         allow_empty=True)  # an empty store fills with the run's own successes
+    check_distill_memory(config, config.options, world_size)  # lopd plan's estimate against the free memory
     return Checked(config, options, tasks, folder)

@@ -7,7 +7,7 @@ sampled token ids (:func:`stages.core.data.rows.training_rows`); the method (``-
 :mod:`stages.methods`) attaches its privileged context to each row, gives the loss of each
 micro-batch (gradients accumulated exactly) and acts after the optimizer step (LOPD: the dual
 update of beta); the step's trajectories join the store and are embedded (memory grows); a
-checkpoint is written every ``checkpoint_every`` steps.
+checkpoint is written after step 1, every ``checkpoint_every`` steps and after the last.
 
 Checkpoints: :mod:`stages.core.run.checkpoint`; run-folder rules (resume, frozen config, metrics):
 :mod:`stages.core.run.runs`; store consistency under SIGKILL: :mod:`stages.core.data.experience_rows`.
@@ -322,7 +322,7 @@ class Distiller:
         return self.trainer.save_checkpoint(self.step, state, self.config.keep_checkpoints)
 
     def fit(self, on_step: Callable[["Distiller", dict], None] | None = None) -> DistillReport:
-        """Run the remaining steps, checkpointing every ``checkpoint_every`` and at the end.
+        """Run the remaining steps, checkpointing after step 1, every ``checkpoint_every`` and at the end.
 
         ``on_step(distiller, metrics_row)`` runs after each step's update and metrics row and
         BEFORE its checkpoint (`lopd study` evaluates there): a kill inside it resumes from an
@@ -344,7 +344,7 @@ class Distiller:
             self._check_zero_gradient(row)
             if on_step is not None:
                 on_step(self, row)
-            if step % c.checkpoint_every == 0 or step == c.steps:
+            if step % c.checkpoint_every == 0 or step in (1, c.steps):  # step 1: a run that dies later resumes
                 self.save_checkpoint()
         last = ckpt.latest_checkpoint(self.out)
         final = self.out / "final"

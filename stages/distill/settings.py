@@ -220,7 +220,9 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
         raise ValueError(f"--env is required ({', '.join(env_names())}), as a flag or in the --config file")
     for name, field in method.Options.model_fields.items():
         if field.is_required() and name not in values:
-            raise ValueError(f"--{name} is required by method {method.name!r} (as a flag or in the --config file)")
+            made = (field.json_schema_extra or {}).get("made_by") if isinstance(field.json_schema_extra, dict) else None
+            raise ValueError(f"--{name} is required by method {method.name!r} (as a flag or in the --config file)"
+                             + (f"; {made}" if made else ""))
     if method.needs_composer:
         values.update({k: v for k, v in composer_shape(values["composer"]).items() if k not in values})
     values["resume"] = resume

@@ -54,7 +54,9 @@ class LOPDOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     # descriptions: the help of the `lopd distill` flags (lopd_cli.options.option_flags)
-    composer: str = Field(description="lopd: cold-start composer folder (lopd coldstart's final/).")
+    composer: str = Field(description="lopd: cold-start composer folder (lopd coldstart's final/).",
+                          json_schema_extra={"made_by": "`lopd coldstart --experiences STORE --out DIR` makes one "
+                                                        "(then --composer DIR/final)"})
     margin: float = Field(0.05, ge=0.0, description="Privileged margin m (0 = the no-margin ablation). (default 0.05)")
     J: int = Field(3, ge=1, description="Retrieved experiences per task. (default: the composer's, else 3)")
     K: int = Field(32, ge=1, description="Latent tokens per experience (must match the composer). (default: the composer's)")
@@ -79,7 +81,8 @@ class LOPD(Method):
 
     Options = LOPDOptions
     retrieves = True
-    metrics = ("reverse_kl", "Delta", "beta", "anchor", "margin_term", "latent_norm", "grad_norm_composer")
+    metrics = ("reverse_kl", "Delta", "beta", "anchor", "margin_term", "latent_norm", "grad_norm_composer",
+               "experiences", "no_experience_frac")
     needs_composer = True
 
     def __init__(self, options: LOPDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
@@ -201,7 +204,11 @@ class LOPD(Method):
         loss = weight * (kl + margin_term + anchor_term)
         metrics = {"reverse_kl": weight * kl_m["reverse_kl"], "Delta": weight * margin_m["Delta"],
                    "margin_term": weight * margin_m["margin_term"], "anchor": weight * anchor_m["anchor"],
-                   "latent_norm": weight * float(c_phi.detach().norm(dim=-1).mean())}
+                   "latent_norm": weight * float(c_phi.detach().norm(dim=-1).mean()),
+                   # retrieved experiences per row (of J), and the rows that got none: a store that
+                   # serves the tasks nothing shows here, not only as a flat score
+                   "experiences": weight * sum(map(len, extras)) / len(extras),
+                   "no_experience_frac": weight * sum(not e for e in extras) / len(extras)}
         return loss, metrics
 
     def _heads(self) -> tuple | None:

@@ -271,10 +271,11 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
               only: list[str] | None = None) -> dict[str, Any]:
     """Run (or resume) every entry of the study, then write the results; returns ``results.json``.
 
-    With ``report_only`` nothing is trained or evaluated: the results are written from what the
-    study folder holds (unfinished runs show as pending); with no base model's evaluation and no
-    run folders, the table and plots are redrawn from the ``results`` folder's or ``out``'s
-    results.json alone (:func:`stages.study.report.rerender`). ``only`` names the entries to train
+    With ``report_only`` nothing is trained or evaluated and only ``out`` is written (the
+    ``results`` folder, kept in the repository, is read, never rewritten): the results of what
+    the study folder holds (unfinished runs show as pending); with no base model's evaluation
+    and no run folders, the table and plots are redrawn from the ``results`` folder's or
+    ``out``'s results.json alone (:func:`stages.study.report.rerender`). ``only`` names the entries to train
     now, ``NAME`` (all its seeds) or ``NAME:SEED`` (the base model is evaluated in any case); the
     others are left as they are, so a study can be run in parts, in any order, across sessions or
     machines sharing the folder.
@@ -295,7 +296,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
         if not base_report(config).is_file():
             raise ValueError(f"{out}: no study results yet (the base model's evaluation is missing)")
         _freeze(config)
-        return _report(config, console)
+        return _report(config, console, publish=False)
     if not Path(config.store).exists():
         raise ValueError(f"store {config.store}: not found (prepare it with lopd collect/index)")
     steps, per_step = check_budget(config)
@@ -377,12 +378,13 @@ def _chosen(config: StudyConfig, only: list[str] | None) -> dict[str, set[int] |
     return chosen
 
 
-def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
-    """Write the results into ``out`` and copy them (json, csv, table, plots) into ``results``."""
+def _publish(config: StudyConfig, console: Console, publish: bool = True) -> dict[str, Any]:
+    """Write the results into ``out`` and, with ``publish``, copy them (json, csv, table, plots)
+    into ``results``."""
     from stages.study.report import write_results
 
     results = write_results(config, commit=git_commit(), budget=check_budget(config))
-    if config.results and Path(config.results).resolve() != Path(config.out).resolve():
+    if publish and config.results and Path(config.results).resolve() != Path(config.out).resolve():
         dest = Path(config.results)
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("results.json", "results.csv", "table.md", *results["plots"]):
@@ -395,7 +397,7 @@ def _publish(config: StudyConfig, console: Console) -> dict[str, Any]:
 def _rerender(config: StudyConfig, console: Console) -> dict[str, Any]:
     """``--report-only`` with no run folders: the table and plots drawn again from a results.json
     alone (the ``results`` folder's, else ``out``'s, e.g. a committed ``docs/results/...`` folder),
-    written beside it.
+    written into ``out`` (beside it only when ``out`` is that folder).
 
     Raises:
         ValueError: no results.json there, or one of a study with other settings.
@@ -412,24 +414,28 @@ def _rerender(config: StudyConfig, console: Console) -> dict[str, Any]:
     if changed:
         raise ValueError(f"{folder / 'results.json'}: written by a study with other settings "
                          f"({', '.join(changed)} differ); use its study file")
-    results = rerender(config, saved, folder)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = rerender(config, saved, out)
     console.print(results["table_markdown"], markup=False, highlight=False, soft_wrap=True)  # as table.md
-    console.print(f"study redrawn from {folder / 'results.json'} (no run folders): table.md, results.csv, "
-                  + ", ".join(results["plots"]))
+    console.print(f"study redrawn from {folder / 'results.json'} (no run folders) into {out}: table.md, "
+                  "results.csv, " + ", ".join(results["plots"]))
     return results
 
 
-def _report(config: StudyConfig, console: Console) -> dict[str, Any]:
+def _report(config: StudyConfig, console: Console, publish: bool = True) -> dict[str, Any]:
+    """Write the results (:func:`_publish`) and `lopd report` of the runs in ``out``; with
+    ``publish`` also of the training logs kept in ``results`` (drawn there)."""
     from stages import report
 
     out = Path(config.out)
-    results = _publish(config, console)
+    results = _publish(config, console, publish)
     console.print(results["table_markdown"], markup=False, highlight=False, soft_wrap=True)  # as table.md
     console.print(f"study written to {out}: results.json, results.csv, table.md, "
                   + ", ".join(results["plots"]))
     if (out / "runs").is_dir():  # the trained runs' curves (losses, gradient norms, time, memory)
         report.run(report.ReportConfig(runs=[str(out / "runs")], out=str(out / "report")), console)
     kept = Path(config.results) / "training" if config.results else None
-    if kept and kept.is_dir():  # the training logs of every run kept there, from any machine
+    if publish and kept and kept.is_dir():  # the training logs of every run kept there, from any machine
         report.run(report.ReportConfig(runs=[str(kept)], out=str(kept.parent / "report"), samples_steps=0), console)
     return results

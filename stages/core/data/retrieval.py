@@ -355,6 +355,40 @@ def build_indices(table, ann_threshold: int = 10_000, changed: bool = True) -> l
     return describe_indices(table)
 
 
+def check_serves(store: ExperienceStore, envs: Iterable[str], *, who: str, allow_empty: bool = False) -> dict[str, int]:
+    """The successful TRAIN-split trajectories of each env of ``envs`` in ``store``: what a
+    retrieving method or a composer retrieves from (the task's env, split train, success).
+
+    Args:
+        who: what retrieves, for the message (``"--composer runs/c/final"``, ``"--method lopd"``).
+        allow_empty: a store without any successful train trajectory passes (a distill run
+            whose own successes fill it); one holding only other envs' is refused still.
+
+    Returns:
+        ``{env: trajectories}``.
+
+    Raises:
+        StoreError: none for any of ``envs``: every task would get no experience. The message
+            names what the store holds and the commands that make the missing ones.
+    """
+    envs = sorted(set(envs))
+    counts = {env: store.count(env=env, split="train", success=True) for env in envs}
+    if any(counts.values()):
+        return counts
+    held: dict[str, int] = {}
+    for t in store.query(split="train", success=True):
+        held[t.env] = held.get(t.env, 0) + 1
+    if allow_empty and not held:
+        return counts
+    holds = ", ".join(f"{env} {n}" for env, n in sorted(held.items())) or "none"
+    env = envs[0] if envs else "ENV"
+    raise StoreError(f"store {store.uri} serves none of the tasks of {who}: it holds no successful train "
+                     f"trajectory of env {', '.join(envs) or '?'} (its successful train trajectories by env: "
+                     f"{holds}); make them with `lopd collect --env {env} --split train --store {store.uri}` "
+                     f"(--reference for verified answers) and `lopd index --store {store.uri}`, or give the "
+                     "store they are in")
+
+
 class Retriever:
     """Finds the J stored experiences nearest to a task text.
 

@@ -213,7 +213,7 @@ class ExperienceStore:
             if path.is_file():
                 raise StoreError(f"store path {uri} is a file, expected a directory")
             if not create and not path.is_dir():
-                raise StoreError(f"no experience store at {uri}")
+                raise StoreError(f"no experience store at {uri} (`lopd collect --env ENV --store {uri}` makes one)")
         db = lancedb.connect(uri, read_consistency_interval=timedelta(0))
         expected = arrow_schema(Trajectory)
         try:
@@ -225,7 +225,8 @@ class ExperienceStore:
             if not isinstance(err, ValueError):
                 raise
             if not create:
-                raise StoreError(f"no experience store at {uri} (no '{TRAJECTORIES}' table)") from None
+                raise StoreError(f"no experience store at {uri} (no '{TRAJECTORIES}' table; "
+                                 f"`lopd collect --env ENV --store {uri}` makes one)") from None
             table = db.create_table(TRAJECTORIES, schema=expected, exist_ok=True)
         diffs = schema_diff(expected, table.schema)
         if diffs and all(d.startswith("turns:") or d.endswith(")") and ": missing (" in d for d in diffs):

@@ -246,7 +246,8 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     ``export(folder)`` writes the method's own final artifacts (LOPD: ``composer/``).
     Written to a temporary folder and renamed, so ``final`` is complete or absent; ``final``
     names its checkpoint in ``checkpoint.txt``, and one already made from ``checkpoint`` is kept
-    as it is (a finished run resumed again writes nothing).
+    as it is (a finished run resumed again writes nothing). ``final`` gets the mode a plain
+    ``mkdir`` gives (0777 less the umask), readable by others as the umask allows.
     """
     final = Path(out) / "final"
     marker = final / "checkpoint.txt"
@@ -261,6 +262,9 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
         if export is not None:
             export(tmp)
         (tmp / "checkpoint.txt").write_text(checkpoint.name)
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's folder is owner-only; final is for sharing: a plain mkdir's mode
         shutil.rmtree(final, ignore_errors=True)  # a re-run replaces an older final folder
         os.rename(tmp, final)
     finally:

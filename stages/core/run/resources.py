@@ -178,7 +178,7 @@ def check_experience_count(J: int, available: int, *, store: str, flag: str = "-
     if J > max(available - 1, 0):
         raise ValueError(f"{flag} {J}: store {store} holds {available} successful train trajectories, so "
                          f"at most {max(available - 1, 0)} other ones can be retrieved per target; "
-                         f"lower {flag} or collect more")
+                         f"lower {flag} or collect more (`lopd collect --split train --store {store}`)")
 
 
 @dataclass(frozen=True)

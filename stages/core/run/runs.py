@@ -5,10 +5,13 @@ A run folder ``out`` holds one run of one stage::
     out/config.json      the resolved config, frozen when the run starts (rewritten on resume)
     out/manifest.json    stage, run id, config, lopd version, git commit
     out/metrics.jsonl    one JSON row per finished step ({"step": N, ...})
+    out/.lock            the pid and command of the process running it (:mod:`stages.core.run.lock`)
 
 (checkpoint folders: :mod:`stages.core.run.checkpoint`; what each stage adds: its own module.)
 
-Rules (:func:`open_run`): an ``out`` that holds a run is refused unless the run resumes; a
+Rules (:func:`open_run`): an ``out`` in use by another process is refused, naming it
+(:mod:`stages.core.run.lock`: checked when ``out`` exists, taken at the latest by
+:func:`freeze_config`); an ``out`` that holds a run is refused unless the run resumes; a
 resumed run's config is compared with the frozen one, and only fields the stage names may
 differ (:data:`RESUMABLE`: settings that do not change the meaning of finished steps). Path
 fields are compared after resolving, so ``runs/store`` and ``/abs/runs/store`` are the same
@@ -32,6 +35,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from stages.core.run.checkpoint import clean_partial, latest_checkpoint, read_json_object
+from stages.core.run.lock import lock_run_folder
 from stages.core.run.provenance import config_run_id, write_manifest
 
 CONFIG_FILE = "config.json"
@@ -138,7 +142,8 @@ def start_note(folder: RunFolder, resume: bool) -> str | None:
 
 def open_run(out: Path, stage: str, config: BaseModel, *, resume: bool,
              may_change: Iterable[str] = RESUMABLE, path_fields: Iterable[str] = ()) -> RunFolder:
-    """Check run folder ``out`` before a ``stage`` run starts; nothing is written.
+    """Check run folder ``out`` before a ``stage`` run starts; nothing is written but the
+    lock of an existing ``out`` (:func:`stages.core.run.lock.lock_run_folder`).
 
     A folder holds a run when it has a ``config.json`` or a ``metrics.jsonl``.
 
@@ -151,11 +156,13 @@ def open_run(out: Path, stage: str, config: BaseModel, *, resume: bool,
         The :class:`RunFolder` (``changes`` lists what the resumed run changes).
 
     Raises:
-        ValueError: ``out`` holds a run and ``resume`` is False; it holds another stage's run;
-            or the resumed config differs in a field that may not change (file and field
-            named).
+        ValueError: another process uses ``out``; ``out`` holds a run and ``resume`` is False;
+            it holds another stage's run; or the resumed config differs in a field that may not
+            change (file and field named).
     """
     out = Path(out)
+    if out.is_dir():
+        lock_run_folder(out, stage)
     saved = saved_config(out)
     if saved is None and not (out / METRICS_FILE).is_file():
         return RunFolder(out, resuming=False, saved=None)
@@ -218,10 +225,14 @@ def start_run(out: Path, stage: str, config: BaseModel, run_keys: list[str], *, 
 def freeze_config(out: Path, stage: str, run_id: str, config: BaseModel) -> None:
     """Write ``out/config.json`` (atomically) and ``out/manifest.json`` for a starting run.
 
-    Call it once the run's setup has succeeded, so a failed start leaves no run behind.
+    Call it once the run's setup has succeeded, so a failed start leaves no run behind. Takes
+    the folder's lock first if :func:`open_run` found no folder to lock.
+
+    Raises:
+        ValueError: another process took ``out`` meanwhile (it is named).
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    lock_run_folder(out, stage)
     tmp = out / f".{CONFIG_FILE}.tmp"
     tmp.write_text(config.model_dump_json(indent=2))
     tmp.replace(out / CONFIG_FILE)
