@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from stages.coldstart import recipe as coldstart
-from stages.coldstart import ColdstartConfig
+from stages import report as report_stage
+from stages.coldstart.recipe import ColdstartConfig
+from stages.coldstart.rescore import rescore
 from stages.coldstart.heldout import reconstruction_nll
 from stages.coldstart.ladder import (
     RUNGS, FreePrompt, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference, train_free_prompt,
@@ -17,6 +19,7 @@ from stages.core.data.retrieval import index_new
 from stages.core.data.store import ExperienceStore
 from stages.core.latent.contexts import build_batch
 from stages.core.models.composer import Composer
+from stages.report import ReportConfig
 from tests.test_coldstart import make_traj
 from tests.test_index import HashEmbedder
 from tests.tiny import save_tiny, tiny_model, tiny_tokenizer
@@ -147,7 +150,7 @@ def test_reconstruction_nll_matches_a_naive_forward(tiny):
                 total -= float(logp[K + i - 1, row[i]])
                 count += 1
     assert m["num_tokens"] == count
-    assert float(loss) == pytest.approx(total / count, rel=1e-4)
+    assert float(loss.detach()) == pytest.approx(total / count, rel=1e-4)
     loss.backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in composer.compressor.parameters())
 
@@ -166,7 +169,7 @@ def two_env_store(tmp_path_factory):
     return str(path)
 
 
-def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latents(tmp_path, two_env_store):
+def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latents(tmp_path, two_env_store, monkeypatch):
     tiny_dir = str(save_tiny(tmp_path / "tiny"))
     # trained to copy: its own trajectory is every target's first experience (self_retrieval)
     config = ColdstartConfig(experiences=two_env_store, out=str(tmp_path / "out"), model=tiny_dir, steps=25,
@@ -189,3 +192,15 @@ def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latent
     # a finished run resumed again reads its ladder back
     again = coldstart.run(config.model_copy(update={"resume": True}), embedder=HashEmbedder())
     assert again.ladder == ladder
+    # `lopd report` shows it; `lopd ladder` scores the finished composer again, leaving the run as it was
+    report_md = report_stage.run(ReportConfig(runs=[str(tmp_path / "out")])) and (tmp_path / "out" / "report" / "summary.md")
+    assert "Composer ladder" in report_md.read_text() and "| (h) | J x K free vectors" in report_md.read_text()
+    before = sorted(p.name for p in (tmp_path / "out").iterdir())
+    monkeypatch.setattr("stages.core.data.retrieval.load_embedder", lambda *a, **k: HashEmbedder())
+    again = rescore(str(tmp_path / "out"), targets=3, seed=1, out=str(tmp_path / "l.json"))
+    assert again is not None and again.targets == 3 and set(again.target_ids) <= set(ladder.target_ids)
+    assert Ladder.model_validate_json((tmp_path / "l.json").read_text()) == again
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before
+    for rung, sums in again.sums.items():  # the same targets score as in the run's own ladder
+        for tid, value in zip(again.target_ids, sums):
+            assert value == pytest.approx(ladder.sums[rung][ladder.target_ids.index(tid)], rel=1e-5)

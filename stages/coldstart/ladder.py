@@ -457,3 +457,17 @@ def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder
                       f"{d.diff_decisive:+.3f} ± {d.se_decisive:.3f}")
     table.add_row("", "latent cosine, different experiences", f"{ladder.latent_cosine:.3f}", "")
     console.print(table)
+
+
+def ladder_markdown(ladder: Ladder) -> list[str]:
+    """The ladder as markdown lines: a table of the rungs, then the paired differences and the latent cosine."""
+    lines = [f"Composer ladder: {ladder.targets} held-out targets, {ladder.tokens} action tokens, "
+             f"{ladder.decisive_tokens} decisive (> {DECISIVE_NATS:g} nat without latents).", "",
+             "| rung | context | NLL (nats/token) | NLL, decisive tokens |", "|---|---|---|---|"]
+    lines += [f"| ({k}) | {label} | {ladder.nll[k]:.4f} | {ladder.nll_decisive[k]:.3f} |"
+              for k, label in RUNGS.items() if k in ladder.nll]
+    lines += ["", "| paired over targets | all tokens | decisive tokens |", "|---|---|---|"]
+    lines += [f"| ({d.x}) - ({d.y}) | {d.diff:+.4f} ± {d.se:.4f} | {d.diff_decisive:+.3f} ± {d.se_decisive:.3f} |"
+              for d in ladder.differences]
+    lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}.", ""]
+    return lines
