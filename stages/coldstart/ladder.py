@@ -42,7 +42,7 @@ from safetensors.torch import load_file, save_file
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
-from stages.coldstart.heldout import action_nll, swapped_phi
+from stages.coldstart.heldout import HeldoutResult, action_nll, swapped_phi
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
@@ -471,3 +471,10 @@ def ladder_markdown(ladder: Ladder) -> list[str]:
               for d in ladder.differences]
     lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}.", ""]
     return lines
+
+
+def heldout_of(ladder: Ladder) -> HeldoutResult:
+    """The cold start's four-way held-out result read off the ladder: (a) no latents, (b) untrained,
+    (c) trained, (d) another task's experiences (here of the same environment), on the ladder's targets."""
+    return HeldoutResult(nll_no_latents=ladder.nll["a"], nll_untrained=ladder.nll.get("b"), nll_trained=ladder.nll["c"],
+                         nll_other_experiences=ladder.nll.get("d"), trajectories=ladder.targets, tokens=ladder.tokens)

@@ -56,7 +56,7 @@ from rich.table import Table
 
 from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
 from stages.coldstart.heldout import HeldoutResult, action_nll, evaluate_heldout, reconstruction_nll
-from stages.coldstart.ladder import LADDER, Ladder, print_ladder, run_ladder
+from stages.coldstart.ladder import LADDER, Ladder, heldout_of, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.run.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
@@ -214,6 +214,7 @@ class Coldstart:
         self.losses = [r["loss"] for r in read_metrics(self.metrics_path)]
         self.step_seconds: list[float] = []
         self.result: HeldoutResult | None = None
+        self.ladder_scored = False  # this process scored the ladder (ladder.json is its)
 
     def _load_backbone(self):
         """Load the backbone and tokenizer; check a step's memory. Returns the model."""
@@ -321,7 +322,7 @@ class Coldstart:
                   "lr": c.lr, "tokens": int(m["num_tokens"]),
                   "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
         if done == c.steps and self.targets.heldout:  # the final evaluation, four ways, on the curve too
-            self.result = self.heldout_eval(baselines=True)
+            self.result = self.final_heldout()
             record.update(heldout_nll=self.result.nll_trained, heldout_nll_no_latents=self.result.nll_no_latents)
             if self.result.nll_untrained is not None:
                 record["heldout_nll_untrained"] = self.result.nll_untrained
@@ -376,10 +377,10 @@ class Coldstart:
                 "store": c.experiences})
             result = self.result
             if result is None:  # not evaluated in the loop (nothing held out, or nothing left to train)
-                result = self.heldout_eval(baselines=True)
+                result = self.final_heldout()
             if result is not None:
                 (out / HELDOUT).write_text(result.model_dump_json(indent=2))
-        ladder = self._ladder() if c.ladder else None
+        ladder = self._ladder() if c.ladder else None  # scored by final_heldout, or read back
         unchanged = _backbone_digest(self.composer) == self.digest_before
         recent = _recent_loss(self.losses)
         report = ColdstartReport(
@@ -395,12 +396,22 @@ class Coldstart:
             raise RuntimeError("coldstart changed the backbone weights: only phi may be trained")
         return report
 
+    def final_heldout(self) -> HeldoutResult | None:
+        """The final held-out check: with ``ladder``, rungs (a)-(d) of the ladder (:func:`heldout_of`,
+        on its targets); else (or with too few targets for a ladder) four ways on every held-out
+        target (:meth:`heldout_eval`). None when nothing is held out."""
+        if self.config.ladder and self.targets.heldout and (ladder := self._ladder()) is not None:
+            return heldout_of(ladder)
+        return self.heldout_eval(baselines=True)
+
     def _ladder(self) -> Ladder | None:
-        """The ladder of controls (:mod:`stages.coldstart.ladder`), read from ``ladder.json`` when a
-        finished run wrote it, else scored and written there; None when too few targets are held out."""
+        """The ladder of controls (:mod:`stages.coldstart.ladder`), read from ``ladder.json`` when this
+        process or a finished run wrote it, else scored and written there; None when too few
+        targets are held out."""
         path = self.out / LADDER
-        if self.start_step == self.config.steps and path.is_file():
+        if (self.start_step == self.config.steps or self.ladder_scored) and path.is_file():
             return Ladder.model_validate_json(path.read_text())
+        self.ladder_scored = True
         ladder = self.ladder_eval()
         if ladder is not None:
             path.write_text(ladder.model_dump_json(indent=2))
