@@ -186,7 +186,7 @@ def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latent
     assert ladder.nll["f"] < ladder.nll["a"]
     f_a = next(d for d in ladder.differences if (d.x, d.y) == ("f", "a"))
     assert f_a.diff == pytest.approx(ladder.nll["f"] - ladder.nll["a"]) and f_a.se > 0
-    assert -1 <= ladder.latent_cosine <= 1
+    assert -1 <= ladder.latent_cosine <= 1 and ladder.latent_cosine_untrained is not None
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 25
     # a finished run resumed again reads its ladder back

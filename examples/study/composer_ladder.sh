@@ -16,7 +16,7 @@ base=(--experiences "$STORE" --model "$MODEL" --J 2 --K 8 --depth 2 --max-exp-to
       --no-activation-checkpointing --heldout-fraction 0.2 --seed 0 --ladder-targets 12 --batch-size 2)
 declare -A LEVERS=(
   [today]="--steps 20"
-  [self]="--steps 20 --self-retrieval"
+  [self]="--steps 20 --self-retrieval --ladder-targets 8"
   [self-recon]="--steps 20 --self-retrieval --reconstruction-steps 8"
   [self-lrenc]="--steps 20 --self-retrieval --lr-encoder 1e-4"
   [self-40]="--steps 40 --self-retrieval"

@@ -88,7 +88,8 @@ class Ladder(BaseModel):
     Attributes:
         nll, nll_decisive: per rung present, pooled NLL (nats per token) on all / decisive tokens.
         differences: the :data:`COMPARISONS` whose rungs are present.
-        latent_cosine: mean cosine similarity of the latents of different composer rows (c).
+        latent_cosine: mean cosine similarity of the latents of different composer rows (c);
+            latent_cosine_untrained: the same for the untrained composer (b) (None: not scored).
         targets, tokens, decisive_tokens: how many targets / action tokens were scored.
         target_ids: the scored targets' trajectory ids.
         sums, sums_decisive: per rung, per target, the summed token NLL (nats); counts,
@@ -99,6 +100,7 @@ class Ladder(BaseModel):
     nll_decisive: dict[str, float]
     differences: list[Difference]
     latent_cosine: float
+    latent_cosine_untrained: float | None = None
     targets: int
     tokens: int
     decisive_tokens: int
@@ -329,10 +331,14 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                 backbone, bt, backbone.get_input_embeddings().weight.new_zeros(bt.input_ids_BT.shape[0], 0,
                                                                                composer.hparams["hidden_size"]),
                 "prefix")]
+            untrained = []
             if untrained_phi is not None:
                 with swapped_phi(composer, untrained_phi):
-                    rows["b"] = [r for bt in deployed for r in token_nll_rows(
-                        backbone, bt, composer(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement)]
+                    rows["b"] = []
+                    for bt in deployed:
+                        c_BNd = composer(bt.exp_ids_BJL, bt.exp_mask_BJL)
+                        untrained.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
+                        rows["b"] += token_nll_rows(backbone, bt, c_BNd, t.placement)
             latents = []
             for rung in ("c", "d", "e", "f"):
                 rows[rung] = []
@@ -347,9 +353,10 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                 rows["h"] = [r for bt in deployed for r in token_nll_rows(
                     backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement)]
             cosine = mean_pairwise_cosine(_distinct_rows(torch.cat(latents), deployed))
+            cosine_b = mean_pairwise_cosine(_distinct_rows(torch.cat(untrained), deployed)) if untrained else None
     finally:
         backbone.train(was_training)
-    return ladder_of(rows, [traj.trajectory_id for traj in t.targets], cosine)
+    return ladder_of(rows, [traj.trajectory_id for traj in t.targets], cosine, cosine_b)
 
 
 def _row(batch: LatentBatch, b: int) -> LatentBatch:
@@ -370,9 +377,10 @@ def _distinct_rows(latents_NKd: Tensor, batches: list[LatentBatch]) -> Tensor:
     return latents_NKd[keep]
 
 
-def ladder_of(rows: dict[str, list[Tensor]], target_ids: list[str], latent_cosine: float) -> Ladder:
+def ladder_of(rows: dict[str, list[Tensor]], target_ids: list[str], latent_cosine: float,
+              latent_cosine_untrained: float | None = None) -> Ladder:
     """The :class:`Ladder` of per-rung, per-target token NLL rows (rung "a" required: it marks
-    the decisive tokens)."""
+    the decisive tokens) and the latent cosines of the trained and untrained composer."""
     decisive = [r > DECISIVE_NATS for r in rows["a"]]
     counts = [int(r.numel()) for r in rows["a"]]
     counts_d = [int(m.sum()) for m in decisive]
@@ -387,7 +395,8 @@ def ladder_of(rows: dict[str, list[Tensor]], target_ids: list[str], latent_cosin
             diffs.append(Difference(x=x, y=y, diff=d, se=se, diff_decisive=dd, se_decisive=sed))
     return Ladder(nll={k: sum(v) / max(tok, 1) for k, v in sums.items()},
                   nll_decisive={k: sum(v) / tok_d if tok_d else math.nan for k, v in sums_d.items()},
-                  differences=diffs, latent_cosine=latent_cosine, targets=len(target_ids), tokens=tok,
+                  differences=diffs, latent_cosine=latent_cosine, latent_cosine_untrained=latent_cosine_untrained,
+                  targets=len(target_ids), tokens=tok,
                   decisive_tokens=tok_d, target_ids=target_ids, sums=sums, sums_decisive=sums_d, counts=counts,
                   counts_decisive=counts_d)
 
@@ -456,6 +465,8 @@ def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder
         table.add_row("", f"({d.x}) - ({d.y}), paired", f"{d.diff:+.4f} ± {d.se:.4f}",
                       f"{d.diff_decisive:+.3f} ± {d.se_decisive:.3f}")
     table.add_row("", "latent cosine, different experiences", f"{ladder.latent_cosine:.3f}", "")
+    if ladder.latent_cosine_untrained is not None:
+        table.add_row("", "the same, untrained composer", f"{ladder.latent_cosine_untrained:.3f}", "")
     console.print(table)
 
 
@@ -469,7 +480,9 @@ def ladder_markdown(ladder: Ladder) -> list[str]:
     lines += ["", "| paired over targets | all tokens | decisive tokens |", "|---|---|---|"]
     lines += [f"| ({d.x}) - ({d.y}) | {d.diff:+.4f} ± {d.se:.4f} | {d.diff_decisive:+.3f} ± {d.se_decisive:.3f} |"
               for d in ladder.differences]
-    lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}.", ""]
+    untrained = ("" if ladder.latent_cosine_untrained is None
+                 else f" (untrained composer: {ladder.latent_cosine_untrained:.3f})")
+    lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}{untrained}.", ""]
     return lines
 
 
