@@ -204,3 +204,46 @@ def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latent
     for rung, sums in again.sums.items():  # the same targets score as in the run's own ladder
         for tid, value in zip(again.target_ids, sums):
             assert value == pytest.approx(ladder.sums[rung][ladder.target_ids.index(tid)], rel=1e-5)
+
+
+class _StubRetriever:
+    """Returns the store's other trajectories in order, as the retriever's hits."""
+
+    def __init__(self, trajs):
+        self.trajs = trajs
+
+    def retrieve(self, text, J, *, exclude_ids=(), exclude_task_ids=(), **kw):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(trajectory=t) for t in self.trajs
+                if t.trajectory_id not in exclude_ids and t.task_id not in exclude_task_ids][:J]
+
+
+def test_self_retrieval_puts_the_target_first_in_training_only(tmp_path):
+    from stages.coldstart.data import ColdstartData
+
+    trajs = two_env_trajs()
+    config = ColdstartConfig(experiences="x", out=str(tmp_path), J=3, self_retrieval=True)
+    data = ColdstartData(_StubRetriever(trajs), tiny_tokenizer(), config, heldout_tasks=set())
+    train = data.experiences(trajs[:2], heldout=False)
+    held = data.experiences(trajs[:2], heldout=True)
+    for target, exps, exps_held in zip(trajs[:2], train, held):
+        assert exps[0] is target and len(exps) == 3 and exps[1:] == exps_held[:2]
+        assert target not in exps_held
+    plain = ColdstartData(_StubRetriever(trajs), tiny_tokenizer(), config.model_copy(update={"self_retrieval": False}),
+                          heldout_tasks=set())
+    assert plain.experiences(trajs[:2], heldout=False) == held
+
+
+def test_encoder_lora_gets_its_own_learning_rate(tmp_path, two_env_store):
+    tiny_dir = str(save_tiny(tmp_path / "tiny"))
+    base = dict(experiences=two_env_store, model=tiny_dir, steps=1, lr=1e-2, J=1, K=2, depth=1, lora_rank=2,
+                activation_checkpointing=False)
+    run = coldstart.Coldstart(ColdstartConfig(out=str(tmp_path / "a"), lr_encoder=1e-4, **base),
+                              embedder=HashEmbedder())
+    lora, compressor = run.optimizer.param_groups
+    assert (lora["lr"], compressor["lr"]) == (1e-4, 1e-2)
+    assert {id(p) for p in lora["params"]} | {id(p) for p in compressor["params"]} == {id(p) for p in run.params}
+    assert {id(p) for p in compressor["params"]} == {id(p) for p in run.composer.compressor.parameters()}
+    one = coldstart.Coldstart(ColdstartConfig(out=str(tmp_path / "b"), **base), embedder=HashEmbedder())
+    assert len(one.optimizer.param_groups) == 1 and one.optimizer.param_groups[0]["lr"] == 1e-2
