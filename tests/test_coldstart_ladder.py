@@ -193,7 +193,8 @@ def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latent
     again = coldstart.run(config.model_copy(update={"resume": True}), embedder=HashEmbedder())
     assert again.ladder == ladder
     # `lopd report` shows it; `lopd ladder` scores the finished composer again, leaving the run as it was
-    report_md = report_stage.run(ReportConfig(runs=[str(tmp_path / "out")])) and (tmp_path / "out" / "report" / "summary.md")
+    report_stage.run(ReportConfig(runs=[str(tmp_path / "out")]))
+    report_md = tmp_path / "out" / "report" / "summary.md"
     assert "Composer ladder" in report_md.read_text() and "| (h) | J x K free vectors" in report_md.read_text()
     before = sorted(p.name for p in (tmp_path / "out").iterdir())
     monkeypatch.setattr("stages.core.data.retrieval.load_embedder", lambda *a, **k: HashEmbedder())

@@ -368,8 +368,9 @@ def _row(batch: LatentBatch, b: int) -> LatentBatch:
 def _distinct_rows(latents_NKd: Tensor, batches: list[LatentBatch]) -> Tensor:
     """The latents of distinct composer input rows (a row repeated in the batches counts once)."""
     keys, keep = set(), []
-    for r, (ids_L, mask_L) in enumerate((ids, mask) for bt in batches
-                                        for ids, mask in zip(bt.exp_ids_BJL.flatten(0, 1), bt.exp_mask_BJL.flatten(0, 1))):
+    rows = ((ids, mask) for bt in batches
+            for ids, mask in zip(bt.exp_ids_BJL.flatten(0, 1), bt.exp_mask_BJL.flatten(0, 1)))
+    for r, (ids_L, mask_L) in enumerate(rows):
         key = tuple(ids_L[mask_L.bool()].tolist())
         if key not in keys:
             keys.add(key)
@@ -445,7 +446,8 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
     targets, both = [heldout[i] for i in idx], partners(heldout, exps, envs)
     inputs = LadderInputs(tokenizer=tokenizer, targets=targets, experiences=[exps[i] for i in idx],
                           same_env_experiences=[exps[both[True][i]] for i in idx],
-                          other_env_experiences=[exps[both[False][i]] for i in idx], tools=data.tools(targets), J=config.J,
+                          other_env_experiences=[exps[both[False][i]] for i in idx], tools=data.tools(targets),
+                          J=config.J,
                           max_exp_tokens=config.max_exp_tokens, max_len=config.max_len, placement=config.placement,
                           batch_size=config.batch_size)
     free = free_prompt_of(composer, data, train, config, out)

@@ -62,7 +62,8 @@ from stages.core.run.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
 )
 from stages.core.models.composer import (
-    Composer, adapter_parameters, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
+    Composer, adapter_parameters, base_parameters, enable_activation_checkpointing, preserve_requires_grad,
+    save_composer,
 )
 from stages.core.models.assembly import load_composer
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory, rss_mb
@@ -306,7 +307,8 @@ class Coldstart:
         batch = self.data.batch([self.targets.train[i] for i in batch_ids], heldout=False, device=self.device)
         self.optimizer.zero_grad(set_to_none=True)
         if step < c.reconstruction_steps:
-            loss, m = reconstruction_nll(self.composer, batch.exp_ids_BJL.flatten(0, 1), batch.exp_mask_BJL.flatten(0, 1))
+            loss, m = reconstruction_nll(self.composer, batch.exp_ids_BJL.flatten(0, 1),
+                                         batch.exp_mask_BJL.flatten(0, 1))
         else:
             loss, m = action_nll(self.composer, batch, c.placement)
         for p in self.params:  # adapter switching may clear the requires_grad flags

@@ -3,8 +3,9 @@
 
 The run folder is copied into a temporary folder first (a cold start resumed writes into its
 folder); the store and settings are the run's own (its ``config.json``; relative paths are read
-from the current folder, so run it from the folder the cold start ran in). The one file it adds to the run folder is the free-vector control
-(h) (``free_prompt.safetensors``) when it had to train one, so that a second scoring reuses it.
+from the current folder, so run it from the folder the cold start ran in). The one file it adds
+to the run folder is the free-vector control (h) (``free_prompt.safetensors``) when it had to
+train one, so that a second scoring reuses it.
 """
 from __future__ import annotations
 
