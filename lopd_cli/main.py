@@ -222,6 +222,11 @@ def coldstart(
     exclude_same_task: bool = typer.Option(True, "--exclude-same-task/--allow-same-task", help="Never retrieve a trajectory of the target's own task (it would hold the answer)."),
     activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: older spelling)."),
     grad_clip: float = typer.Option(1.0, "--grad-clip", "--max-grad-norm", help="Gradient clipping of phi (--max-grad-norm: older spelling)."),
+    lr_encoder: Optional[float] = typer.Option(None, "--lr-encoder", help="Learning rate of the composer's encoder LoRA (default: --lr; the compressor trains at --lr)."),
+    reconstruction_steps: int = typer.Option(0, "--reconstruction-steps", help="The first this many steps pre-train the composer to autoencode its inputs (the teacher reproduces each from its latents)."),
+    self_retrieval: bool = typer.Option(False, "--self-retrieval/--no-self-retrieval", help="A training target's own trajectory is its first experience (the official recipe's allow_self_retrieval); held-out scoring never does this."),
+    ladder: bool = typer.Option(True, "--ladder/--no-ladder", help="At the end, score the ladder of controls (no latents ... free vectors; trains the free-vector control for --steps more steps)."),
+    ladder_targets: int = typer.Option(32, "--ladder-targets", help="Held-out targets the ladder scores (a seeded subset; 0 = all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
     resume: bool = RESUME_RUN,
 ) -> None:
@@ -229,6 +234,21 @@ def coldstart(
     from stages.coldstart import recipe as stage
 
     stage.run(_config(ctx, config, stage.ColdstartConfig, resume=resume))
+
+
+@app.command()
+@friendly
+def ladder(
+    run: str = typer.Argument(..., metavar="RUN", help="A finished `lopd coldstart --out` folder (run it from the folder the cold start ran in: the run's paths are relative to it).", show_default=False),
+    targets: int = typer.Option(32, "--targets", help="Held-out targets to score (a seeded subset; 0 = all)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the subset."),
+    out: Optional[str] = typer.Option(None, "--out", help="Also write the ladder as JSON here."),
+) -> None:
+    """Score a finished cold start's composer on the ladder of controls (no latents, untrained, retrieved,
+    another task's, another environment's, its own trajectory, as text, free vectors); the run folder is not changed."""
+    from stages.coldstart.rescore import rescore
+
+    rescore(run, targets=targets, seed=seed, out=out)
 
 
 @app.command()

@@ -10,8 +10,9 @@ evaluation reports alone is summarised without plots. Writes into ``out``:
   anchor and latents, gradient norms, seconds per step, peak memory): one panel per metric, one line per run, against
   generations when every row has them (distill), else against steps;
 - ``summary.md``: per run the steps, first / last / min / max of each metric (for a distill run
-  also sample rollouts of its last steps: :mod:`stages.samples`), and the scores of the
-  evaluation reports found.
+  also sample rollouts of its last steps: :mod:`stages.samples`; for a cold start its ladder of
+  controls, ``ladder.json``: :mod:`stages.coldstart.ladder`), and the scores of the evaluation
+  reports found.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
+from stages.coldstart.ladder import LADDER, Ladder, ladder_markdown
 from stages.core.data.inputs import read_utf8
 from stages.core.run.runs import METRICS_FILE
 from stages.samples import run_samples
@@ -277,9 +279,10 @@ def summary_row(path: str, report: dict[str, Any]) -> str:
 
 
 def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
-            samples: dict[str, list[str]] | None = None) -> str:
-    """The markdown summary: metrics per run (first, last, min, max) and its ``samples`` lines
-    (sample rollouts, by run label), then evaluation scores."""
+            samples: dict[str, list[str]] | None = None, ladders: dict[str, Ladder] | None = None) -> str:
+    """The markdown summary: metrics per run (first, last, min, max), its ``samples`` lines
+    (sample rollouts, by run label) and a cold start's ladder of controls (``ladders``, by run
+    label), then evaluation scores."""
     lines = ["# Run report", ""]
     for label, rows in runs.items():
         keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "step" and _numeric(rows, k)]
@@ -290,6 +293,8 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
             lines.append(f"| {key} | {values[0]:.4g} | {values[-1]:.4g} | {min(values):.4g} | {max(values):.4g} |")
         lines.append("")
         lines += (samples or {}).get(label, [])
+        if label in (ladders or {}):
+            lines += ladder_markdown(ladders[label])
     if reports:
         lines += ["## Evaluation reports", "", "| report | bench | model | tasks | scores |", "|---|---|---|---|---|"]
         lines += [summary_row(path, report) for path, report in reports]
@@ -343,7 +348,9 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
             plot_group(out / f"{stem}.png", title, present, runs, x, levels)
             plots.append(f"{stem}.png")
     samples = {label: run_samples(metric_files[label].parent, config.samples_steps) for label in runs}
-    (out / "summary.md").write_text(summary(runs, reports, samples))
+    ladders = {label: Ladder.model_validate_json(read_utf8(path)) for label in runs
+               if (path := metric_files[label].parent / LADDER).is_file()}
+    (out / "summary.md").write_text(summary(runs, reports, samples, ladders))
     console.print(f"[bold]report[/] of {len(runs)} run(s) ({', '.join(runs) or 'no metrics'}) and {len(reports)} "
                   f"evaluation report(s): {', '.join([*plots, 'summary.md'])} written to {out}", soft_wrap=True)
     return {"out": str(out), "plots": plots, "runs": list(runs), "reports": [p for p, _ in reports]}

@@ -6,7 +6,9 @@ stages/coldstart/heldout.py), with the code of this checkout, and print the resu
 
 The run folder is copied into a temporary folder first (a cold start resumed writes into its
 folder), so it is left as it was; the store and settings are the run's own (its config.json): run
-it from the folder the cold start ran in.
+it from the folder the cold start ran in. The full ladder of controls (the same four and four more:
+another environment's experiences, the target's own trajectory, the experiences as text, free
+vectors) is `lopd ladder RUN_FOLDER`.
 """
 from __future__ import annotations
 

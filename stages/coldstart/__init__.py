@@ -1,2 +1,2 @@
 """`lopd coldstart`: the composer phi_0 trained on successful trajectories (recipe), its batches
-(data), its held-out check (heldout) and its settings."""
+(data), its held-out check (heldout), the ladder of controls (ladder) and its settings."""

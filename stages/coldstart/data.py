@@ -4,8 +4,9 @@ Targets are the store's successful train-split trajectories (optionally of one e
 prompt leaves room for an action within ``max_len``. Tasks are split deterministically (seeded
 hash of the task id) into train and held-out tasks (:func:`split_tasks`). Retrieval for a
 training target never returns the target itself, never a held-out task's trajectory and, with
-``exclude_same_task``, no trajectory of the target's own task; held-out targets retrieve from
-the whole store (:class:`ColdstartData`).
+``exclude_same_task``, no trajectory of the target's own task (with ``self_retrieval`` the
+target itself is put first among its experiences); held-out targets retrieve from the whole
+store (:class:`ColdstartData`).
 """
 from __future__ import annotations
 
@@ -71,7 +72,10 @@ class ColdstartData:
             )
             for t, exps in zip(todo, found):
                 self._exps[(t.trajectory_id, heldout)] = exps
-        return [self._exps[(t.trajectory_id, heldout)] for t in trajs]
+        found = [self._exps[(t.trajectory_id, heldout)] for t in trajs]
+        if self.config.self_retrieval and not heldout:  # the target itself first (allow_self_retrieval)
+            return [[t, *exps[: self.config.J - 1]] for t, exps in zip(trajs, found)]
+        return found
 
     def tools(self, trajs: list[Trajectory]) -> list[list[dict]]:
         """Per target, the tool schemas of its prompt (cached)."""

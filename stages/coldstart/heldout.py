@@ -8,7 +8,9 @@ composer given the experiences retrieved for a held-out target of ANOTHER task (
 list moved by the smallest shift that gives every target another task's, none of them of the
 target's own task): (d) above (c) says the
 latents carry the content of the experiences they encode; (d) equal to (c) says they act as a
-prompt common to all inputs. The training loss is the same NLL (:func:`action_nll`).
+prompt common to all inputs. The training loss is the same NLL (:func:`action_nll`), after
+optional autoencoding steps (:func:`reconstruction_nll`). The full ladder of controls:
+:mod:`stages.coldstart.ladder`.
 """
 from __future__ import annotations
 
@@ -24,9 +26,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from schemas import Trajectory
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
-from stages.core.latent.teacher import latent_teacher_logits
+from stages.core.latent.teacher import latent_teacher_logits, teacher_logits
 from stages.core.losses.lopd import masked_nll
-from stages.core.models.composer import Composer
+from stages.core.models.composer import Composer, unique_rows
 from stages.core.run.progress import StageProgress
 
 
@@ -70,6 +72,32 @@ def action_nll(composer: Composer, batch: LatentBatch, placement: str, latents: 
     logits = latent_teacher_logits(composer.backbone, batch, c_phi, placement if latents else "prefix")
     lg, tgt, mask = shift_for_loss(logits, batch)
     return masked_nll(lg, tgt, mask)
+
+
+def reconstruction_nll(composer: Composer, exp_ids_NL: torch.Tensor, exp_mask_NL: torch.Tensor
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Autoencoding objective of the composer (ICAE's pre-training): the frozen teacher reads the
+    K latents of a composer input row, then the row's own tokens, and is scored on them.
+
+    Each distinct row (:func:`stages.core.models.composer.unique_rows`) counts once, cut to the
+    composer's ``max_exp_tokens``; token 0 of a row follows the last latent and is not scored
+    (the teacher's aligned logits start at token 1), tokens 1..L-1 are. Pooled over all scored
+    tokens (nats per token).
+
+    Args:
+        exp_ids_NL: LongTensor (N, L), right-padded composer input rows; exp_mask_NL: (N, L) bool.
+
+    Returns:
+        ``(loss, metrics)`` of :func:`stages.core.losses.lopd.masked_nll` (``nll``, ``num_tokens``).
+    """
+    first_U, _ = unique_rows(exp_ids_NL, exp_mask_NL)
+    ids_UL, mask_UL = exp_ids_NL[first_U], exp_mask_NL[first_U].bool()
+    if composer.max_exp_tokens is not None:
+        ids_UL, mask_UL = ids_UL[:, : composer.max_exp_tokens], mask_UL[:, : composer.max_exp_tokens]
+    latents_UKd = composer.encode(ids_UL, mask_UL)
+    logits = teacher_logits(composer.backbone, ids_UL, mask_UL, latents_UKd,
+                            torch.zeros(ids_UL.shape[0], dtype=torch.long, device=ids_UL.device))
+    return masked_nll(logits[:, :-1], ids_UL[:, 1:], mask_UL[:, 1:])
 
 
 @contextlib.contextmanager

@@ -54,13 +54,15 @@ from rich.progress import (
 from rich.table import Table
 
 from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
-from stages.coldstart.heldout import HeldoutResult, action_nll, evaluate_heldout
+from stages.coldstart.heldout import HeldoutResult, action_nll, evaluate_heldout, reconstruction_nll
+from stages.coldstart.ladder import LADDER, Ladder, heldout_of, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.run.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
 )
 from stages.core.models.composer import (
-    Composer, base_parameters, enable_activation_checkpointing, preserve_requires_grad, save_composer,
+    Composer, adapter_parameters, base_parameters, enable_activation_checkpointing, preserve_requires_grad,
+    save_composer,
 )
 from stages.core.models.assembly import load_composer
 from stages.core.run.progress import StageProgress
@@ -76,11 +78,13 @@ KEEP_CHECKPOINTS = 2
 LOSS_WINDOW = 10  # the progress bar and the summary report the mean loss of this many last steps
 # Settings a resumed run may change (they do not change the meaning of finished steps), and
 # the fields holding paths (compared after resolving).
-_RESUMABLE = RESUMABLE | {"eval_every"}
+_RESUMABLE = RESUMABLE | {"eval_every", "ladder", "ladder_targets"}
 _PATH_FIELDS = ("experiences", "out")
 _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "depth", "qformer_shared", "lora_rank",
              "max_exp_tokens", "max_len", "placement", "heldout_fraction", "exclude_same_task",
              "seed", "env", "grad_clip"]
+# later settings join the run id only when not at their default (earlier runs keep their ids)
+_LEVER_KEYS = ["lr_encoder", "reconstruction_steps", "self_retrieval"]
 _SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
 
 
@@ -101,6 +105,7 @@ class ColdstartReport(BaseModel):
     final_loss: float
     final_loss_steps: int = 0
     heldout: HeldoutResult | None
+    ladder: Ladder | None = None
     seconds: float
     seconds_per_step: float
     peak_rss_mb: float
@@ -186,7 +191,8 @@ class Coldstart:
         self.config, self.console = config, console or Console()
         self.t_start = time.perf_counter()
         self.out = Path(config.out)
-        start = start_run(self.out, "coldstart", config, _RUN_KEYS, resume=config.resume, may_change=_RESUMABLE,
+        run_keys = _RUN_KEYS + [k for k in _LEVER_KEYS if getattr(config, k) != ColdstartConfig.model_fields[k].default]
+        start = start_run(self.out, "coldstart", config, run_keys, resume=config.resume, may_change=_RESUMABLE,
                           path_fields=_PATH_FIELDS, say=self.console.print)
         self.run_id, ckpt = start.run_id, start.checkpoint
         store = ExperienceStore.open(config.experiences, create=False)
@@ -209,6 +215,7 @@ class Coldstart:
         self.losses = [r["loss"] for r in read_metrics(self.metrics_path)]
         self.step_seconds: list[float] = []
         self.result: HeldoutResult | None = None
+        self.ladder_scored = False  # this process scored the ladder (ladder.json is its)
 
     def _load_backbone(self):
         """Load the backbone and tokenizer; check a step's memory. Returns the model."""
@@ -262,7 +269,11 @@ class Coldstart:
         self.digest_before = _backbone_digest(self.composer)
         if c.activation_checkpointing:
             enable_activation_checkpointing(self.composer.backbone)
-        self.optimizer = torch.optim.AdamW(self.params, lr=c.lr, weight_decay=0.0)
+        groups = [{"params": self.params}]  # one group unless psi has its own lr (earlier checkpoints: one)
+        if c.lr_encoder is not None:
+            groups = [{"params": adapter_parameters(self.composer.backbone, self.composer.adapter_name),
+                       "lr": c.lr_encoder}, {"params": list(self.composer.compressor.parameters())}]
+        self.optimizer = torch.optim.AdamW(groups, lr=c.lr, weight_decay=0.0)
 
     def _resume(self, ckpt: Path | None) -> int:
         """Restore the optimizer and RNG states of ``ckpt``; returns the step to start from."""
@@ -297,7 +308,11 @@ class Coldstart:
         batch_ids = coldstart_stream(len(self.targets.train), c.seed, step * c.batch_size, c.batch_size)
         batch = self.data.batch([self.targets.train[i] for i in batch_ids], heldout=False, device=self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        loss, m = action_nll(self.composer, batch, c.placement)
+        if step < c.reconstruction_steps:
+            loss, m = reconstruction_nll(self.composer, batch.exp_ids_BJL.flatten(0, 1),
+                                         batch.exp_mask_BJL.flatten(0, 1))
+        else:
+            loss, m = action_nll(self.composer, batch, c.placement)
         for p in self.params:  # adapter switching may clear the requires_grad flags
             p.requires_grad_(True)
         loss.backward()
@@ -308,10 +323,10 @@ class Coldstart:
         release_free_memory()  # freed activations back to the OS: RSS stays flat over steps
         done = step + 1
         record = {"step": done, "loss": loss, "nll": m["nll"], "grad_norm": grad_norm,
-                  "lr": self.optimizer.param_groups[0]["lr"], "tokens": int(m["num_tokens"]),
+                  "lr": c.lr, "tokens": int(m["num_tokens"]),
                   "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
         if done == c.steps and self.targets.heldout:  # the final evaluation, four ways, on the curve too
-            self.result = self.heldout_eval(baselines=True)
+            self.result = self.final_heldout()
             record.update(heldout_nll=self.result.nll_trained, heldout_nll_no_latents=self.result.nll_no_latents)
             if self.result.nll_untrained is not None:
                 record["heldout_nll_untrained"] = self.result.nll_untrained
@@ -366,16 +381,17 @@ class Coldstart:
                 "store": c.experiences})
             result = self.result
             if result is None:  # not evaluated in the loop (nothing held out, or nothing left to train)
-                result = self.heldout_eval(baselines=True)
+                result = self.final_heldout()
             if result is not None:
                 (out / HELDOUT).write_text(result.model_dump_json(indent=2))
+        ladder = self._ladder() if c.ladder else None  # scored by final_heldout, or read back
         unchanged = _backbone_digest(self.composer) == self.digest_before
         recent = _recent_loss(self.losses)
         report = ColdstartReport(
             run_id=self.run_id, out=str(out), final=str(final), backbone_id=self.backbone_id, steps=c.steps,
             start_step=self.start_step, train_trajectories=len(t.train), train_tasks=len(t.train_tasks),
             too_long=t.too_long, heldout_trajectories=len(t.heldout), heldout_tasks=len(t.heldout_tasks),
-            final_loss=recent["loss"], final_loss_steps=recent["window"], heldout=result,
+            final_loss=recent["loss"], final_loss_steps=recent["window"], heldout=result, ladder=ladder,
             seconds=time.perf_counter() - self.t_start,
             seconds_per_step=sum(self.step_seconds) / max(len(self.step_seconds), 1), peak_rss_mb=peak_rss_mb(),
             backbone_unchanged=unchanged,
@@ -383,6 +399,32 @@ class Coldstart:
         if not unchanged:
             raise RuntimeError("coldstart changed the backbone weights: only phi may be trained")
         return report
+
+    def final_heldout(self) -> HeldoutResult | None:
+        """The final held-out check: with ``ladder``, rungs (a)-(d) of the ladder (:func:`heldout_of`,
+        on its targets); else (or with too few targets for a ladder) four ways on every held-out
+        target (:meth:`heldout_eval`). None when nothing is held out."""
+        if self.config.ladder and self.targets.heldout and (ladder := self._ladder()) is not None:
+            return heldout_of(ladder)
+        return self.heldout_eval(baselines=True)
+
+    def _ladder(self) -> Ladder | None:
+        """The ladder of controls (:mod:`stages.coldstart.ladder`), read from ``ladder.json`` when this
+        process or a finished run wrote it, else scored and written there; None when too few
+        targets are held out."""
+        path = self.out / LADDER
+        if (self.start_step == self.config.steps or self.ladder_scored) and path.is_file():
+            return Ladder.model_validate_json(path.read_text())
+        self.ladder_scored = True
+        ladder = self.ladder_eval()
+        if ladder is not None:
+            path.write_text(ladder.model_dump_json(indent=2))
+        return ladder
+
+    def ladder_eval(self, limit: int | None = None, seed: int | None = None) -> Ladder | None:
+        """The ladder on at most ``limit`` held-out targets chosen with ``seed`` (defaults: the config's)."""
+        return run_ladder(self.composer, self.tokenizer, self.data, self.targets.train, self.targets.heldout,
+                          self.config, self.untrained_phi, self.out, limit=limit, seed=seed)
 
     def run(self) -> ColdstartReport:
         """Train the remaining steps and finish; returns the summary (also printed as a table)."""
@@ -395,6 +437,8 @@ class Coldstart:
         self.train()
         report = self.finish()
         _print_summary(self.console, report)
+        if report.ladder is not None:
+            print_ladder(self.console, report.ladder)
         return report
 
 

@@ -16,6 +16,13 @@ class ColdstartConfig(BaseModel):
         out: output folder.
         model: backbone (``smollm2-135m``, HF id or local folder).
         steps, lr, batch_size: AdamW steps (constant lr, no weight decay), targets per step.
+        lr_encoder: learning rate of the encoder LoRA psi (None: ``lr``; the compressor always
+            trains at ``lr``).
+        reconstruction_steps: the first this many of ``steps`` train the autoencoding objective
+            (:func:`stages.coldstart.heldout.reconstruction_nll`: the teacher reproduces each composer
+            input from its latents) instead of the action NLL.
+        self_retrieval: a training target's own trajectory is its first experience (then the
+            first J - 1 retrieved ones); the official recipe's ``allow_self_retrieval``.
         J, K, depth, lora_rank, max_exp_tokens: composer (experiences per target, latents per
             experience, QFormer block applications, composer LoRA rank, token cap of one experience).
         qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
@@ -34,6 +41,9 @@ class ColdstartConfig(BaseModel):
         activation_checkpointing: recompute the backbone layers in backward (less memory);
             also accepted as ``grad_checkpointing``.
         grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
+        ladder, ladder_targets: at the end, score the ladder of controls on at most
+            ``ladder_targets`` held-out targets (0 = all; :mod:`stages.coldstart.ladder`), which
+            trains the free-vector control (h) for ``steps`` more steps.
         device, dtype: where the backbone and composer live and the backbone's dtype (None:
             CUDA in bfloat16 when a GPU is visible, else the CPU in float32;
             :func:`stages.core.models.backbone.resolve_device_dtype`).
@@ -46,6 +56,9 @@ class ColdstartConfig(BaseModel):
     model: str = "smollm2-135m"
     steps: int = Field(default=200, ge=1)
     lr: float = Field(default=1e-4, gt=0)
+    lr_encoder: float | None = Field(default=None, gt=0)
+    reconstruction_steps: int = Field(default=0, ge=0)
+    self_retrieval: bool = False
     batch_size: int = Field(default=2, ge=1)
     J: int = Field(default=3, ge=1)
     K: int = Field(default=32, ge=1)
@@ -65,5 +78,7 @@ class ColdstartConfig(BaseModel):
     activation_checkpointing: bool = Field(
         default=True, validation_alias=AliasChoices("activation_checkpointing", "grad_checkpointing"))
     grad_clip: float | None = Field(default=1.0, gt=0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
+    ladder: bool = True
+    ladder_targets: int = Field(default=32, ge=0)
     device: str | None = None
     dtype: DType | None = None

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The composer ladder on lopd's study bed (docs/results/composer-ladder.md): one cold start per
+# lever, each scored on the ladder of controls at its end (`lopd coldstart`'s ladder), on CPU, one
+# thread. Needs the bed's store of verified train references, indexed:
+#   lopd collect --env lopd-bed --split train --reference --store runs/bed/store && lopd index --store runs/bed/store
+# Usage: bash examples/study/composer_ladder.sh NAME [NAME ...]  (names below; each skips a finished run)
+set -euo pipefail
+STORE=${STORE:-runs/bed/store}
+MODEL=${MODEL:-smollm2-135m}
+OUT=${OUT:-runs/ladder}
+RESULTS=docs/results/composer-ladder
+LOPD=${LOPD:-lopd}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+# today's bed composer (examples/study/bed_run.sh): J 2, K 8, depth 2, 20 steps at lr 1e-3
+base=(--experiences "$STORE" --model "$MODEL" --J 2 --K 8 --depth 2 --max-exp-tokens 192 --lr 1e-3
+      --no-activation-checkpointing --heldout-fraction 0.2 --seed 0 --ladder-targets 12 --batch-size 2)
+declare -A LEVERS=(
+  [today]="--steps 20 --ladder-targets 8"
+  [self]="--steps 20 --self-retrieval --ladder-targets 8"
+  [self-recon]="--steps 20 --self-retrieval --reconstruction-steps 8"
+  [self-lrenc]="--steps 20 --self-retrieval --lr-encoder 1e-4"
+  [self-40]="--steps 40 --self-retrieval"
+  [official]="--steps 20 --self-retrieval --J 3 --K 32"
+)
+# levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):
+# FreePrompt ignores its inputs, so it trains to the same vectors in every such run
+SHARES_H=" today self self-recon self-lrenc "
+mkdir -p "$RESULTS"
+for name in "$@"; do
+  if [[ "$SHARES_H" == *" $name "* && ! -d "$OUT/$name" ]]; then
+    for other in $SHARES_H; do
+      if [ -f "$OUT/$other/free_prompt.safetensors" ]; then
+        mkdir -p "$OUT/$name" && cp "$OUT/$other/free_prompt.safetensors" "$OUT/$name/" && break
+      fi
+    done
+  fi
+  # shellcheck disable=SC2086
+  $LOPD coldstart "${base[@]}" ${LEVERS[$name]} --checkpoint-every 100 --eval-every 100 --out "$OUT/$name" --resume
+  cp "$OUT/$name/ladder.json" "$RESULTS/$name.json"
+  cp "$OUT/$name/config.json" "$RESULTS/$name.config.json"
+done
