@@ -14,12 +14,15 @@ replies from its stdout; the child points fds 0/1 at /dev/null for the environme
 stray ``print`` or ``input`` in that code cannot corrupt the channel. Requests and replies:
 
 - ``{"op": "init", "code", "class_name", "init_config"}`` -> ``{"status": "ok"}``
-- ``{"op": "call", "name", "args", "official"?}`` -> ``{"status": "ok", "result": text}`` or
-  ``{"status": "error", "error": text}`` (the tool raised). With ``"official": true`` (EnvScaler's
+- ``{"op": "call", "name", "args", "official"?}`` -> ``{"status": "ok", "result": text, "refused": bool}``
+  or ``{"status": "error", "error": text}`` (the tool raised). With ``"official": true`` (EnvScaler's
   own rules) a name the instance lacks gets ``{"status": "invalid"}`` and the result text is
-  ``str(result)``; otherwise the result is JSON text (strings as they are)
-- ``{"op": "score", "checks": [source, ...], "timeout_s"}`` ->
-  ``{"status": "ok", "results": [{"passed": bool, "error": text | null}, ...]}``
+  ``str(result)``; otherwise the result is JSON text (strings as they are). ``refused``: the tool
+  returned a dict whose ``success`` is False (the environment turned the request down)
+- ``{"op": "score", "checks": [source, ...], "timeout_s", "reference"?: [{"name", "args"}, ...]}`` ->
+  ``{"status": "ok", "results": [{"passed": bool, "error": text | null}, ...]}``; with ``reference``
+  (the ``exact`` rules) also ``"exact": {"equal": bool, "outside": [path, ...], "reference_error":
+  text | null}`` from :func:`exact_verdict` against a fresh instance that ran the reference calls
 
 Any request may instead get ``{"status": "fatal", "error": text}`` (the class failed to load or
 construct, or memory ran out): the episode cannot continue.
@@ -108,10 +111,40 @@ def _construct(cls: type, init_config: dict[str, Any]) -> Any:
     return instance
 
 
+def state_diff(a: Any, b: Any, path: tuple = ()) -> list[tuple]:
+    """Paths (tuples of keys) where states ``a`` and ``b`` differ: dicts are compared key by key
+    (a key on one side only is a difference at its path), anything else (lists included) as a
+    whole value. Pure; ``[]`` when ``a == b``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[tuple] = []
+        for key in sorted(set(a) | set(b), key=repr):
+            if key not in a or key not in b:
+                out.append(path + (key,))
+            else:
+                out.extend(state_diff(a[key], b[key], path + (key,)))
+        return out
+    return [] if a == b else [path]
+
+
+def exact_verdict(initial: dict[str, Any], reference: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
+    """The ``exact`` rules' comparison of an episode's final state with the reference's.
+
+    Returns:
+        ``{"equal": final == reference, "outside": paths (as lists of key reprs) where ``final``
+        differs from ``reference`` and that lie outside every path the reference changed}``: a
+        difference inside a path the reference changed (at it or below it) is a wrong value of a
+        wanted change; any other difference is a change the task did not ask for.
+    """
+    changed = state_diff(initial, reference)
+    outside = [p for p in state_diff(final, reference) if not any(p[:len(q)] == q for q in changed)]
+    return {"equal": final == reference, "outside": [[repr(k) for k in p] for p in outside]}
+
+
 class Session:
     def __init__(self) -> None:
         self.instance: Any = None
         self.initial_state: dict[str, Any] = {}
+        self.build: tuple[type, dict[str, Any]] | None = None  # (class, init_config): a second instance for ``exact``
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
@@ -123,6 +156,7 @@ class Session:
                 return {"status": "fatal", "error": f"class {req['class_name']!r} not defined by env_class_code"}
             self.instance = _construct(cls, req["init_config"])
             self.initial_state = _snapshot(self.instance)
+            self.build = (cls, req["init_config"])
             return {"status": "ok"}
         if op == "call":
             if req.get("official") and not hasattr(self.instance, req["name"]):
@@ -133,11 +167,31 @@ class Session:
                 raise
             except Exception as err:  # a tool that raises is an observation, not a crash
                 return {"status": "error", "error": f"{type(err).__name__}: {err}"}
-            return {"status": "ok", "result": str(result) if req.get("official") else _render(result)}
+            refused = isinstance(result, dict) and result.get("success") is False
+            return {"status": "ok", "result": str(result) if req.get("official") else _render(result), "refused": refused}
         if op == "score":
             final_state = _snapshot(self.instance)
-            return {"status": "ok", "results": [self._check(src, final_state, req["timeout_s"]) for src in req["checks"]]}
+            reply = {"status": "ok", "results": [self._check(src, final_state, req["timeout_s"]) for src in req["checks"]]}
+            if req.get("reference") is not None:
+                reply["exact"] = self._exact(req["reference"], final_state)
+            return reply
         return {"status": "fatal", "error": f"unknown op {op!r}"}
+
+    def _exact(self, calls: list[dict[str, Any]], final_state: dict[str, Any]) -> dict[str, Any]:
+        """:func:`exact_verdict` of ``final_state`` against a fresh instance that ran ``calls``
+        (``reference_error``: the first reference call that raised or was refused, else None)."""
+        reference = _construct(*self.build)
+        error = None
+        for call in calls:
+            try:
+                result = getattr(reference, call["name"])(**call["args"])
+            except MemoryError:
+                raise
+            except Exception as err:  # a broken reference is reported, the task then cannot succeed
+                result = {"success": False, "error": f"{type(err).__name__}: {err}"}
+            if error is None and isinstance(result, dict) and result.get("success") is False:
+                error = f"{call['name']}: {result.get('error')}"
+        return dict(exact_verdict(self.initial_state, _snapshot(reference), final_state), reference_error=error)
 
     def _check(self, source: str, final_state: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         import builtins
