@@ -1,6 +1,7 @@
 """Library domain of the lopd study bed: loans, holds, membership cards and study rooms.
 
-Four "main" environments in the EnvScaler table format (see the bed README). Each entry of
+Three "main" environments and a "transfer" one (study rooms: no train task uses it), in the EnvScaler
+table format (see the bed README). Each entry of
 ``ENVS`` carries the class source, terse tool schemas and ``make_task(rng)``, which draws a fresh
 initial state and one task (text, check functions, reference actions) from ``rng``. Stdlib only.
 """
@@ -426,7 +427,7 @@ ENVS = [
                _tool("renew_card", "Extend a card by some years.", card_id="string", years="integer"),
                _tool("freeze_card", "Freeze a lost card.", card_id="string")],
      "env_class_code": CARDS_CODE, "make_task": cards_task},
-    {"env_id": "bed_library_rooms", "env_class_name": "StudyRooms", "role": "main",
+    {"env_id": "bed_library_rooms", "env_class_name": "StudyRooms", "role": "transfer",
      "environment_introduction": "Library study rooms booked by members for one hour at a time.",
      "constraints_rules": ["Hours are whole numbers from 9 to 18 (9 = 9:00)."],
      "tools": [_tool("find_rooms", "List rooms free at an hour with enough seats.", hour="integer", seats="integer"),

@@ -1,7 +1,7 @@
 """Support-desk domain of the lopd study bed: tickets, customer accounts, refunds and IT help.
 
-Four "main" environments in the EnvScaler table format (see the bed README). Each entry of
-``ENVS`` carries the class source, terse tool schemas and ``make_task(rng)``, which draws a fresh
+Three "main" environments and a "transfer" one (IT help: no train task uses it), in the EnvScaler table
+format (see the bed README). Each entry of ``ENVS`` carries the class source, terse tool schemas and ``make_task(rng)``, which draws a fresh
 initial state and one task (text, check functions, reference actions) from ``rng``. Stdlib only.
 """
 import random
@@ -411,7 +411,7 @@ ENVS = [
                _tool("refund", "Refund dollars on an order.", order_id="string", amount="integer"),
                _tool("open_return", "Open a return for an order.", order_id="string")],
      "env_class_code": REFUNDS_CODE, "make_task": refunds_task},
-    {"env_id": "bed_support_it", "env_class_name": "ITHelpDesk", "role": "main",
+    {"env_id": "bed_support_it", "env_class_name": "ITHelpDesk", "role": "transfer",
      "environment_introduction": "An IT help desk for staff accounts: passwords, lockouts and access groups.",
      "constraints_rules": ["Group names are single lowercase words such as vpn or wiki."],
      "tools": [_tool("find_user", "Find users by name.", name="string"),
