@@ -356,7 +356,9 @@ def test_lopd_bed_prompt_lists_tool_signatures_and_offers_no_schema_block():
         "type": "object", "properties": {"src": {"type": "string"}, "amount": {"type": "number"}, "memo": {}},
         "required": ["src", "amount"]}}}
     assert tool_signature(tool) == "transfer(src: string, amount: number, memo?: any): Move money."
-    bed = LopdBedEnv(data_dir=FIXTURES_DIR)
+    with pytest.raises(EnvError, match="episode rules 'exact' compare with the state of a task's reference_actions"):
+        LopdBedEnv(data_dir=FIXTURES_DIR)  # fixture tasks without reference actions
+    bed = LopdBedEnv(data_dir=FIXTURES_DIR, episode_rules="lenient")
     task = bed.tasks("train", limit=1)[0]
     system, user = bed.reset(task)
     spec = bed.data.envs[bed.data.tasks[task.task_id].env_id]

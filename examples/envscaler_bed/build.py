@@ -12,8 +12,9 @@ transfer 34 "transfer"; warmup 40 "warmup".
 Held out by phrasing: a task's phrasing is its text with its environment's values masked
 (:func:`phrasing`), its kind the tool names of its reference actions. Per main environment the
 phrasings of one whole kind and one phrasing of every other kind that has several are held out
-(:func:`held_out_phrasings`): "test" tasks use only those, "train", "test_values" (new values in train phrasings) and "warmup" never do. In every split
-of every environment at least :data:`MULTI_SHARE` of the tasks have two or more checks.
+(:func:`held_out_phrasings`): "test" tasks use only those, "train", "test_values" (new values in
+train phrasings) and "warmup" never do. In every split of every environment at least
+:data:`MULTI_SHARE` of the tasks have two or more checks.
 
 A module that fails to import or breaks the contract is reported with its file and field;
 nothing is written unless ``--skip-broken`` is given (then the report lists the modules left
@@ -191,9 +192,9 @@ def _draw(env: dict[str, Any], seed: int, where: str) -> dict[str, Any]:
 def held_out_phrasings(env: dict[str, Any], where: str) -> tuple[set[str], set[str]]:
     """The phrasings a main environment holds out and the vocabulary they are masked with (both
     from the tasks of seeds 0 .. ENUMERATE_SEEDS - 1): every phrasing of one whole kind, and of
-    every other kind with two or more phrasings the one with the smallest digest. The whole kind (smallest digest) is one whose
-    tasks have two or more checks where the environment has two such kinds, else one of two or more
-    calls and one check (else any other). Digests are sha256 of (env id, kind or phrasing)."""
+    every other kind with two or more phrasings the one with the smallest digest. The whole kind
+    (smallest digest) is one whose tasks have two or more checks where the environment has two
+    such kinds, else one of two or more calls and one check (else any other). Digests are sha256 of (env id, kind or phrasing)."""
     phrasings: dict[tuple[str, ...], set[str]] = {}
     multi: set[tuple[str, ...]] = set()
     tasks = [_draw(env, seed, where) for seed in range(ENUMERATE_SEEDS)]
@@ -296,7 +297,8 @@ def jsonl(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build and write the bed; returns the exit status (1 when a module is broken and not skipped)."""
+    """Build and write the bed; returns the exit status (1 when a module is broken and not skipped, or
+    no module defines an environment: then nothing is written)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip-broken", action="store_true", help="write the bed without the broken modules")
     parser.add_argument("--domains", type=Path, default=DOMAINS_DIR,
@@ -307,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"BROKEN {line}", file=sys.stderr)
     if problems and not args.skip_broken:
         print(f"{len(problems)} broken domain module(s); nothing written (--skip-broken writes the rest)", file=sys.stderr)
+        return 1
+    if not env_rows:
+        print(f"{args.domains}: no domain module defines an environment; nothing written", file=sys.stderr)
         return 1
     (BED_DIR / "environments.jsonl").write_text(jsonl(env_rows), encoding="utf-8")
     (BED_DIR / "tasks.jsonl").write_text(jsonl(task_rows), encoding="utf-8")

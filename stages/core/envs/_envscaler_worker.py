@@ -14,11 +14,12 @@ replies from its stdout; the child points fds 0/1 at /dev/null for the environme
 stray ``print`` or ``input`` in that code cannot corrupt the channel. Requests and replies:
 
 - ``{"op": "init", "code", "class_name", "init_config"}`` -> ``{"status": "ok"}``
-- ``{"op": "call", "name", "args", "official"?}`` -> ``{"status": "ok", "result": text, "refused": bool}``
-  or ``{"status": "error", "error": text}`` (the tool raised). With ``"official": true`` (EnvScaler's
+- ``{"op": "call", "name", "args", "official"?, "watch"?}`` -> ``{"status": "ok", "result": text,
+  "refused": bool, "changed"?: bool}`` or ``{"status": "error", "error": text}`` (the tool raised). With ``"official": true`` (EnvScaler's
   own rules) a name the instance lacks gets ``{"status": "invalid"}`` and the result text is
   ``str(result)``; otherwise the result is JSON text (strings as they are). ``refused``: the tool
-  returned a dict whose ``success`` is False (the environment turned the request down)
+  returned a dict whose ``success`` is False (the environment turned the request down); with
+  ``"watch": true``, ``changed``: whether the call changed the instance's state
 - ``{"op": "score", "checks": [source, ...], "timeout_s", "reference"?: [{"name", "args"}, ...]}`` ->
   ``{"status": "ok", "results": [{"passed": bool, "error": text | null}, ...]}``; with ``reference``
   (the ``exact`` rules) also ``"exact": {"equal": bool, "outside": [path, ...], "reference_error":
@@ -161,6 +162,7 @@ class Session:
         if op == "call":
             if req.get("official") and not hasattr(self.instance, req["name"]):
                 return {"status": "invalid"}
+            before = _snapshot(self.instance) if req.get("watch") else None
             try:
                 result = getattr(self.instance, req["name"])(**req["args"])
             except MemoryError:
@@ -168,7 +170,10 @@ class Session:
             except Exception as err:  # a tool that raises is an observation, not a crash
                 return {"status": "error", "error": f"{type(err).__name__}: {err}"}
             refused = isinstance(result, dict) and result.get("success") is False
-            return {"status": "ok", "result": str(result) if req.get("official") else _render(result), "refused": refused}
+            reply = {"status": "ok", "result": str(result) if req.get("official") else _render(result), "refused": refused}
+            if before is not None:
+                reply["changed"] = _snapshot(self.instance) != before
+            return reply
         if op == "score":
             final_state = _snapshot(self.instance)
             reply = {"status": "ok", "results": [self._check(src, final_state, req["timeout_s"]) for src in req["checks"]]}

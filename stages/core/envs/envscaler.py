@@ -28,8 +28,8 @@ from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.envscaler_conv import CONV_MAX_STEPS, STOP, User, conv_system_prompt
 from stages.core.envs.envscaler_data import FIXTURES_DIR, HF_ENVS, TOOL_CALL_NOTE, EnvSpec, TaskSpec, load_data
-from stages.core.envs.envscaler_rules import (INVALID_ACTION, EpisodeRules, check_rules, exact_reward, official_action,
-                                              official_reward)
+from stages.core.envs.envscaler_rules import (INVALID_ACTION, EpisodeRules, check_rules, exact_reward, is_lookup,
+                                              official_action, official_reward)
 
 OBSERVATION_MAX_CHARS = 8000
 FINAL_REPLY = "Task Completed"  # the reply that ends an episode (see AGENTIC_RULES)
@@ -257,7 +257,8 @@ class EnvScalerEnv:
 
     def _call(self, call: ToolCall) -> str:
         """Run one call (lenient and exact rules); counts it in ``_refused`` when the environment
-        refuses it (unknown tool, arguments not an object, the tool raised or returned ``success: False``)."""
+        refuses it (unknown tool, arguments not an object, the tool raised or returned ``success: False``)
+        or, under the exact rules, when a tool that is not a lookup changed nothing."""
         if call.name not in self._env.tool_names:
             self._refused += 1
             return f"Error: unknown tool {call.name!r}; available tools: {', '.join(self._env.tool_names)}"
@@ -265,8 +266,9 @@ class EnvScalerEnv:
         if not isinstance(args, dict):
             self._refused += 1
             return f"Error: the arguments of {call.name!r} must be a JSON object"
-        reply = self._worker.request({"op": "call", "name": call.name, "args": args}, self.call_timeout_s)
-        self._refused += reply["status"] != "ok" or bool(reply.get("refused"))
+        watch = self.episode_rules == "exact" and not is_lookup(call.name)
+        reply = self._worker.request({"op": "call", "name": call.name, "args": args, "watch": watch}, self.call_timeout_s)
+        self._refused += reply["status"] != "ok" or bool(reply.get("refused")) or reply.get("changed") is False
         text = reply["result"] if reply["status"] == "ok" else f"Error: {reply['error']}"
         if len(text) > OBSERVATION_MAX_CHARS:
             text = text[:OBSERVATION_MAX_CHARS] + " ...[truncated]"
@@ -367,7 +369,16 @@ class LopdBedEnv(EnvScalerEnv):
     rule_sets = ("official", "lenient", "exact")
 
     def __init__(self, data_dir: Path | str | None = None, max_turns: int = 6, **kwargs: Any) -> None:
+        """As :class:`EnvScalerEnv`.
+
+        Raises:
+            EnvError: also when the ``exact`` rules meet a task without ``reference_actions``.
+        """
         super().__init__(data_dir if data_dir is not None else BED_DIR, max_turns, **kwargs)
+        bare = next((tid for tid, spec in sorted(self.data.tasks.items()) if spec.reference is None), None)
+        if self.episode_rules == "exact" and bare is not None:
+            raise EnvError(f"lopd-bed: episode rules 'exact' compare with the state of a task's reference_actions; "
+                           f"task {bare} in {self.data.source} has none (--episode-rules lenient scores its checks)")
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """As :meth:`EnvScalerEnv.tasks`, with the tool schemas left out of the task (they are in

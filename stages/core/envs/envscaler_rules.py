@@ -13,8 +13,9 @@ reference actions: the lopd study bed):
   observation, the step cap and an empty reply score the final state.
 - ``exact``: the lenient play, scored against the state the task's reference actions produce
   (:func:`exact_reward`): success only when the final state equals it on every field of every
-  object; reward 0 when anything outside the reference's changes changed or the environment
-  refused a call; otherwise the share of checks passed, below 1 while the state differs.
+  object; reward 0 when anything outside the reference's changes changed or a call was refused
+  (the environment turned it down, or a tool that is not a lookup changed nothing: see
+  :func:`is_lookup`); otherwise the share of checks passed, below 1 while the state differs.
 
 :func:`official_action` reads one reply the official way; :class:`stages.core.envs.envscaler.EnvScalerEnv`
 plays the rest.
@@ -35,6 +36,8 @@ PARSE_RESPONSE_ERROR = "Error: Failed to parse response to struct response"
 PARSE_ACTION_ERROR = "Error: Failed to parse response to action"
 INVALID_ACTION = "Error: Invalid action"
 
+LOOKUP_PREFIXES = ("get_", "list_", "find_", "search_", "lookup_", "view_")
+
 _THINK = re.compile(r"(?:<|@)think(?:>|@)\s*(.*?)(?:<|@)/think(?:>|@)", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"(?:<|@)think(?:>|@)", re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
@@ -49,6 +52,13 @@ def check_rules(rules: str, where: str, allowed: tuple[str, ...] = EPISODE_RULES
     if rules not in allowed:
         raise ValueError(f"{where}: episode_rules must be one of {', '.join(allowed)}, got {rules!r}")
     return rules
+
+
+def is_lookup(tool_name: str) -> bool:
+    """Whether a tool only reads, by the lopd study bed's naming convention (``find_``, ``get_``,
+    ``list_``, ``search_``, ``lookup_``, ``view_``). Under the ``exact`` rules a call of any other
+    tool that changes nothing (a repeat, a value set to what it was) counts as refused."""
+    return tool_name.startswith(LOOKUP_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -148,8 +158,8 @@ def exact_reward(passed: int, total: int, equal: bool, outside: int, refused: in
         equal: the final state equals the reference actions' final state.
         outside: differences from the reference state outside the paths the reference changed.
         refused: tool calls the environment refused (raised, returned ``success: False``, an
-            unknown tool, arguments that are not an object); a refused call is an attempt to
-            change or read something the task did not ask for.
+            unknown tool, arguments that are not an object) and calls of tools that are not
+            lookups that changed nothing; each is an attempt the task did not ask for.
 
     Returns:
         1.0 when ``equal`` and nothing was refused; 0.0 when ``outside`` or ``refused``; else
