@@ -47,7 +47,7 @@ def test_generated_files_match_a_fresh_build():
 
 def test_no_test_task_shares_a_phrasing_with_train_or_warmup():
     env = check.LopdBedEnv()
-    assert check.shared_phrasings(env) == []
+    assert check.phrasing_problems(env) == []
     test = [s for s in env.data.tasks.values() if s.split == "test"]
     values = [s for s in env.data.tasks.values() if s.split == "test_values"]
     assert len(test) >= 200 and len(values) >= 100
@@ -114,5 +114,5 @@ def test_checker_reports_a_broken_task_and_a_leaked_text(bed_copy):
     assert any(p.startswith("reference actions: reward 0") for p in problems[broken]), problems[broken]
     assert [p for tid, ps in problems.items() if tid != broken for p in ps] == []
     assert any("test task text(s) also in train" in p for p in bed_problems)
-    assert any("2 test task(s) with a train/warmup phrasing" in p for p in bed_problems), bed_problems
+    assert any("2 held-out phrasing problem(s), e.g. test task" in p for p in bed_problems), bed_problems
     assert any("split_digests" in p for p in bed_problems)

@@ -12,9 +12,10 @@ transfer 34 "transfer"; warmup 40 "warmup".
 Held out by phrasing: a task's phrasing is its text with its environment's values masked
 (:func:`phrasing`), its kind the tool names of its reference actions. Per main environment the
 phrasings of one whole kind and one phrasing of every other kind that has several are held out
-(:func:`held_out_phrasings`): "test" tasks use only those, "train", "test_values" (new values in
-train phrasings) and "warmup" never do. In every split of every environment at least
-:data:`MULTI_SHARE` of the tasks have two or more checks.
+(:func:`held_out_phrasings`): "test" tasks use only those; "train", "test_values" and "warmup"
+never do, and every "test_values" task (new values) uses a phrasing of its environment's train
+tasks. In every split of every environment at least :data:`MULTI_SHARE` of the tasks have two or
+more checks.
 
 A module that fails to import or breaks the contract is reported with its file and field;
 nothing is written unless ``--skip-broken`` is given (then the report lists the modules left
@@ -40,6 +41,7 @@ if str(BED_DIR) not in sys.path:  # the domain modules import their shared build
 SPLITS_BY_ROLE = {"main": (("train", 40), ("test", 15), ("test_values", 10)), "transfer": (("transfer", 34),),
                   "warmup": (("warmup", 40),)}
 HELD_OUT_SPLIT = "test"  # the split of held-out phrasings (main environments)
+VALUES_SPLIT = "test_values"  # held-out values in phrasings of the environment's train tasks
 MULTI_SHARE = 0.4  # least share of tasks with two or more checks, per environment and split
 ENUMERATE_SEEDS = 400  # seeds drawn per main environment to find its kinds and phrasings
 ENV_FIELDS = ("env_id", "env_class_name", "role", "environment_introduction", "constraints_rules", "tools",
@@ -224,7 +226,7 @@ def env_tasks(env: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """
     want = dict(SPLITS_BY_ROLE[env["role"]])
     held, values = held_out_phrasings(env, where) if env["role"] == "main" else (set(), set())
-    rows, texts, seed = [], set(), 0
+    rows, texts, seed, train_phrasings = [], set(), 0, set()
     filled = {split: [0, 0] for split in want}  # tasks, tasks with one check
     while any(n < want[s] for s, (n, _) in filled.items()):
         if seed >= MAX_TRIES_PER_TASK * sum(want.values()):
@@ -234,12 +236,17 @@ def env_tasks(env: dict[str, Any], where: str) -> list[dict[str, Any]]:
         seed += 1
         if task["task"] in texts:
             continue
-        eligible = [HELD_OUT_SPLIT] if phrasing(task["task"], values) in held else [s for s in want if s != HELD_OUT_SPLIT]
+        said = phrasing(task["task"], values)
+        eligible = [HELD_OUT_SPLIT] if said in held else [s for s in want if s != HELD_OUT_SPLIT]
         single = len(task["checklist_with_func"]) == 1
         for split in eligible:
             n, n_single = filled[split]
+            if split == VALUES_SPLIT and said not in train_phrasings:
+                continue
             if n < want[split] and not (single and n_single >= want[split] - math.ceil(MULTI_SHARE * want[split])):
                 filled[split] = [n + 1, n_single + single]
+                if split == "train":
+                    train_phrasings.add(said)
                 texts.add(task["task"])
                 rows.append({"task_id": f"{env['env_id']}-{len(rows):03d}", "env_id": env["env_id"],
                              "env_class_name": env["env_class_name"], "split": split,

@@ -16,9 +16,9 @@ or substring of env ids), each in its own sandboxed episode:
 
 On the whole bed: the splits are train/test/test_values/transfer/warmup and disjoint, no held-out
 task text (test, test_values, transfer) equals a train or warmup text, no test task's phrasing
-(``build.phrasing``) is a train or warmup phrasing of its environment, transfer and warmup
-environments have no train or test task, and the counts and split digests of ``bed.json`` match
-``tasks.jsonl``. Over the tasks checked, every exploit succeeds on at most 2% of each split's tasks
+(``build.phrasing``) is a train or warmup phrasing of its environment and every test_values
+task's is a train phrasing, transfer and warmup environments have no train or test task, and the
+counts and split digests of ``bed.json`` match ``tasks.jsonl``. Over the tasks checked, every exploit succeeds on at most 2% of each split's tasks
 it applies to. Prints a table per split and environment, one of exploit success per split, and a
 summary with the elapsed time; exits 1 on any failure.
 """
@@ -190,9 +190,10 @@ def count_tokens(results: list[TaskResult], tokenizer: Any) -> None:
             r.problems.append(f"a reference action of {r.action_tokens} tokens (> {ACTION_TOKEN_LIMIT})")
 
 
-def shared_phrasings(env: LopdBedEnv) -> list[str]:
-    """Test tasks whose phrasing (``build.phrasing`` with the vocabulary of all tasks of their
-    environment) is also a train or warmup phrasing of that environment, as ``task_id: phrasing``."""
+def phrasing_problems(env: LopdBedEnv) -> list[str]:
+    """Held-out phrasing violations, as ``task_id: phrasing``: a test task whose phrasing
+    (``build.phrasing`` with the vocabulary of all tasks of its environment) is also a train or
+    warmup phrasing of that environment, or a test_values task whose phrasing no train task uses."""
     build = _module("build")
     by_env: dict[str, list[Any]] = {}
     for spec in env.data.tasks.values():
@@ -201,9 +202,14 @@ def shared_phrasings(env: LopdBedEnv) -> list[str]:
     for env_id, specs in sorted(by_env.items()):
         values = build.vocabulary([{"init_config": s.init_config, "reference_actions": [
             {"arguments": c.args} for c in s.reference or ()]} for s in specs])
-        seen = {build.phrasing(s.text, values) for s in specs if s.split in ("train", "warmup")}
-        out += [f"{s.task_id}: {build.phrasing(s.text, values)!r}" for s in sorted(specs, key=lambda s: s.task_id)
-                if s.split == "test" and build.phrasing(s.text, values) in seen]
+        said = {s.task_id: build.phrasing(s.text, values) for s in specs}
+        seen = {said[s.task_id] for s in specs if s.split in ("train", "warmup")}
+        train = {said[s.task_id] for s in specs if s.split == "train"}
+        for s in sorted(specs, key=lambda s: s.task_id):
+            if s.split == "test" and said[s.task_id] in seen:
+                out.append(f"test task {s.task_id} has a train/warmup phrasing: {said[s.task_id]!r}")
+            elif s.split == "test_values" and said[s.task_id] not in train:
+                out.append(f"test_values task {s.task_id} has a phrasing no train task uses: {said[s.task_id]!r}")
     return out
 
 
@@ -250,9 +256,9 @@ def check_bed(env: LopdBedEnv, meta: dict[str, Any]) -> list[str]:
             same = text[held] & text[seen]
             if same:
                 problems.append(f"{len(same)} {held} task text(s) also in {seen}, e.g. {sorted(same)[0]!r}")
-    shared = shared_phrasings(env)
-    if shared:
-        problems.append(f"{len(shared)} test task(s) with a train/warmup phrasing, e.g. {shared[0]}")
+    wrong = phrasing_problems(env)
+    if wrong:
+        problems.append(f"{len(wrong)} held-out phrasing problem(s), e.g. {wrong[0]}")
     envs_of = {s: {env.data.tasks[tid].env_id for tid in splits.get(s, ())} for s in SPLITS}
     for only in ("transfer", "warmup"):
         mixed = envs_of[only] & (envs_of["train"] | envs_of["test"] | envs_of["test_values"])
