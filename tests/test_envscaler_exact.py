@@ -50,6 +50,10 @@ def test_exact_verdict_separates_wrong_values_of_wanted_changes_from_other_chang
     assert exact_verdict(initial, reference, extra)["outside"] == [["'m'", "'M-2'", "'status'"]]
     added = dict(reference, log=["x"])
     assert exact_verdict(initial, reference, added)["outside"] == [["'log'"]]
+    undone = ("m", "M-2", "status")  # changed on the way and changed back: still a change not asked for
+    assert exact_verdict(initial, reference, reference, {undone})["outside"] == [["'m'", "'M-2'", "'status'"]]
+    assert exact_verdict(initial, reference, reference, {undone}, {undone})["outside"] == []
+    assert exact_verdict(initial, reference, reference, {("m", "M-1", "day")})["outside"] == []
 
 
 @pytest.mark.parametrize("passed, total, equal, outside, refused, want", [

@@ -48,8 +48,10 @@ def _pick(rng: random.Random, kinds: list) -> object:
 ACCOUNTS_CODE = '''\
 class BankAccounts:
     def __init__(self, init_config: dict):
-        """Current accounts. State: accounts: account_id -> {account_id, owner, balance} (whole euros)."""
+        """Current accounts. State: accounts: account_id -> {account_id, owner, balance} (whole euros);
+        ledger: one entry per booking, in order."""
         self.accounts = {}
+        self.ledger = []
 
     def _check(self, account_id, amount):
         if str(account_id) not in self.accounts:
@@ -69,6 +71,7 @@ class BankAccounts:
         if error:
             return {"success": False, "error": error}
         self.accounts[account_id]["balance"] += amount
+        self.ledger.append(["deposit", account_id, amount])
         return {"success": True, "data": self.accounts[account_id]}
 
     def withdraw(self, account_id: str, amount: int) -> dict:
@@ -79,6 +82,7 @@ class BankAccounts:
         if self.accounts[account_id]["balance"] < amount:
             return {"success": False, "error": f"insufficient funds in {account_id}"}
         self.accounts[account_id]["balance"] -= amount
+        self.ledger.append(["withdraw", account_id, amount])
         return {"success": True, "data": self.accounts[account_id]}
 
     def transfer(self, source: str, target: str, amount: int) -> dict:
@@ -92,6 +96,7 @@ class BankAccounts:
             return {"success": False, "error": f"insufficient funds in {source}"}
         self.accounts[source]["balance"] -= amount
         self.accounts[target]["balance"] += amount
+        self.ledger.append(["transfer", source, target, amount])
         return {"success": True, "data": [self.accounts[source], self.accounts[target]]}
 '''
 
