@@ -143,7 +143,7 @@ def collect(
     config: Optional[str] = CONFIG,
     env: Optional[str] = typer.Option(None, "--env", help="Environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, livecodebench, taco (required, as a flag or in --config)."),
     store: str = STORE,
-    split: str = typer.Option("train", "--split", help="Task split: train or test (bfcl also has heldout, its held-out single-turn tasks; lopd-bed also has warmup and transfer)."),
+    split: str = typer.Option("train", "--split", help="Task split: train or test (bfcl also has heldout, its held-out single-turn tasks; lopd-bed also has warmup, test_values and transfer)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Play at most N tasks. (default: all)"),
     samples_per_task: int = typer.Option(1, "--samples-per-task", "-G", help="Rollouts per task (G)."),
     model: str = typer.Option("smollm2-135m", "--model", help="Policy: smollm2-135m (embedded), an HF id or a local path."),
@@ -359,7 +359,7 @@ def distill(
 def evaluate(
     ctx: typer.Context,
     config: Optional[str] = CONFIG,
-    bench: Optional[str] = typer.Option(None, "--bench", help="Required unless --compare: bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, lopd-bed (lopd's study bed, held-out tasks), lopd-bed-transfer (its transfer environments), livecodebench."),
+    bench: Optional[str] = typer.Option(None, "--bench", help="Required unless --compare: bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, envscaler, lopd-bed (lopd's study bed, held-out phrasings), lopd-bed-values (new values in train phrasings), lopd-bed-transfer (its transfer environments), livecodebench."),
     model: str = typer.Option("smollm2-135m", "--model", help="Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."),
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
@@ -405,7 +405,7 @@ def evaluate(
         return
     stage.run(_config(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"), required=(
         "bench", "--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
-                 "lopd-bed, lopd-bed-transfer, livecodebench); to compare reports: lopd evaluate --compare A.json B.json")))
+                 "lopd-bed, lopd-bed-values, lopd-bed-transfer, livecodebench); to compare reports: lopd evaluate --compare A.json B.json")))
 
 
 @app.command()

@@ -50,9 +50,10 @@ RESUME_RUN = typer.Option(False, "--resume", help="Continue from the latest chec
 DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task files from here.")
 # collect, distill and evaluate: environments with two sets of rules (envscaler, lopd-bed, acebench)
 EPISODE_RULES = typer.Option(None, "--episode-rules", help=(
-    "official | lenient: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's own "
-    "scoring; lenient: tool errors and extra calls do not end or void an episode). Recorded in the run's "
-    "config, manifest and report. (default: the environment's, official; lenient for lopd-bed)"))
+    "official | lenient | exact: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's "
+    "own scoring; lenient: tool errors and extra calls do not end or void an episode; exact, lopd-bed only: the "
+    "final state must equal the reference actions' state, an extra change or a refused call scores 0). Recorded "
+    "in the run's config, manifest and report. (default: the environment's, official; exact for lopd-bed)"))
 
 
 def given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:

@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
-# train / test, and the study bed's own: warmup (supervised warm start only) and transfer (held-out
-# environments)
-Split = Literal["train", "test", "warmup", "transfer"]
+# train / test, and the study bed's own: warmup (supervised warm start only), test_values (held-out
+# values in train phrasings; its test holds out phrasings) and transfer (held-out environments)
+Split = Literal["train", "test", "warmup", "test_values", "transfer"]
 
 
 class _Frozen(BaseModel):

@@ -356,7 +356,9 @@ def test_lopd_bed_prompt_lists_tool_signatures_and_offers_no_schema_block():
         "type": "object", "properties": {"src": {"type": "string"}, "amount": {"type": "number"}, "memo": {}},
         "required": ["src", "amount"]}}}
     assert tool_signature(tool) == "transfer(src: string, amount: number, memo?: any): Move money."
-    bed = LopdBedEnv(data_dir=FIXTURES_DIR)
+    with pytest.raises(EnvError, match="episode rules 'exact' compare with the state of a task's reference_actions"):
+        LopdBedEnv(data_dir=FIXTURES_DIR)  # fixture tasks without reference actions
+    bed = LopdBedEnv(data_dir=FIXTURES_DIR, episode_rules="lenient")
     task = bed.tasks("train", limit=1)[0]
     system, user = bed.reset(task)
     spec = bed.data.envs[bed.data.tasks[task.task_id].env_id]
@@ -369,7 +371,7 @@ def test_lopd_bed_prompt_lists_tool_signatures_and_offers_no_schema_block():
 
 def test_unknown_split_names_the_environment_asked_for_and_its_splits():
     for name in ("envscaler", "lopd-bed"):  # lopd-bed is an envscaler subclass: named as the user typed it
-        env = make_env(name, data_dir=FIXTURES_DIR)
+        env = make_env(name, data_dir=FIXTURES_DIR, episode_rules="lenient")  # fixtures have no reference actions
         splits = ", ".join(sorted(env.data.splits))
         with pytest.raises(EnvError, match=f"^{name}: unknown split 'warm'; use one of: {splits}$"):
             env.tasks("warm")

@@ -1,9 +1,11 @@
-"""The lopd study bed (examples/envscaler_bed): generated files up to date, splits stable, and a seeded
-sample of tasks played through the lopd-bed environment by examples/envscaler_bed/check.py."""
+"""The lopd study bed (examples/envscaler_bed): generated files up to date, splits stable, held-out
+phrasings, and seeded samples of tasks and of exploit policies played through the lopd-bed
+environment by examples/envscaler_bed/check.py."""
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -36,13 +38,37 @@ def test_generated_files_match_a_fresh_build():
     for row in task_rows:
         per_split.setdefault((row["env_id"], row["split"]), 0)
         per_split[(row["env_id"], row["split"])] += 1
-    want = {"main": {"train": 40, "test": 15}, "transfer": {"transfer": 25}, "warmup": {"warmup": 40}}
+    want = {"main": {"train": 40, "test": 15, "test_values": 10}, "transfer": {"transfer": 34}, "warmup": {"warmup": 40}}
     for env_id, role in roles.items():
         assert {s: n for (e, s), n in per_split.items() if e == env_id} == want[role], env_id
+    assert sum(r == "transfer" for r in roles.values()) >= 6 and meta["counts"]["tasks"]["transfer"] >= 200
+    assert sum(len(r["checklist_with_func"]) >= 2 for r in task_rows) >= 0.35 * len(task_rows)
+
+
+def test_no_test_task_shares_a_phrasing_with_train_or_warmup():
+    env = check.LopdBedEnv()
+    assert check.phrasing_problems(env) == []
+    test = [s for s in env.data.tasks.values() if s.split == "test"]
+    values = [s for s in env.data.tasks.values() if s.split == "test_values"]
+    assert len(test) >= 200 and len(values) >= 100
+    # the phrasing masks values: a train text with other ids and numbers has the same phrasing
+    spec = next(s for s in env.data.tasks.values() if s.split == "train" and re.search(r"\d", s.text))
+    vocab = build.vocabulary([{"init_config": spec.init_config, "reference_actions": []}])
+    assert build.phrasing(spec.text, vocab) == build.phrasing(re.sub(r"\d", "7", spec.text), vocab)
+
+
+def test_exploit_policies_do_not_succeed_on_a_sample():
+    results, bed_problems = check.run(sample=36, seed=5, jobs=4)
+    assert bed_problems == []  # includes every exploit's success share <= MAX_EXPLOIT_SUCCESS
+    assert [f"{r.task_id}: {r.problems}" for r in results if r.problems] == []  # reference 1.0, do-nothing 0.0
+    rates = check.exploit_rates(results)
+    played = {name for split in rates.values() for name in split}
+    assert played == set(check.exploits.POLICIES) - {"do_nothing"}
+    assert all(k == 0 for split in rates.values() for k, _ in split.values())
 
 
 def test_sample_of_tasks_passes_every_check():
-    results, bed_problems = check.run(sample=104, seed=7, jobs=4, cross=False)  # episodes mostly wait on sandbox start-up
+    results, bed_problems = check.run(sample=104, seed=7, jobs=4, with_exploits=False)  # episodes mostly wait on sandbox start-up
     assert bed_problems == []
     assert len(results) == 104 and {r.split for r in results} == set(check.SPLITS)
     assert [f"{r.task_id}: {r.problems}" for r in results if r.problems] == []
@@ -66,24 +92,27 @@ def test_build_names_a_broken_module_and_skips_it_only_when_asked(tmp_path):
 
 @pytest.fixture
 def bed_copy(tmp_path):
-    """A bed of the first two calendar tasks, with broken reference actions and a leaked test text."""
+    """A bed of the first two calendar tasks, with broken reference actions and a leaked test text;
+    a third task has the train task's phrasing with other digits."""
     rows = [json.loads(line) for line in (BED / "tasks.jsonl").read_text(encoding="utf-8").splitlines()]
-    a, b = [r for r in rows if r["env_id"] == "bed_calendar_rooms"][:2]
-    a["split"], b["split"] = "train", "test"
+    a, b, c = [r for r in rows if r["env_id"] == "bed_calendar_rooms"][:3]
+    a["split"], b["split"], c["split"] = "train", "test", "test"
     a["reference_actions"] = a["reference_actions"][:-1] or [{"name": "list_rooms", "arguments": {}}]
     b["task"] = a["task"]
+    c["task"] = re.sub(r"\d", "7", a["task"])
     shutil.copy(BED / "environments.jsonl", tmp_path / "environments.jsonl")
-    (tmp_path / "tasks.jsonl").write_text(build.jsonl([a, b]), encoding="utf-8")
-    meta = dict(build.BED_META, counts={"tasks": {"test": 1, "train": 1}}, split_digests={})
+    (tmp_path / "tasks.jsonl").write_text(build.jsonl([a, b, c]), encoding="utf-8")
+    meta = dict(build.BED_META, counts={"tasks": {"test": 2, "train": 1}}, split_digests={})
     (tmp_path / "bed.json").write_text(json.dumps(meta), encoding="utf-8")
     return tmp_path, a["task_id"]
 
 
 def test_checker_reports_a_broken_task_and_a_leaked_text(bed_copy):
     folder, broken = bed_copy
-    results, bed_problems = check.run(data_dir=folder, cross=False)
+    results, bed_problems = check.run(data_dir=folder, with_exploits=False)
     problems = {r.task_id: r.problems for r in results}
     assert any(p.startswith("reference actions: reward 0") for p in problems[broken]), problems[broken]
     assert [p for tid, ps in problems.items() if tid != broken for p in ps] == []
     assert any("test task text(s) also in train" in p for p in bed_problems)
+    assert any("2 held-out phrasing problem(s), e.g. test task" in p for p in bed_problems), bed_problems
     assert any("split_digests" in p for p in bed_problems)

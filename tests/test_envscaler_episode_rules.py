@@ -226,11 +226,13 @@ def test_official_observations_are_the_official_texts():
 
 def test_rules_default_by_environment_and_bad_names_are_refused():
     assert make_env("envscaler").episode_rules == "official"
-    assert make_env("lopd-bed").episode_rules == "lenient"
+    assert make_env("lopd-bed").episode_rules == "exact"
     assert make_env("lopd-bed", episode_rules="official").episode_rules == "official"
     assert "episode rules: official" in make_env("envscaler").data_source
-    with pytest.raises(EnvError, match="episode_rules must be one of official, lenient"):
+    with pytest.raises(EnvError, match="episode_rules must be one of official, lenient, got 'strict'"):
         make_env("envscaler", episode_rules="strict")
+    with pytest.raises(EnvError, match="episode_rules must be one of official, lenient, got 'exact'"):
+        make_env("envscaler", episode_rules="exact")  # EnvScaler data keeps its own rules
 
 
 def test_episode_rules_flag_is_refused_where_an_environment_has_one_set(tmp_path):
@@ -251,7 +253,7 @@ def test_episode_rules_flag_is_refused_where_an_environment_has_one_set(tmp_path
     result = CliRunner().invoke(app, ["collect", "--env", "lopd-bed", "--episode-rules", "strict",
                                       "--store", str(tmp_path / "s")])
     assert result.exit_code != 0 and "Traceback" not in result.output
-    assert "invalid option --episode-rules: Input should be 'official' or 'lenient' (got 'strict')" in result.output
+    assert "invalid option --episode-rules: Input should be 'official', 'lenient' or 'exact' (got 'strict')" in result.output
     assert not (tmp_path / "s").exists()
     ruled = CollectConfig(env="lopd-bed", store=str(tmp_path / "s"), episode_rules="official")
     assert ruled.model_dump()["episode_rules"] == "official"
@@ -265,5 +267,5 @@ def test_evaluate_plays_the_rules_it_is_given():
         config = EvaluateConfig(bench="lopd-bed", model="unused", limit=1, episode_rules=rules)
         run = BENCHES["lopd-bed"].prepare(config)
         env = run.env_factory()
-        assert env.episode_rules == (rules or "lenient")
-        assert run.rules == f"lopd-bed episode rules: {rules or 'lenient'}"
+        assert env.episode_rules == (rules or "exact")
+        assert run.rules == f"lopd-bed episode rules: {rules or 'exact'}"

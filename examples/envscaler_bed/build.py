@@ -5,11 +5,21 @@
 Every module in ``domains/`` (sorted by name; ``_common.py``, the builders they share, aside)
 defines ``ENVS``; each environment's tasks come from its
 ``make_task(random.Random(f"{env_id}:{seed}"))`` for seed = 0, 1, 2, ... (a task whose text repeats
-an earlier one of the same environment is re-rolled with the next seed), so the output is the
-same on every run. Tasks per role: main 40 "train" + 15 "test"; transfer 25 "transfer";
-warmup 40 "warmup". A module that fails to import or breaks the contract is reported with its
-file and field; nothing is written unless ``--skip-broken`` is given (then the report lists the
-modules left out). Stdlib only.
+an earlier one of the same environment is skipped), so the output is the same on every run.
+Tasks per role (:data:`SPLITS_BY_ROLE`): main 40 "train", 15 "test" and 10 "test_values";
+transfer 34 "transfer"; warmup 40 "warmup".
+
+Held out by phrasing: a task's phrasing is its text with its environment's values masked
+(:func:`phrasing`), its kind the tool names of its reference actions. Per main environment the
+phrasings of one whole kind and one phrasing of every other kind that has several are held out
+(:func:`held_out_phrasings`): "test" tasks use only those; "train", "test_values" and "warmup"
+never do, and every "test_values" task (new values) uses a phrasing of its environment's train
+tasks. In every split of every environment at least :data:`MULTI_SHARE` of the tasks have two or
+more checks.
+
+A module that fails to import or breaks the contract is reported with its file and field;
+nothing is written unless ``--skip-broken`` is given (then the report lists the modules left
+out). Stdlib only.
 """
 from __future__ import annotations
 
@@ -17,7 +27,9 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import math
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,12 +38,17 @@ BED_DIR = Path(__file__).resolve().parent
 DOMAINS_DIR = BED_DIR / "domains"
 if str(BED_DIR) not in sys.path:  # the domain modules import their shared builders as `domains._common`
     sys.path.insert(0, str(BED_DIR))
-SPLITS_BY_ROLE = {"main": (("train", 40), ("test", 15)), "transfer": (("transfer", 25),), "warmup": (("warmup", 40),)}
+SPLITS_BY_ROLE = {"main": (("train", 40), ("test", 15), ("test_values", 10)), "transfer": (("transfer", 34),),
+                  "warmup": (("warmup", 40),)}
+HELD_OUT_SPLIT = "test"  # the split of held-out phrasings (main environments)
+VALUES_SPLIT = "test_values"  # held-out values in phrasings of the environment's train tasks
+MULTI_SHARE = 0.4  # least share of tasks with two or more checks, per environment and split
+ENUMERATE_SEEDS = 400  # seeds drawn per main environment to find its kinds and phrasings
 ENV_FIELDS = ("env_id", "env_class_name", "role", "environment_introduction", "constraints_rules", "tools",
               "env_class_code", "make_task")
 TASK_FIELDS = ("init_config", "task", "checklist_with_func", "reference_actions")
 MAX_TRIES_PER_TASK = 20  # seeds tried per wanted task before a generator is called too repetitive
-BED_META = {"name": "lopd-bed", "version": 1,
+BED_META = {"name": "lopd-bed", "version": 2,
             "label": "lopd study bed (lopd's own environments in the EnvScaler format; not the EnvScaler release)"}
 
 
@@ -110,32 +127,131 @@ def check_task(env: dict[str, Any], task: Any, where: str) -> None:
                            f"schema allows {sorted(allowed)} and requires {sorted(required)}")
 
 
+_DAYS = re.compile(r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)(?:day|sday|nesday|rsday|urday)?\b")
+
+
+def _strings(value: Any, out: set[str]) -> set[str]:
+    """Every string value (not dict keys) of a JSON-like value, added to ``out``."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _strings(item, out)
+    elif isinstance(value, str) and len(value.strip()) >= 2:
+        out.add(value)
+    return out
+
+
+def vocabulary(tasks: list[dict[str, Any]]) -> set[str]:
+    """The values :func:`phrasing` masks for an environment: every string value of the initial
+    states and reference arguments of ``tasks`` (one environment's tasks)."""
+    out: set[str] = set()
+    for task in tasks:
+        _strings(task["init_config"], out)
+        _strings([a["arguments"] for a in task["reference_actions"]], out)
+    return out
+
+
+def phrasing(text: str, values: set[str]) -> str:
+    """The phrasing of a task text: the text with the values of its environment masked as ``_``,
+    lower-cased, plural ``s`` dropped. Masked: quoted text, every string of ``values`` (see
+    :func:`vocabulary`; longest first, whole words), every token with a digit, day names; a masked
+    time ("_ at _", "_ on _", "_ _") is one ``_``. Two tasks of one environment that differ only in
+    ids, names, numbers and times have the same phrasing."""
+    masked = re.sub(r"'[^']*'", "_", text)
+    if values:
+        masked = re.sub(r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(values, key=len, reverse=True)))
+                        + r")(?!\w)", "_", masked)
+    masked = _DAYS.sub("_", re.sub(r"[\w:.-]*\d(?:[\w:-]|\.\d)*", "_", masked))
+    masked = re.sub(r"_(?: (?:at|on))? _", "_", re.sub(r"_(?: (?:at|on))? _", "_", masked))
+    return " ".join(re.sub(r"(\w{3,})s\b", r"\1", w) for w in masked.lower().split())
+
+
+def kind(task: dict[str, Any]) -> tuple[str, ...]:
+    """A task's kind: the sorted tool names of its reference actions."""
+    return tuple(sorted(a["name"] for a in task["reference_actions"]))
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _draw(env: dict[str, Any], seed: int, where: str) -> dict[str, Any]:
+    """``make_task`` of one seed, checked (:func:`check_task`).
+
+    Raises:
+        BedError: ``make_task`` raised or returned a malformed task.
+    """
+    task_where = f"{where}, seed {seed}"
+    try:
+        task = env["make_task"](random.Random(f"{env['env_id']}:{seed}"))
+    except Exception as err:  # a generator bug is reported with its env and seed
+        raise BedError(f"{task_where}: make_task raised {type(err).__name__}: {err}") from None
+    check_task(env, task, task_where)
+    return task
+
+
+def held_out_phrasings(env: dict[str, Any], where: str) -> tuple[set[str], set[str]]:
+    """The phrasings a main environment holds out and the vocabulary they are masked with (both
+    from the tasks of seeds 0 .. ENUMERATE_SEEDS - 1): every phrasing of one whole kind, and of
+    every other kind with two or more phrasings the one with the smallest digest. The whole kind
+    (smallest digest) is one whose tasks have two or more checks where the environment has two
+    such kinds, else one of two or more calls and one check (else any other). Digests are sha256 of (env id, kind or phrasing)."""
+    phrasings: dict[tuple[str, ...], set[str]] = {}
+    multi: set[tuple[str, ...]] = set()
+    tasks = [_draw(env, seed, where) for seed in range(ENUMERATE_SEEDS)]
+    values = vocabulary(tasks)
+    for task in tasks:
+        phrasings.setdefault(kind(task), set()).add(phrasing(task["task"], values))
+        if len(task["checklist_with_func"]) >= 2:
+            multi.add(kind(task))
+    if len(multi) >= 2:  # one multi-change kind stays in train
+        pool = multi
+    else:
+        pool = {k for k in phrasings if len(k) >= 2 and k not in multi} or set(phrasings) - multi or set(phrasings)
+    whole = min(pool, key=lambda k: _digest(env["env_id"], k))
+    held = set(phrasings[whole])
+    for k, ps in phrasings.items():
+        if k != whole and len(ps) >= 2:
+            held.add(min(ps, key=lambda p: _digest(env["env_id"], p)))
+    return held, values
+
+
 def env_tasks(env: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """The task rows of one environment (see the module docstring for seeds, splits and ids).
 
     Raises:
-        BedError: ``make_task`` raised, returned a malformed task (:func:`check_task`), or repeated
-            itself so much that the wanted number of distinct task texts was not reached.
+        BedError: ``make_task`` raised, returned a malformed task (:func:`check_task`), or did not
+            give enough distinct tasks of each split (and of two or more checks) within the seeds tried.
     """
-    plan = [split for split, n in SPLITS_BY_ROLE[env["role"]] for _ in range(n)]
-    rows, texts, seed = [], set(), 0
-    while len(rows) < len(plan):
-        if seed >= MAX_TRIES_PER_TASK * len(plan):
-            raise BedError(f"{where}: only {len(rows)} distinct task texts after {seed} seeds (need {len(plan)})")
-        task_where = f"{where}, seed {seed}"
-        try:
-            task = env["make_task"](random.Random(f"{env['env_id']}:{seed}"))
-        except Exception as err:  # a generator bug is reported with its env and seed
-            raise BedError(f"{task_where}: make_task raised {type(err).__name__}: {err}") from None
+    want = dict(SPLITS_BY_ROLE[env["role"]])
+    held, values = held_out_phrasings(env, where) if env["role"] == "main" else (set(), set())
+    rows, texts, seed, train_phrasings = [], set(), 0, set()
+    filled = {split: [0, 0] for split in want}  # tasks, tasks with one check
+    while any(n < want[s] for s, (n, _) in filled.items()):
+        if seed >= MAX_TRIES_PER_TASK * sum(want.values()):
+            raise BedError(f"{where}: only {({s: n for s, (n, _) in filled.items()})} tasks after {seed} seeds "
+                           f"(need {want}, {MULTI_SHARE:.0%} with two or more checks)")
+        task = _draw(env, seed, where)
         seed += 1
-        check_task(env, task, task_where)
         if task["task"] in texts:
             continue
-        texts.add(task["task"])
-        i = len(rows)
-        rows.append({"task_id": f"{env['env_id']}-{i:03d}", "env_id": env["env_id"],
-                     "env_class_name": env["env_class_name"], "split": plan[i],
-                     **{field: task[field] for field in TASK_FIELDS}})
+        said = phrasing(task["task"], values)
+        eligible = [HELD_OUT_SPLIT] if said in held else [s for s in want if s != HELD_OUT_SPLIT]
+        single = len(task["checklist_with_func"]) == 1
+        for split in eligible:
+            n, n_single = filled[split]
+            if split == VALUES_SPLIT and said not in train_phrasings:
+                continue
+            if n < want[split] and not (single and n_single >= want[split] - math.ceil(MULTI_SHARE * want[split])):
+                filled[split] = [n + 1, n_single + single]
+                if split == "train":
+                    train_phrasings.add(said)
+                texts.add(task["task"])
+                rows.append({"task_id": f"{env['env_id']}-{len(rows):03d}", "env_id": env["env_id"],
+                             "env_class_name": env["env_class_name"], "split": split,
+                             **{field: task[field] for field in TASK_FIELDS}})
+                break
     return rows
 
 
@@ -188,7 +304,8 @@ def jsonl(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build and write the bed; returns the exit status (1 when a module is broken and not skipped)."""
+    """Build and write the bed; returns the exit status (1 when a module is broken and not skipped, or
+    no module defines an environment: then nothing is written)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip-broken", action="store_true", help="write the bed without the broken modules")
     parser.add_argument("--domains", type=Path, default=DOMAINS_DIR,
@@ -199,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"BROKEN {line}", file=sys.stderr)
     if problems and not args.skip_broken:
         print(f"{len(problems)} broken domain module(s); nothing written (--skip-broken writes the rest)", file=sys.stderr)
+        return 1
+    if not env_rows:
+        print(f"{args.domains}: no domain module defines an environment; nothing written", file=sys.stderr)
         return 1
     (BED_DIR / "environments.jsonl").write_text(jsonl(env_rows), encoding="utf-8")
     (BED_DIR / "tasks.jsonl").write_text(jsonl(task_rows), encoding="utf-8")

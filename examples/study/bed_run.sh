@@ -3,16 +3,16 @@
 # (verified references of the bed's warmup split, `lopd sft`), the train split's verified
 # references (the store every trained run copies: LOPD's experiences, the reference pool of
 # SDFT/OPSD), its index, the cold-start composer on the warm-started backbone, then `lopd study`
-# one run at a time. Each finished run's rows land in docs/results/bed-cpu/ (the study file's
+# one run at a time. Each finished run's rows land in docs/results/bed-cpu-v2/ (the study file's
 # `results`), which is committed here after each run (COMMIT=0: not), so a study stopped on one
 # machine continues on another from the repository. Every step skips what already exists: rerun
 # this script to resume.
 set -euo pipefail
-BED=${BED:-runs/bed}
+BED=${BED:-runs/bed-v2}
 COMMIT=${COMMIT:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 config="$here/bed_cpu.toml"
-results=docs/results/bed-cpu
+results=docs/results/bed-cpu-v2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 start=$(date +%s)
 student="$BED/sft0/final/student"

@@ -25,7 +25,6 @@ diversity: the mean cosine similarity of the flattened K x d latents of differen
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from pathlib import Path
 from collections.abc import Callable, Sequence

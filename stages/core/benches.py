@@ -482,6 +482,7 @@ for _bench in (
     Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
     Bench("envscaler", "envscaler", 256, 30, _envscaler_prepare, _success_scores),
     Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
+    Bench("lopd-bed-values", "lopd-bed", 64, 6, _simple("lopd-bed", split="test_values"), _success_scores),
     Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
     Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
 ):

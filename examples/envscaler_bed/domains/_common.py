@@ -32,3 +32,19 @@ def task(rng: random.Random, phrasings: list, checks: list, actions: list, init:
     checks and reference actions."""
     return {"init_config": init, "task": rng.choice(phrasings).format(**slots),
             "checklist_with_func": checks, "reference_actions": actions}
+
+
+def report_tool(collection: str, id_param: str, noun: str) -> tuple[str, dict]:
+    """A ``report_problem(<id_param>, problem)`` tool: (method source to append to an environment
+    class whose ``self.<collection>`` is keyed by ids, its schema). It records the report in
+    ``problem_reports``; no task asks for it, so an agent that calls every tool changes state the
+    task did not ask for."""
+    code = f'''
+    def report_problem(self, {id_param}: str, problem: str) -> dict:
+        if {id_param} not in self.{collection} or not isinstance(problem, str) or not problem.strip():
+            return {{"success": False, "error": "unknown {noun} or empty problem"}}
+        self.__dict__.setdefault("problem_reports", []).append({{"{id_param}": {id_param}, "problem": problem}})
+        return {{"success": True, "data": len(self.problem_reports)}}
+'''
+    return code, tool("report_problem", f"Report a problem with a {noun} to the staff.",
+                      **{id_param: "string", "problem": "string"})

@@ -48,8 +48,10 @@ def _pick(rng: random.Random, kinds: list) -> object:
 ACCOUNTS_CODE = '''\
 class BankAccounts:
     def __init__(self, init_config: dict):
-        """Current accounts. State: accounts: account_id -> {account_id, owner, balance} (whole euros)."""
+        """Current accounts. State: accounts: account_id -> {account_id, owner, balance} (whole euros);
+        ledger: one entry per booking, in order."""
         self.accounts = {}
+        self.ledger = []
 
     def _check(self, account_id, amount):
         if str(account_id) not in self.accounts:
@@ -69,6 +71,7 @@ class BankAccounts:
         if error:
             return {"success": False, "error": error}
         self.accounts[account_id]["balance"] += amount
+        self.ledger.append(["deposit", account_id, amount])
         return {"success": True, "data": self.accounts[account_id]}
 
     def withdraw(self, account_id: str, amount: int) -> dict:
@@ -79,6 +82,7 @@ class BankAccounts:
         if self.accounts[account_id]["balance"] < amount:
             return {"success": False, "error": f"insufficient funds in {account_id}"}
         self.accounts[account_id]["balance"] -= amount
+        self.ledger.append(["withdraw", account_id, amount])
         return {"success": True, "data": self.accounts[account_id]}
 
     def transfer(self, source: str, target: str, amount: int) -> dict:
@@ -92,6 +96,7 @@ class BankAccounts:
             return {"success": False, "error": f"insufficient funds in {source}"}
         self.accounts[source]["balance"] -= amount
         self.accounts[target]["balance"] += amount
+        self.ledger.append(["transfer", source, target, amount])
         return {"success": True, "data": [self.accounts[source], self.accounts[target]]}
 '''
 
@@ -118,26 +123,26 @@ def _accounts_task(rng: random.Random) -> dict:
     def deposit() -> tuple:
         k = rng.randint(1, 200) * 5
         text = _say(rng, ["Deposit {k} euros into account {a}.", "Put {k} euros in cash into account {a}.",
-                           "Credit account {a} with a deposit of {k}."], k=k, a=a)
+                           "Credit account {a} with a deposit of {k}.", "A customer hands over {k} euros for account {a}. Book the deposit."], k=k, a=a)
         return text, [balance_is(a, accounts[a]["balance"] + k)], [_call("deposit", account_id=a, amount=k)]
 
     def withdraw() -> tuple:
         k = some(a)
         text = _say(rng, ["Withdraw {k} euros from account {a}.",
                           "The owner of account {a} takes out {k} euros in cash; record the withdrawal.",
-                           "Pay out {k} euros from account {a}."], k=k, a=a)
+                           "Pay out {k} euros from account {a}.", "Debit {k} euros from account {a} as a cash withdrawal."], k=k, a=a)
         return text, [balance_is(a, accounts[a]["balance"] - k)], [_call("withdraw", account_id=a, amount=k)]
 
     def transfer() -> tuple:
         k = some(a)
         text = _say(rng, ["Transfer {k} euros from account {a} to account {b}.", "Move {k} euros from {a} to {b}.",
-                           "Send {k} euros from account {a} to account {b}."], k=k, a=a, b=b)
+                           "Send {k} euros from account {a} to account {b}.", "Account {b} should receive {k} euros from account {a}."], k=k, a=a, b=b)
         return text, [moved(a, b, k)], [_call("transfer", source=a, target=b, amount=k)]
 
     def find_deposit() -> tuple:
         k, owner = rng.randint(1, 200) * 5, accounts[a]["owner"]
         text = _say(rng, ["Find the account of {owner} and deposit {k} euros into it.",
-                          "{owner} brought {k} euros in cash; look up their account and deposit the money."],
+                          "{owner} brought {k} euros in cash; look up their account and deposit the money.", "Search for the account owned by {owner}, then credit it with {k} euros.", "There is a cash deposit of {k} euros for {owner}. Which account is theirs? Put the money there."],
                     k=k, owner=owner)
         calls = [_call("find_accounts", owner=owner), _call("deposit", account_id=a, amount=k)]
         return text, [balance_is(a, accounts[a]["balance"] + k)], calls
@@ -145,7 +150,7 @@ def _accounts_task(rng: random.Random) -> dict:
     def find_transfer() -> tuple:
         k, owner = some(a), accounts[b]["owner"]
         text = _say(rng, ["Transfer {k} euros from account {a} to the account of {owner}.",
-                          "Look up the account of {owner} and send it {k} euros from account {a}."],
+                          "Look up the account of {owner} and send it {k} euros from account {a}.", "{owner} is owed {k} euros from account {a}. Find where their account is and transfer it.", "Pay {k} euros out of account {a} into whichever account belongs to {owner}."],
                     k=k, a=a, owner=owner)
         calls = [_call("find_accounts", owner=owner), _call("transfer", source=a, target=b, amount=k)]
         return text, [moved(a, b, k)], calls
@@ -153,7 +158,7 @@ def _accounts_task(rng: random.Random) -> dict:
     def two() -> tuple:
         k, m = rng.randint(1, 200) * 5, some(b)
         text = _say(rng, ["Deposit {k} euros into {a} and withdraw {m} euros from {b}.",
-                          "Withdraw {m} euros from account {b}, then deposit {k} euros into account {a}."],
+                          "Withdraw {m} euros from account {b}, then deposit {k} euros into account {a}.", "Two cash jobs: account {a} gets a {k} euro deposit and account {b} a {m} euro withdrawal.", "Deposit: {k} euros to {a}. Withdrawal: {m} euros from {b}. Book both."],
                     k=k, m=m, a=a, b=b)
         calls = [_call("deposit", account_id=a, amount=k), _call("withdraw", account_id=b, amount=m)]
         checks = [balance_is(a, accounts[a]["balance"] + k), balance_is(b, accounts[b]["balance"] - m)]
@@ -246,12 +251,12 @@ def _cards_task(rng: random.Random) -> dict:
 
     def freeze() -> tuple:
         text = _say(rng, ["Freeze card {a}.", "Card {a} was stolen; freeze it right away.",
-                          "Block card {a} by freezing it."], a=a)
+                          "Block card {a} by freezing it.", "Put a freeze on card {a} so it cannot be used."], a=a)
         return text, [status_is(a, "frozen")], [_call("freeze_card", card_id=a)]
 
     def unfreeze() -> tuple:
         text = _say(rng, ["Unfreeze card {f}.", "Card {f} was found again; unfreeze it.",
-                          "Reactivate the frozen card {f}."], f=f)
+                          "Reactivate the frozen card {f}.", "Lift the freeze on card {f}."], f=f)
         return text, [status_is(f, "active")], [_call("unfreeze_card", card_id=f)]
 
     def limit() -> tuple:
@@ -259,20 +264,20 @@ def _cards_task(rng: random.Random) -> dict:
         v = new_limit(c)
         text = _say(rng, ["Set the daily limit of card {c} to {v} euros.",
                           "Change the spending limit of card {c} to {v}.",
-                           "Card {c} needs a daily limit of {v} euros."], c=c, v=v)
+                           "Card {c} needs a daily limit of {v} euros.", "Make {v} euros the new daily spending cap for card {c}."], c=c, v=v)
         return text, [limit_is(c, v)], [_call("set_limit", card_id=c, limit=v)]
 
     def find_freeze() -> tuple:
         holder = cards[a]["holder"]
         text = _say(rng, ["{holder} lost their card. Find it and freeze it.",
-                           "Look up the card of {holder} and freeze it; they think it was stolen."], holder=holder)
+                           "Look up the card of {holder} and freeze it; they think it was stolen.", "Someone may be using the card of {holder}. Search for it and block it with a freeze.", "Freeze whatever card {holder} holds; first find it."], holder=holder)
         return text, [status_is(a, "frozen")], [_call("find_cards", holder=holder), _call("freeze_card", card_id=a)]
 
     def find_limit() -> tuple:
         c = rng.choice(ids)
         holder, v = cards[c]["holder"], new_limit(c)
         text = _say(rng, ["Find the card of {holder} and set its daily limit to {v} euros.",
-                          "{holder} wants a daily limit of {v} euros; look up their card and change it."],
+                          "{holder} wants a daily limit of {v} euros; look up their card and change it.", "Search the cards for {holder} and give that card a {v} euro daily limit.", "The card holder {holder} asked for a new daily cap of {v} euros. Find the card and update it."],
                     holder=holder, v=v)
         return text, [limit_is(c, v)], [_call("find_cards", holder=holder), _call("set_limit", card_id=c, limit=v)]
 
@@ -280,10 +285,10 @@ def _cards_task(rng: random.Random) -> dict:
         if rng.random() < 0.5:
             v = new_limit(f)
             text = _say(rng, ["Unfreeze card {f} and set its daily limit to {v} euros.",
-                               "Reactivate card {f} with a new daily limit of {v}."], f=f, v=v)
+                               "Reactivate card {f} with a new daily limit of {v}.", "Unfreeze card {f}; its daily limit should then be {v} euros.", "Card {f} is frozen. Make it active again and change its daily limit to {v} euros."], f=f, v=v)
             calls = [_call("unfreeze_card", card_id=f), _call("set_limit", card_id=f, limit=v)]
             return text, [status_is(f, "active"), limit_is(f, v)], calls
-        text = _say(rng, ["Freeze card {a} and unfreeze card {f}.", "Unfreeze card {f}, then freeze card {a}."],
+        text = _say(rng, ["Freeze card {a} and unfreeze card {f}.", "Unfreeze card {f}, then freeze card {a}.", "Freeze card {a}; card {f} on the other hand should be unfrozen.", "Freeze card {a} and reactivate card {f}, which is frozen now."],
                     a=a, f=f)
         calls = [_call("freeze_card", card_id=a), _call("unfreeze_card", card_id=f)]
         checks = [status_is(a, "frozen"), status_is(f, "active")]
@@ -408,31 +413,31 @@ def _bills_task(rng: random.Random) -> dict:
     def pay() -> tuple:
         k = part(a)
         text = _say(rng, ["Pay {k} euros to payee {a}.", "Pay a bill of {k} euros to {a}.",
-                           "Send a payment of {k} euros to payee {a}."], k=k, a=a)
+                           "Send a payment of {k} euros to payee {a}.", "Payee {a} is owed {k} euros; settle that amount now."], k=k, a=a)
         return text, [due_is(a, payees[a]["due"] - k)], [_call("pay_bill", payee=a, amount=k)]
 
     def schedule() -> tuple:
         k, d = new_order(a)
         text = _say(rng, ["Set up a standing order of {k} euros to payee {a} on day {d} of each month.",
-                           "Pay {a} {k} euros every month on day {d} with a standing order."], k=k, a=a, d=d)
+                           "Pay {a} {k} euros every month on day {d} with a standing order.", "Create a monthly standing order: payee {a}, {k} euros, day {d}.", "From now on, {k} euros should go to {a} on day {d} of every month. Set that up."], k=k, a=a, d=d)
         return text, [scheduled(a, k, d)], [_call("add_standing_order", payee=a, amount=k, day=d)]
 
     def cancel() -> tuple:
         text = _say(rng, ["Cancel standing order {so}.", "Stop the monthly payment {so}.",
-                           "The customer no longer wants standing order {so}; cancel it."], so=so)
+                           "The customer no longer wants standing order {so}; cancel it.", "Remove the standing order {so} from the account."], so=so)
         return text, [cancelled(so)], [_call("cancel_standing_order", order_id=so)]
 
     def find_pay() -> tuple:
         k, name = part(a), payees[a]["name"]
         text = _say(rng, ["Pay {k} euros to {name}; look up the payee first.",
-                           "Find the payee {name} and pay them {k} euros."], k=k, name=name)
+                           "Find the payee {name} and pay them {k} euros.", "Settle {k} euros of the bill from {name}. Their payee id is unknown, so search for it.", "A bill from {name} for {k} euros came in. Look the payee up and pay it."], k=k, name=name)
         calls = [_call("find_payee", name=name), _call("pay_bill", payee=a, amount=k)]
         return text, [due_is(a, payees[a]["due"] - k)], calls
 
     def find_schedule() -> tuple:
         (k, d), name = new_order(a), payees[a]["name"]
         text = _say(rng, ["Find the payee {name} and set up a standing order of {k} euros to them on day {d}.",
-                          "Look up {name} and pay them {k} euros monthly on day {d} with a standing order."],
+                          "Look up {name} and pay them {k} euros monthly on day {d} with a standing order.", "Search for the payee {name}, then create a standing order paying them {k} euros on day {d}.", "{name} should get {k} euros on day {d} of each month. Find the payee and set up the order."],
                     k=k, d=d, name=name)
         calls = [_call("find_payee", name=name), _call("add_standing_order", payee=a, amount=k, day=d)]
         return text, [scheduled(a, k, d)], calls
@@ -440,7 +445,7 @@ def _bills_task(rng: random.Random) -> dict:
     def two() -> tuple:
         k = part(b)
         text = _say(rng, ["Cancel standing order {so} and pay {k} euros to payee {b}.",
-                           "Pay {k} euros to {b}, then cancel standing order {so}."], so=so, k=k, b=b)
+                           "Pay {k} euros to {b}, then cancel standing order {so}.", "Two jobs: end standing order {so}, and send {k} euros to payee {b}.", "Standing order {so} must stop. Also settle {k} euros with payee {b}."], so=so, k=k, b=b)
         calls = [_call("cancel_standing_order", order_id=so), _call("pay_bill", payee=b, amount=k)]
         checks = [cancelled(so), due_is(b, payees[b]["due"] - k)]
         return text, checks, calls if text.startswith("Cancel") else calls[::-1]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import random
 
-from domains._common import call as _call, check as _check, tool as _tool
+from domains._common import (call as _call, check as _check, tool as _tool,
+                             report_tool as _report_tool)
 
 DAYS = ["Mon", "Tue", "Wed", "Thu", "Fri"]
 HOURS = list(range(8, 18))
@@ -110,37 +111,37 @@ def _meetings_task(rng: random.Random) -> dict:
     kind = rng.choice([0, 0, 0, 1, 1, 1, 7, 7, 2, 3, 4, 5, 6, 8])  # about half single-call tasks
     if kind == 0:
         text = rng.choice([f"Move meeting {a} to {when}.", f"Reschedule {a} to {when}.",
-                           f"Please shift meeting {a} so it starts {when}."])
+                           f"Please shift meeting {a} so it starts {when}.", f"The new time for meeting {a} is {when}; update it."])
         checks, ref = [moved], [move]
     elif kind == 1:
-        text = rng.choice([f"Cancel meeting {b}.", f"Meeting {b} is off; cancel it.", f"Please call off meeting {b}."])
+        text = rng.choice([f"Cancel meeting {b}.", f"Meeting {b} is off; cancel it.", f"Please call off meeting {b}.", f"Take meeting {b} off the calendar by cancelling it."])
         checks, ref = [off_b], [cancel_b]
     elif kind == 2:
         text = rng.choice([f"Find the '{title_a}' meeting and move it to {when}.",
-                           f"The '{title_a}' meeting has to move to {when}. Look it up and reschedule it."])
+                           f"The '{title_a}' meeting has to move to {when}. Look it up and reschedule it.", f"Search the calendar for '{title_a}' and put that meeting at {when}.", f"Reschedule whichever meeting is titled '{title_a}' to {when}; you will need its id first."])
         checks, ref = [moved], [_call("find_meetings", title=title_a), move]
     elif kind == 3:
-        text = rng.choice([f"Look up the '{title_a}' meeting and cancel it.", f"Find '{title_a}' and call it off."])
+        text = rng.choice([f"Look up the '{title_a}' meeting and cancel it.", f"Find '{title_a}' and call it off.", f"'{title_a}' will not happen. Search for that meeting and cancel it.", f"Search the meetings for the title '{title_a}', then cancel the one you find."])
         checks, ref = [off_a], [_call("find_meetings", title=title_a), cancel_a]
     elif kind == 4:
-        text = rng.choice([f"Cancel meetings {a} and {b}.", f"Both {a} and {b} are off. Cancel them."])
+        text = rng.choice([f"Cancel meetings {a} and {b}.", f"Both {a} and {b} are off. Cancel them.", f"Neither meeting {a} nor meeting {b} will take place; cancel each of them.", f"Call off two meetings: {a} and {b}."])
         checks, ref = [off_a, off_b], [cancel_a, cancel_b]
     elif kind == 5:
         text = rng.choice([f"Cancel '{title_b}' and move '{title_a}' to {when}. Look both up first.",
-                           f"Find the '{title_b}' meeting and cancel it, then find '{title_a}' and move it to {when}."])
+                           f"Find the '{title_b}' meeting and cancel it, then find '{title_a}' and move it to {when}.", f"Two changes by title: '{title_b}' is cancelled, and '{title_a}' moves to {when}. Search for both first.", f"Search for '{title_a}' and '{title_b}'. The first goes to {when}; the second is cancelled."])
         checks = [off_b, moved]
         ref = [_call("find_meetings", title=title_b), cancel_b, _call("find_meetings", title=title_a), move]
     elif kind == 7:
         text = rng.choice([f"Add {guest} to meeting {a}.", f"Invite {guest} to {a}.",
-                           f"{guest} should join meeting {a}; add them."])
+                           f"{guest} should join meeting {a}; add them.", f"Put {guest} on the attendee list of meeting {a}."])
         checks, ref = [invited], [invite]
     elif kind == 8:
         text = rng.choice([f"Find the '{title_a}' meeting and add {guest} to it.",
-                           f"{guest} wants to attend '{title_a}'. Look the meeting up and add them."])
+                           f"{guest} wants to attend '{title_a}'. Look the meeting up and add them.", f"Search for the meeting called '{title_a}' and put {guest} on its attendee list.", f"Add {guest} as an attendee of '{title_a}'. You only know the title, so look it up."])
         checks, ref = [invited], [_call("find_meetings", title=title_a), invite]
     else:
         text = rng.choice([f"Move meeting {a} to {when} and cancel meeting {b}.",
-                           f"Cancel {b}, then reschedule {a} to {when}."])
+                           f"Cancel {b}, then reschedule {a} to {when}.", f"Two calendar changes: meeting {b} is cancelled and meeting {a} moves to {when}.", f"Cancel meeting {b}. Meeting {a} needs a new time: {when}."])
         checks, ref = [moved, off_b], [cancel_b, move] if text.startswith("Cancel") else [move, cancel_b]
     return {"init_config": {"meetings": meetings}, "task": text, "checklist_with_func": checks,
             "reference_actions": ref}
@@ -222,34 +223,34 @@ def _rooms_task(rng: random.Random) -> dict:
         change = _call("change_room", booking_id=bid, room_id=new_room)
     if kind == 0:
         text = rng.choice([f"Book room {room} for {when}.", f"Reserve {room} on {when}.",
-                           f"I need room {room} {when}; book it."])
+                           f"I need room {room} {when}; book it.", f"Make a booking of room {room} for {when}."])
         checks, ref = [booked(room)], [book]
     elif kind == 1:
-        text = rng.choice([f"Cancel booking {bid}.", f"Booking {bid} is no longer needed; cancel it."])
+        text = rng.choice([f"Cancel booking {bid}.", f"Booking {bid} is no longer needed; cancel it.", f"Drop booking {bid}.", f"Release the room held by booking {bid}."])
         checks, ref = [gone], [cancel]
     elif kind == 2:
         text = rng.choice([f"Book the {rooms[room]['name']} room for {when}.",
-                           f"Find the room called {rooms[room]['name']} and reserve it for {when}."])
+                           f"Find the room called {rooms[room]['name']} and reserve it for {when}.", f"Reserve {rooms[room]['name']} for {when}. List the rooms to get its id.", f"Someone wants the {rooms[room]['name']} room at {when}; look up its id and book it."])
         checks, ref = [booked(room)], [_call("list_rooms"), book]
     elif kind == 3:
         text = rng.choice([f"Book a room with at least {need} seats for {when}.",
-                           f"{need} people meet {when}. Find a room that seats them and book it."])
+                           f"{need} people meet {when}. Find a room that seats them and book it.", f"Check the rooms and book the one with {need} or more seats for {when}.", f"A group of {need} needs a room {when}. Pick one that is big enough and reserve it."])
         checks, ref = [booked(big)], [_call("list_rooms"), _call("book_room", room_id=big, day=day, hour=hour)]
     elif kind == 4:
         text = rng.choice([f"Cancel booking {bid} and book room {room} for {when}.",
-                           f"Book {room} for {when}, then cancel booking {bid}."])
+                           f"Book {room} for {when}, then cancel booking {bid}.", f"Two room changes: booking {bid} goes away and room {room} is reserved for {when}.", f"Booking {bid} is obsolete; cancel it. Room {room} must be booked for {when}."])
         checks, ref = [gone, booked(room)], [book, cancel] if text.startswith("Book") else [cancel, book]
     elif kind == 6:
-        text = rng.choice([f"Move booking {bid} to room {new_room}.", f"Change the room of booking {bid} to {new_room}."])
+        text = rng.choice([f"Move booking {bid} to room {new_room}.", f"Change the room of booking {bid} to {new_room}.", f"Booking {bid} should use room {new_room} from now on.", f"Put booking {bid} in room {new_room} instead."])
         checks, ref = [changed], [change]
     elif kind == 7:
         text = rng.choice([f"Booking {bid} should be in the {rooms[new_room]['name']} room instead. Switch it.",
-                           f"Switch booking {bid} to the room named {rooms[new_room]['name']}."])
+                           f"Switch booking {bid} to the room named {rooms[new_room]['name']}.", f"Move booking {bid} into {rooms[new_room]['name']}; list the rooms to find its id.", f"The {rooms[new_room]['name']} room should host booking {bid}. Look up that room and change it."])
         checks, ref = [changed], [_call("list_rooms"), change]
     else:
         other = _other(rng, sorted(bookings), bid)
         gone_other = _check(f"Is booking {other} cancelled?", f"{other!r} not in final_state['bookings']")
-        text = rng.choice([f"Cancel bookings {bid} and {other}.", f"Bookings {bid} and {other} are not needed; cancel both."])
+        text = rng.choice([f"Cancel bookings {bid} and {other}.", f"Bookings {bid} and {other} are not needed; cancel both.", f"Release two bookings: {bid} and {other}.", f"Neither booking {bid} nor booking {other} is needed any more. Drop them."])
         checks, ref = [gone, gone_other], [cancel, _call("cancel_booking", booking_id=other)]
     return {"init_config": {"rooms": rooms, "bookings": bookings}, "task": text, "checklist_with_func": checks,
             "reference_actions": ref}
@@ -289,6 +290,7 @@ class ClinicAppointments:
         slot["patient"] = None
         return {"success": True, "data": dict(slot, slot_id=slot_id)}
 """
+CLINIC_REPORT = _report_tool("slots", "slot_id", "slot")  # an extra tool no task needs
 
 DOCTORS = ["Dr Lee", "Dr Osei", "Dr Patel", "Dr Kim", "Dr Rossi", "Dr Nowak", "Dr Diaz", "Dr Chen"]
 
@@ -317,24 +319,24 @@ def _clinic_task(rng: random.Random) -> dict:
     name = patients[p]["name"]
     kind = rng.choice([0, 0, 1, 1, 2, 3, 4, 5])
     if kind == 0:
-        text = rng.choice([f"Book slot {s} for patient {p}.", f"Give patient {p} the appointment in slot {s}."])
+        text = rng.choice([f"Book slot {s} for patient {p}.", f"Give patient {p} the appointment in slot {s}.", f"Reserve slot {s} for patient {p}.", f"Patient {p} takes slot {s}; book it."])
         checks, ref = [booked], [book]
     elif kind == 1:
-        text = rng.choice([f"Cancel the appointment in slot {t}.", f"Slot {t}: the patient cannot come. Free it."])
+        text = rng.choice([f"Cancel the appointment in slot {t}.", f"Slot {t}: the patient cannot come. Free it.", f"Release slot {t} by cancelling its appointment.", f"Clear the booking in slot {t}."])
         checks, ref = [freed], [_call("cancel_slot", slot_id=t)]
     elif kind == 2:
-        text = rng.choice([f"Find patient {name} and book slot {s} for them.", f"Book slot {s} for {name}."])
+        text = rng.choice([f"Find patient {name} and book slot {s} for them.", f"Book slot {s} for {name}.", f"Look up the patient id of {name}, then put them in slot {s}.", f"{name} gets slot {s}. Search for the patient first."])
         checks, ref = [booked], [find, book]
     elif kind == 3:
-        text = rng.choice([f"Book {when} for patient {p}.", f"Patient {p} wants {when}. Book it."])
+        text = rng.choice([f"Book {when} for patient {p}.", f"Patient {p} wants {when}. Book it.", f"List the slots of {slot['doctor']} and book {when} for patient {p}.", f"Reserve {when} for patient {p}; you need the slot id first."])
         checks, ref = [booked], [listing, book]
     elif kind == 4:
         text = rng.choice([f"Cancel the appointment in slot {t} and book slot {s} for patient {p}.",
-                           f"Book slot {s} for patient {p}, then free slot {t}."])
+                           f"Book slot {s} for patient {p}, then free slot {t}.", f"Two bookings change: patient {p} gets slot {s}, and slot {t} is cancelled.", f"Slot {t} must be freed. Slot {s} goes to patient {p}."])
         free_t = _call("cancel_slot", slot_id=t)
         checks, ref = [freed, booked], [book, free_t] if text.startswith("Book") else [free_t, book]
     else:
-        text = rng.choice([f"{name} wants {when}. Book it.", f"Book {when} for the patient {name}."])
+        text = rng.choice([f"{name} wants {when}. Book it.", f"Book {when} for the patient {name}.", f"Find patient {name} and the slot {when}, then book it for them.", f"{name} would like {when}. Look up both and make the booking."])
         checks, ref = [booked], [find, listing, book]
     return {"init_config": {"patients": patients, "slots": slots}, "task": text, "checklist_with_func": checks,
             "reference_actions": ref}
@@ -465,8 +467,8 @@ ENVS = [
         "tools": [_tool("find_patient", "Patients whose name contains the text.", name="string"),
                   _tool("list_slots", "Slots of a doctor, free or booked.", doctor="string"),
                   _tool("book_slot", "Book a free slot for a patient.", slot_id="string", patient_id="string"),
-                  _tool("cancel_slot", "Cancel the appointment in a slot.", slot_id="string")],
-        "env_class_code": CLINIC_CODE,
+                  _tool("cancel_slot", "Cancel the appointment in a slot.", slot_id="string"), CLINIC_REPORT[1]],
+        "env_class_code": CLINIC_CODE + CLINIC_REPORT[0],
         "make_task": _clinic_task,
     },
     {

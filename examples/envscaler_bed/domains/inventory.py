@@ -121,47 +121,47 @@ def _warehouse_task(rng: random.Random) -> dict:
         k = rng.randint(2, 60)
         text = _say(rng, ["Receive {k} units of {a} into stock.",
                           "A delivery of {k} units of item {a} arrived; add them to stock.",
-                           "Add {k} units to the stock of {a}."], k=k, a=a)
+                           "Add {k} units to the stock of {a}.", "Stock of item {a} goes up by {k} units after a delivery."], k=k, a=a)
         return text, [qty_is(a, items[a]["qty"] + k)], [_call("add_stock", sku=a, qty=k)]
 
     def remove() -> tuple:
         k = rng.randint(1, items[a]["qty"])
         text = _say(rng, ["Remove {k} units of {a} from stock; they are damaged.",
                           "Take {k} units of {a} out of stock for an order.",
-                           "Write off {k} units of item {a}."], k=k, a=a)
+                           "Write off {k} units of item {a}.", "Reduce the stock of {a} by {k} units."], k=k, a=a)
         return text, [qty_is(a, items[a]["qty"] - k)], [_call("remove_stock", sku=a, qty=k)]
 
     def move() -> tuple:
         nb = new_bin(a)
-        text = _say(rng, ["Move item {a} to bin {nb}.", "Relocate {a} to bin {nb}.", "Keep {a} in bin {nb} from now on."],
+        text = _say(rng, ["Move item {a} to bin {nb}.", "Relocate {a} to bin {nb}.", "Keep {a} in bin {nb} from now on.", "Item {a} belongs in bin {nb}; put it there."],
                     a=a, nb=nb)
         return text, [bin_is(a, nb)], [_call("move_item", sku=a, bin=nb)]
 
     def find_add() -> tuple:
         k, name = rng.randint(2, 60), items[a]["name"]
         text = _say(rng, ["Find the item named {name} and add {k} units to its stock.",
-                           "We received {k} units of {name}; look up its SKU and add them to stock."], k=k, name=name)
+                           "We received {k} units of {name}; look up its SKU and add them to stock.", "Search for the {name}, then increase its stock by {k} units.", "A delivery of {k} {name} units came in. Which SKU is it? Book them into stock."], k=k, name=name)
         calls = [_call("find_item", name=name), _call("add_stock", sku=a, qty=k)]
         return text, [qty_is(a, items[a]["qty"] + k)], calls
 
     def find_move() -> tuple:
         nb, name = new_bin(a), items[a]["name"]
         text = _say(rng, ["Look up the SKU of the {name} and move it to bin {nb}.",
-                           "The {name} should be kept in bin {nb}; find the item and move it."], name=name, nb=nb)
+                           "The {name} should be kept in bin {nb}; find the item and move it.", "Search the catalogue for the {name} and relocate it to bin {nb}.", "Bin {nb} is the new home of the {name}. Find its SKU and move it."], name=name, nb=nb)
         return text, [bin_is(a, nb)], [_call("find_item", name=name), _call("move_item", sku=a, bin=nb)]
 
     def two() -> tuple:
         k, m, nb = rng.randint(2, 60), rng.randint(1, items[b]["qty"]), new_bin(b)
         if rng.random() < 0.5:
             text = _say(rng, ["Add {k} units of {a} and move {b} to bin {nb}.",
-                               "Move {b} to bin {nb}, then receive {k} units of {a}."], k=k, a=a, b=b, nb=nb)
+                               "Move {b} to bin {nb}, then receive {k} units of {a}.", "Two warehouse jobs: item {b} goes to bin {nb}, and the stock of {a} rises by {k} units.", "Relocate {b} to bin {nb}. Also book a delivery of {k} units of {a}."], k=k, a=a, b=b, nb=nb)
             checks = [qty_is(a, items[a]["qty"] + k), bin_is(b, nb)]
             calls = [_call("add_stock", sku=a, qty=k), _call("move_item", sku=b, bin=nb)]
             if text.startswith("Move"):
                 calls.reverse()
             return text, checks, calls
         text = _say(rng, ["Add {k} units of {a} and remove {m} units of {b}.",
-                           "Restock {a} with {k} units, and take {m} units of {b} out of stock."], k=k, m=m, a=a, b=b)
+                           "Restock {a} with {k} units, and take {m} units of {b} out of stock.", "Two stock changes: {a} gains {k} units and {b} loses {m} units.", "Book {k} incoming units of {a}. Remove {m} units of {b} as well."], k=k, m=m, a=a, b=b)
         checks = [qty_is(a, items[a]["qty"] + k), qty_is(b, items[b]["qty"] - m)]
         return text, checks, [_call("add_stock", sku=a, qty=k), _call("remove_stock", sku=b, qty=m)]
 
@@ -280,40 +280,40 @@ def _shop_task(rng: random.Random) -> dict:
 
     def ship() -> tuple:
         text = _say(rng, ["Ship order {a}.", "Order {a} is packed; mark it as shipped.",
-                          "Please send out order {a} today."], a=a)
+                          "Please send out order {a} today.", "Mark order {a} as shipped; it leaves the shop today."], a=a)
         return text, [shipped(a, after_ship(a))], [_call("ship_order", order_id=a)]
 
     def cancel() -> tuple:
         text = _say(rng, ["Cancel order {a}.", "The customer withdrew order {a}; cancel it.",
-                          "Order {a} was placed by mistake. Cancel it."], a=a)
+                          "Order {a} was placed by mistake. Cancel it.", "Call off order {a}."], a=a)
         return text, [cancelled(a)], [_call("cancel_order", order_id=a)]
 
     def restock() -> tuple:
         k = rng.randint(5, 50)
         text = _say(rng, ["Restock {s} with {k} units.", "Add {k} units of product {s} to stock.",
-                           "A supplier delivered {k} units of {s}; restock it."], s=sku, k=k)
+                           "A supplier delivered {k} units of {s}; restock it.", "Product {s} gets {k} more units in stock."], s=sku, k=k)
         return text, [stock_is(sku, products[sku]["stock"] + k)], [_call("restock", sku=sku, qty=k)]
 
     def find_one() -> tuple:
         who = orders[a]["customer"]
         if rng.random() < 0.5:
             text = _say(rng, ["{who} wants to cancel their pending order. Find it and cancel it.",
-                               "Find the pending order of {who} and cancel it."], who=who)
+                               "Find the pending order of {who} and cancel it.", "Search the orders of {who}; cancel the one that is still pending.", "The pending order placed by {who} must be cancelled. Look it up first."], who=who)
             return text, [cancelled(a)], [_call("find_orders", customer=who), _call("cancel_order", order_id=a)]
         text = _say(rng, ["Find the pending order of {who} and ship it.",
-                           "{who} is waiting for their pending order; look it up and ship it."], who=who)
+                           "{who} is waiting for their pending order; look it up and ship it.", "Search for the orders of {who} and send out the one that is pending.", "Ship the pending order of {who}. You need its order id first."], who=who)
         calls = [_call("find_orders", customer=who), _call("ship_order", order_id=a)]
         return text, [shipped(a, after_ship(a))], calls
 
     def two_orders() -> tuple:
-        text = _say(rng, ["Ship order {a} and cancel order {b}.", "Cancel order {b}, then ship order {a}."], a=a, b=b)
+        text = _say(rng, ["Ship order {a} and cancel order {b}.", "Cancel order {b}, then ship order {a}.", "Two order changes: {a} is shipped and {b} is cancelled.", "Order {a} leaves today. Order {b} is called off."], a=a, b=b)
         calls = [_call("ship_order", order_id=a), _call("cancel_order", order_id=b)]
         return text, [shipped(a, after_ship(a)), cancelled(b)], calls if text.startswith("Ship") else calls[::-1]
 
     def restock_cancel() -> tuple:
         k = rng.randint(5, 50)
         text = _say(rng, ["Restock {s} with {k} units and cancel order {b}.",
-                           "Cancel order {b}, and add {k} units of {s} to stock."], s=sku, k=k, b=b)
+                           "Cancel order {b}, and add {k} units of {s} to stock.", "Two jobs: cancel order {b}; product {s} gets {k} more units.", "Product {s} was delivered: {k} units. Also, order {b} is cancelled."], s=sku, k=k, b=b)
         calls = [_call("restock", sku=sku, qty=k), _call("cancel_order", order_id=b)]
         checks = [stock_is(sku, products[sku]["stock"] + k), cancelled(b)]
         return text, checks, calls if text.startswith("Restock") else calls[::-1]
@@ -438,33 +438,33 @@ def _pantry_task(rng: random.Random) -> dict:
         k = new_qty(a)
         text = _say(rng, ["Order {k} units of {a} from its supplier.",
                           "Place a purchase order for {k} units of ingredient {a}.",
-                           "We are running low on {a}; order {k} more units."], k=k, a=a)
+                           "We are running low on {a}; order {k} more units.", "Buy {k} units of ingredient {a} from the supplier."], k=k, a=a)
         return text, [ordered(a, k)], [_call("order_stock", code=a, qty=k)]
 
     def receive() -> tuple:
         text = _say(rng, ["Purchase order {po} has arrived; receive it.",
                           "Book the delivery of {po} into the pantry.",
-                           "Receive purchase order {po}."], po=po)
+                           "Receive purchase order {po}.", "The goods of purchase order {po} are here. Book them in."], po=po)
         return text, [received(po)], [_call("receive_order", po_id=po)]
 
     def use() -> tuple:
         k = rng.randint(1, ingredients[a]["qty"])
         text = _say(rng, ["The kitchen used {k} units of {a}; record it.",
                           "Take {k} units of {a} out of the pantry for tonight's service.",
-                           "Record that {k} units of {a} were used."], k=k, a=a)
+                           "Record that {k} units of {a} were used.", "Reduce the pantry stock of {a} by {k} units used in cooking."], k=k, a=a)
         return text, [qty_is(a, ingredients[a]["qty"] - k)], [_call("use_stock", code=a, qty=k)]
 
     def find_order() -> tuple:
         k, name = new_qty(a), ingredients[a]["name"]
         text = _say(rng, ["Find the ingredient {name} and order {k} units of it.",
-                           "We are low on {name}: look up the ingredient code and order {k} units."], k=k, name=name)
+                           "We are low on {name}: look up the ingredient code and order {k} units.", "Search the pantry for {name}, then place an order for {k} units of it.", "Buy {k} units of {name} from the supplier. You need its code first."], k=k, name=name)
         return text, [ordered(a, k)], [_call("find_ingredient", name=name), _call("order_stock", code=a, qty=k)]
 
     def find_use() -> tuple:
         name = ingredients[a]["name"]
         k = rng.randint(1, ingredients[a]["qty"])
         text = _say(rng, ["The kitchen used {k} units of {name}. Look up its code and record the use.",
-                           "Find the ingredient {name} and take {k} units of it out of the pantry."], k=k, name=name)
+                           "Find the ingredient {name} and take {k} units of it out of the pantry.", "Search for {name} and reduce its stock by the {k} units the cooks used.", "Tonight's menu used {k} units of {name}. Look up the code and book the use."], k=k, name=name)
         calls = [_call("find_ingredient", name=name), _call("use_stock", code=a, qty=k)]
         return text, [qty_is(a, ingredients[a]["qty"] - k)], calls
 
@@ -472,7 +472,7 @@ def _pantry_task(rng: random.Random) -> dict:
         k = rng.randint(1, ingredients[b]["qty"])
         rb = ingredients[b]["qty"] - k + (purchase_orders[po]["qty"] if purchase_orders[po]["code"] == b else 0)
         text = _say(rng, ["Receive purchase order {po} and record that the kitchen used {k} units of {b}.",
-                           "Take {k} units of {b} out of the pantry, then receive {po}."], po=po, k=k, b=b)
+                           "Take {k} units of {b} out of the pantry, then receive {po}.", "Two pantry jobs: book in purchase order {po}, and record {k} units of {b} as used.", "Purchase order {po} arrived. The kitchen also used {k} units of {b}. Record both."], po=po, k=k, b=b)
         checks = [received(po), qty_is(b, rb)]
         if purchase_orders[po]["code"] == b:  # both change b's quantity: the receipt check is the status alone
             checks[0] = _check(f"Is {po} received?",

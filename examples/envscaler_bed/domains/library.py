@@ -1,12 +1,14 @@
 """Library domain of the lopd study bed: loans, holds, membership cards and study rooms.
 
-Four "main" environments in the EnvScaler table format (see the bed README). Each entry of
+Three "main" environments and a "transfer" one (study rooms: no train task uses it), in the EnvScaler
+table format (see the bed README). Each entry of
 ``ENVS`` carries the class source, terse tool schemas and ``make_task(rng)``, which draws a fresh
 initial state and one task (text, check functions, reference actions) from ``rng``. Stdlib only.
 """
 import random
 
-from domains._common import call as _call, check as _check, task as _task, tool as _tool
+from domains._common import (call as _call, check as _check, task as _task, tool as _tool,
+                             report_tool as _report_tool)
 
 FIRST = ["Ada", "Ben", "Cora", "Dev", "Elif", "Finn", "Gia", "Hugo", "Ines", "Jon", "Kira", "Liam",
          "Mona", "Nils", "Omar", "Pia", "Quinn", "Rosa", "Sami", "Tara", "Uma", "Vic", "Wen", "Yara"]
@@ -74,6 +76,7 @@ class LoanDesk:
         self.books[book_id]["holder"] = None
         return {"success": True, "data": {"book_id": book_id, "holder": None}}
 '''
+LOANS_REPORT = _report_tool("books", "book_id", "book")  # an extra tool no task needs
 
 
 def loans_task(rng: random.Random) -> dict:
@@ -93,31 +96,31 @@ def loans_task(rng: random.Random) -> dict:
     kind = rng.choice(["lend", "return"]) if rng.random() < 0.5 else rng.choice(["find_lend", "swap", "member_returns"])
     if kind == "lend":
         return _task(rng, ["Check out book {b} to member {m}.", "Lend book {b} to member {m}.",
-                           "Member {m} wants to borrow book {b}; record the loan."],
+                           "Member {m} wants to borrow book {b}; record the loan.", "Book {b} goes home with member {m}. Record it as on loan."],
                      [holder(free[0], m)], [_call("checkout", book_id=free[0], member_id=m)], init, b=free[0], m=m)
     if kind == "return":
         name = members[books[out[0]]["holder"]]["name"]
         return _task(rng, ["Book {b} has been returned; record it.", "Record the return of book {b}.",
-                           "{name} brought back book {b}. Check it in."],
+                           "{name} brought back book {b}. Check it in.", "Mark book {b} as back on the shelf."],
                      [back(out[0])], [_call("return_book", book_id=out[0])], init, b=out[0], name=name)
     if kind == "find_lend":
         title = books[free[0]]["title"]
         return _task(rng, ["Find the book '{t}' and lend it to member {m}.",
-                           "Member {m} wants to borrow '{t}'. Look it up and check it out to them."],
+                           "Member {m} wants to borrow '{t}'. Look it up and check it out to them.", "Search the catalogue for '{t}' and record a loan of it to member {m}.", "Lend '{t}' to member {m}. The book id is unknown; search for the title first."],
                      [holder(free[0], m)],
                      [_call("find_book", query=title), _call("checkout", book_id=free[0], member_id=m)],
                      init, t=title, m=m)
     if kind == "swap":
         m = books[out[0]]["holder"]
         return _task(rng, ["Member {m} returns book {b1} and borrows book {b2}.",
-                           "Check in book {b1} from member {m}, then lend them book {b2}."],
+                           "Check in book {b1} from member {m}, then lend them book {b2}.", "Two desk jobs for member {m}: book {b1} comes back, book {b2} goes out.", "Book {b1} is returned. Afterwards member {m} takes book {b2} home."],
                      [back(out[0]), holder(free[0], m)],
                      [_call("return_book", book_id=out[0]), _call("checkout", book_id=free[0], member_id=m)],
                      init, m=m, b1=out[0], b2=free[0])
     m = books[out[0]]["holder"]
     loans = [b for b in bids if books[b]["holder"] == m][:3]
     return _task(rng, ["{name} has brought back every book they had on loan. Find their loans and record the returns.",
-                       "Check in all the books borrowed by {name}."],
+                       "Check in all the books borrowed by {name}.", "Every loan of {name} has ended. Search for the member and return each book.", "{name} returned all their books today; look up what they had and check each one in."],
                  [back(b) for b in loans],
                  [_call("find_member", name=members[m]["name"])] + [_call("return_book", book_id=b) for b in loans],
                  init, name=members[m]["name"])
@@ -165,6 +168,7 @@ class HoldQueue:
         queue.remove(member_id)
         return {"success": True, "data": {"book_id": book_id, "queue": queue}}
 '''
+HOLDS_REPORT = _report_tool("books", "book_id", "book")  # an extra tool no task needs
 
 
 def holds_task(rng: random.Random) -> dict:
@@ -193,24 +197,24 @@ def holds_task(rng: random.Random) -> dict:
     kind = rng.choice(["place", "cancel"]) if rng.random() < 0.5 else rng.choice(["find_place", "find_cancel", "move"])
     if kind == "place":
         return _task(rng, ["Place a hold on book {b} for member {m}.", "Member {m} wants to reserve book {b}.",
-                           "Put member {m} in the hold queue for book {b}."],
+                           "Put member {m} in the hold queue for book {b}.", "Add a reservation of book {b} by member {m}."],
                      [added(b_out)], [_call("place_hold", book_id=b_out, member_id=m)], init, b=b_out, m=m)
     if kind == "cancel":
         return _task(rng, ["Cancel member {m}'s hold on book {b}.", "Member {m} no longer needs book {b}; remove the hold.",
-                           "Take member {m} out of the hold queue for book {b}."],
+                           "Take member {m} out of the hold queue for book {b}.", "Drop the reservation member {m} has on book {b}."],
                      [removed(b_in)], [_call("cancel_hold", book_id=b_in, member_id=m)], init, b=b_in, m=m)
     if kind == "find_place":
         return _task(rng, ["Find the member named {name} and place a hold for them on book {b}.",
-                           "{name} would like to reserve book {b}. Look up their member id and add the hold."],
+                           "{name} would like to reserve book {b}. Look up their member id and add the hold.", "Search the members for {name}, then reserve book {b} for them.", "Add {name} to the hold queue of book {b}; their member id is unknown."],
                      [added(b_out)], [_call("find_member", name=name), _call("place_hold", book_id=b_out, member_id=m)],
                      init, name=name, b=b_out)
     if kind == "find_cancel":
         return _task(rng, ["{name} wants to cancel their hold on book {b}. Find their member id and cancel it.",
-                           "Look up the member {name} and remove their hold on book {b}."],
+                           "Look up the member {name} and remove their hold on book {b}.", "Search for {name} and drop their reservation of book {b}.", "The reservation of book {b} by {name} is no longer wanted. Find the member id and cancel it."],
                      [removed(b_in)], [_call("find_member", name=name), _call("cancel_hold", book_id=b_in, member_id=m)],
                      init, name=name, b=b_in)
     return _task(rng, ["Move member {m}'s hold from book {b1} to book {b2}.",
-                       "Member {m} wants book {b2} instead of book {b1}: cancel the one hold and place the other."],
+                       "Member {m} wants book {b2} instead of book {b1}: cancel the one hold and place the other.", "Two queue changes for member {m}: leave the queue of {b1}, join the queue of {b2}.", "Switch the reservation of member {m}: {b1} is dropped and {b2} is reserved."],
                  [removed(b_in), added(b_out)],
                  [_call("cancel_hold", book_id=b_in, member_id=m), _call("place_hold", book_id=b_out, member_id=m)],
                  init, m=m, b1=b_in, b2=b_out)
@@ -282,32 +286,32 @@ def cards_task(rng: random.Random) -> dict:
         card["fees"] = rng.randint(3, 15)
     if kind == "renew":
         return _task(rng, ["Renew library card {c} for {y}.", "Extend card {c} by {y}.",
-                           "The holder of card {c} wants to renew it for {y}."],
+                           "The holder of card {c} wants to renew it for {y}.", "Card {c} stays valid for {y} more."],
                      [renewed], [_call("renew_card", card_id=c, years=years)], init, c=c, y=y_txt)
     if kind == "pay":
         amount = rng.choice([card["fees"], rng.randint(1, card["fees"])])
         return _task(rng, ["Card {c} pays {a} dollars toward its fees.", "Record a {a} dollar fee payment on card {c}.",
-                           "Take a payment of {a} dollars for the fees on card {c}."],
+                           "Take a payment of {a} dollars for the fees on card {c}.", "The fees on card {c} go down by a {a} dollar payment."],
                      [_check(f"Are card {c}'s fees now {card['fees'] - amount}?",
                              f"final_state['cards'][{c!r}]['fees'] == {card['fees'] - amount}")],
                      [_call("pay_fees", card_id=c, amount=amount)], init, c=c, a=amount)
     if kind == "freeze":
         return _task(rng, ["Card {c} was reported lost; freeze it.", "Freeze library card {c}.",
-                           "Block card {c} right away: its holder lost it."],
+                           "Block card {c} right away: its holder lost it.", "Put library card {c} on hold with a freeze."],
                      [frozen], [_call("freeze_card", card_id=c)], init, c=c)
     if kind == "find_renew":
         return _task(rng, ["Find {name}'s library card and renew it for {y}.",
-                           "{name} wants to renew their card for {y}. Look up the card first."],
+                           "{name} wants to renew their card for {y}. Look up the card first.", "Search for the card of {name} and extend it by {y}.", "Extend the library card belonging to {name} by {y}; find its id first."],
                      [renewed], [_call("find_card", name=card["name"]), _call("renew_card", card_id=c, years=years)],
                      init, name=card["name"], y=y_txt)
     if kind == "pay_renew":
         return _task(rng, ["Card {c} owes {f} dollars. Pay it all, then renew the card for {y}.",
-                           "Settle the {f} dollar fees on card {c} and extend it by {y}."],
+                           "Settle the {f} dollar fees on card {c} and extend it by {y}.", "Two jobs on card {c}: the {f} dollars of fees are paid, and the card is renewed for {y}.", "Renew card {c} for {y} once its full fees of {f} dollars are paid."],
                      [_check(f"Are card {c}'s fees paid off?", f"final_state['cards'][{c!r}]['fees'] == 0"), renewed],
                      [_call("pay_fees", card_id=c, amount=card["fees"]), _call("renew_card", card_id=c, years=years)],
                      init, c=c, f=card["fees"], y=y_txt)
     return _task(rng, ["{name} lost their library card. Find it and freeze it.",
-                       "Look up {name}'s card and block it; it was stolen."],
+                       "Look up {name}'s card and block it; it was stolen.", "Search for the library card of {name} and freeze it.", "The card of {name} is missing. Find the card id and put a freeze on it."],
                  [frozen], [_call("find_card", name=card["name"]), _call("freeze_card", card_id=c)],
                  init, name=card["name"])
 
@@ -351,6 +355,7 @@ class StudyRooms:
         del info["booked"][str(hour)]
         return {"success": True, "data": {"room": room, "hour": hour}}
 '''
+ROOMS_REPORT = _report_tool("rooms", "room", "room")  # an extra tool no task needs
 
 
 def rooms_task(rng: random.Random) -> dict:
@@ -408,16 +413,16 @@ ENVS = [
      "tools": [_tool("find_book", "Search books by title or author.", query="string"),
                _tool("find_member", "Search members by name; shows their loans.", name="string"),
                _tool("checkout", "Lend a book to a member.", book_id="string", member_id="string"),
-               _tool("return_book", "Check in a returned book.", book_id="string")],
-     "env_class_code": LOANS_CODE, "make_task": loans_task},
+               _tool("return_book", "Check in a returned book.", book_id="string"), LOANS_REPORT[1]],
+     "env_class_code": LOANS_CODE + LOANS_REPORT[0], "make_task": loans_task},
     {"env_id": "bed_library_holds", "env_class_name": "HoldQueue", "role": "main",
      "environment_introduction": "A library's hold queues: members reserve books and wait in line for them.",
      "constraints_rules": ["A member holds a book at most once; new holds join the end of the queue."],
      "tools": [_tool("find_member", "Search members by name.", name="string"),
                _tool("get_holds", "Show a book's hold queue.", book_id="string"),
                _tool("place_hold", "Add a member to a book's queue.", book_id="string", member_id="string"),
-               _tool("cancel_hold", "Remove a member's hold.", book_id="string", member_id="string")],
-     "env_class_code": HOLDS_CODE, "make_task": holds_task},
+               _tool("cancel_hold", "Remove a member's hold.", book_id="string", member_id="string"), HOLDS_REPORT[1]],
+     "env_class_code": HOLDS_CODE + HOLDS_REPORT[0], "make_task": holds_task},
     {"env_id": "bed_library_cards", "env_class_name": "CardOffice", "role": "main",
      "environment_introduction": "A library membership office: cards have an expiry year and unpaid fees in dollars.",
      "constraints_rules": ["A card with unpaid fees or frozen cannot be renewed.", "Renewals add 1-3 years."],
@@ -426,11 +431,12 @@ ENVS = [
                _tool("renew_card", "Extend a card by some years.", card_id="string", years="integer"),
                _tool("freeze_card", "Freeze a lost card.", card_id="string")],
      "env_class_code": CARDS_CODE, "make_task": cards_task},
-    {"env_id": "bed_library_rooms", "env_class_name": "StudyRooms", "role": "main",
+    {"env_id": "bed_library_rooms", "env_class_name": "StudyRooms", "role": "transfer",
      "environment_introduction": "Library study rooms booked by members for one hour at a time.",
      "constraints_rules": ["Hours are whole numbers from 9 to 18 (9 = 9:00)."],
      "tools": [_tool("find_rooms", "List rooms free at an hour with enough seats.", hour="integer", seats="integer"),
                _tool("book_room", "Book a room for one hour.", room="string", hour="integer", member="string"),
-               _tool("cancel_booking", "Cancel a room's booking at an hour.", room="string", hour="integer")],
-     "env_class_code": ROOMS_CODE, "make_task": rooms_task},
+               _tool("cancel_booking", "Cancel a room's booking at an hour.", room="string", hour="integer"),
+               ROOMS_REPORT[1]],
+     "env_class_code": ROOMS_CODE + ROOMS_REPORT[0], "make_task": rooms_task},
 ]

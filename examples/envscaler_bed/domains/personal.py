@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import random
 
-from domains._common import call as _call, check as _check, tool as _tool
+from domains._common import (call as _call, check as _check, tool as _tool,
+                             report_tool as _report_tool)
 
 FIRST = ["Ada", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jin", "Kai", "Lena", "Mo", "Nia",
          "Omar", "Pia", "Raj", "Sara", "Tom", "Uma", "Vic", "Wes", "Yara", "Zoe"]
@@ -55,6 +56,7 @@ class NotesApp:
         del self.notes[note_id]
         return {"success": True, "data": note_id}
 '''
+NOTES_REPORT = _report_tool("notes", "note_id", "note")  # an extra tool no task needs
 
 NOTES = [("Groceries", "milk, eggs, rice"), ("Gym plan", "legs on Monday"), ("Gift ideas", "a scarf for Mum"),
          ("Books", "read Dune next"), ("Trip", "pack the charger"), ("Recipes", "try lentil soup"),
@@ -120,6 +122,7 @@ class TodoList:
         t["done"] = True
         return {"success": True, "data": dict(t, todo_id=todo_id)}
 '''
+TODO_REPORT = _report_tool("todos", "todo_id", "to-do item")  # an extra tool no task needs
 
 TODOS = ["buy stamps", "pay the gas bill", "book a haircut", "return library books", "clean the oven",
          "call the bank", "renew passport", "fix the bike", "email the landlord", "order printer ink",
@@ -183,6 +186,7 @@ class ContactsBook:
         c["phone"] = phone
         return {"success": True, "data": dict(c, contact_id=contact_id)}
 '''
+CONTACTS_REPORT = _report_tool("contacts", "contact_id", "contact")  # an extra tool no task needs
 
 
 def _contacts_task(rng: random.Random) -> dict:
@@ -234,8 +238,8 @@ ENVS = [
         "constraints_rules": [],
         "tools": [_tool("find_notes", "Notes whose title contains the query.", query="string"),
                   _tool("add_note", "Add a note; returns its id.", title="string", text="string"),
-                  _tool("delete_note", "Delete a note.", note_id="string")],
-        "env_class_code": NOTES_CODE,
+                  _tool("delete_note", "Delete a note.", note_id="string"), NOTES_REPORT[1]],
+        "env_class_code": NOTES_CODE + NOTES_REPORT[0],
         "make_task": _notes_task,
     },
     {
@@ -246,8 +250,8 @@ ENVS = [
         "constraints_rules": [],
         "tools": [_tool("list_todos", "All to-do items."),
                   _tool("add_todo", "Add an item; returns its id.", text="string", due="string"),
-                  _tool("complete_todo", "Mark an item done.", todo_id="string")],
-        "env_class_code": TODO_CODE,
+                  _tool("complete_todo", "Mark an item done.", todo_id="string"), TODO_REPORT[1]],
+        "env_class_code": TODO_CODE + TODO_REPORT[0],
         "make_task": _todo_task,
     },
     {
@@ -258,8 +262,9 @@ ENVS = [
         "constraints_rules": [],
         "tools": [_tool("find_contact", "Contacts whose name contains the text.", name="string"),
                   _tool("add_contact", "Add a contact; returns its id.", name="string", phone="string"),
-                  _tool("update_phone", "Change a contact's phone.", contact_id="string", phone="string")],
-        "env_class_code": CONTACTS_CODE,
+                  _tool("update_phone", "Change a contact's phone.", contact_id="string", phone="string"),
+                  CONTACTS_REPORT[1]],
+        "env_class_code": CONTACTS_CODE + CONTACTS_REPORT[0],
         "make_task": _contacts_task,
     },
 ]

@@ -1,7 +1,8 @@
 """Smart-home domain of the lopd study bed: lights, thermostats, door security (main) and garden
 irrigation (transfer). Each entry of ENVS follows the bed's domain-module contract (stdlib only)."""
 
-from domains._common import call as _call, check as _check, tool as _tool
+from domains._common import (call as _call, check as _check, tool as _tool,
+                             report_tool as _report_tool)
 
 
 def _pick(rng, weighted):
@@ -92,9 +93,9 @@ def lights_task(rng):
     if kind in ("off", "on"):
         lid = rng.choice(ids)
         lights[lid]["on"] = kind == "off"
-        texts = (["Turn off light {l}.", "Please switch off the light {l}.", "Light {l} is still on. Turn it off."]
+        texts = (["Turn off light {l}.", "Please switch off the light {l}.", "Light {l} is still on. Turn it off.", "Light {l} should be dark now."]
                  if kind == "off" else
-                 ["Turn on light {l}.", "Switch light {l} on, please.", "Could you turn on the light {l}?"])
+                 ["Turn on light {l}.", "Switch light {l} on, please.", "Could you turn on the light {l}?", "I need light {l} on."])
         text = rng.choice(texts).format(l=lid)
         checks = [_light_on(lid, lights[lid]["brightness"]) if kind == "on" else _light_off(lid)]
         actions = [_call("turn_" + kind, light_id=lid)]
@@ -102,18 +103,18 @@ def lights_task(rng):
         lid = rng.choice(ids)
         v = _new_level(rng, lights[lid])
         text = rng.choice(["Set light {l} to {v}% brightness.", "Change the brightness of light {l} to {v}.",
-                           "Put light {l} at brightness {v}."]).format(l=lid, v=v)
+                           "Put light {l} at brightness {v}.", "Dim or brighten light {l} until it is at {v}%."]).format(l=lid, v=v)
         checks, actions = [_light_on(lid, v)], [_call("set_brightness", light_id=lid, level=v)]
     elif kind == "room_level":
         v = _new_level(rng, lights[single])
         text = rng.choice(["Set the {r} light to {v}% brightness.", "Make the light in the {r} {v}% bright.",
-                           "Change the brightness of the {r} light to {v}."]).format(r=rooms[1], v=v)
+                           "Change the brightness of the {r} light to {v}.", "The {r} needs its light at {v}% brightness; list the lights there and adjust it."]).format(r=rooms[1], v=v)
         checks = [_light_on(single, v)]
         actions = [_call("list_lights", room=rooms[1]), _call("set_brightness", light_id=single, level=v)]
     elif kind == "room_switch":
         on = not lights[single]["on"]
-        texts = (["Turn on the light in the {r}.", "Switch on the {r} light, please."] if on else
-                 ["Turn off the light in the {r}.", "The {r} light is on; switch it off."])
+        texts = (["Turn on the light in the {r}.", "Switch on the {r} light, please.", "It is dark in the {r}. Find its light and switch it on.", "Look up the light of the {r} and turn it on."] if on else
+                 ["Turn off the light in the {r}.", "The {r} light is on; switch it off.", "Find the light of the {r} and switch it off.", "Nobody needs the {r} light any more. Look it up and turn it off."])
         text = rng.choice(texts).format(r=rooms[1])
         checks = [_light_on(single, lights[single]["brightness"]) if on else _light_off(single)]
         actions = [_call("list_lights", room=rooms[1]), _call("turn_" + ("on" if on else "off"), light_id=single)]
@@ -121,7 +122,7 @@ def lights_task(rng):
         for lid in pair:
             lights[lid]["on"] = True
         text = rng.choice(["Turn off all the lights in the {r}.", "Switch off every light in the {r}.",
-                           "Nobody is in the {r}: turn its lights off."]).format(r=rooms[0])
+                           "Nobody is in the {r}: turn its lights off.", "Every lamp of the {r} should be off. List them and switch each off."]).format(r=rooms[0])
         checks = [_light_off(lid) for lid in pair]
         actions = [_call("list_lights", room=rooms[0])] + [_call("turn_off", light_id=lid) for lid in pair]
     else:  # two changes by id
@@ -129,7 +130,7 @@ def lights_task(rng):
         lights[a]["on"] = False
         v = _new_level(rng, lights[b])
         text = rng.choice(["Turn on light {a} and set light {b} to {v}% brightness.",
-                           "Switch {a} on, then change the brightness of {b} to {v}."]).format(a=a, b=b, v=v)
+                           "Switch {a} on, then change the brightness of {b} to {v}.", "Two light changes: {b} goes to {v}% brightness and {a} is switched on.", "Light {a} must be on. Light {b} should shine at {v}%."]).format(a=a, b=b, v=v)
         checks = [_light_on(a, lights[a]["brightness"]), _light_on(b, v)]
         actions = [_call("turn_on", light_id=a), _call("set_brightness", light_id=b, level=v)]
     order = ids[:]
@@ -188,6 +189,7 @@ class ThermostatHub:
         self.rooms[room_id]["mode"] = mode
         return {"success": True, "data": dict(self.rooms[room_id])}
 '''
+THERMO_REPORT = _report_tool("rooms", "room_id", "room")  # an extra tool no task needs
 
 THERMO_NAMES = ["kitchen", "living room", "nursery", "office", "bathroom", "guest room", "den", "attic",
                 "gym", "hallway", "studio", "laundry", "cellar", "library"]
@@ -204,9 +206,9 @@ def _mode_is(rid, mode):
 
 def _mode_text(rng, rid, mode):
     if mode == "off":
-        return rng.choice(["Turn the thermostat in {r} off.", "Switch room {r} to off mode."]).format(r=rid)
+        return rng.choice(["Turn the thermostat in {r} off.", "Switch room {r} to off mode.", "Room {r} needs no heating or cooling now; set its mode to off.", "Shut the thermostat of room {r} off."]).format(r=rid)
     return rng.choice(["Switch room {r} to {m} mode.", "Put the thermostat of {r} in {m} mode.",
-                       "Set the mode of room {r} to {m}."]).format(r=rid, m=mode)
+                       "Set the mode of room {r} to {m}.", "Room {r} should run in {m} mode."]).format(r=rid, m=mode)
 
 
 def thermostat_task(rng):
@@ -225,23 +227,23 @@ def thermostat_task(rng):
     if kind == "temp":
         text = rng.choice(["Set the thermostat in room {r} to {t} degrees.",
                            "Change the target temperature of {r} to {t}.",
-                           "Room {r} should be kept at {t} degrees."]).format(r=rid, t=new_t)
+                           "Room {r} should be kept at {t} degrees.", "Make {t} degrees the target of room {r}."]).format(r=rid, t=new_t)
         checks, actions = [_target_is(rid, new_t)], [_call("set_temperature", room_id=rid, celsius=new_t)]
     elif kind == "mode":
         text = _mode_text(rng, rid, new_mode)
         checks, actions = [_mode_is(rid, new_mode)], [_call("set_mode", room_id=rid, mode=new_mode)]
     elif kind == "name_temp":
         text = rng.choice(["Set the {n} to {t} degrees.", "Please make the {n} {t} degrees.",
-                           "Change the {n} thermostat to {t} degrees."]).format(n=room["name"], t=new_t)
+                           "Change the {n} thermostat to {t} degrees.", "Look up the {n} and give it a target of {t} degrees."]).format(n=room["name"], t=new_t)
         checks = [_target_is(rid, new_t)]
         actions = [_call("find_room", name=room["name"]), _call("set_temperature", room_id=rid, celsius=new_t)]
     elif kind in ("relative", "relative_id"):  # read the current target first
         d = rng.randint(1, 3) * rng.choice([1, -1])
         deg = f"{abs(d)} degree" + ("s" if abs(d) > 1 else "")
         if kind == "relative":
-            text = (rng.choice(["Raise the {n} temperature by {d}.", "The {n} is cold: turn it up {d}."])
+            text = (rng.choice(["Raise the {n} temperature by {d}.", "The {n} is cold: turn it up {d}.", "Find the {n} and raise its target by {d}.", "Make the {n} warmer by {d}; check its target first."])
                     if d > 0 else
-                    rng.choice(["Lower the {n} temperature by {d}.", "The {n} is too warm: turn it down {d}."])
+                    rng.choice(["Lower the {n} temperature by {d}.", "The {n} is too warm: turn it down {d}.", "Find the {n} and lower its target by {d}.", "Make the {n} cooler by {d}; check its target first."])
                     ).format(n=room["name"], d=deg)
             actions = [_call("find_room", name=room["name"])]
         else:
@@ -255,13 +257,13 @@ def thermostat_task(rng):
         if new_mode == "off":
             new_mode = rng.choice([m for m in MODES if m not in ("off", room["mode"])])
         text = rng.choice(["Set room {r} to {t} degrees and switch it to {m} mode.",
-                           "Put room {r} in {m} mode at {t} degrees."]).format(r=rid, t=new_t, m=new_mode)
+                           "Put room {r} in {m} mode at {t} degrees.", "Two thermostat changes for room {r}: target {t} degrees, mode {m}.", "Room {r} should run in {m} mode with a target of {t} degrees."]).format(r=rid, t=new_t, m=new_mode)
         checks = [_target_is(rid, new_t), _mode_is(rid, new_mode)]
         actions = [_call("set_temperature", room_id=rid, celsius=new_t), _call("set_mode", room_id=rid, mode=new_mode)]
     else:
         t2 = rng.choice([t for t in range(16, 27) if t != rooms[other]["target"]])
         text = rng.choice(["Set room {a} to {t} degrees and room {b} to {u} degrees.",
-                           "Change the thermostats: {a} to {t} degrees, {b} to {u} degrees."]
+                           "Change the thermostats: {a} to {t} degrees, {b} to {u} degrees.", "Two targets change: room {b} gets {u} degrees and room {a} gets {t} degrees.", "Room {a} should be at {t} degrees. Room {b} should be at {u} degrees."]
                           ).format(a=rid, t=new_t, b=other, u=t2)
         checks = [_target_is(rid, new_t), _target_is(other, t2)]
         actions = [_call("set_temperature", room_id=rid, celsius=new_t),
@@ -343,10 +345,10 @@ def _code_is(user, code):
 
 def _alarm_text(rng, mode, user, code):
     if mode == "off":
-        return rng.choice(["Switch the alarm off using code {c}.", "Disarm the alarm; {u}'s code is {c}."]
+        return rng.choice(["Switch the alarm off using code {c}.", "Disarm the alarm; {u}'s code is {c}.", "Turn the alarm off. The code to use is {c}.", "The alarm must be off; use {u}'s code {c}."]
                           ).format(u=user, c=code)
     return rng.choice(["Set the alarm to {m} mode with code {c}.", "Arm the alarm in {m} mode; {u}'s code is {c}.",
-                       "Use code {c} to put the alarm in {m} mode."]).format(m=mode, u=user, c=code)
+                       "Use code {c} to put the alarm in {m} mode.", "The alarm should be in {m} mode; the code is {c}."]).format(m=mode, u=user, c=code)
 
 
 def security_task(rng):
@@ -371,12 +373,12 @@ def security_task(rng):
         lock = kind != "unlock" if kind != "name_lock" else rng.random() < 0.6
         door["locked"] = not lock
         if kind == "name_lock":
-            texts = (["Lock the {n}.", "Make sure the {n} is locked.", "Please lock the {n} for the night."] if lock
-                     else ["Unlock the {n}.", "Unlock the {n} for the delivery.", "Please open the lock of the {n}."])
+            texts = (["Lock the {n}.", "Make sure the {n} is locked.", "Please lock the {n} for the night.", "List the doors and lock the {n}."] if lock
+                     else ["Unlock the {n}.", "Unlock the {n} for the delivery.", "Please open the lock of the {n}.", "List the doors and unlock the {n}."])
         else:
-            texts = (["Lock door {d}.", "Please lock the door {d}.", "Door {d} is unlocked. Lock it."] if lock
+            texts = (["Lock door {d}.", "Please lock the door {d}.", "Door {d} is unlocked. Lock it.", "Secure door {d} by locking it."] if lock
                      else ["Unlock door {d}.", "Please unlock {d} for the plumber.",
-                           "Unlock the door {d}; a guest is arriving."])
+                           "Unlock the door {d}; a guest is arriving.", "Open the lock of door {d}."])
         text = rng.choice(texts).format(d=did, n=door["name"])
         checks = [_locked_is(did, lock)]
         actions = [_call("lock_door" if lock else "unlock_door", door_id=did)]
@@ -387,14 +389,14 @@ def security_task(rng):
         checks, actions = [_alarm_is(mode)], [_call("set_alarm", mode=mode, code=codes[user])]
     elif kind == "code":
         who = rng.choice([new_user, user])
-        texts = (["Give {u} the door code {c}.", "Add a user code {c} for {u}.", "{u} is moving in; their code is {c}."]
-                 if who == new_user else ["Change {u}'s code to {c}.", "Set a new code for {u}: {c}."])
+        texts = (["Give {u} the door code {c}.", "Add a user code {c} for {u}.", "{u} is moving in; their code is {c}.", "Register code {c} as the code of {u}."]
+                 if who == new_user else ["Change {u}'s code to {c}.", "Set a new code for {u}: {c}.", "{u} will use the code {c} from now on.", "Replace the code of {u} with {c}."])
         text = rng.choice(texts).format(u=who, c=new_code)
         checks, actions = [_code_is(who, new_code)], [_call("add_code", user=who, code=new_code)]
     elif kind == "code_alarm":
         mode = rng.choice([m for m in ("home", "away") if m != alarm])
         text = rng.choice(["Add code {c} for {u}, then use it to set the alarm to {m} mode.",
-                           "Give {u} the code {c} and arm the alarm in {m} mode with it."]
+                           "Give {u} the code {c} and arm the alarm in {m} mode with it.", "Two jobs: {u} gets code {c}, and that code sets the alarm to {m} mode.", "Register {c} for {u}. Then the alarm goes to {m} mode with that code."]
                           ).format(u=new_user, c=new_code, m=mode)
         checks = [_code_is(new_user, new_code), _alarm_is(mode)]
         actions = [_call("add_code", user=new_user, code=new_code), _call("set_alarm", mode=mode, code=new_code)]
@@ -403,12 +405,12 @@ def security_task(rng):
         mode = rng.choice([m for m in ("home", "away") if m != alarm])
         if kind == "door_alarm":
             text = rng.choice(["Lock door {d} and set the alarm to {m} mode with code {c}.",
-                               "Lock {d}, then put the alarm in {m} mode (code {c})."]
+                               "Lock {d}, then put the alarm in {m} mode (code {c}).", "Two jobs: door {d} is locked and the alarm goes to {m} mode with code {c}.", "With code {c}, arm the alarm in {m} mode. Door {d} must be locked too."]
                               ).format(d=did, m=mode, c=codes[user])
             actions = [_call("lock_door", door_id=did)]
         else:
             text = rng.choice(["Lock the {n} and set the alarm to {m} mode; the code is {c}.",
-                               "Lock the {n}, then use code {c} to put the alarm in {m} mode."]
+                               "Lock the {n}, then use code {c} to put the alarm in {m} mode.", "Find the {n} and lock it; the alarm then goes to {m} mode with code {c}.", "Two jobs: the {n} is locked, and code {c} arms the alarm in {m} mode."]
                               ).format(n=door["name"], m=mode, c=codes[user])
             actions = [_call("list_doors"), _call("lock_door", door_id=did)]
         checks = [_locked_is(did, True), _alarm_is(mode)]
@@ -555,8 +557,9 @@ ENVS = [
             _tool("find_room", "Find rooms by name.", name="string"),
             _tool("set_temperature", "Set a room's target temperature.", room_id="string", celsius="integer"),
             _tool("set_mode", "Set a room's mode: heat, cool, auto or off.", room_id="string", mode="string"),
+            THERMO_REPORT[1],
         ],
-        "env_class_code": THERMO_CODE,
+        "env_class_code": THERMO_CODE + THERMO_REPORT[0],
         "make_task": thermostat_task,
     },
     {

@@ -1,12 +1,14 @@
 """Support-desk domain of the lopd study bed: tickets, customer accounts, refunds and IT help.
 
-Four "main" environments in the EnvScaler table format (see the bed README). Each entry of
-``ENVS`` carries the class source, terse tool schemas and ``make_task(rng)``, which draws a fresh
-initial state and one task (text, check functions, reference actions) from ``rng``. Stdlib only.
+Three "main" environments and a "transfer" one (IT help: no train task uses it), in the EnvScaler
+table format (see the bed README). Each entry of ``ENVS`` carries the class source, terse tool
+schemas and ``make_task(rng)``, which draws a fresh initial state and one task (text, check
+functions, reference actions) from ``rng``. Stdlib only.
 """
 import random
 
-from domains._common import call as _call, check as _check, task as _task, tool as _tool
+from domains._common import (call as _call, check as _check, task as _task, tool as _tool,
+                             report_tool as _report_tool)
 
 FIRST = ["Ada", "Ben", "Cora", "Dev", "Elif", "Finn", "Gia", "Hugo", "Ines", "Jon", "Kira", "Liam",
          "Mona", "Nils", "Omar", "Pia", "Quinn", "Rosa", "Sami", "Tara", "Uma", "Vic", "Wen", "Yara"]
@@ -104,28 +106,28 @@ def tickets_task(rng: random.Random) -> dict:
     kind = _kind(rng, ["priority", "assign", "close"], ["find_close", "assign_priority", "find_assign"])
     if kind == "priority":
         return _task(rng, ["Set ticket {t} to {p} priority.", "Change the priority of ticket {t} to {p}.",
-                           "Ticket {t} should be marked {p}."],
+                           "Ticket {t} should be marked {p}.", "Give ticket {t} the priority {p}."],
                      [prio], [_call("set_priority", ticket_id=t, priority=p)], init, t=t, p=p)
     if kind == "assign":
         return _task(rng, ["Assign ticket {t} to agent {a}.", "Hand ticket {t} over to agent {a}.",
-                           "Agent {a} will take ticket {t}; assign it."],
+                           "Agent {a} will take ticket {t}; assign it.", "Route ticket {t} to agent {a}."],
                      [agent], [_call("assign_ticket", ticket_id=t, agent_id=a)], init, t=t, a=a)
     if kind == "close":
-        return _task(rng, ["Close ticket {t}.", "Ticket {t} is solved; close it.", "Mark ticket {t} as closed."],
+        return _task(rng, ["Close ticket {t}.", "Ticket {t} is solved; close it.", "Mark ticket {t} as closed.", "Resolve and close ticket {t}."],
                      [closed], [_call("close_ticket", ticket_id=t)], init, t=t)
     subject = ticket["subject"]
     if kind == "find_close":
         return _task(rng, ["Find the ticket about '{s}' and close it.",
-                           "The '{s}' issue is fixed. Look up its ticket and close it."],
+                           "The '{s}' issue is fixed. Look up its ticket and close it.", "Search the tickets for '{s}' and close the one you find.", "Close the ticket whose subject is '{s}'; you need its id first."],
                      [closed], [_call("search_tickets", query=subject), _call("close_ticket", ticket_id=t)], init, s=subject)
     if kind == "assign_priority":
         return _task(rng, ["Assign ticket {t} to agent {a} and set it to {p} priority.",
-                           "Give ticket {t} to agent {a}, then mark it {p}."],
+                           "Give ticket {t} to agent {a}, then mark it {p}.", "Two changes to ticket {t}: agent {a} owns it now, and its priority is {p}.", "Ticket {t} is {p} priority and belongs to agent {a} from now on."],
                      [agent, prio],
                      [_call("assign_ticket", ticket_id=t, agent_id=a), _call("set_priority", ticket_id=t, priority=p)],
                      init, t=t, a=a, p=p)
     return _task(rng, ["Find the ticket about '{s}' and assign it to agent {a}.",
-                       "Agent {a} should handle the '{s}' ticket. Look it up and assign it."],
+                       "Agent {a} should handle the '{s}' ticket. Look it up and assign it.", "Search for the ticket about '{s}' and route it to agent {a}.", "Find the '{s}' ticket; agent {a} takes it over."],
                  [agent], [_call("search_tickets", query=subject), _call("assign_ticket", ticket_id=t, agent_id=a)],
                  init, s=subject, a=a)
 
@@ -193,29 +195,29 @@ def accounts_task(rng: random.Random) -> dict:
     kind = _kind(rng, ["plan", "email", "close"], ["find_plan", "plan_email", "find_email"])
     if kind == "plan":
         return _task(rng, ["Move customer {c} to the {p} plan.", "Switch customer {c} to the {p} plan.",
-                           "Customer {c} wants the {p} plan; change it."],
+                           "Customer {c} wants the {p} plan; change it.", "Put customer {c} on the {p} plan."],
                      [plan], [_call("change_plan", customer=c, plan=p)], init, c=c, p=p)
     if kind == "email":
         return _task(rng, ["Change the email of customer {c} to {e}.", "Customer {c} has a new email address: {e}.",
-                           "Update customer {c}'s email to {e}."],
+                           "Update customer {c}'s email to {e}.", "Replace the email of customer {c} with {e}."],
                      [email], [_call("update_email", customer=c, email=e)], init, c=c, e=e)
     if kind == "close":
         return _task(rng, ["Close the account of customer {c}.", "Customer {c} is leaving; close their account.",
-                           "Shut down customer account {c}."],
+                           "Shut down customer account {c}.", "Close customer {c}."],
                      [closed], [_call("close_account", customer=c)], init, c=c)
     if kind == "find_plan":
         return _task(rng, ["Find the customer named {name} and switch them to the {p} plan.",
-                           "{name} wants to move to the {p} plan. Look up their account and change it."],
+                           "{name} wants to move to the {p} plan. Look up their account and change it.", "Search the customers for {name} and put them on the {p} plan.", "Change the plan of {name} to {p}; you only know the name."],
                      [plan], [_call("find_customer", name=cust["name"]), _call("change_plan", customer=c, plan=p)],
                      init, name=cust["name"], p=p)
     if kind == "plan_email":
         return _task(rng, ["Customer {c} wants the {p} plan and a new email, {e}.",
-                           "For customer {c}: change the plan to {p} and the email to {e}."],
+                           "For customer {c}: change the plan to {p} and the email to {e}.", "Two updates to customer {c}: email {e}, plan {p}.", "Put customer {c} on the {p} plan, and give the account the email {e}."],
                      [plan, email],
                      [_call("change_plan", customer=c, plan=p), _call("update_email", customer=c, email=e)],
                      init, c=c, p=p, e=e)
     return _task(rng, ["Find {name}'s account and set its email to {e}.",
-                       "{name} has a new email address, {e}. Look up the customer and update it."],
+                       "{name} has a new email address, {e}. Look up the customer and update it.", "Search for the customer {name}, then change their email to {e}.", "Update the email of {name} to {e}; find the customer id first."],
                  [email], [_call("find_customer", name=cust["name"]), _call("update_email", customer=c, email=e)],
                  init, name=cust["name"], e=e)
 
@@ -255,6 +257,7 @@ class RefundDesk:
         o["return_open"] = True
         return {"success": True, "data": {"order_id": order_id, "return_open": True}}
 '''
+REFUNDS_REPORT = _report_tool("orders", "order_id", "order")  # an extra tool no task needs
 
 
 def refunds_task(rng: random.Random) -> dict:
@@ -274,24 +277,24 @@ def refunds_task(rng: random.Random) -> dict:
     kind = _kind(rng, ["refund", "return"], ["find_refund", "return_refund", "find_return"])
     if kind == "refund":
         return _task(rng, ["Refund {a} dollars on order {o}.", "Give the customer of order {o} a {a} dollar refund.",
-                           "Order {o} gets a partial refund of {a} dollars."],
+                           "Order {o} gets a partial refund of {a} dollars.", "Pay back {a} dollars on order {o}."],
                      [refunded(amount)], [_call("refund", order_id=o, amount=amount)], init, o=o, a=amount)
     if kind == "return":
         return _task(rng, ["Open a return for order {o}.", "The customer wants to send back order {o}; open a return.",
-                           "Start a return on order {o}."],
+                           "Start a return on order {o}.", "Order {o} is being sent back. Open the return."],
                      [returned], [_call("open_return", order_id=o)], init, o=o)
     if kind == "find_refund":
         return _task(rng, ["{name}'s {item} arrived broken. Find the order and refund it in full.",
-                           "Look up {name}'s order of a {item} and refund the whole price."],
+                           "Look up {name}'s order of a {item} and refund the whole price.", "Search the orders of {name} for the {item} and refund every dollar paid.", "The {item} that {name} bought must be refunded in full. Find that order first."],
                      [refunded(paid)], [_call("find_orders", customer=name), _call("refund", order_id=o, amount=paid)],
                      init, name=name, item=item)
     if kind == "return_refund":
         return _task(rng, ["Open a return for order {o} and refund {a} dollars on it.",
-                           "Order {o} is coming back: start a return and refund {a} dollars."],
+                           "Order {o} is coming back: start a return and refund {a} dollars.", "Two jobs on order {o}: a refund of {a} dollars, and an open return.", "Refund {a} dollars on order {o}. A return must also be opened for it."],
                      [returned, refunded(amount)],
                      [_call("open_return", order_id=o), _call("refund", order_id=o, amount=amount)], init, o=o, a=amount)
     return _task(rng, ["{name} wants to send back the {item}. Find the order and open a return.",
-                       "Start a return for {name}'s {item} order; look the order up first."],
+                       "Start a return for {name}'s {item} order; look the order up first.", "Search the orders of {name} and open a return on the {item}.", "The {item} that {name} ordered is coming back. Find the order and start a return."],
                  [returned], [_call("find_orders", customer=name), _call("open_return", order_id=o)],
                  init, name=name, item=item)
 
@@ -409,9 +412,9 @@ ENVS = [
      "constraints_rules": ["Refunds are whole dollars, at most what was paid minus earlier refunds."],
      "tools": [_tool("find_orders", "List a customer's orders by name.", customer="string"),
                _tool("refund", "Refund dollars on an order.", order_id="string", amount="integer"),
-               _tool("open_return", "Open a return for an order.", order_id="string")],
-     "env_class_code": REFUNDS_CODE, "make_task": refunds_task},
-    {"env_id": "bed_support_it", "env_class_name": "ITHelpDesk", "role": "main",
+               _tool("open_return", "Open a return for an order.", order_id="string"), REFUNDS_REPORT[1]],
+     "env_class_code": REFUNDS_CODE + REFUNDS_REPORT[0], "make_task": refunds_task},
+    {"env_id": "bed_support_it", "env_class_name": "ITHelpDesk", "role": "transfer",
      "environment_introduction": "An IT help desk for staff accounts: passwords, lockouts and access groups.",
      "constraints_rules": ["Group names are single lowercase words such as vpn or wiki."],
      "tools": [_tool("find_user", "Find users by name.", name="string"),

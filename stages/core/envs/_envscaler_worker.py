@@ -14,12 +14,17 @@ replies from its stdout; the child points fds 0/1 at /dev/null for the environme
 stray ``print`` or ``input`` in that code cannot corrupt the channel. Requests and replies:
 
 - ``{"op": "init", "code", "class_name", "init_config"}`` -> ``{"status": "ok"}``
-- ``{"op": "call", "name", "args", "official"?}`` -> ``{"status": "ok", "result": text}`` or
-  ``{"status": "error", "error": text}`` (the tool raised). With ``"official": true`` (EnvScaler's
-  own rules) a name the instance lacks gets ``{"status": "invalid"}`` and the result text is
-  ``str(result)``; otherwise the result is JSON text (strings as they are)
-- ``{"op": "score", "checks": [source, ...], "timeout_s"}`` ->
-  ``{"status": "ok", "results": [{"passed": bool, "error": text | null}, ...]}``
+- ``{"op": "call", "name", "args", "official"?, "watch"?}`` -> ``{"status": "ok", "result": text,
+  "refused": bool, "changed"?: bool}`` or ``{"status": "error", "error": text}`` (the tool raised).
+  With ``"official": true`` (EnvScaler's own rules) a name the instance lacks gets ``{"status": "invalid"}`` and the result text is
+  ``str(result)``; otherwise the result is JSON text (strings as they are). ``refused``: the tool
+  returned a dict whose ``success`` is False (the environment turned the request down); with
+  ``"watch": true``, ``changed``: whether the call changed the instance's state (the paths it
+  changed are kept for the ``exact`` verdict)
+- ``{"op": "score", "checks": [source, ...], "timeout_s", "reference"?: [{"name", "args"}, ...]}`` ->
+  ``{"status": "ok", "results": [{"passed": bool, "error": text | null}, ...]}``; with ``reference``
+  (the ``exact`` rules) also ``"exact": {"equal": bool, "outside": [path, ...], "reference_error":
+  text | null}`` from :func:`exact_verdict` against a fresh instance that ran the reference calls
 
 Any request may instead get ``{"status": "fatal", "error": text}`` (the class failed to load or
 construct, or memory ran out): the episode cannot continue.
@@ -108,10 +113,49 @@ def _construct(cls: type, init_config: dict[str, Any]) -> Any:
     return instance
 
 
+def state_diff(a: Any, b: Any, path: tuple = ()) -> list[tuple]:
+    """Paths (tuples of keys) where states ``a`` and ``b`` differ: dicts are compared key by key
+    (a key on one side only is a difference at its path), anything else (lists included) as a
+    whole value. Pure; ``[]`` when ``a == b``."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[tuple] = []
+        for key in sorted(set(a) | set(b), key=repr):
+            if key not in a or key not in b:
+                out.append(path + (key,))
+            else:
+                out.extend(state_diff(a[key], b[key], path + (key,)))
+        return out
+    return [] if a == b else [path]
+
+
+def exact_verdict(initial: dict[str, Any], reference: dict[str, Any], final: dict[str, Any],
+                  touched: set[tuple] = frozenset(), reference_touched: set[tuple] = frozenset()) -> dict[str, Any]:
+    """The ``exact`` rules' comparison of an episode's final state with the reference's.
+
+    Args:
+        initial, reference, final: states (``vars`` snapshots) before the episode, after the
+            reference actions, after the episode.
+        touched: paths the episode's calls changed on the way (a change later undone included).
+        reference_touched: the same for the reference actions.
+
+    Returns:
+        ``{"equal": final == reference, "outside": paths (as lists of key reprs) where ``final``
+        differs from ``reference``, or that the episode touched, and that lie outside every path
+        the reference changed or touched}``: a difference inside such a path (at it or below it) is a
+        wrong value of a wanted change; any other is a change the task did not ask for, even if undone.
+    """
+    changed = set(state_diff(initial, reference)) | set(reference_touched)
+    candidates = sorted(set(state_diff(final, reference)) | set(touched), key=repr)
+    outside = [p for p in candidates if not any(p[:len(q)] == q for q in changed)]
+    return {"equal": final == reference, "outside": [[repr(k) for k in p] for p in outside]}
+
+
 class Session:
     def __init__(self) -> None:
         self.instance: Any = None
         self.initial_state: dict[str, Any] = {}
+        self.build: tuple[type, dict[str, Any]] | None = None  # (class, init_config): a second instance for ``exact``
+        self.touched: set[tuple] = set()  # paths the watched calls changed (``exact``)
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
@@ -123,21 +167,51 @@ class Session:
                 return {"status": "fatal", "error": f"class {req['class_name']!r} not defined by env_class_code"}
             self.instance = _construct(cls, req["init_config"])
             self.initial_state = _snapshot(self.instance)
+            self.build = (cls, req["init_config"])
             return {"status": "ok"}
         if op == "call":
             if req.get("official") and not hasattr(self.instance, req["name"]):
                 return {"status": "invalid"}
+            before = _snapshot(self.instance) if req.get("watch") else None
             try:
                 result = getattr(self.instance, req["name"])(**req["args"])
             except MemoryError:
                 raise
             except Exception as err:  # a tool that raises is an observation, not a crash
                 return {"status": "error", "error": f"{type(err).__name__}: {err}"}
-            return {"status": "ok", "result": str(result) if req.get("official") else _render(result)}
+            refused = isinstance(result, dict) and result.get("success") is False
+            reply = {"status": "ok", "result": str(result) if req.get("official") else _render(result), "refused": refused}
+            if before is not None:
+                changes = state_diff(before, _snapshot(self.instance))
+                self.touched.update(changes)
+                reply["changed"] = bool(changes)
+            return reply
         if op == "score":
             final_state = _snapshot(self.instance)
-            return {"status": "ok", "results": [self._check(src, final_state, req["timeout_s"]) for src in req["checks"]]}
+            reply = {"status": "ok", "results": [self._check(src, final_state, req["timeout_s"]) for src in req["checks"]]}
+            if req.get("reference") is not None:
+                reply["exact"] = self._exact(req["reference"], final_state)
+            return reply
         return {"status": "fatal", "error": f"unknown op {op!r}"}
+
+    def _exact(self, calls: list[dict[str, Any]], final_state: dict[str, Any]) -> dict[str, Any]:
+        """:func:`exact_verdict` of ``final_state`` against a fresh instance that ran ``calls``
+        (``reference_error``: the first reference call that raised or was refused, else None)."""
+        reference = _construct(*self.build)
+        error, touched = None, set()
+        for call in calls:
+            before = _snapshot(reference)
+            try:
+                result = getattr(reference, call["name"])(**call["args"])
+            except MemoryError:
+                raise
+            except Exception as err:  # a broken reference is reported, the task then cannot succeed
+                result = {"success": False, "error": f"{type(err).__name__}: {err}"}
+            touched.update(state_diff(before, _snapshot(reference)))
+            if error is None and isinstance(result, dict) and result.get("success") is False:
+                error = f"{call['name']}: {result.get('error')}"
+        verdict = exact_verdict(self.initial_state, _snapshot(reference), final_state, self.touched, touched)
+        return dict(verdict, reference_error=error)
 
     def _check(self, source: str, final_state: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         import builtins

@@ -9,7 +9,8 @@ answer. At the end every check function runs on the final state (``vars(instance
 as EnvScaler does; ``initial_state`` is a global of the check); reward = fraction passed.
 ``episode_rules`` (:mod:`.envscaler_rules`) decides the rest: ``official`` (the default, EnvScaler's
 evaluation: first tool call of a reply only, a raising tool or the step cap or an empty reply scores
-0) or ``lenient`` (every call runs, errors are observations, the step cap scores the state). The
+0), ``lenient`` (every call runs, errors are observations, the step cap scores the state) or, on
+the lopd study bed, ``exact`` (lenient play; the final state must equal the reference's). The
 rules are recorded in every task's metadata and every episode's info. Conversational tasks (rows
 with ``user_system_prompt``) are played with a simulated user (``user_model``), by the rules of
 :mod:`.envscaler_conv`.
@@ -27,7 +28,8 @@ from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
 from stages.core.envs.base import EnvError, StepResult, register
 from stages.core.envs.envscaler_conv import CONV_MAX_STEPS, STOP, User, conv_system_prompt
 from stages.core.envs.envscaler_data import FIXTURES_DIR, HF_ENVS, TOOL_CALL_NOTE, EnvSpec, TaskSpec, load_data
-from stages.core.envs.envscaler_rules import INVALID_ACTION, EpisodeRules, check_rules, official_action, official_reward
+from stages.core.envs.envscaler_rules import (INVALID_ACTION, EpisodeRules, check_rules, exact_reward, is_lookup,
+                                              official_action, official_reward)
 
 OBSERVATION_MAX_CHARS = 8000
 FINAL_REPLY = "Task Completed"  # the reply that ends an episode (see AGENTIC_RULES)
@@ -64,6 +66,7 @@ class EnvScalerEnv:
 
     name = "envscaler"
     default_rules: EpisodeRules = "official"
+    rule_sets: tuple[str, ...] = ("official", "lenient")  # ``exact`` needs every task's reference actions
 
     def __init__(
         self,
@@ -87,7 +90,7 @@ class EnvScalerEnv:
         conversation: bool = False,
     ) -> None:
         try:
-            self.episode_rules = check_rules(episode_rules or self.default_rules, self.name)
+            self.episode_rules = check_rules(episode_rules or self.default_rules, self.name, self.rule_sets)
         except ValueError as err:
             raise EnvError(str(err)) from None
         self.data = load_data(data_dir, envs_file, tasks_file, hf_dataset, hf_envs, hf_split, test_size, seed)
@@ -106,6 +109,7 @@ class EnvScalerEnv:
         self._env: EnvSpec | None = None
         self._failure: str | None = None
         self._steps = 0
+        self._refused = 0  # calls the environment refused this episode (the ``exact`` rules score them)
         self._done = True
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
@@ -166,7 +170,7 @@ class EnvScalerEnv:
         self.close()
         self._user = None
         self._task, self._env = spec, self.data.envs[spec.env_id]
-        self._steps, self._done, self._failure = 0, False, None
+        self._steps, self._done, self._failure, self._refused = 0, False, None, 0
         try:
             self._worker = start_env_worker(self.memory_mb, self.cpu_s)
             self._worker.request({"op": "init", "code": self._env.code, "class_name": spec.class_name,
@@ -252,12 +256,19 @@ class EnvScalerEnv:
         return self._after([Message(role="tool", name=act.name, content=text)], [call], official=official)
 
     def _call(self, call: ToolCall) -> str:
+        """Run one call (lenient and exact rules); counts it in ``_refused`` when the environment
+        refuses it (unknown tool, arguments not an object, the tool raised or returned ``success: False``)
+        or, under the exact rules, when a tool that is not a lookup changed nothing."""
         if call.name not in self._env.tool_names:
+            self._refused += 1
             return f"Error: unknown tool {call.name!r}; available tools: {', '.join(self._env.tool_names)}"
         args = call.args
         if not isinstance(args, dict):
+            self._refused += 1
             return f"Error: the arguments of {call.name!r} must be a JSON object"
-        reply = self._worker.request({"op": "call", "name": call.name, "args": args}, self.call_timeout_s)
+        watch = self.episode_rules == "exact" and not is_lookup(call.name)
+        reply = self._worker.request({"op": "call", "name": call.name, "args": args, "watch": watch}, self.call_timeout_s)
+        self._refused += reply["status"] != "ok" or bool(reply.get("refused")) or reply.get("changed") is False
         text = reply["result"] if reply["status"] == "ok" else f"Error: {reply['error']}"
         if len(text) > OBSERVATION_MAX_CHARS:
             text = text[:OBSERVATION_MAX_CHARS] + " ...[truncated]"
@@ -270,10 +281,12 @@ class EnvScalerEnv:
 
     def _finish(self, end: str, calls: list[ToolCall]) -> StepResult:
         checks = self._task.checks
-        budget = self.check_timeout_s * len(checks) + self.call_timeout_s
+        budget = self.check_timeout_s * len(checks) + self.call_timeout_s * (2 if self.episode_rules == "exact" else 1)
+        request = {"op": "score", "checks": [c[1] for c in checks], "timeout_s": self.check_timeout_s}
+        if self.episode_rules == "exact":
+            request["reference"] = [{"name": c.name, "args": c.args} for c in self._task.reference or ()]
         try:
-            reply = self._worker.request({"op": "score", "checks": [c[1] for c in checks],
-                                          "timeout_s": self.check_timeout_s}, budget)
+            reply = self._worker.request(request, budget)
         except WorkerFailure as err:
             self._failure = f"scoring failed: {err}"
             return self._fail(calls)
@@ -283,6 +296,11 @@ class EnvScalerEnv:
                 "total": len(results), "success": passed == len(results), "episode_rules": self.episode_rules}
         self._end()
         reward = official_reward(passed, len(results)) if self.episode_rules == "official" else passed / len(results)
+        if self.episode_rules == "exact":
+            exact = reply["exact"]
+            reward = exact_reward(passed, len(results), exact["equal"], len(exact["outside"]), self._refused)
+            info.update(success=reward == 1.0, state_equal=exact["equal"], outside_changes=exact["outside"][:5],
+                        refused_calls=self._refused, reference_error=exact["reference_error"])
         return StepResult(observation=[], reward=reward, done=True, tool_calls=calls, info=info)
 
     def _zero(self, end: str, calls: list[ToolCall], error: str | None = None) -> StepResult:
@@ -341,15 +359,26 @@ class LopdBedEnv(EnvScalerEnv):
     Its own prompt, so that a whole prompt fits a small model's budget (at most 450 SmolLM2 tokens
     on the bundled bed): the system message holds the introduction, the rules, one signature line
     per tool (:func:`tool_signature`) and a three-line call note; tasks carry no tool schemas, so
-    the chat template adds no JSON tool block. Episode rules default to ``lenient`` (lopd's own
-    bed, not the EnvScaler benchmark); ``episode_rules="official"`` plays EnvScaler's.
+    the chat template adds no JSON tool block. Episode rules default to ``exact`` (the final state
+    must equal the reference actions' state; see :mod:`.envscaler_rules`); ``"lenient"`` and
+    ``"official"`` (EnvScaler's) score the checks alone.
     """
 
     name = "lopd-bed"
-    default_rules: EpisodeRules = "lenient"
+    default_rules: EpisodeRules = "exact"
+    rule_sets = ("official", "lenient", "exact")
 
     def __init__(self, data_dir: Path | str | None = None, max_turns: int = 6, **kwargs: Any) -> None:
+        """As :class:`EnvScalerEnv`.
+
+        Raises:
+            EnvError: also when the ``exact`` rules meet a task without ``reference_actions``.
+        """
         super().__init__(data_dir if data_dir is not None else BED_DIR, max_turns, **kwargs)
+        bare = next((tid for tid, spec in sorted(self.data.tasks.items()) if spec.reference is None), None)
+        if self.episode_rules == "exact" and bare is not None:
+            raise EnvError(f"lopd-bed: episode rules 'exact' compare with the state of a task's reference_actions; "
+                           f"task {bare} in {self.data.source} has none (--episode-rules lenient scores its checks)")
 
     def tasks(self, split: str, limit: int | None = None) -> list[Task]:
         """As :meth:`EnvScalerEnv.tasks`, with the tool schemas left out of the task (they are in

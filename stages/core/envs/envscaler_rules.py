@@ -1,6 +1,7 @@
 """EnvScaler's episode rules: how one agent reply becomes one action, and how an episode ends.
 
-Two rule sets, chosen per environment with ``episode_rules``:
+Three rule sets, chosen per environment with ``episode_rules`` (``exact`` only where tasks carry
+reference actions: the lopd study bed):
 
 - ``official``: EnvScaler's own non-conversational evaluation (RUC-NLPIR/EnvScaler at 87e6673,
   prompt mode): the text after the last ``</think>`` is the reply; an empty reply ends the episode
@@ -10,6 +11,11 @@ Two rule sets, chosen per environment with ``episode_rules``:
   decimals. Malformed replies and invalid actions are observations (the episode goes on).
 - ``lenient``: lopd's training rules: every tool call of a reply runs, a raising tool is an
   observation, the step cap and an empty reply score the final state.
+- ``exact``: the lenient play, scored against the state the task's reference actions produce
+  (:func:`exact_reward`): success only when the final state equals it on every field of every
+  object; reward 0 when anything outside the reference's changes changed or a call was refused
+  (the environment turned it down, or a tool that is not a lookup changed nothing: see
+  :func:`is_lookup`); otherwise the share of checks passed, below 1 while the state differs.
 
 :func:`official_action` reads one reply the official way; :class:`stages.core.envs.envscaler.EnvScalerEnv`
 plays the rest.
@@ -21,8 +27,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-EPISODE_RULES = ("official", "lenient")
-EpisodeRules = Literal["official", "lenient"]
+EPISODE_RULES = ("official", "lenient", "exact")
+EpisodeRules = Literal["official", "lenient", "exact"]
 CHAT_ACTION = "chat_with_user"  # the action a reply without a tool call becomes
 
 # Observation texts of the official environment, word for word.
@@ -30,20 +36,29 @@ PARSE_RESPONSE_ERROR = "Error: Failed to parse response to struct response"
 PARSE_ACTION_ERROR = "Error: Failed to parse response to action"
 INVALID_ACTION = "Error: Invalid action"
 
+LOOKUP_PREFIXES = ("get_", "list_", "find_", "search_", "lookup_", "view_")
+
 _THINK = re.compile(r"(?:<|@)think(?:>|@)\s*(.*?)(?:<|@)/think(?:>|@)", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"(?:<|@)think(?:>|@)", re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
-def check_rules(rules: str, where: str) -> str:
-    """``rules`` if it names a rule set.
+def check_rules(rules: str, where: str, allowed: tuple[str, ...] = EPISODE_RULES) -> str:
+    """``rules`` if it names one of the ``allowed`` rule sets.
 
     Raises:
-        ValueError: an unknown name (the message names ``where`` and the choices).
+        ValueError: any other name (the message names ``where`` and the choices).
     """
-    if rules not in EPISODE_RULES:
-        raise ValueError(f"{where}: episode_rules must be one of {', '.join(EPISODE_RULES)}, got {rules!r}")
+    if rules not in allowed:
+        raise ValueError(f"{where}: episode_rules must be one of {', '.join(allowed)}, got {rules!r}")
     return rules
+
+
+def is_lookup(tool_name: str) -> bool:
+    """Whether a tool only reads, by the lopd study bed's naming convention (``find_``, ``get_``,
+    ``list_``, ``search_``, ``lookup_``, ``view_``). Under the ``exact`` rules a call of any other
+    tool that changes nothing (a repeat, a value set to what it was) counts as refused."""
+    return tool_name.startswith(LOOKUP_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -133,3 +148,25 @@ def official_reward(passed: int, total: int) -> float:
     """Share of checks passed, rounded to 4 decimals (``calculate_reward`` in
     ``interact_with_env/envscaler_env/base_env.py``). ``total`` must be positive."""
     return round(passed / total, 4)
+
+
+def exact_reward(passed: int, total: int, equal: bool, outside: int, refused: int) -> float:
+    """The ``exact`` rules' reward of an episode.
+
+    Args:
+        passed, total: checks passed and checks of the task (``total`` positive).
+        equal: the final state equals the reference actions' final state.
+        outside: differences from the reference state outside the paths the reference changed.
+        refused: tool calls the environment refused (raised, returned ``success: False``, an
+            unknown tool, arguments that are not an object) and calls of tools that are not
+            lookups that changed nothing; each is an attempt the task did not ask for.
+
+    Returns:
+        1.0 when ``equal`` and nothing was refused; 0.0 when ``outside`` or ``refused``; else
+        ``passed / total`` capped at ``(total - 1) / total`` (a differing state never scores 1).
+    """
+    if outside or refused:
+        return 0.0
+    if equal:
+        return 1.0
+    return min(passed, total - 1) / total
