@@ -15,10 +15,11 @@ from rich.markup import escape
 
 from lopd_cli.options import (
     ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, PREFIX_CACHE, RESUME_RUN,
-    SAMPLING_SEED, STORE, STORE_REQUIRED, STORE_TABLE, UNSAFE_EXEC,
+    SAMPLING_SEED, STORE, UNSAFE_EXEC,
     MethodOptionsCommand, given_flags, given_options,
 )
 from lopd_cli.plan import plan as _plan
+from lopd_cli.store import store_restore, store_versions
 
 app = typer.Typer(
     name="lopd",
@@ -478,31 +479,8 @@ app.command(name="plan")(friendly(_plan))  # lopd_cli/plan.py
 store_app = typer.Typer(help="Inspect and repair an experience store (its Lance table versions).",
                         no_args_is_help=True)
 app.add_typer(store_app, name="store")
-
-
-@store_app.command("versions")
-@friendly
-def store_versions(
-    store: str = STORE_REQUIRED,
-    table: str = STORE_TABLE,
-) -> None:
-    """List a table's versions (time, rows) and mark which ones can be read."""
-    from stages import store_admin as stage
-
-    stage.run_versions(stage.StoreAdminConfig(store=store, table=table))
-
-
-@store_app.command("restore")
-@friendly
-def store_restore(
-    store: str = STORE_REQUIRED,
-    version: Optional[int] = typer.Option(None, "--version", help="Version to bring back (default: the newest readable one)."),
-    table: str = STORE_TABLE,
-) -> None:
-    """Make an earlier, readable version the table's latest (a new version; nothing is deleted)."""
-    from stages import store_admin as stage
-
-    stage.run_restore(stage.StoreAdminConfig(store=store, table=table, version=version))
+store_app.command("versions")(friendly(store_versions))  # lopd_cli/store.py
+store_app.command("restore")(friendly(store_restore))
 
 
 def main() -> None:

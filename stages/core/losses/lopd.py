@@ -8,21 +8,16 @@ caller shifts first: ``logits[:, :-1]``, ``input_ids[:, 1:]``, ``mask[:, 1:]``.
 Shapes: B = batch (one row per trajectory), T = positions, V = vocabulary, M = teacher top-M.
 Masks are bool or 0/1 float, 1 on generated action tokens (the paper's omega_{t,n}).
 
-Reductions: the paper normalises per trajectory and then takes the expectation over
-trajectories (Eq. 10 and Eq. 12: E_tau[ sum_n w_n x_n / sum_n w_n ]). ``reduction="trajectory"``
-(default) does exactly that: masked mean within each row, then the mean over rows that hold at
-least one masked token. ``reduction="token"`` instead pools all masked tokens of the batch
-(sum / number of masked tokens). Either way a batch with no masked token gives a loss of 0 whose
-gradient is defined (all zeros), never NaN.
+Reductions: ``reduction="trajectory"`` (default) is the paper's (Eq. 10, 12: E_tau[ sum_n w_n x_n /
+sum_n w_n ]): masked mean within each row, then the mean over rows with a masked token;
+``reduction="token"`` pools all masked tokens of the batch. A batch with no masked token gives a
+loss of 0 with an all-zero gradient, never NaN.
 
-Memory: full-vocabulary work runs on chunks of at most ``chunk_size`` positions, so only one
-chunk's [chunk_size x V] log-softmax is alive at a time. :func:`topm_tail_reverse_kl` computes
-each chunk's gradient right after its forward (:class:`_ChunkedRowsLoss`) and writes it into
-one gradient buffer per input, so beyond the inputs it holds their gradients (which any loss on
-logits must produce) and one chunk's working set, in the forward and in the backward pass
-(benchmarks/bench_loss_memory.py). The other functions run each chunk under activation
-checkpointing. Half-precision logits are upcast to float32 inside each chunk; float64 stays
-float64.
+Memory: full-vocabulary work runs on chunks of at most ``chunk_size`` positions (one chunk's
+[chunk_size x V] log-softmax alive at a time). :func:`topm_tail_reverse_kl` computes each chunk's
+gradient right after its forward (:class:`_ChunkedRowsLoss`) into one gradient buffer per input
+(benchmarks/bench_loss_memory.py); the other functions checkpoint each chunk. Half-precision
+logits are upcast to float32 inside each chunk; float64 stays float64.
 
 Every loss returns ``(loss, metrics)``: a scalar tensor and a dict of plain floats.
 """
@@ -30,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import math
-
 from typing import Callable, Literal
 
 import torch
@@ -442,9 +436,9 @@ def privileged_margin(
 
 
 def dual_update(beta: float, margin: float, Delta: float, eta_beta: float = 0.5) -> float:
-    """Projected dual ascent step beta <- max(0, beta + eta_beta * (m - Delta)).
+    """Projected dual ascent step beta <- max(0, beta + eta_beta * (m - Delta)); returns it (>= 0).
 
-    Eq. 13 of the LOPD paper (eta_beta default 0.5, the official code's value). Beta grows while
+    Eq. 13 of the LOPD paper (eta_beta default 0.5, the official code's value): beta grows while
     the privilege Delta is below the margin m and shrinks (never below 0) once it exceeds it.
 
     Args:
@@ -452,9 +446,6 @@ def dual_update(beta: float, margin: float, Delta: float, eta_beta: float = 0.5)
         margin: minimum privilege level m, nats per token.
         Delta: measured privilege (``metrics["Delta"]`` of :func:`privileged_margin`).
         eta_beta: dual step size, >= 0.
-
-    Returns:
-        The updated beta, a float >= 0.
 
     Raises:
         ValueError: beta < 0 or eta_beta < 0.
