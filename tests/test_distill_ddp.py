@@ -198,13 +198,15 @@ def test_nproc_relaunches_the_given_options_under_torchrun(monkeypatch, tmp_path
     monkeypatch.setattr(distributed.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # the `lopd` script
     store, out = str(tmp_path / "store"), str(tmp_path / "out")
+    # --max-len: at the defaults (whole 30-turn episodes) the memory check refuses a step on this machine
     result = CliRunner().invoke(app, ["distill", "--method", "grpo", "--env", "bfcl", "--steps", "3",
-                                      "--store", store, "--new-store", "--out", out,
+                                      "--max-len", "512", "--store", store, "--new-store", "--out", out,
                                       "-o", "ppo_epochs=2", "--resume", "--nproc", "2"])
     assert result.exit_code == 0, result.output
     assert launched == [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                          "-m", "lopd_cli", "distill", "--method", "grpo", "--option", "ppo_epochs=2", "--env", "bfcl",
-                         "--store", store, "--new-store", "--out", out, "--steps", "3", "--resume"]]
+                         "--store", store, "--new-store", "--out", out, "--steps", "3", "--max-len", "512",
+                         "--resume"]]
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     with pytest.raises(ValueError, match="inside torchrun"):
         distributed.launch(2, ["distill"])
