@@ -162,11 +162,13 @@ def exact_reward(passed: int, total: int, equal: bool, outside: int, refused: in
             lookups that changed nothing; each is an attempt the task did not ask for.
 
     Returns:
-        1.0 when ``equal`` and nothing was refused; 0.0 when ``outside`` or ``refused``; else
-        ``passed / total`` capped at ``(total - 1) / total`` (a differing state never scores 1).
+        1.0 when ``equal``, every check passed and nothing was refused; 0.0 when ``outside`` or
+        ``refused``; else ``passed / total`` capped at ``(total - 1) / total`` (a differing state
+        never scores 1). With sound reference actions ``equal`` implies every check passed; a
+        reference that fails its own checks thus scores below 1 (``check.py`` reports it).
     """
     if outside or refused:
         return 0.0
-    if equal:
+    if equal and passed == total:
         return 1.0
     return min(passed, total - 1) / total
