@@ -20,19 +20,11 @@ from stages.core.data.store import ExperienceStore
 from stages.core.latent.contexts import build_batch
 from stages.core.models.composer import Composer
 from stages.report import ReportConfig
-from tests.test_coldstart import make_traj
+from tests.test_coldstart import make_traj, one_thread  # noqa: F401 (one_thread: its autouse fixture)
 from tests.test_index import HashEmbedder
 from tests.tiny import save_tiny, tiny_model, tiny_tokenizer
 
 PAIRS = [(1, 2), (3, 4), (5, 6), (7, 8), (2, 9), (4, 4), (6, 1), (8, 3), (9, 9), (5, 1)]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def two_env_trajs() -> list:
