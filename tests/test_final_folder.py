@@ -6,6 +6,7 @@ import os
 import stat
 
 from stages.core.models.assembly import save_final
+from stages.core.run.modes import share
 from tests.tiny import tiny_model, tiny_tokenizer
 
 
@@ -20,3 +21,33 @@ def test_final_folder_gets_a_plain_mkdirs_mode(tmp_path):
     assert stat.S_IMODE(final.stat().st_mode) == 0o755
     assert stat.S_IMODE((final / "student").stat().st_mode) == 0o755
     assert (final / "checkpoint.txt").read_text() == "step-1" and (final / "student" / "config.json").is_file()
+
+
+def test_safetensors_files_of_final_get_a_plain_opens_mode(tmp_path):
+    """safetensors writes owner-only files (0600); a shared final/ must not keep that mode."""
+    tokenizer = tiny_tokenizer()
+    old = os.umask(0o022)
+    try:
+        final = save_final(tmp_path, tmp_path / "step-1", model="unused", tokenizer=tokenizer,
+                           student=tiny_model(tokenizer), adapter=None)
+    finally:
+        os.umask(old)
+    weights = list((final / "student").glob("*.safetensors"))
+    assert weights
+    assert {stat.S_IMODE(w.stat().st_mode) for w in weights} == {0o644}
+
+
+def test_share_gives_files_and_folders_a_plain_writes_mode(tmp_path):
+    folder = tmp_path / "run"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub").chmod(0o700)
+    weights = folder / "sub" / "w.safetensors"
+    weights.write_bytes(b"x")
+    weights.chmod(0o600)
+    old = os.umask(0o027)
+    try:
+        share(folder)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((folder / "sub").stat().st_mode) == 0o750
+    assert stat.S_IMODE(weights.stat().st_mode) == 0o640

@@ -47,6 +47,7 @@ from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import latent_teacher_logits
 from stages.core.models.composer import Composer
+from stages.core.run.modes import share
 from stages.core.run.runs import coldstart_stream
 
 if TYPE_CHECKING:
@@ -427,6 +428,7 @@ def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajecto
     finally:
         composer.backbone.eval()
     save_file({k: v.detach().contiguous() for k, v in prompt.state_dict().items()}, str(path))
+    share(path)  # safetensors writes owner-only files
     return prompt
 
 

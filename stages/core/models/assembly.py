@@ -33,6 +33,7 @@ from stages.core.models.composer import (
 from stages.core.models.backbone import load_policy, merge_lora_float32, resolve_model
 from stages.core.models.student import STUDENT_ADAPTER
 from stages.core.run.checkpoint import OPTIMIZER_FILE, readable
+from stages.core.run.modes import share
 from stages.core.run.sharding import DCP_FOLDER
 
 _HPARAMS = ("J", "K", "depth", "heads", "mlp_ratio", "lora_rank", "lora_alpha", "target_modules",
@@ -246,8 +247,8 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     ``export(folder)`` writes the method's own final artifacts (LOPD: ``composer/``).
     Written to a temporary folder and renamed, so ``final`` is complete or absent; ``final``
     names its checkpoint in ``checkpoint.txt``, and one already made from ``checkpoint`` is kept
-    as it is (a finished run resumed again writes nothing). ``final`` gets the mode a plain
-    ``mkdir`` gives (0777 less the umask), readable by others as the umask allows.
+    as it is (a finished run resumed again writes nothing). ``final`` and its files get the modes a plain
+    ``mkdir`` and ``open`` give (:func:`stages.core.run.modes.share`), readable by others as the umask allows.
     """
     final = Path(out) / "final"
     marker = final / "checkpoint.txt"
@@ -262,9 +263,7 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
         if export is not None:
             export(tmp)
         (tmp / "checkpoint.txt").write_text(checkpoint.name)
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp's folder is owner-only; final is for sharing: a plain mkdir's mode
+        share(tmp)  # mkdtemp's folder and safetensors' files are owner-only; final is for sharing
         shutil.rmtree(final, ignore_errors=True)  # a re-run replaces an older final folder
         os.rename(tmp, final)
     finally:

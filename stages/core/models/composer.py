@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from stages.core.run.checkpoint import read_json_object
+from stages.core.run.modes import share
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 # the encoder LoRA psi of A.1 of the LOPD paper: all seven linear projections of every block
@@ -446,6 +447,8 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
     state = {k: v.detach().contiguous() for k, v in composer.compressor.state_dict().items()}
     save_file(state, str(out / COMPRESSOR_FILE))
     (out / CONFIG_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+    share(out / COMPRESSOR_FILE)  # safetensors writes owner-only files
+    share(out / composer.adapter_name)
     return out
 
 

@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from stages.core.run.modes import share
+
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.json"
 RNG_FILE = "rng.pt"
@@ -121,6 +123,7 @@ def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: 
         for rank, states in enumerate(rank_rngs or []):
             torch.save(states, tmp / RANK_RNG_FILE.format(rank=rank))
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
+        share(tmp)  # mkdtemp's folder and safetensors' files are owner-only
         os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
