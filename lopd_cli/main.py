@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from lopd_cli.options import (
-    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, PREFIX_CACHE, RESUME_RUN,
+    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, LOG, LOG_HELP, PREFIX_CACHE, RESUME_RUN,
     SAMPLING_SEED, STORE, UNSAFE_EXEC,
     MethodOptionsCommand, given_flags, given_options,
 )
@@ -229,6 +229,7 @@ def coldstart(
     ladder: bool = typer.Option(True, "--ladder/--no-ladder", help="At the end, score the ladder of controls (no latents ... free vectors; trains the free-vector control for --steps more steps)."),
     ladder_targets: int = typer.Option(32, "--ladder-targets", help="Held-out targets the ladder scores (a seeded subset; 0 = all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
+    log: str = LOG,
     resume: bool = RESUME_RUN,
 ) -> None:
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
@@ -276,6 +277,7 @@ def sft(
     seed: int = typer.Option(0, "--seed", help="Seed of the data order."),
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    log: str = LOG,
     resume: bool = RESUME_RUN,
 ) -> None:
     """Supervised fine-tuning on verified trajectories: the warm start of a study, or the SFT and
@@ -322,7 +324,7 @@ def distill(
     grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Gradient-norm clipping, 0 = off. (default 1.0)"),
     embedder: Optional[str] = typer.Option(None, "--embedder", help="Embedder of new rollouts (lopd, the method that retrieves; the other methods append them unembedded for `lopd index`). (default: the store's)"),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name in the store. (default: the saved one, else random)"),
-    log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
+    log: Optional[str] = typer.Option(None, "--log", help=LOG_HELP + " (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the initialisation, the task order and the rollouts' sampling. (default 0)"),
     allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),

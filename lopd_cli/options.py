@@ -48,6 +48,11 @@ STORE_REQUIRED = typer.Option(..., "--store", help="Experience store directory o
 STORE_TABLE = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings.")
 RESUME_RUN = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override).")
 DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task files from here.")
+# the experiment logger of the training stages (distill, coldstart, sft): stages.core.run.tracking
+LOG_HELP = ("Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless "
+            "WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change "
+            "on --resume.")
+LOG = typer.Option("none", "--log", help=LOG_HELP)
 # collect, distill and evaluate: environments with two sets of rules (envscaler, lopd-bed, acebench)
 EPISODE_RULES = typer.Option(None, "--episode-rules", help=(
     "official | lenient | exact: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's "

@@ -43,6 +43,7 @@ from stages.core.models.assembly import load_student, save_final, save_student
 from stages.core.models.backbone import DType, resolve_device_dtype
 from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import config_run_id
+from stages.core.run.tracking import Logger, RunLogger, check_logger
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
 from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, freeze_config, open_run, seeded_stream, start_note,
@@ -62,7 +63,8 @@ class SftConfig(BaseModel):
     (rows a model policy produced: rejection sampling) or ``any``; ``from_run`` only the rows of
     that run id (e.g. one collect); rows need reward >= ``min_reward`` and ``success``. ``lora_rank`` 0 fine-tunes every weight (the warm start's
     default), else a LoRA adapter (alpha 2 x rank) merged into ``final/student``. ``device`` /
-    ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32.
+    ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32. ``log``:
+    also log every step's metrics row to ``tensorboard`` or ``wandb`` (may change on resume).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -86,6 +88,7 @@ class SftConfig(BaseModel):
     seed: int = 0
     device: str | None = None
     dtype: DType | None = None
+    log: Logger = "none"
     resume: bool = False
 
 
@@ -142,14 +145,16 @@ def run(config: SftConfig, console: Console | None = None,
 
     Raises:
         StoreError: missing store or no qualifying row. ValueError: ``out`` holds another run
-            (see :func:`stages.core.run.runs.open_run`), or no row fits ``max_len``.
+            (see :func:`stages.core.run.runs.open_run`), no row fits ``max_len``, or the ``log``
+            package is not installed (checked first).
     """
     console = console or Console()
+    check_logger(config.log)  # a missing logger package, before any run folder or model
     map_large_blocks()  # freed activations leave the resident set at once
     out = Path(config.out)
     run_id = config_run_id("sft", config, _RUN_KEYS + (["from_run"] if config.from_run else []))  # ids of runs before it kept
     clean_partial(out)
-    folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE, path_fields=("store",))
+    folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE | {"log"}, path_fields=("store",))
     if note := start_note(folder, config.resume):
         console.print(escape(note), soft_wrap=True)
     ckpt = latest_checkpoint(out) if config.resume else None
@@ -170,6 +175,7 @@ def run(config: SftConfig, console: Console | None = None,
         restore_rng(ckpt)
         truncate_metrics(out / METRICS_FILE, start)
     freeze_config(out, "sft", run_id, config)
+    logger = RunLogger(config.log, out, run_id, config.model_dump(), prefix="sft")
     torch.manual_seed(config.seed + start)
     console.print(f"sft {run_id}: {len(rows)} rows from {len(trajectories)} trajectories "
                   f"(split {config.split}, source {config.source}{', ' + str(len(skipped)) + ' too long' if skipped else ''}); "
@@ -198,6 +204,7 @@ def run(config: SftConfig, console: Console | None = None,
             row = {"step": step, **metrics, "grad_norm": grad_norm, "seconds": time.perf_counter() - t0,
                    "peak_rss_mb": peak_rss_mb()}
             append_metrics(out / METRICS_FILE, row)
+            logger.log(row, step)
             if on_step is not None:
                 on_step(step, student, adapter, tokenizer)
                 student.train()
@@ -207,6 +214,7 @@ def run(config: SftConfig, console: Console | None = None,
                                                       optimizer=optimizer),
                     {"step": step, "run_id": run_id}, config.keep_checkpoints)
             bar.update(task, advance=1, status=f"nll {metrics['nll']:.3f}")
+    logger.close()
     final = save_final(out, last, model=config.model, tokenizer=tokenizer, student=student, adapter=adapter)
     console.print(f"wrote {final / 'student'} (use it as --model), metrics {out / METRICS_FILE}", soft_wrap=True)
     return final / "student"
