@@ -73,6 +73,7 @@ class CollectReport(BaseModel):
     generated_tokens: int
     tokens_per_s: float
     seconds: float
+    context_overflows: int = 0  # episodes ended at the model's context window (scored 0)
 
 
 _RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_turns",
@@ -195,7 +196,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         success_rate=sum(t.success for t in written) / max(1, len(written)),
         generated_tokens=stats.generated_tokens,
         tokens_per_s=stats.generated_tokens / max(stats.generate_seconds, 1e-9),
-        seconds=seconds,
+        seconds=seconds, context_overflows=stats.context_overflows,
     )
     _print_summary(console, report, config)
     return report
@@ -208,3 +209,7 @@ def _print_summary(console: Console, r: CollectReport, config: CollectConfig) ->
     table.add_row(str(r.tasks), str(r.trajectories), f"{r.mean_reward:.3f}",
                   f"{r.success_rate:.1%}", f"{r.tokens_per_s:.1f}", f"{r.seconds:.0f}")
     console.print(table)
+    if r.context_overflows:
+        console.print(f"[yellow]warning:[/] {r.context_overflows} of {r.trajectories} episodes ended at the model's "
+                      "context window, scored 0 (info.stopped 'context window'): lower --max-new-tokens or "
+                      "--max-turns", soft_wrap=True)
