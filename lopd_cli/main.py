@@ -5,14 +5,13 @@ into a validated config and calls ``stages.<stage>.run(config)``.
 """
 from __future__ import annotations
 
-import functools
-from typing import Callable, Optional
+from typing import Optional
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Console
-from rich.markup import escape
 
+from lopd_cli.errors import err_console, friendly, one_line_warning
 from lopd_cli.options import (
     ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, LOG, LOG_HELP, PREFIX_CACHE, RESUME_RUN,
     SAMPLING_SEED, STORE, UNSAFE_EXEC,
@@ -30,7 +29,6 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,  # click's plain help: flags shown as flags (rich's shows `--resume <bool>`)
 )
-err_console = Console(stderr=True)
 
 def _version(value: bool) -> None:
     if value:
@@ -55,70 +53,7 @@ def _root(
     # no weight-loading bar on every model load (transformers reads this when first imported); ours stay
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
-    warnings.showwarning = _one_line_warning
-
-
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A Python warning as one ``warning:`` line on stderr (no source file and line of code)."""
-    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True)
-
-
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    from stages.core.data.store import StoreError
-    from stages.core.envs import EnvError
-    from stages.core.exec.isolation import IsolationUnavailable
-
-    return (EnvError, StoreError, ValidationError, FileNotFoundError, ValueError, IsolationUnavailable)
-
-
-def friendly(fn: Callable) -> Callable:
-    """Turn the errors a user can fix into one red line and exit code 2 (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except _expected_errors() as err:
-            if isinstance(err, ValidationError):
-                from stages.settings import error_text
-
-                first = err.errors()[0]
-                where = _flag_of(kwargs, ".".join(map(str, first["loc"])))
-                msg = f"invalid option {where}: {error_text(first)}" if where else error_text(first)
-            else:
-                msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-            # soft_wrap: the error stays one line (rich would break it at the terminal width)
-            err_console.print(f"[red]error:[/] {escape(msg)}", soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:  # Ctrl-C: what to do next instead of a silent exit
-            err_console.print(f"interrupted{_resume_hint(kwargs)}", soft_wrap=True)
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
-def _param(kwargs: dict, name: str):
-    """The click parameter ``name`` of the command called with ``kwargs``, or None."""
-    command = getattr(kwargs.get("ctx"), "command", None)  # getattr: typer passes its click's Context, no typer.Context
-    return next((p for p in command.params if p.name == name), None) if command is not None else None
-
-
-def _resume_hint(kwargs: dict) -> str:
-    """For a command with ``--resume``: how to continue, from that flag's own help (its first sentence)."""
-    flag = _param(kwargs, "resume")
-    if flag is None or not flag.help:
-        return ""
-    what = flag.help.split(" (")[0].rstrip(".")
-    return f": rerun the same command with --resume to continue ({what[0].lower()}{what[1:]})"
-
-
-def _flag_of(kwargs: dict, name: str) -> str:
-    """How an error names setting ``name`` of a command called with ``kwargs``: as the command's
-    flag of that name (``lam``: ``--lambda``), else as given."""
-    param = _param(kwargs, name)
-    if param is not None and param.opts[0].startswith("--"):
-        return param.opts[0]
-    return "--" + name.replace("_", "-") if name in kwargs else name
+    warnings.showwarning = one_line_warning
 
 
 def _config(ctx: typer.Context, config_file: Optional[str], config_cls: type, exclude: tuple[str, ...] = (),
@@ -233,9 +168,12 @@ def coldstart(
     resume: bool = RESUME_RUN,
 ) -> None:
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
+    from stages.coldstart.settings import ColdstartConfig
+
+    settings = _config(ctx, config, ColdstartConfig, resume=resume)  # refused before torch loads
     from stages.coldstart import recipe as stage
 
-    stage.run(_config(ctx, config, stage.ColdstartConfig, resume=resume))
+    stage.run(settings)
 
 
 @app.command()
