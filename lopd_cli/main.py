@@ -275,7 +275,6 @@ def distill(
     With --resume the run's saved OUT/config.json supplies every option not given again.
     The lopd options (--composer, --margin, --J, ...) are made from its Options model.
     """
-    from stages.distill import recipe as stage
     from stages.distill.settings import parse_options, settings
 
     given, _ = given_flags(ctx, exclude=("option", "resume", "nproc"))
@@ -292,6 +291,8 @@ def distill(
 
         preflight(run_config, world_size=nproc)
         raise typer.Exit(distributed.launch(nproc, given_options(ctx, skip=("nproc",))))
+    from stages.distill import recipe as stage  # torch loads once the settings are valid
+
     stage.run(run_config)
 
 
@@ -359,9 +360,12 @@ def study(
 ) -> None:
     """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,
     then results.json/.csv, a markdown table and plots in the study folder. Rerun to resume."""
+    from stages.study.layout import load_study
+
+    study_config = load_study(config, out)  # refused before torch loads
     from stages.study import recipe as stage
 
-    stage.run_study(stage.load_study(config, out), report_only=report_only, only=only)
+    stage.run_study(study_config, report_only=report_only, only=only)
 
 
 @app.command()

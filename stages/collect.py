@@ -15,7 +15,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from schemas import Task, Trajectory
-from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
@@ -147,6 +146,8 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         model, tokenizer = load_policy(config.model, dtype=config.dtype, device=config.device)
         engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
                              prefix_cache_tokens=config.prefix_cache_tokens)
+    from stages.core.data.store import ExperienceStore, StoreError  # lancedb: once the tasks and policy are known
+
     store = ExperienceStore.open(config.store)
     done_ids = store.task_ids(run_id=run_id)
     if done_ids and not config.resume:

@@ -25,31 +25,20 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
-from stages.core.run.checkpoint import (
-    OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, readable, restore_rng, write_checkpoint,
-)
-from stages.core.data.rows import pad_rows, training_rows
-from stages.core.losses.lopd import masked_nll
-from stages.core.models.assembly import load_student, save_final, save_student
-from stages.core.models.backbone import DType, resolve_device_dtype
-from stages.core.run.progress import StageProgress
-from stages.core.run.provenance import config_run_id
-from stages.core.run.tracking import Logger, RunLogger, check_logger
-from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
-from stages.core.run.runs import (
-    METRICS_FILE, RESUMABLE, append_metrics, freeze_config, open_run, seeded_stream, start_note,
-    truncate_metrics,
-)
-from stages.core.data.store import ExperienceStore, StoreError
+from stages.core.models.backbone import DType
+from stages.core.run.tracking import Logger
+
+if TYPE_CHECKING:
+    import torch
+
+    from stages.core.data.store import ExperienceStore
 
 Source = Literal["reference", "student", "any"]
 REFERENCE_POLICY = "reference"  # Trajectory.policy of rows that `lopd collect --reference` wrote
@@ -100,6 +89,8 @@ def select(store: ExperienceStore, config: SftConfig) -> list[Trajectory]:
         StoreError: no row qualifies (the filters are named; where other splits have rows that
             would, their counts and the ``--split`` flag).
     """
+    from stages.core.data.store import StoreError
+
     def qualifies(t: Trajectory) -> bool:
         return t.reward >= config.min_reward and (
             config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))
@@ -130,6 +121,8 @@ def nll_step(student: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple
     Returns:
         ``(loss, metrics)`` from :func:`stages.core.losses.lopd.masked_nll` on next-token logits.
     """
+    from stages.core.losses.lopd import masked_nll
+
     ids_BT, attn_BT, mask_BT = batch[:3]
     logits_BTV = student(input_ids=ids_BT, attention_mask=attn_BT.long()).logits
     return masked_nll(logits_BTV[:, :-1], ids_BT[:, 1:], mask_BT[:, 1:])
@@ -148,6 +141,26 @@ def run(config: SftConfig, console: Console | None = None,
             (see :func:`stages.core.run.runs.open_run`), no row fits ``max_len``, or the ``log``
             package is not installed (checked first).
     """
+    # the training libraries load here, after the settings were validated (a refused command line stays fast)
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from stages.core.data.rows import pad_rows, training_rows
+    from stages.core.data.store import ExperienceStore
+    from stages.core.models.assembly import load_student, save_final, save_student
+    from stages.core.models.backbone import resolve_device_dtype
+    from stages.core.run.checkpoint import (
+        OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, readable, restore_rng, write_checkpoint,
+    )
+    from stages.core.run.progress import StageProgress
+    from stages.core.run.provenance import config_run_id
+    from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
+    from stages.core.run.runs import (
+        METRICS_FILE, RESUMABLE, append_metrics, freeze_config, open_run, seeded_stream, start_note,
+        truncate_metrics,
+    )
+    from stages.core.run.tracking import RunLogger, check_logger
+
     console = console or Console()
     check_logger(config.log)  # a missing logger package, before any run folder or model
     map_large_blocks()  # freed activations leave the resident set at once

@@ -31,8 +31,9 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from stages.core.losses import DEFAULT_CHUNK_SIZE
+
 Reduction = Literal["trajectory", "token"]
-DEFAULT_CHUNK_SIZE = 256
 
 
 def upcast_dtype(dtype: torch.dtype) -> torch.dtype:
