@@ -13,6 +13,10 @@ Adding a method is one new module plus one registry line (:data:`_MODULES`)::
         metrics = ("nll",)
         def loss(self, rows, weight): ...
 
+Its ``Options`` model belongs in :mod:`stages.methods.options` (with its line in ``METHOD_OPTIONS``):
+the CLI reads a method's options there (:func:`method_options`) without importing the method,
+which loads torch.
+
 Look-up: :func:`get_method` (an unknown name lists the known ones).
 """
 from __future__ import annotations
