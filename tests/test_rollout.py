@@ -166,7 +166,7 @@ def test_a_prompt_past_the_context_window_ends_its_episode_scored_0_and_the_run_
     (warning,) = [str(w.message) for w in caught]
     assert warning == (f"task long (sample 0): the prompt of turn 1 is {info['context_tokens']} tokens, with "
                        f"--max-new-tokens 4 over the model's context window of {last_prompt + 4}: episode ended, "
-                       "scored 0 (lower --max-new-tokens or --max-turns, or a --model with a longer context)")
+                       "scored 0 (the prompt alone fills it: a --model with a longer context)")
     assert info["context_tokens"] + 4 > last_prompt + 4 and "\n" not in warning
 
 
@@ -174,7 +174,8 @@ def test_a_context_that_outgrows_the_window_mid_episode_keeps_its_turns():
     full, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(1), samples_per_task=1)
     first = len(full[0].turns[0].context_ids)
     stats = RolloutStats()
-    with pytest.warns(RuntimeWarning, match="the prompt of turn 2 is") as caught:
+    with pytest.warns(RuntimeWarning, match=r"the prompt of turn 2 is .* scored 0 \(lower --max-new-tokens or "
+                                            r"--max-turns, or a --model with a longer context\)") as caught:
         trajs, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(7), samples_per_task=1, stats=stats,
                          context_window=first + 4)  # turn 1 fits, turn 2 does not
     assert [t.num_steps for t in trajs] == [1] * 7 and all(t.reward == 0.0 for t in trajs)
@@ -190,3 +191,12 @@ def test_the_hf_engine_s_window_is_the_model_s_positions():
     tok = tiny_tokenizer()
     model = tiny_model(tok)
     assert HFRolloutEngine(model, tok).context_window == model.config.max_position_embeddings == 8192
+
+
+def test_an_opening_prompt_that_fits_but_not_its_token_budget_names_max_new_tokens():
+    full, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(1), samples_per_task=1)
+    first = len(full[0].turns[0].context_ids)
+    with pytest.warns(RuntimeWarning, match=r"turn 1 is .* scored 0 \(lower --max-new-tokens, or a --model with a "
+                                            r"longer context\)$"):
+        trajs, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(1), samples_per_task=1, context_window=first + 2)
+    assert trajs[0].turns == [] and json.loads(trajs[0].info)["context_tokens"] == first

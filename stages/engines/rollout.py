@@ -224,10 +224,15 @@ def _overflowed(ep: _Episode, window: int, max_new_tokens: int, stats: RolloutSt
     stats.episodes += 1
     if stats.context_overflows <= OVERFLOW_WARNINGS:
         more = " (further overflows are only counted)" if stats.context_overflows == OVERFLOW_WARNINGS else ""
+        if ep.turns:  # the episode's context outgrew the window
+            fix = "lower --max-new-tokens or --max-turns, or a --model with a longer context"
+        elif len(ep.ids) >= window:
+            fix = "the prompt alone fills it: a --model with a longer context"
+        else:
+            fix = "lower --max-new-tokens, or a --model with a longer context"
         warnings.warn(f"task {ep.task.task_id} (sample {ep.sample}): the prompt of turn {len(ep.turns) + 1} is "
                       f"{len(ep.ids)} tokens, with --max-new-tokens {max_new_tokens} over the model's context window "
-                      f"of {window}: episode ended, scored 0 (lower --max-new-tokens or --max-turns, or a --model "
-                      f"with a longer context){more}", RuntimeWarning, stacklevel=3)
+                      f"of {window}: episode ended, scored 0 ({fix}){more}", RuntimeWarning, stacklevel=3)
     ep.info = {**ep.info, "stopped": "context window", "success": False, "context_tokens": len(ep.ids),
                "context_window": window}
     ep.env.close()
