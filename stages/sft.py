@@ -141,14 +141,9 @@ def run(config: SftConfig, console: Console | None = None,
             (see :func:`stages.core.run.runs.open_run`), no row fits ``max_len``, or the ``log``
             package is not installed (checked first).
     """
-    # the training libraries load here, after the settings were validated (a refused command line stays fast)
-    import torch
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    from stages.core.data.rows import pad_rows, training_rows
     from stages.core.data.store import ExperienceStore
-    from stages.core.models.assembly import load_student, save_final, save_student
-    from stages.core.models.backbone import resolve_device_dtype
     from stages.core.run.checkpoint import (
         OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, readable, restore_rng, write_checkpoint,
     )
@@ -172,6 +167,12 @@ def run(config: SftConfig, console: Console | None = None,
         console.print(escape(note), soft_wrap=True)
     ckpt = latest_checkpoint(out) if config.resume else None
     trajectories = select(ExperienceStore.open(config.store, create=False), config)
+    # the training libraries load once the settings, run folder and rows are known good (a refusal stays fast)
+    import torch
+
+    from stages.core.data.rows import pad_rows, training_rows
+    from stages.core.models.assembly import load_student, save_final, save_student
+    from stages.core.models.backbone import resolve_device_dtype
 
     device, dtype = resolve_device_dtype(config.device, config.dtype)
     student, adapter, tokenizer, params = load_student(config.model, config.lora_rank, ckpt,

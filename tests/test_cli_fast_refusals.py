@@ -32,6 +32,8 @@ REFUSED = [  # (command line, the start of its one error line)
     (["export", "/nonexistent", "--out", "/nonexistent/x"], "error: /nonexistent: no such run folder"),
     (["report", "/nonexistent"], "error: /nonexistent: no such run folder"),
     (["study", "--config", "/nonexistent.toml"], "error: /nonexistent.toml: cannot read"),
+    (["sft", "--store", "/nonexistent", "--out", "sft-out"], "error: no experience store at /nonexistent"),
+    (["store", "versions", "--store", "/nonexistent"], "error: no experience store at /nonexistent"),
 ]
 
 _CODE = """
