@@ -5,16 +5,15 @@ into a validated config and calls ``stages.<stage>.run(config)``.
 """
 from __future__ import annotations
 
-import functools
-from typing import Callable, Optional
+from typing import Optional
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Console
-from rich.markup import escape
 
+from lopd_cli.errors import err_console, friendly, one_line_warning
 from lopd_cli.options import (
-    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, PREFIX_CACHE, RESUME_RUN,
+    ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, LOG, LOG_HELP, PREFIX_CACHE, RESUME_RUN,
     SAMPLING_SEED, STORE, UNSAFE_EXEC,
     MethodOptionsCommand, given_flags, given_options,
 )
@@ -30,7 +29,6 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,  # click's plain help: flags shown as flags (rich's shows `--resume <bool>`)
 )
-err_console = Console(stderr=True)
 
 def _version(value: bool) -> None:
     if value:
@@ -55,70 +53,7 @@ def _root(
     # no weight-loading bar on every model load (transformers reads this when first imported); ours stay
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)
-    warnings.showwarning = _one_line_warning
-
-
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A Python warning as one ``warning:`` line on stderr (no source file and line of code)."""
-    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True)
-
-
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    from stages.core.data.store import StoreError
-    from stages.core.envs import EnvError
-    from stages.core.exec.isolation import IsolationUnavailable
-
-    return (EnvError, StoreError, ValidationError, FileNotFoundError, ValueError, IsolationUnavailable)
-
-
-def friendly(fn: Callable) -> Callable:
-    """Turn the errors a user can fix into one red line and exit code 2 (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except _expected_errors() as err:
-            if isinstance(err, ValidationError):
-                from stages.settings import error_text
-
-                first = err.errors()[0]
-                where = _flag_of(kwargs, ".".join(map(str, first["loc"])))
-                msg = f"invalid option {where}: {error_text(first)}" if where else error_text(first)
-            else:
-                msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-            # soft_wrap: the error stays one line (rich would break it at the terminal width)
-            err_console.print(f"[red]error:[/] {escape(msg)}", soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:  # Ctrl-C: what to do next instead of a silent exit
-            err_console.print(f"interrupted{_resume_hint(kwargs)}", soft_wrap=True)
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
-def _param(kwargs: dict, name: str):
-    """The click parameter ``name`` of the command called with ``kwargs``, or None."""
-    command = getattr(kwargs.get("ctx"), "command", None)  # getattr: typer passes its click's Context, no typer.Context
-    return next((p for p in command.params if p.name == name), None) if command is not None else None
-
-
-def _resume_hint(kwargs: dict) -> str:
-    """For a command with ``--resume``: how to continue, from that flag's own help (its first sentence)."""
-    flag = _param(kwargs, "resume")
-    if flag is None or not flag.help:
-        return ""
-    what = flag.help.split(" (")[0].rstrip(".")
-    return f": rerun the same command with --resume to continue ({what[0].lower()}{what[1:]})"
-
-
-def _flag_of(kwargs: dict, name: str) -> str:
-    """How an error names setting ``name`` of a command called with ``kwargs``: as the command's
-    flag of that name (``lam``: ``--lambda``), else as given."""
-    param = _param(kwargs, name)
-    if param is not None and param.opts[0].startswith("--"):
-        return param.opts[0]
-    return "--" + name.replace("_", "-") if name in kwargs else name
+    warnings.showwarning = one_line_warning
 
 
 def _config(ctx: typer.Context, config_file: Optional[str], config_cls: type, exclude: tuple[str, ...] = (),
@@ -229,12 +164,16 @@ def coldstart(
     ladder: bool = typer.Option(True, "--ladder/--no-ladder", help="At the end, score the ladder of controls (no latents ... free vectors; trains the free-vector control for --steps more steps)."),
     ladder_targets: int = typer.Option(32, "--ladder-targets", help="Held-out targets the ladder scores (a seeded subset; 0 = all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
+    log: str = LOG,
     resume: bool = RESUME_RUN,
 ) -> None:
     """Cold-start the composer phi_0 on successful trajectories, backbone frozen."""
+    from stages.coldstart.settings import ColdstartConfig
+
+    settings = _config(ctx, config, ColdstartConfig, resume=resume)  # refused before torch loads
     from stages.coldstart import recipe as stage
 
-    stage.run(_config(ctx, config, stage.ColdstartConfig, resume=resume))
+    stage.run(settings)
 
 
 @app.command()
@@ -276,6 +215,7 @@ def sft(
     seed: int = typer.Option(0, "--seed", help="Seed of the data order."),
     device: Optional[str] = DEVICE,
     dtype: Optional[str] = DTYPE,
+    log: str = LOG,
     resume: bool = RESUME_RUN,
 ) -> None:
     """Supervised fine-tuning on verified trajectories: the warm start of a study, or the SFT and
@@ -322,7 +262,7 @@ def distill(
     grad_clip: Optional[float] = typer.Option(None, "--grad-clip", help="Gradient-norm clipping, 0 = off. (default 1.0)"),
     embedder: Optional[str] = typer.Option(None, "--embedder", help="Embedder of new rollouts (lopd, the method that retrieves; the other methods append them unembedded for `lopd index`). (default: the store's)"),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run name in the store. (default: the saved one, else random)"),
-    log: Optional[str] = typer.Option(None, "--log", help="Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change on --resume. (default none)"),
+    log: Optional[str] = typer.Option(None, "--log", help=LOG_HELP + " (default none)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the initialisation, the task order and the rollouts' sampling. (default 0)"),
     allow_overlap: Optional[bool] = typer.Option(None, "--allow-overlap/--no-allow-overlap", help=ALLOW_OVERLAP_HELP + " (default off)"),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given override, e.g. --steps)."),
@@ -335,7 +275,6 @@ def distill(
     With --resume the run's saved OUT/config.json supplies every option not given again.
     The lopd options (--composer, --margin, --J, ...) are made from its Options model.
     """
-    from stages.distill import recipe as stage
     from stages.distill.settings import parse_options, settings
 
     given, _ = given_flags(ctx, exclude=("option", "resume", "nproc"))
@@ -352,6 +291,8 @@ def distill(
 
         preflight(run_config, world_size=nproc)
         raise typer.Exit(distributed.launch(nproc, given_options(ctx, skip=("nproc",))))
+    from stages.distill import recipe as stage  # torch loads once the settings are valid
+
     stage.run(run_config)
 
 
@@ -419,9 +360,12 @@ def study(
 ) -> None:
     """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,
     then results.json/.csv, a markdown table and plots in the study folder. Rerun to resume."""
+    from stages.study.layout import load_study
+
+    study_config = load_study(config, out)  # refused before torch loads
     from stages.study import recipe as stage
 
-    stage.run_study(stage.load_study(config, out), report_only=report_only, only=only)
+    stage.run_study(study_config, report_only=report_only, only=only)
 
 
 @app.command()

@@ -48,6 +48,11 @@ STORE_REQUIRED = typer.Option(..., "--store", help="Experience store directory o
 STORE_TABLE = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings.")
 RESUME_RUN = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override).")
 DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task files from here.")
+# the experiment logger of the training stages (distill, coldstart, sft): stages.core.run.tracking
+LOG_HELP = ("Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless "
+            "WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change "
+            "on --resume.")
+LOG = typer.Option("none", "--log", help=LOG_HELP)
 # collect, distill and evaluate: environments with two sets of rules (envscaler, lopd-bed, acebench)
 EPISODE_RULES = typer.Option(None, "--episode-rules", help=(
     "official | lenient | exact: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's "
@@ -132,9 +137,9 @@ def method_options_help(method: str) -> tuple[str, list[tuple[str, str]]]:
     Raises:
         ValueError: unknown method (the message lists the known ones).
     """
-    from stages.methods import get_method
+    from stages.methods import method_options
 
-    model = get_method(method).Options
+    model = method_options(method)
     rows = [(f"{name}: {_type_text(field.annotation)}", option_help(field, "", as_value=True))
             for name, field in model.model_fields.items()]
     docs = [inspect.cleandoc(c.__doc__) for c in model.__mro__
@@ -184,8 +189,9 @@ def option_flags(options_model: type, method: str) -> list:
 
 class MethodOptionsCommand(TyperCommand):
     """A command that also takes the options of the default distill method as flags (see
-    :func:`option_flags`). They are made on first use of ``params`` (importing a method loads
-    torch, which every other command does without), come in ``ctx.params`` by field name, and
+    :func:`option_flags`). They are made on first use of ``params`` from the method's options
+    model (:mod:`stages.methods.options`: no torch, so a refused command line stays fast; the
+    other commands import no method at all), come in ``ctx.params`` by field name, and
     are not passed to the callback, which reads them from ``ctx.params``. With ``--method X``
     (X not the default) its help ends with X's own options (given as ``-o KEY=VALUE``); only
     that help imports method X."""
@@ -194,13 +200,13 @@ class MethodOptionsCommand(TyperCommand):
     def params(self) -> list:
         if self._all_params is None:  # one list: click appends to it and pops from it in place
             from stages.distill.settings import DistillConfig
-            from stages.methods import get_method
+            from stages.methods import method_options
 
-            method = get_method(DistillConfig.model_fields["method"].default)
-            flags = option_flags(method.Options, method.name)
+            method = DistillConfig.model_fields["method"].default
+            flags = option_flags(method_options(method), method)
             twice = {p.name for p in flags} & {p.name for p in self._own_params}
             if twice:
-                raise ValueError(f"options of method {method.name!r} named like settings of the command: {sorted(twice)}")
+                raise ValueError(f"options of method {method!r} named like settings of the command: {sorted(twice)}")
             self._method_names = {p.name for p in flags}
             self._all_params = [*self._own_params, *flags]
         return self._all_params

@@ -15,7 +15,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from schemas import Task, Trajectory
-from stages.core.data.store import ExperienceStore, StoreError
 from stages.core.envs import EnvError, make_env
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
@@ -73,6 +72,7 @@ class CollectReport(BaseModel):
     generated_tokens: int
     tokens_per_s: float
     seconds: float
+    context_overflows: int = 0  # episodes ended at the model's context window (scored 0)
 
 
 _RUN_KEYS = ["env", "split", "samples_per_task", "model", "data_dir", "max_turns",
@@ -146,6 +146,8 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         model, tokenizer = load_policy(config.model, dtype=config.dtype, device=config.device)
         engine = make_engine("hf", model, tokenizer, batch_size=config.batch_size,
                              prefix_cache_tokens=config.prefix_cache_tokens)
+    from stages.core.data.store import ExperienceStore, StoreError  # lancedb: once the tasks and policy are known
+
     store = ExperienceStore.open(config.store)
     done_ids = store.task_ids(run_id=run_id)
     if done_ids and not config.resume:
@@ -195,7 +197,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
         success_rate=sum(t.success for t in written) / max(1, len(written)),
         generated_tokens=stats.generated_tokens,
         tokens_per_s=stats.generated_tokens / max(stats.generate_seconds, 1e-9),
-        seconds=seconds,
+        seconds=seconds, context_overflows=stats.context_overflows,
     )
     _print_summary(console, report, config)
     return report
@@ -208,3 +210,7 @@ def _print_summary(console: Console, r: CollectReport, config: CollectConfig) ->
     table.add_row(str(r.tasks), str(r.trajectories), f"{r.mean_reward:.3f}",
                   f"{r.success_rate:.1%}", f"{r.tokens_per_s:.1f}", f"{r.seconds:.0f}")
     console.print(table)
+    if r.context_overflows:
+        console.print(f"[yellow]warning:[/] {r.context_overflows} of {r.trajectories} episodes ended at the model's "
+                      "context window, scored 0 (info.stopped 'context window'): lower --max-new-tokens or "
+                      "--max-turns", soft_wrap=True)

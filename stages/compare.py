@@ -117,9 +117,9 @@ def _task_set_notes(paths: list[Path], reports: list[dict[str, Any]]) -> list[st
     for path, report in zip(paths[1:], reports[1:]):
         tasks = {r.get("task_id") for r in _task_rows(report)}
         if tasks != first:
-            notes.append(f"warning: {path} scored other tasks than {paths[0]} ({len(tasks)} vs {len(first)}, "
-                         f"{len(tasks & first)} in both): its score deltas are unpaired; the paired rows use the "
-                         f"{len(tasks & first)} shared tasks")
+            notes.append(f"warning: {path} scored other tasks than {paths[0]} ({len(tasks - first)} only in it, "
+                         f"{len(first - tasks)} only in the first, {len(tasks & first)} in both): its score deltas "
+                         f"are unpaired; the paired rows use the {len(tasks & first)} shared tasks")
     return notes
 
 

@@ -233,6 +233,9 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
             extras.setdefault(task_id, {})["reference_nll"] = value
     elif bench.reference_nll and config.engine == "vllm":
         prepared.notes.append("reference_nll not computed: the vllm engine holds no transformers model")
+    if stats.context_overflows:
+        prepared.notes.append(f"{stats.context_overflows} task(s) ended at the model's context window, scored 0 "
+                              "(info.stopped 'context window'): lower --max-new-tokens or --max-turns")
     finished = datetime.now(timezone.utc)
     report = {
         "bench": config.bench,
@@ -249,6 +252,7 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         "finished_at": finished.isoformat(),
         "seconds": time.perf_counter() - t0,
         "generated_tokens": stats.generated_tokens,
+        "context_overflows": stats.context_overflows,
         **_cache_counts(engine),
     }
     _write_atomic(out, report)

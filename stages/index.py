@@ -14,16 +14,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from stages.core.data.retrieval import (
-    build_indices,
-    drop_embeddings,
-    embeddings_info,
-    index_new,
-    load_embedder,
-    open_embeddings,
-)
-from stages.core.data.store import ExperienceStore
-
 
 class IndexConfig(BaseModel):
     """Options of ``lopd index``.
@@ -86,6 +76,12 @@ def run(config: IndexConfig) -> IndexReport:
         StoreError: the store does not exist, or it was indexed with another embedder/field
             and ``rebuild`` is not set.
     """
+    # the store and embedder libraries load here, once the settings are valid (a refusal stays fast)
+    from stages.core.data.retrieval import (
+        build_indices, drop_embeddings, embeddings_info, index_new, load_embedder, open_embeddings,
+    )
+    from stages.core.data.store import ExperienceStore
+
     start = time.perf_counter()
     store = ExperienceStore.open(config.store, create=False)
     info = None if config.rebuild else embeddings_info(store)

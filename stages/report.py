@@ -19,15 +19,17 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from stages.coldstart.ladder import LADDER, Ladder, ladder_markdown
 from stages.core.data.inputs import read_utf8
 from stages.core.run.runs import METRICS_FILE
 from stages.samples import run_samples
+
+if TYPE_CHECKING:  # the ladder's module loads torch: imported where a ladder is read (export reads no ladder)
+    from stages.coldstart.ladder import Ladder
 
 # (file stem, title, metric names): a metric is drawn in the first group that names it
 GROUPS = (
@@ -283,6 +285,8 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
     """The markdown summary: metrics per run (first, last, min, max), its ``samples`` lines
     (sample rollouts, by run label) and a cold start's ladder of controls (``ladders``, by run
     label), then evaluation scores."""
+    from stages.coldstart.ladder import ladder_markdown
+
     lines = ["# Run report", ""]
     for label, rows in runs.items():
         keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "step" and _numeric(rows, k)]
@@ -347,6 +351,8 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
         if present:
             plot_group(out / f"{stem}.png", title, present, runs, x, levels)
             plots.append(f"{stem}.png")
+    from stages.coldstart.ladder import LADDER, Ladder
+
     samples = {label: run_samples(metric_files[label].parent, config.samples_steps) for label in runs}
     ladders = {label: Ladder.model_validate_json(read_utf8(path)) for label in runs
                if (path := metric_files[label].parent / LADDER).is_file()}

@@ -25,30 +25,20 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from schemas import Trajectory
-from stages.core.run.checkpoint import (
-    OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, readable, restore_rng, write_checkpoint,
-)
-from stages.core.data.rows import pad_rows, training_rows
-from stages.core.losses.lopd import masked_nll
-from stages.core.models.assembly import load_student, save_final, save_student
-from stages.core.models.backbone import DType, resolve_device_dtype
-from stages.core.run.progress import StageProgress
-from stages.core.run.provenance import config_run_id
-from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
-from stages.core.run.runs import (
-    METRICS_FILE, RESUMABLE, append_metrics, freeze_config, open_run, seeded_stream, start_note,
-    truncate_metrics,
-)
-from stages.core.data.store import ExperienceStore, StoreError
+from stages.core.models.backbone import DType
+from stages.core.run.tracking import Logger
+
+if TYPE_CHECKING:
+    import torch
+
+    from stages.core.data.store import ExperienceStore
 
 Source = Literal["reference", "student", "any"]
 REFERENCE_POLICY = "reference"  # Trajectory.policy of rows that `lopd collect --reference` wrote
@@ -62,7 +52,8 @@ class SftConfig(BaseModel):
     (rows a model policy produced: rejection sampling) or ``any``; ``from_run`` only the rows of
     that run id (e.g. one collect); rows need reward >= ``min_reward`` and ``success``. ``lora_rank`` 0 fine-tunes every weight (the warm start's
     default), else a LoRA adapter (alpha 2 x rank) merged into ``final/student``. ``device`` /
-    ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32.
+    ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32. ``log``:
+    also log every step's metrics row to ``tensorboard`` or ``wandb`` (may change on resume).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -86,6 +77,7 @@ class SftConfig(BaseModel):
     seed: int = 0
     device: str | None = None
     dtype: DType | None = None
+    log: Logger = "none"
     resume: bool = False
 
 
@@ -97,6 +89,8 @@ def select(store: ExperienceStore, config: SftConfig) -> list[Trajectory]:
         StoreError: no row qualifies (the filters are named; where other splits have rows that
             would, their counts and the ``--split`` flag).
     """
+    from stages.core.data.store import StoreError
+
     def qualifies(t: Trajectory) -> bool:
         return t.reward >= config.min_reward and (
             config.source == "any" or (t.policy == REFERENCE_POLICY) == (config.source == "reference"))
@@ -127,6 +121,8 @@ def nll_step(student: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple
     Returns:
         ``(loss, metrics)`` from :func:`stages.core.losses.lopd.masked_nll` on next-token logits.
     """
+    from stages.core.losses.lopd import masked_nll
+
     ids_BT, attn_BT, mask_BT = batch[:3]
     logits_BTV = student(input_ids=ids_BT, attention_mask=attn_BT.long()).logits
     return masked_nll(logits_BTV[:, :-1], ids_BT[:, 1:], mask_BT[:, 1:])
@@ -142,18 +138,41 @@ def run(config: SftConfig, console: Console | None = None,
 
     Raises:
         StoreError: missing store or no qualifying row. ValueError: ``out`` holds another run
-            (see :func:`stages.core.run.runs.open_run`), or no row fits ``max_len``.
+            (see :func:`stages.core.run.runs.open_run`), no row fits ``max_len``, or the ``log``
+            package is not installed (checked first).
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from stages.core.data.store import ExperienceStore
+    from stages.core.run.checkpoint import (
+        OPTIMIZER_FILE, clean_partial, latest_checkpoint, read_state, readable, restore_rng, write_checkpoint,
+    )
+    from stages.core.run.progress import StageProgress
+    from stages.core.run.provenance import config_run_id
+    from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory
+    from stages.core.run.runs import (
+        METRICS_FILE, RESUMABLE, append_metrics, freeze_config, open_run, seeded_stream, start_note,
+        truncate_metrics,
+    )
+    from stages.core.run.tracking import RunLogger, check_logger
+
     console = console or Console()
+    check_logger(config.log)  # a missing logger package, before any run folder or model
     map_large_blocks()  # freed activations leave the resident set at once
     out = Path(config.out)
     run_id = config_run_id("sft", config, _RUN_KEYS + (["from_run"] if config.from_run else []))  # ids of runs before it kept
     clean_partial(out)
-    folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE, path_fields=("store",))
+    folder = open_run(out, "sft", config, resume=config.resume, may_change=RESUMABLE | {"log"}, path_fields=("store",))
     if note := start_note(folder, config.resume):
         console.print(escape(note), soft_wrap=True)
     ckpt = latest_checkpoint(out) if config.resume else None
     trajectories = select(ExperienceStore.open(config.store, create=False), config)
+    # the training libraries load once the settings, run folder and rows are known good (a refusal stays fast)
+    import torch
+
+    from stages.core.data.rows import pad_rows, training_rows
+    from stages.core.models.assembly import load_student, save_final, save_student
+    from stages.core.models.backbone import resolve_device_dtype
 
     device, dtype = resolve_device_dtype(config.device, config.dtype)
     student, adapter, tokenizer, params = load_student(config.model, config.lora_rank, ckpt,
@@ -170,6 +189,7 @@ def run(config: SftConfig, console: Console | None = None,
         restore_rng(ckpt)
         truncate_metrics(out / METRICS_FILE, start)
     freeze_config(out, "sft", run_id, config)
+    logger = RunLogger(config.log, out, run_id, config.model_dump(), prefix="sft")
     torch.manual_seed(config.seed + start)
     console.print(f"sft {run_id}: {len(rows)} rows from {len(trajectories)} trajectories "
                   f"(split {config.split}, source {config.source}{', ' + str(len(skipped)) + ' too long' if skipped else ''}); "
@@ -198,6 +218,7 @@ def run(config: SftConfig, console: Console | None = None,
             row = {"step": step, **metrics, "grad_norm": grad_norm, "seconds": time.perf_counter() - t0,
                    "peak_rss_mb": peak_rss_mb()}
             append_metrics(out / METRICS_FILE, row)
+            logger.log(row, step)
             if on_step is not None:
                 on_step(step, student, adapter, tokenizer)
                 student.train()
@@ -207,6 +228,7 @@ def run(config: SftConfig, console: Console | None = None,
                                                       optimizer=optimizer),
                     {"step": step, "run_id": run_id}, config.keep_checkpoints)
             bar.update(task, advance=1, status=f"nll {metrics['nll']:.3f}")
+    logger.close()
     final = save_final(out, last, model=config.model, tokenizer=tokenizer, student=student, adapter=adapter)
     console.print(f"wrote {final / 'student'} (use it as --model), metrics {out / METRICS_FILE}", soft_wrap=True)
     return final / "student"

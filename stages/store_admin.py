@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import lancedb
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
@@ -74,6 +73,8 @@ def open_table(store: str, table: str) -> Any:
     """
     if "://" not in store and not Path(store).is_dir():
         raise StoreError(f"no experience store at {store}")
+    import lancedb  # loaded once the store's folder is there
+
     db = lancedb.connect(store, read_consistency_interval=timedelta(0))
     try:
         return db.open_table(table)

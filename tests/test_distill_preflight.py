@@ -226,8 +226,8 @@ def test_python_warnings_print_as_one_line(tmp_path, capsys):
     import warnings
 
     runner.invoke(app, ["store", "versions", "--store", str(tmp_path / "none")])  # any command sets it up
-    from lopd_cli.main import _one_line_warning
+    from lopd_cli.errors import one_line_warning
 
-    assert warnings.showwarning is _one_line_warning
+    assert warnings.showwarning is one_line_warning
     warnings.showwarning(UserWarning("rows re-tokenized [from text]"), UserWarning, "/x/rows.py", 125)
     assert capsys.readouterr().err == "warning: rows re-tokenized [from text]\n"

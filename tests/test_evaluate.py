@@ -342,7 +342,24 @@ def test_paired_difference_by_hand_and_in_the_compare_table(tmp_path):
     console.print(compare(paths))
     text = console.export_text()
     assert "paired Δ reward" in text and "+0.167 ± 0.441 (1 higher / 1 lower, n 3)" in text
-    assert "scored other tasks than" in text and "(4 vs 4, 3 in both): its score deltas are unpaired" in text
+    assert "scored other tasks than" in text
+    assert "(1 only in it, 1 only in the first, 3 in both): its score deltas are unpaired" in " ".join(text.split())
     console = Console(width=200, record=True)
     console.print(compare([paths[0], paths[0]]))  # the same tasks: no warning
     assert "unpaired" not in console.export_text()
+
+
+def test_tasks_past_the_context_window_score_0_and_the_report_counts_them(tmp_path):
+    class ShortWindow(SequentialEngine):
+        context_window = 64  # every livecodebench fixture prompt is longer
+
+    (tmp_path / "report.json").unlink(missing_ok=True)
+    config = EvaluateConfig(out=str(tmp_path / "report.json"), batch_size=1, bench="livecodebench",
+                            data_dir=str(FIXTURES / "livecodebench"), release="v6", model="tiny")
+    with pytest.warns(RuntimeWarning, match="context window of 64: episode ended, scored 0"):
+        report = run(config, Console(file=open("/dev/null", "w")), engine=ShortWindow([["x"]] * 3),
+                     tokenizer=tiny_tokenizer())
+    assert report["scores"] == {"pass@1": 0.0} and len(report["per_task"]) == 3 and report["context_overflows"] == 3
+    assert {r["info"]["stopped"] for r in report["per_task"]} == {"context window"}
+    assert ("3 task(s) ended at the model's context window, scored 0 (info.stopped 'context window'): "
+            "lower --max-new-tokens or --max-turns") in report["notes"]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from stages import index as index_stage
+from stages.core.data import retrieval  # index_stage.run loads its embedder from here
 from stages.core.data.retrieval import (
     QUERY_PROMPT,
     Embedder,
@@ -64,7 +65,7 @@ def store(tmp_path):
 
 @pytest.fixture
 def indexed(store, monkeypatch):
-    monkeypatch.setattr(index_stage, "load_embedder", lambda name, batch_size: HashEmbedder())
+    monkeypatch.setattr(retrieval, "load_embedder", lambda name, batch_size: HashEmbedder())
     index_stage.run(index_stage.IndexConfig(store=store.uri, progress=False))
     return store
 
@@ -112,7 +113,7 @@ def test_fts_and_hybrid_top_hit(indexed):
 
 def test_incremental_index_and_new_rows_retrievable(store, monkeypatch):
     embedder = HashEmbedder()
-    monkeypatch.setattr(index_stage, "load_embedder", lambda name, batch_size: embedder)
+    monkeypatch.setattr(retrieval, "load_embedder", lambda name, batch_size: embedder)
     config = index_stage.IndexConfig(store=store.uri, progress=False, ann_threshold=4)
     first = index_stage.run(config)
     assert (first.embedded, first.total, embedder.calls) == (len(ROWS), len(ROWS), len(ROWS))
@@ -129,7 +130,7 @@ def test_incremental_index_and_new_rows_retrievable(store, monkeypatch):
 
 
 def test_no_progress_hides_the_bar_only_the_summary_still_prints(store, monkeypatch, capsys):
-    monkeypatch.setattr(index_stage, "load_embedder", lambda name, batch_size: HashEmbedder())
+    monkeypatch.setattr(retrieval, "load_embedder", lambda name, batch_size: HashEmbedder())
     report = index_stage.run(index_stage.IndexConfig(store=store.uri, progress=False))
     out = capsys.readouterr().out
     assert "rows indexed" in out and report.embedder in out and "FTS(text)" in out
@@ -203,7 +204,7 @@ def test_trace_field_is_asymmetric_and_query_embeddings_are_cached(store, monkey
     assert query_text("Weather?", "trace") == QUERY_PROMPT + "Weather?" and query_text("Weather?", "task") == "Weather?"
 
     docs = RecordingEmbedder()
-    monkeypatch.setattr(index_stage, "load_embedder", lambda name, batch_size: docs)
+    monkeypatch.setattr(retrieval, "load_embedder", lambda name, batch_size: docs)
     index_stage.run(index_stage.IndexConfig(store=store.uri, field="trace", progress=False))
     assert len(docs.texts) == len(ROWS) and all(t.startswith("Task: ") and "\n1. f(x=1) -> ok" in t for t in docs.texts)
     queries = RecordingEmbedder()

@@ -8,7 +8,7 @@ import pytest
 from schemas import Message, Task, ToolCall
 from stages.core.envs import StepResult
 from stages.engines import Generation, SamplingParams, row_seed
-from stages.engines.rollout import RolloutStats, play
+from stages.engines.rollout import OVERFLOW_WARNINGS, RolloutStats, play
 from tests.tiny import tiny_tokenizer
 
 
@@ -137,3 +137,66 @@ def test_reference_mode_plays_reference_actions_through_the_env():
     for t in trajs:
         assert [turn.action for turn in t.turns] == ["inc()"] * 3 + ["done"]
         assert t.reward == 1.0 and json.loads(t.info)["count"] == 3
+
+
+def _long_task(words: int) -> Task:
+    return Task(task_id="long", env="counter", split="train", prompt="count to 2" + " please" * words,
+                metadata=json.dumps({"target": 2}))
+
+
+def test_a_prompt_past_the_context_window_ends_its_episode_scored_0_and_the_run_goes_on():
+    """The engine's window: a task whose opening prompt overflows ends before any call, one
+    warning line names it, its token count, the window and the flags; the others play on."""
+    full, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(1), samples_per_task=1)
+    last_prompt = len(full[0].turns[-1].context_ids) + sum(len(t.context_ids) + len(t.token_ids)
+                                                           for t in full[0].turns[:-1])
+    engine = ScriptedEngine(incs=2)
+    engine.context_window = last_prompt + 4  # max_new_tokens 4: a whole normal episode just fits
+    stats = RolloutStats()
+    with pytest.warns(RuntimeWarning) as caught:
+        trajs, envs = _play(engine, CounterEnv, [*_tasks(2), _long_task(200)], samples_per_task=1, stats=stats)
+    by_id = {t.task_id: t for t in trajs}
+    assert set(by_id) == {"t0", "t1", "long"} and all(e.closed for e in envs)
+    assert by_id["t0"].reward == by_id["t1"].reward == 1.0
+    long = by_id["long"]
+    info = json.loads(long.info)
+    assert long.reward == 0.0 and not long.success and long.turns == []
+    assert info["stopped"] == "context window" and info["context_window"] == last_prompt + 4
+    assert stats.context_overflows == 1 and stats.episodes == 3
+    (warning,) = [str(w.message) for w in caught]
+    assert warning == (f"task long (sample 0): the prompt of turn 1 is {info['context_tokens']} tokens, with "
+                       f"--max-new-tokens 4 over the model's context window of {last_prompt + 4}: episode ended, "
+                       "scored 0 (the prompt alone fills it: a --model with a longer context)")
+    assert info["context_tokens"] + 4 > last_prompt + 4 and "\n" not in warning
+
+
+def test_a_context_that_outgrows_the_window_mid_episode_keeps_its_turns():
+    full, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(1), samples_per_task=1)
+    first = len(full[0].turns[0].context_ids)
+    stats = RolloutStats()
+    with pytest.warns(RuntimeWarning, match=r"the prompt of turn 2 is .* scored 0 \(lower --max-new-tokens or "
+                                            r"--max-turns, or a --model with a longer context\)") as caught:
+        trajs, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(7), samples_per_task=1, stats=stats,
+                         context_window=first + 4)  # turn 1 fits, turn 2 does not
+    assert [t.num_steps for t in trajs] == [1] * 7 and all(t.reward == 0.0 for t in trajs)
+    assert all(json.loads(t.info)["stopped"] == "context window" for t in trajs)
+    assert stats.context_overflows == 7  # counted, though only the first few are warned about
+    assert len(caught) == OVERFLOW_WARNINGS and "(further overflows are only counted)" in str(caught[-1].message)
+
+
+def test_the_hf_engine_s_window_is_the_model_s_positions():
+    from stages.engines.hf import HFRolloutEngine
+    from tests.tiny import tiny_model
+
+    tok = tiny_tokenizer()
+    model = tiny_model(tok)
+    assert HFRolloutEngine(model, tok).context_window == model.config.max_position_embeddings == 8192
+
+
+def test_an_opening_prompt_that_fits_but_not_its_token_budget_names_max_new_tokens():
+    full, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(1), samples_per_task=1)
+    first = len(full[0].turns[0].context_ids)
+    with pytest.warns(RuntimeWarning, match=r"turn 1 is .* scored 0 \(lower --max-new-tokens, or a --model with a "
+                                            r"longer context\)$"):
+        trajs, _ = _play(ScriptedEngine(incs=2), CounterEnv, _tasks(1), samples_per_task=1, context_window=first + 2)
+    assert trajs[0].turns == [] and json.loads(trajs[0].info)["context_tokens"] == first

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from stages.study import recipe as study
+from stages.study.layout import load_study
 from stages.core.envs import make_env
 from stages.core.envs.bfcl import is_heldout
 from tests.test_coldstart import one_thread  # noqa: F401 (fixture: bit-exact runs need one thread in and out of process)
@@ -31,7 +32,8 @@ import stages.distill.recipe as d
 from tests.test_distill import HashEmbedder
 d.load_embedder = lambda name=None, **kw: HashEmbedder()
 from stages.study import recipe as study
-study.run_study(study.load_study(sys.argv[1]))
+from stages.study.layout import load_study
+study.run_study(load_study(sys.argv[1]))
 """
 
 
@@ -317,7 +319,7 @@ def test_study_file_errors_name_the_field(tmp_path):
     bad = tmp_path / "s.toml"
     bad.write_text('store = "x"\nruns = [{name = "a b"}]\n')
     with pytest.raises(ValueError, match=r"s.toml: field runs.0.name"):
-        study.load_study(bad)
+        load_study(bad)
 
 
 def test_a_study_may_grow_but_not_change_a_run():
@@ -349,7 +351,7 @@ def test_a_study_may_grow_but_not_change_a_run():
 def test_example_study_files_are_valid_at_equal_budget(path):
     """Every shipped study file loads, gives each run the same rollout budget, and every run's
     settings are valid distill settings for its method (an unknown option would fail here)."""
-    from stages.study.recipe import check_budget, distill_config, load_study
+    from stages.study.recipe import check_budget, distill_config
 
     from stages.study.sft import SFT_METHODS, sft_config
 
@@ -408,7 +410,7 @@ def test_report_only_redraws_a_committed_results_folder_from_results_json(tmp_pa
     assert [p[0] for p in drawn["vanilla"]] == [0] and [p[0] for p in drawn["lopd"]] == [0, 16]
     lopd_final = drawn["lopd"][-1]
     assert lopd_final[2] <= lopd_final[1] <= lopd_final[3]  # mean within the min..max band of the 2 seeds
-    assert lopd_margins(study.load_study(copy / "study.toml")) == {"lopd": 0.05}  # the Delta panel's dashed line
+    assert lopd_margins(load_study(copy / "study.toml")) == {"lopd": 0.05}  # the Delta panel's dashed line
     other = tmp_path / "other.toml"  # a study file of other settings is refused in one line
     other.write_text((copy / "study.toml").read_text().replace("eval_limit = 100", "eval_limit = 50"))
     result = runner.invoke(app, ["study", "--config", str(other), "--out", str(copy), "--report-only"])
@@ -479,7 +481,7 @@ method = "vanilla"
     assert results["plots"] == ["heldout.png", "heldout_nll.png"] and (tmp_path / "committed" / "heldout.png").is_file()
     assert not (tmp_path / "committed" / "train_reward.png").exists()
     with pytest.raises(ValueError, match="study run 'sft': steps is set by the study"):
-        study.run_study(study.load_study(config).model_copy(update={"runs": [
+        study.run_study(load_study(config).model_copy(update={"runs": [
             study.StudyRun(name="sft", method="sft", settings={"steps": 3})]}))
 
 

@@ -66,6 +66,7 @@ from stages.core.models.composer import (
 )
 from stages.core.models.assembly import load_composer
 from stages.core.run.progress import StageProgress
+from stages.core.run.tracking import RunLogger, check_logger
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory, rss_mb
 from stages.core.run.runs import (
     METRICS_FILE, RESUMABLE, append_metrics, coldstart_stream, freeze_config, read_metrics, start_run, truncate_metrics,
@@ -78,7 +79,7 @@ KEEP_CHECKPOINTS = 2
 LOSS_WINDOW = 10  # the progress bar and the summary report the mean loss of this many last steps
 # Settings a resumed run may change (they do not change the meaning of finished steps), and
 # the fields holding paths (compared after resolving).
-_RESUMABLE = RESUMABLE | {"eval_every", "ladder", "ladder_targets"}
+_RESUMABLE = RESUMABLE | {"eval_every", "ladder", "ladder_targets", "log"}
 _PATH_FIELDS = ("experiences", "out")
 _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "depth", "qformer_shared", "lora_rank",
              "max_exp_tokens", "max_len", "placement", "heldout_fraction", "exclude_same_task",
@@ -181,7 +182,8 @@ class Coldstart:
         StoreError: no store / no embeddings, or fewer than 2 successful trajectories (that fit
             ``max_len``).
         ValueError: ``out`` already holds a run and ``resume`` is False, or a resumed run
-            changes a setting that may not change (file and field named).
+            changes a setting that may not change (file and field named), or the ``log``
+            package is not installed (checked first: :func:`stages.core.run.tracking.check_logger`).
     """
 
     def __init__(self, config: ColdstartConfig, console: Console | None = None, embedder=None):
@@ -191,6 +193,7 @@ class Coldstart:
         self.config, self.console = config, console or Console()
         self.t_start = time.perf_counter()
         self.out = Path(config.out)
+        check_logger(config.log)  # a missing logger package, before any run folder or model
         run_keys = _RUN_KEYS + [k for k in _LEVER_KEYS if getattr(config, k) != ColdstartConfig.model_fields[k].default]
         start = start_run(self.out, "coldstart", config, run_keys, resume=config.resume, may_change=_RESUMABLE,
                           path_fields=_PATH_FIELDS, say=self.console.print)
@@ -209,6 +212,7 @@ class Coldstart:
         self.data = ColdstartData(retriever, self.tokenizer, config, self.targets.heldout_tasks)
         self.start_step = self._resume(ckpt)
         freeze_config(self.out, "coldstart", self.run_id, config)
+        self.logger = RunLogger(config.log, self.out, self.run_id, config.model_dump(), prefix="coldstart")
         self.metrics_path = self.out / METRICS_FILE
         # rows of steps after the checkpoint (and a line cut short by a kill) are dropped
         truncate_metrics(self.metrics_path, self.start_step)
@@ -358,6 +362,7 @@ class Coldstart:
                 record = self.loss_step(step)
                 self.step_seconds.append(record["seconds"])
                 append_metrics(self.metrics_path, record)
+                self.logger.log(record, record["step"])
                 self.losses.append(record["loss"])
                 done = record["step"]
                 if done % c.checkpoint_every == 0 or done == c.steps:
@@ -435,6 +440,7 @@ class Coldstart:
             f"J={c.J} K={c.K} depth={c.depth} placement={c.placement}, model={c.model} "
             f"on {self.device} {self.dtype}")
         self.train()
+        self.logger.close()
         report = self.finish()
         _print_summary(self.console, report)
         if report.ladder is not None:

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from stages.core.models.backbone import DType
+from stages.core.run.tracking import Logger
 
 
 class ColdstartConfig(BaseModel):
@@ -41,6 +42,8 @@ class ColdstartConfig(BaseModel):
         activation_checkpointing: recompute the backbone layers in backward (less memory);
             also accepted as ``grad_checkpointing``.
         grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
+        log: also log every step's metrics row to ``tensorboard`` or ``wandb``
+            (:mod:`stages.core.run.tracking`); may change on resume.
         ladder, ladder_targets: at the end, score the ladder of controls on at most
             ``ladder_targets`` held-out targets (0 = all; :mod:`stages.coldstart.ladder`), which
             trains the free-vector control (h) for ``steps`` more steps.
@@ -82,3 +85,4 @@ class ColdstartConfig(BaseModel):
     ladder_targets: int = Field(default=32, ge=0)
     device: str | None = None
     dtype: DType | None = None
+    log: Logger = "none"

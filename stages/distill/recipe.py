@@ -52,7 +52,7 @@ from stages.samples import chosen_samples, samples_markdown
 
 COMMON_FIELDS = (
     "step", "reward_mean", "success_rate", "grad_norm_student", "loss", "tokens", "action_tokens",
-    "skipped_rows", "generations", "tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb", "rss_mb",
+    "skipped_rows", "context_overflows", "generations", "tokens_per_s", "rollout_s", "train_s", "seconds", "peak_rss_mb", "rss_mb",
     "prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s", "memory_s",
 )
 # where a step's wall time goes (train_s = prepare + forward + backward + optimizer + sync)
@@ -243,6 +243,7 @@ class Distiller:
         terms are batch values, grad norms are taken before clipping, ``tokens`` = generated
         tokens (``tokens_per_s`` over generation time only), ``action_tokens`` = supervised
         tokens, ``skipped_rows`` = training sequences whose prompt alone filled ``max_len``,
+        ``context_overflows`` = rollouts ended at the model's context window (scored 0),
         ``generations`` = rollouts played by this run so far, ``*_s`` wall seconds: the phases of
         :data:`PHASE_FIELDS`, ``train_s`` from the training rows to the weight sync, ``seconds``
         the whole step). Data-parallel: values of the whole step (all ranks), except the
@@ -260,7 +261,8 @@ class Distiller:
         self.step_trajectories = trajectories
         rollout_s = time.perf_counter() - t_start
         generated = distributed.sum_floats({"tokens": stats.generated_tokens, "tokens_per_s":
-                                            stats.generated_tokens / max(stats.generate_seconds, 1e-9)}, self.world)
+                                            stats.generated_tokens / max(stats.generate_seconds, 1e-9),
+                                            "context_overflows": stats.context_overflows}, self.world)
         t_train = time.perf_counter()
         rows, skipped = training_rows(self.student.tokenizer, [t for t in trajectories if t.turns],
                                       max_len=c.max_len)  # failed resets hold no action token
@@ -301,7 +303,8 @@ class Distiller:
                **{k: v for k, v in sums.items() if k not in ("loss", "action_tokens")},
                **after, **norms, "loss": sums["loss"],
                "tokens": int(generated["tokens"]), "action_tokens": int(sums["action_tokens"]),
-               "skipped_rows": len(skipped), "generations": step * c.tasks_per_step * c.group_size,
+               "skipped_rows": len(skipped), "context_overflows": int(generated["context_overflows"]),
+               "generations": step * c.tasks_per_step * c.group_size,
                "tokens_per_s": generated["tokens_per_s"],
                "rollout_s": rollout_s, "train_s": train_s, "seconds": time.perf_counter() - t_start,
                "peak_rss_mb": resources.peak_rss_mb(), "rss_mb": resources.rss_mb(),

@@ -12,7 +12,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.models.backbone import DType
 from stages.core.run.tracking import Logger
-from stages.methods import get_method, known_methods
+from stages.methods import known_methods, method_options
 from stages.core.envs import env_names
 from stages.core.registry import did_you_mean
 from stages.settings import accepted_names, older_names, read_settings, resolve, validated
@@ -92,15 +92,16 @@ class DistillConfig(BaseModel):
                 data["log"] = "tensorboard"
                 warnings.warn('the setting "tensorboard = true" is deprecated: use log = "tensorboard"',
                               FutureWarning, stacklevel=2)
-        method = get_method(data.get("method", "lopd"))
+        name = data.get("method", "lopd")
+        options_cls = method_options(name)
         common = accepted_names(cls)
         options = dict(data.pop("options", None) or {})
         options.update({k: data.pop(k) for k in list(data) if k not in common})
-        known = accepted_names(method.Options)
+        known = accepted_names(options_cls)
         unknown = sorted(set(options) - known)
         if unknown:
-            raise ValueError(unknown_option_message(unknown[0], method, common))
-        data["options"] = method.Options.model_validate(options).model_dump()
+            raise ValueError(unknown_option_message(unknown[0], name, common))
+        data["options"] = options_cls.model_validate(options).model_dump()
         return data
 
     def flat(self) -> dict[str, Any]:
@@ -109,30 +110,31 @@ class DistillConfig(BaseModel):
         return {**values, **self.options}
 
 
-def option_defaults(method: type) -> str:
-    """``"eps_lo=0.2, ppo_epochs=1, composer (required)"``: a method's options with their defaults
-    (``method`` a :class:`stages.methods.Method` subclass), or ``"none"``. An option is named
-    as its flag spells it (LOPD's ``lam``: ``lambda``)."""
+def option_defaults(options_cls: type[BaseModel]) -> str:
+    """``"eps_lo=0.2, ppo_epochs=1, composer (required)"``: a method's options (its options model
+    ``options_cls``) with their defaults, or ``"none"``. An option is named as its flag spells it
+    (LOPD's ``lam``: ``lambda``)."""
     shown = []
-    for name, field in method.Options.model_fields.items():
+    for name, field in options_cls.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         spelled = str(extra.get("flag", name)).split("/")[0].lstrip("-").replace("-", "_")
         shown.append(f"{spelled} (required)" if field.is_required() else f"{spelled}={field.default!r}")
     return ", ".join(shown) or "none"
 
 
-def unknown_option_message(key: str, method: type, common: set[str]) -> str:
-    """One line for an option ``key`` that neither ``method`` nor the common settings have: the
-    closest name (a misspelt option or setting, or another method's option) and the method's
+def unknown_option_message(key: str, method: str, common: set[str]) -> str:
+    """One line for an option ``key`` that neither method ``method`` nor the common settings have:
+    the closest name (a misspelt option or setting, or another method's option) and the method's
     options with their defaults."""
-    elsewhere = [name for name in known_methods() if name != method.name
-                 and key in accepted_names(get_method(name).Options)]
+    options_cls = method_options(method)
+    elsewhere = [name for name in known_methods() if name != method
+                 and key in accepted_names(method_options(name))]
     # another method's exact option first, then this method's closest name ('beta' for lopd is
     # OPSD/SDFT's beta, and close to lopd's beta0)
     hint = ((f"{key!r} is an option of --method {', '.join(elsewhere)}; " if elsewhere else "")
-            + did_you_mean(key, accepted_names(method.Options) | common))
-    return (f"unknown option {key!r} for method {method.name!r}: {hint}"
-            f"options of {method.name}: {option_defaults(method)}")
+            + did_you_mean(key, accepted_names(options_cls) | common))
+    return (f"unknown option {key!r} for method {method!r}: {hint}"
+            f"options of {method}: {option_defaults(options_cls)}")
 
 
 def load_config(path: str | Path) -> dict:
@@ -200,13 +202,14 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
     from_file = load_config(config_file) if config_file else {}
     values = resolve(DistillConfig, "distill", given, config_file, defaults=DEFAULTS, resume=resume,
                      read=lambda _: from_file)
+    method = values.get("method", "lopd")
     try:
-        method = get_method(values.get("method", "lopd"))
+        options_cls = method_options(method)
     except ValueError as err:
         if "method" in from_file and "method" not in given:
             raise ValueError(f"{config_file}: key 'method': {err}") from None
         raise
-    for older, name in {**older_names(DistillConfig), **older_names(method.Options)}.items():
+    for older, name in {**older_names(DistillConfig), **older_names(options_cls)}.items():
         if older in given:  # a flag in an older spelling (-o lambda=0.2): above the file's value either way
             if name in given:
                 raise ValueError(f"{name} is given twice, as {older!r} and as {name!r}: give it once")
@@ -214,17 +217,17 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
     common = accepted_names(DistillConfig)
     in_table = from_file.get("options") if isinstance(from_file.get("options"), dict) else {}
     for key in [*from_file, *in_table]:  # top-level keys and those of an [options] table
-        if key not in common | accepted_names(method.Options) | OLDER_KEYS:
+        if key not in common | accepted_names(options_cls) | OLDER_KEYS:
             raise ValueError(f"{config_file}: {unknown_option_message(key, method, common)}")
     if "env" not in values:
         raise ValueError(f"--env is required ({', '.join(env_names())}), as a flag or in the --config file")
-    for name, field in method.Options.model_fields.items():
+    for name, field in options_cls.model_fields.items():
         if field.is_required() and name not in values:
             made = (field.json_schema_extra or {}).get("made_by") if isinstance(field.json_schema_extra, dict) else None
-            raise ValueError(f"--{name} is required by method {method.name!r} (as a flag or in the --config file)"
+            raise ValueError(f"--{name} is required by method {method!r} (as a flag or in the --config file)"
                              + (f"; {made}" if made else ""))
-    if method.needs_composer:
+    if "composer" in options_cls.model_fields:  # a composer method (lopd): J and K come from its checkpoint
         values.update({k: v for k, v in composer_shape(values["composer"]).items() if k not in values})
     values["resume"] = resume
     return validated(DistillConfig, values, flags=given, config_file=config_file,
-                     aliases=older_names(method.Options))
+                     aliases=older_names(options_cls))

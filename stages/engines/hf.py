@@ -281,6 +281,12 @@ class HFRolloutEngine:
         return next(self.model.parameters()).device
 
     @property
+    def context_window(self) -> int | None:
+        """The most positions the model takes, prompt and generated tokens together (its config's
+        ``max_position_embeddings``; None when the config has none)."""
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    @property
     def dtype(self) -> torch.dtype:
         """Floating dtype of the model's parameters."""
         return next(p.dtype for p in self.model.parameters() if p.is_floating_point())

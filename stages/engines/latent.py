@@ -54,6 +54,12 @@ class LatentEngine(HFRolloutEngine):
         self.unconditioned = 0
         self.retrieved: dict[str, list[str]] = {}  # task id -> trajectory ids of its experiences
 
+    @property
+    def context_window(self) -> int | None:
+        """The model's window less the J*K latent positions every conditioned prompt gets."""
+        window = super().context_window
+        return None if window is None else window - self.composer.hparams["J"] * self.composer.hparams["K"]
+
     def begin_episode(self, task: Task, messages: list[Message], tools: list[dict], prompt_ids: list[int]) -> None:
         """Retrieve the task's experiences, compute its latents c_phi (N, d), remember them.
 

@@ -11,12 +11,19 @@ are appended as they are (never re-tokenized from text), then the tokens of what
 next assistant header). Each :class:`Turn` records its context ids, sampled ids, sampling
 log-probs and finish reason, so training sees exactly what the policy saw and sampled. When the
 environment changes the tool list, the prompt is rebuilt from scratch (``context_restart``).
+
+Context window: an episode whose next prompt plus ``max_new_tokens`` would not fit the engine's
+``context_window`` (the model's ``max_position_embeddings``) ends before that call, scored 0
+with ``info["stopped"] = "context window"``; a one-line warning names the task, the token count,
+the limit and the flags that shorten an episode, and :attr:`RolloutStats.context_overflows`
+counts it. The run goes on (a model with learned positions would fail past its window).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -51,6 +58,10 @@ class RolloutStats:
     generated_tokens: int = 0
     generate_seconds: float = 0.0
     env_seconds: float = 0.0
+    context_overflows: int = 0  # episodes ended because the next prompt would overflow the context window
+
+
+OVERFLOW_WARNINGS = 5  # context-window warnings per RolloutStats; later overflows are only counted
 
 
 def play(
@@ -69,6 +80,7 @@ def play(
     reference: bool = False,
     on_step: Callable[[RolloutStats], None] | None = None,
     task_offset: int = 0,
+    context_window: int | None = None,
 ) -> Iterator[Trajectory]:
     """Roll out ``samples_per_task`` episodes per task; yield each Trajectory as it finishes.
 
@@ -95,6 +107,9 @@ def play(
             progress bar while long episodes are still running).
         task_offset: position of ``tasks``' first task in the run's whole task list (a
             data-parallel rank's share starts there), so row seeds are those of the whole list.
+        context_window: the most tokens a prompt plus its ``max_new_tokens`` may take (None: the
+            engine's ``context_window``, else no limit; reference replays have none): an episode
+            that would exceed it ends, scored 0 (module docstring).
 
     Yields:
         Trajectory rows with the environment's verified reward. Environment failures inside an
@@ -103,6 +118,8 @@ def play(
         unique and the same every time it is played.
     """
     stats = stats if stats is not None else RolloutStats()
+    if context_window is None and not reference:
+        context_window = getattr(engine, "context_window", None)
     queue = [(t, task_offset + i, g) for i, t in enumerate(tasks) for g in range(samples_per_task)]
     queue.reverse()
     live: list[_Episode] = []
@@ -127,8 +144,17 @@ def play(
                     yield _failed(task, sample, policy_id, run_id, git_commit, f"engine could not start: {err}")
                     continue
             live.append(ep)
+        if context_window is not None:
+            fits = []
+            for ep in live:
+                if len(ep.ids) + params.max_new_tokens <= context_window:
+                    fits.append(ep)
+                else:
+                    yield _overflowed(ep, context_window, params.max_new_tokens, stats, policy_id, run_id,
+                                      git_commit, tokenizer_fingerprint(tokenizer))
+            live = fits
         if not live:
-            break
+            continue
         t0 = time.perf_counter()
         if reference:
             generations = [_reference_generation(ep, tokenizer) for ep in live]
@@ -186,7 +212,31 @@ def play(
 
 
 def _encode(tokenizer, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    # verbose=False: no tokenizer warning about the model's maximum length (play checks the window)
+    return tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+
+
+def _overflowed(ep: _Episode, window: int, max_new_tokens: int, stats: RolloutStats, policy_id: str, run_id: str,
+                git_commit: str, tokenizer: str) -> Trajectory:
+    """End episode ``ep``, whose next prompt plus ``max_new_tokens`` exceeds ``window``: scored 0,
+    counted in ``stats``, warned about (the first :data:`OVERFLOW_WARNINGS` per ``stats``)."""
+    stats.context_overflows += 1
+    stats.episodes += 1
+    if stats.context_overflows <= OVERFLOW_WARNINGS:
+        more = " (further overflows are only counted)" if stats.context_overflows == OVERFLOW_WARNINGS else ""
+        if ep.turns:  # the episode's context outgrew the window
+            fix = "lower --max-new-tokens or --max-turns, or a --model with a longer context"
+        elif len(ep.ids) >= window:
+            fix = "the prompt alone fills it: a --model with a longer context"
+        else:
+            fix = "lower --max-new-tokens, or a --model with a longer context"
+        warnings.warn(f"task {ep.task.task_id} (sample {ep.sample}): the prompt of turn {len(ep.turns) + 1} is "
+                      f"{len(ep.ids)} tokens, with --max-new-tokens {max_new_tokens} over the model's context window "
+                      f"of {window}: episode ended, scored 0 ({fix}){more}", RuntimeWarning, stacklevel=3)
+    ep.info = {**ep.info, "stopped": "context window", "success": False, "context_tokens": len(ep.ids),
+               "context_window": window}
+    ep.env.close()
+    return _trajectory(ep, 0.0, policy_id, run_id, git_commit, tokenizer)
 
 
 def _advance(ep: _Episode, gen: Generation, tokenizer) -> None:

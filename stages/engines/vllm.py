@@ -194,6 +194,12 @@ class VLLMRolloutEngine:
                                       enable_sleep_mode=self.sleep_level > 0, logprobs_mode="processed_logprobs",
                                       **kwargs)
 
+    @property
+    def context_window(self) -> int:
+        """vLLM's ``max_model_len``: the most tokens of a prompt and its completion (vLLM refuses a
+        longer prompt)."""
+        return self.llm.llm_engine.model_config.max_model_len
+
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Complete each prompt (token ids of the rendered prompt; nothing is added to them).
 

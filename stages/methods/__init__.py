@@ -13,24 +13,30 @@ Adding a method is one new module plus one registry line (:data:`_MODULES`)::
         metrics = ("nll",)
         def loss(self, rows, weight): ...
 
+Its ``Options`` model belongs in :mod:`stages.methods.options` (with its line in ``METHOD_OPTIONS``):
+the CLI reads a method's options there (:func:`method_options`) without importing the method,
+which loads torch.
+
 Look-up: :func:`get_method` (an unknown name lists the known ones).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
 from pydantic import BaseModel, ConfigDict
-from torch import nn
 
 from schemas import Trajectory
-from stages.core.data.rows import TrainRow
-from stages.core.models.assembly import load_student
 from stages.core.models.backbone import resolve_device_dtype
-from stages.core.models.head import LMHead, output_head
 from stages.core.registry import Registry
+
+if TYPE_CHECKING:  # the package loads no torch: the CLI reads the methods' names and options first
+    import torch
+    from torch import nn
+
+    from stages.core.data.rows import TrainRow
+    from stages.core.models.head import LMHead
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
@@ -165,10 +171,14 @@ class Method:
         """``model``'s LM head for a loss that applies it only at supervised positions
         (:mod:`stages.core.losses.head`), or None: the full-logits path (a model whose logits are
         not its head on its last hidden state, a sharded head, or ``head_at_supervised`` off)."""
+        from stages.core.models.head import output_head
+
         return output_head(model) if self.head_at_supervised else None
 
     def build_student(self, resume_from: Path | None) -> Student:
         """The student: a LoRA adapter (or a full copy) on ``config.model``, fresh or restored."""
+        from stages.core.models.assembly import load_student
+
         return Student(*load_student(self.config.model, self.config.student_lora_rank, resume_from,
                                      device=self.device, dtype=self.dtype), self.config.model)
 
@@ -230,6 +240,18 @@ def register(name: str):
 def known_methods() -> list[str]:
     """Names of every method the registry knows."""
     return METHODS.names()
+
+
+def method_options(name: str) -> type[BaseModel]:
+    """The options model of method ``name`` without importing the method (which loads torch):
+    :data:`stages.methods.options.METHOD_OPTIONS`, else (a method registered elsewhere) its class's.
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+    """
+    from stages.methods.options import METHOD_OPTIONS
+
+    return METHOD_OPTIONS[name] if name in METHOD_OPTIONS else get_method(name).Options
 
 
 def get_method(name: str) -> type[Method]:

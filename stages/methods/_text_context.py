@@ -36,28 +36,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from schemas import Trajectory
 from stages.core.data.rows import TrainRow, pad_rows
 from stages.core.latent.privileged import privileged_prefix
 from stages.core.latent.teacher import context_teacher_logits
-from stages.core.losses.kd import KDReduction, generalized_jsd
-from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, upcast_dtype
+from stages.core.losses.kd import generalized_jsd
+from stages.core.losses.lopd import upcast_dtype
 from stages.core.models.assembly import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.models.composer import adapter_parameters, add_lora_adapter, preserve_requires_grad
 from stages.core.models.student import student_logits
 from stages.core.run.checkpoint import readable
 from stages.methods import Method, StepBatch, StepContext, Student
+from stages.methods.options import ReferenceOptions, TeacherKind
 
 REFERENCE_POLICY = "reference"  # the ``policy`` of rows written by ``lopd collect --reference``
 TEACHER_ADAPTER = "teacher"
 TEACHER_FOLDER = "teacher"
-TeacherKind = Literal["frozen", "ema", "current"]
 
 
 # ------------------------------------------------------------------------ reference pool --
@@ -220,24 +217,6 @@ class TextTeacher:
 
 
 # -------------------------------------------------------------------------------- method --
-
-
-class ReferenceOptions(BaseModel):
-    """Options shared by the reference-context methods (sdft, opsd): the verified reference in
-    the teacher's context, a divergence between teacher and student on the student's tokens."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    demo_tokens: int = Field(1024, ge=1, description="Token budget of the rendered reference.")
-    max_observation_chars: int = Field(300, ge=0, description="An environment answer longer than this is not shown.")
-    teacher: TeacherKind = Field("frozen", description="Teacher weights: frozen (the initial student), ema, or current.")
-    ema_rate: float = Field(0.01, ge=0.0, le=1.0, description="EMA rate per optimizer step (teacher=ema only).")
-    beta: float = Field(0.0, ge=0.0, le=1.0, description="0 = forward KL(T || S), 1 = reverse KL, between: OPSD's "
-                        "generalised JSD.")
-    loss_temperature: float = Field(1.0, gt=0.0, description="Divides both logits in the loss.")
-    reduction: KDReduction = Field("sequence", description="sequence: token-mean per sequence, then the mean over "
-                                   "sequences; token: pooled over the step's tokens.")
-    chunk_size: int = Field(DEFAULT_CHUNK_SIZE, ge=1, description="Positions per full-vocabulary chunk of the loss.")
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from stages.core.data.rows import TrainRow, pad_rows
 from stages.core.losses.head import head_token_logprobs
@@ -48,32 +47,7 @@ from stages.core.losses.pg import (
 )
 from stages.core.models.student import student_logits
 from stages.methods import Method, StepBatch, StepContext, register
-
-
-class GRPOOptions(BaseModel):
-    """GRPO's options (defaults = B.1 of the LOPD paper where it says; otherwise kl_coef 0, scale_std on, token-mean)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    eps_lo: float = Field(0.2, ge=0.0, lt=1.0, description="PPO clip below: the ratio is clipped at 1 - eps_lo.")
-    eps_hi: float = Field(0.2, ge=0.0, description="PPO clip above: the ratio is clipped at 1 + eps_hi (DAPO: 0.28).")
-    ppo_epochs: int = Field(1, ge=1, description="Optimizer passes over each step's rollouts.")
-    scale_std: bool = Field(True, description="Divide the group-relative advantage by the group's reward std "
-                                              "(false: Dr.GRPO).")
-    adv_eps: float = Field(1e-6, gt=0.0, description="Added to the group std before dividing.")
-    kl_coef: float = Field(0.0, ge=0.0, description="Weight of the k3 KL to the initial policy (0: no reference "
-                                                    "forward at all).")
-    aggregation: Literal["token-mean", "seq-mean", "constant"] = Field(
-        "token-mean", description="Loss over tokens: mean over all tokens, mean per sequence then over "
-                                  "sequences, or token sum / (rows x loss_constant) (Dr.GRPO).")
-    loss_constant: int | None = Field(None, ge=1, description="The constant of aggregation 'constant' "
-                                                              "(None: --max-new-tokens).")
-    drop_zero_var: bool = Field(False, description="Leave groups whose rewards are all equal out of the loss "
-                                                   "(DAPO).")
-    rollout_correction: Literal["off", "token-tis"] = Field(
-        "off", description="token-tis: weight each token's loss by min(pi_old / pi_engine, rollout_correction_cap), "
-                           "the engine's recorded log-probs as the behaviour policy (verl's rollout correction).")
-    rollout_correction_cap: float = Field(2.0, gt=0.0, description="Truncation of the rollout correction's weight.")
+from stages.methods.options import GRPOOptions
 
 
 @dataclass

@@ -20,27 +20,15 @@ paper and scripts), ``teacher=current`` (the code's default: current weights und
 """
 from __future__ import annotations
 
-from pydantic import Field
-
 from stages.methods import register
-from stages.methods._text_context import KDReduction, ReferenceMethod, ReferenceOptions, TeacherKind
+from stages.methods._text_context import ReferenceMethod
+from stages.methods.options import OPSDOptions
 
 SYSTEM_FRAMING = (
     "Reference plan for the current task (guidance only). It shows one verified way to solve "
     "the task:\n\n{demonstration}\n\nYou must still interact with the environment yourself, one "
     "step at a time: do not copy the plan blindly, derive the same result with your own reasoning."
 )
-
-
-class OPSDOptions(ReferenceOptions):
-    """OPSD's options: :class:`ReferenceOptions` with B.1's frozen teacher and forward KL
-    (beta 0), pooled over tokens; ``ema_rate`` (upstream 0.001) only applies to ``teacher=ema``."""
-
-    teacher: TeacherKind = Field("frozen", description="Teacher weights: frozen (B.1), ema, or current.")
-    ema_rate: float = Field(0.001, ge=0.0, le=1.0, description="EMA rate per optimizer step (teacher=ema only; "
-                            "upstream 0.001).")
-    reduction: KDReduction = Field("token", description="token: pooled over the step's tokens; sequence: "
-                                   "token-mean per sequence, then the mean over sequences.")
 
 
 @register("opsd")

@@ -19,23 +19,14 @@ base teacher), ``beta=0.5`` (TRL's JSD, here over the full vocabulary), ``reduct
 """
 from __future__ import annotations
 
-from pydantic import Field
-
 from stages.methods import register
-from stages.methods._text_context import ReferenceMethod, ReferenceOptions, TeacherKind
+from stages.methods._text_context import ReferenceMethod
+from stages.methods.options import SDFTOptions
 
 USER_FRAMING = (
     "Below is one verified, successful way of completing this task:\n\n{demonstration}\n\n"
     "Now complete the task with a response of your own, reasoning it through yourself."
 )
-
-
-class SDFTOptions(ReferenceOptions):
-    """SDFT's options: :class:`ReferenceOptions` with B.1's EMA teacher (rate 0.01) and the
-    forward KL, token-mean per sequence."""
-
-    teacher: TeacherKind = Field("ema", description="Teacher weights: frozen, ema (B.1), or current.")
-    ema_rate: float = Field(0.01, ge=0.0, le=1.0, description="EMA rate per optimizer step (teacher=ema only).")
 
 
 @register("sdft")

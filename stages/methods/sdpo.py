@@ -45,10 +45,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import Trajectory
 from stages.core.data.rows import TrainRow, pad_rows
@@ -60,6 +59,7 @@ from stages.core.models.composer import add_lora_adapter, adapter_parameters, pr
 from stages.core.models.student import student_logits
 from stages.core.run.checkpoint import readable
 from stages.methods import Method, StepBatch, StepContext, register
+from stages.methods.options import SDPOOptions
 
 TEACHER = "teacher"  # the EMA teacher's adapter name, and its checkpoint sub-folder
 SOLUTION_HEAD = "Here is a solution to this task that succeeded:"
@@ -68,35 +68,6 @@ CLOSING = "Now solve the original task correctly."
 # the checkers' error fields: BFCL's error_type and error, the coding judges' first_failure (taco,
 # livecodebench) ...
 _INFO_KEYS = ("error_type", "error", "error_message", "reason", "failures", "first_failure")
-
-
-class SDPOOptions(BaseModel):
-    """SDPO's options (defaults: B.1 of the LOPD paper; upstream values noted per option)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    k: int = Field(20, ge=1, description="Student top-k support of the divergence (upstream yaml 100).")
-    ema_rate: float = Field(0.05, ge=0.0, le=1.0, description="Teacher EMA rate per step.")
-    success_threshold: float = Field(1.0, ge=0.0, le=1.0, description="The reward a sibling rollout needs to be "
-                                     "shown as a solution (upstream yaml 0.5, TRL 1.0).")
-    feedback: Literal["observation", "env", "none"] = Field("env", description="The teacher's context for a failed "
-                                                            "attempt with no successful sibling: env = its last non-empty "
-                                                            "observation, else the checker's error details; observation = "
-                                                            "the observation text only; none = siblings only (B.1).")
-    max_context_chars: int = Field(4000, ge=1, description="Characters kept of the teacher's extra context.")
-    rollout_correction: Literal["off", "token-tis"] = Field(
-        "off", description="token-tis: weight each token by min(pi_old / pi_engine, is_clip), the engine's recorded "
-                           "log-probs as the behaviour policy (verl's rollout correction); off: pi_old is the "
-                           "training forward (ratio 1).")
-    is_clip: float | None = Field(2.0, gt=0.0, description="Truncation of the rollout correction's weight "
-                                                            "(None: no weight).")
-    alpha: float = Field(1.0, ge=0.0, le=1.0, description="1 = reverse KL (B.1), 0.5 = the upstream JSD.")
-    add_tail: bool = Field(True, description="A tail bucket for the mass outside the top-k, else the top-k "
-                           "renormalised.")
-    reduction: Literal["token", "trajectory"] = Field("token", description="token: upstream token-mean; trajectory: "
-                                                      "per-row mean, then the mean over rows.")
-    loss_temperature: float | None = Field(None, gt=0.0, description="Divisor of both logits in the top-k and the "
-                                           "divergence; None (upstream) = the sampling --temperature (1 when greedy).")
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,9 @@ import math
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field
 
 from schemas import Message, SkillRecord, Trajectory
 from schemas.arrow import arrow_schema, from_row, schema_diff, to_rows
@@ -58,7 +57,8 @@ from stages.core.latent.teacher import context_teacher_logits
 from stages.core.losses.pg import sampled_token_sdl
 from stages.core.models.assembly import copy_adapter_, ema_update_, frozen_teacher_copy
 from stages.methods import StepBatch, StepContext, Student, register
-from stages.methods.grpo import GRPO, GRPOOptions, PGExtra
+from stages.methods.grpo import GRPO, PGExtra
+from stages.methods.options import SkillSDOptions
 
 SKILLS_TABLE = "skills"
 TEACHER_ADAPTER = "teacher"
@@ -68,26 +68,6 @@ SKILL_TAIL = "Treat it as a hint only and solve the current task with your own r
 SECTIONS = ("What works", "What to avoid", "Suggested workflow")
 _FIELD_CHARS = 400  # cap on one action / observation shown to the summariser
 _MAX_SKILL_CHARS = 2000
-
-
-class SkillSDOptions(GRPOOptions):
-    """Skill-SD's options: GRPO's (eps_hi 0.28 here, B.1) plus the skill bank and the SDL term."""
-
-    eps_hi: float = Field(0.28, ge=0.0, description="PPO clip above: the ratio is clipped at 1 + eps_hi (B.1: 0.28).")
-    sdl_coef: float = Field(0.001, ge=0.0, description="Weight of the self-distillation term beside the PPO loss.")
-    sdl_ratio_clip: float | None = Field(None, gt=0.0, description="Clip of the importance ratio of the "
-                                         "self-distillation term (None: unclipped).")
-    ucb_c: float = Field(math.sqrt(2.0), ge=0.0, description="Exploration constant c of the UCB1 choice of a "
-                         "task's skill.")
-    summarizer: str | None = Field(None, description="Who writes the skill summaries: None = the current student "
-                                   "through the rollout engine, else a local folder or HF id.")
-    summary_rollouts: int = Field(4, ge=1, description="Rollouts of the task shown to the summariser (the newest).")
-    summary_max_tokens: int = Field(192, ge=1, description="Token limit of one skill summary (greedy).")
-    summary_prompt_tokens: int = Field(1536, ge=64, description="Token cap of the summariser's prompt.")
-    max_skills: int = Field(4, ge=1, description="Skills a task's bank holds at most; later visits only choose.")
-    skill_source: Literal["step", "store"] = Field("step", description="step: skills may come from this step's "
-                                                   "group; store: only from rollouts already stored (module "
-                                                   "docstring).")
 
 
 # ------------------------------------------------------------------------- the skill bank --

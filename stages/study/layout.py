@@ -8,9 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from stages.core.data.inputs import read_utf8
+from stages.settings import merge
 
 VANILLA = "vanilla"
 
@@ -181,3 +182,25 @@ def reused_runs(config: StudyConfig, saved: dict[str, Any] | None) -> set[tuple[
     names = {r.name: r for r in config.runs}
     return {(f["run"], f["seed"]) for f in saved.get("finished", {}).values()
             if f["run"] in names and not done_file(config, names[f["run"]], f["seed"]).is_file()}
+
+
+def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
+    """Read and validate a study file (TOML); ``out`` (the ``--out`` flag) overrides its ``out``
+    (a flag given > the file: :func:`stages.settings.merge`).
+
+    Raises:
+        ValueError: unreadable file or invalid settings (one line naming the file and field).
+    """
+    import tomllib
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(read_utf8(path))
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: {err}") from None
+    try:
+        return StudyConfig.model_validate(merge(data, {"out": out} if out is not None else {}))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ValueError(f"{path}: field {where}: {first['msg']}") from None

@@ -62,28 +62,6 @@ from stages.study.layout import (VANILLA, StudyConfig, StudyRun, base_report, ch
                                   keep_training_logs, reused_runs, run_dir)
 from stages.study.sft import SFT_METHODS
 
-def load_study(path: str | Path, out: str | None = None) -> StudyConfig:
-    """Read and validate a study file (TOML); ``out`` (the ``--out`` flag) overrides its ``out``
-    (a flag given > the file: :func:`stages.settings.merge`).
-
-    Raises:
-        ValueError: unreadable file or invalid settings (one line naming the file and field).
-    """
-    import tomllib
-
-    path = Path(path)
-    try:
-        data = tomllib.loads(read_utf8(path))
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: not valid TOML: {err}") from None
-    try:
-        return StudyConfig.model_validate(merge(data, {"out": out} if out is not None else {}))
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ValueError(f"{path}: field {where}: {first['msg']}") from None
-
-
 def distill_config(config: StudyConfig, run: StudyRun, seed: int) -> distill.DistillConfig:
     """The distill settings of one (run, seed): study ``[distill]`` < the run's ``settings``
     (:func:`stages.settings.merge`), with the run's own store copy, output folder, seed and a

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from schemas import Trajectory
-from stages.core.data.retrieval import Embedder, IndexField, index_new, open_embeddings
-from stages.core.data.store import ExperienceStore, sql_in
+
+if TYPE_CHECKING:  # retrieval loads transformers and the store lancedb: imported where rows are written
+    from stages.core.data.retrieval import Embedder, IndexField
+    from stages.core.data.store import ExperienceStore
 
 STEP_KEY = "distill_step"
 
@@ -66,6 +69,8 @@ def append_step(store: ExperienceStore, trajectories: Sequence[Trajectory], embe
     """
     added = store.append(trajectories)
     if embedder is not None:
+        from stages.core.data.retrieval import index_new
+
         index_new(store, embedder, field=field)
     return added
 
@@ -81,6 +86,9 @@ def drop_rows_after(store: ExperienceStore, run_id: str, step: int) -> int:
     stale = [t.trajectory_id for t in store.query(run_id=run_id)
              if json.loads(t.info).get(STEP_KEY, 0) > step]
     if stale:
+        from stages.core.data.retrieval import open_embeddings
+        from stages.core.data.store import sql_in
+
         where = sql_in("trajectory_id", stale)
         embeddings = open_embeddings(store)
         if embeddings is not None:  # embeddings first: a crash here leaves rows to re-embed

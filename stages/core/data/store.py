@@ -26,14 +26,16 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lancedb
 import pyarrow as pa
 from pydantic import ValidationError
 
 from schemas.arrow import arrow_schema, from_row, schema_diff, to_rows
 from schemas.trajectory import Trajectory
+
+if TYPE_CHECKING:  # lancedb loads where a store opens: a missing store is refused without it (seconds)
+    import lancedb
 
 # lancedb warns on every fork once loaded; our forks (sandbox, environment workers) exec a fresh
 # interpreter at once and never touch lancedb's state in the child.
@@ -214,6 +216,8 @@ class ExperienceStore:
                 raise StoreError(f"store path {uri} is a file, expected a directory")
             if not create and not path.is_dir():
                 raise StoreError(f"no experience store at {uri} (`lopd collect --env ENV --store {uri}` makes one)")
+        import lancedb
+
         db = lancedb.connect(uri, read_consistency_interval=timedelta(0))
         expected = arrow_schema(Trajectory)
         try:

@@ -44,19 +44,17 @@ step's loss exactly. A batch with no supervised token gives 0 with an all-zero g
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 from torch import Tensor
 from torch.nn.functional import linear
 
+from stages.core.losses import KDReduction
 from stages.core.losses.head import GradInForward, LMHead, Workspace, check_head, head_logits_, log_softmax_
 from stages.core.losses.lopd import (
     DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
     finite_logprobs, kl_rows, upcast_dtype,
 )
-
-KDReduction = Literal["sequence", "token"]
 
 
 def _divergence_rows(student_cV: Tensor, teacher_cV: Tensor, beta: float,

@@ -17,9 +17,8 @@ Memory: full-vocabulary work runs on chunks of at most ``chunk_size`` positions 
 [chunk_size x V] log-softmax alive at a time). :func:`topm_tail_reverse_kl` computes each chunk's
 gradient right after its forward (:class:`_ChunkedRowsLoss`) into one gradient buffer per input
 (benchmarks/bench_loss_memory.py); the other functions checkpoint each chunk. Half-precision
-logits are upcast to float32 inside each chunk; float64 stays float64.
-
-Every loss returns ``(loss, metrics)``: a scalar tensor and a dict of plain floats.
+logits are upcast to float32 inside each chunk; float64 stays float64. Every loss returns
+``(loss, metrics)``: a scalar tensor and a dict of plain floats.
 """
 from __future__ import annotations
 
@@ -31,8 +30,9 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from stages.core.losses import DEFAULT_CHUNK_SIZE
+
 Reduction = Literal["trajectory", "token"]
-DEFAULT_CHUNK_SIZE = 256
 
 
 def upcast_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -33,11 +33,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from stages.core.run.modes import share
 
+# numpy and torch are imported where the RNG files are written and read: the run-folder rules
+# (stages.core.run.runs, stages.settings) import this module, and a refused command line loads no torch
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.json"
 RNG_FILE = "rng.pt"
@@ -115,6 +114,8 @@ def write_checkpoint(out: Path, step: int, fill: Callable[[Path], None], state: 
     final = root / f"step-{step}"
     if final.exists():
         raise FileExistsError(f"checkpoint {final} exists already")
+    import torch
+
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.tmp-", dir=root))
     try:
         fill(tmp)
@@ -161,12 +162,18 @@ def read_json_object(path: Path, what: str) -> dict:
 
 def capture_rng() -> dict:
     """The python, numpy and torch (CPU) global RNG states."""
+    import numpy as np
+    import torch
+
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
 def restore_rng(ckpt: Path, rank: int | None = None) -> None:
     """Restore the RNG states saved in ``ckpt/rng.pt`` by :func:`write_checkpoint` (with
     ``rank``: that rank's ``rng-rank<r>.pt`` of a data-parallel run)."""
+    import numpy as np
+    import torch
+
     name = RNG_FILE if rank is None else RANK_RNG_FILE.format(rank=rank)
     with readable(Path(ckpt) / name, "RNG states"):
         states = torch.load(Path(ckpt) / name, weights_only=False)  # our own file: numpy state
