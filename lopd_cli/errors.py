@@ -4,6 +4,7 @@ Ctrl-C as how to continue. Imports nothing heavy: a refused command line stays f
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from typing import Callable
 
@@ -71,7 +72,7 @@ def _resume_hint(kwargs: dict) -> str:
     flag = _param(kwargs, "resume")
     if flag is None or not flag.help:
         return ""
-    what = flag.help.split(" (")[0].rstrip(".")
+    what = re.sub(r" \([^)]*\)", "", flag.help).split(". ")[0].rstrip(".")  # its first sentence, no asides
     return f": rerun the same command with --resume to continue ({what[0].lower()}{what[1:]})"
 
 

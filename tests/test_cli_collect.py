@@ -86,3 +86,19 @@ def test_ctrl_c_says_interrupted_and_how_to_continue(monkeypatch, tmp_path):
                                   "(skip tasks this run already stored)")
     res = runner.invoke(app, ["index", "--store", str(tmp_path / "s")])
     assert res.exit_code == 130 and res.output.strip() == "interrupted"
+
+
+def test_ctrl_c_of_an_evaluation_gives_its_resume_flags_first_sentence_whole(monkeypatch):
+    """The hint is the --resume help's first sentence without its asides (was cut at the first
+    bracket: "... (continue an interrupted evaluation: the tasks finished before)")."""
+    from stages import evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate, "run", interrupted)
+    res = runner.invoke(app, ["evaluate", "--bench", "bfcl-single"])
+    assert res.exit_code == 130
+    assert " ".join(res.output.split()) == ("interrupted: rerun the same command with --resume to continue "
+                                            "(continue an interrupted evaluation: the tasks finished before "
+                                            "are not played again)")

@@ -399,3 +399,10 @@ def test_encoder_lora_covers_the_seven_projections_and_old_checkpoints_keep_thei
     loaded = load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
     names = [n for n, _ in loaded.backbone.named_parameters() if "lora_A.composer." in n]
     assert len(names) == 4 * layers and not any("mlp" in n for n in names)
+
+
+def test_a_missing_composer_checkpoint_names_the_command_that_makes_one(tmp_path):
+    from stages.core.models.composer import read_composer_config
+
+    with pytest.raises(ValueError, match=r"composer_config.json: no composer checkpoint .*`lopd coldstart"):
+        read_composer_config(tmp_path / "nocomposer")

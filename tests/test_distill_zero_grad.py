@@ -47,3 +47,12 @@ def test_a_learning_run_has_no_zero_gradient_warning_and_a_finished_one_says_so(
     assert "steps 1..2 (2 this call)" in text
     _, again = _run(config.model_copy(update={"resume": True}))  # nothing left to train
     assert "all 2 steps were done already (0 this call)" in again and "3..2" not in again
+
+
+def test_training_sequences_skipped_by_max_len_are_named_on_the_step_line(assets, tmp_path):
+    """A --max-len that the prompt alone fills trains nothing; the run says so and names the flag."""
+    report, text = _run(grpo_config(assets, tmp_path, "short", temperature=1.0, group_size=4, steps=1, max_len=4))
+    assert "warning: step 1:" in text and "training sequences skipped, their prompt alone fills --max-len 4" in text
+    assert "no action token was trained" in text and "raise --max-len" in text
+    _, fits = _run(grpo_config(assets, tmp_path, "fits", temperature=1.0, group_size=4, steps=1))
+    assert "training sequences skipped" not in fits

@@ -384,6 +384,11 @@ class Distiller:
             f"step {row['step']}/{self.config.steps} reward {row['reward_mean']:.3f} "
             f"success {row['success_rate']:.0%} {shown} loss {row['loss']:.4f} "
             f"| {row['tokens_per_s']:.0f} tok/s, {row['seconds']:.1f}s, {row['peak_rss_mb']:.0f} MB")
+        if row["skipped_rows"]:
+            trained = "no action token was trained" if not row["action_tokens"] else f"{row['action_tokens']} action tokens trained"
+            self.console.print(f"[yellow]warning:[/] step {row['step']}: {row['skipped_rows']} training sequences "
+                               f"skipped, their prompt alone fills --max-len {self.config.max_len} ({trained}; "
+                               "raise --max-len)", soft_wrap=True)
         if self.logger is not None:
             self.logger.log(row, row["step"])
             samples = chosen_samples(self.step_trajectories)  # first, best, worst, as `lopd report` shows them

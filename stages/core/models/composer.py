@@ -456,6 +456,11 @@ def read_composer_config(ckpt_dir: str | Path) -> dict:
     """The ``composer_config.json`` of a checkpoint written by :func:`save_composer`.
 
     Raises:
-        ValueError: the file is missing, unreadable or no JSON object (one line naming it).
+        ValueError: the file is missing (naming the command that makes one), unreadable or no
+            JSON object (one line naming it).
     """
-    return read_json_object(Path(ckpt_dir) / CONFIG_FILE, "composer config")
+    path = Path(ckpt_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(f"{path}: no composer checkpoint ({CONFIG_FILE} missing; `lopd coldstart "
+                         "--experiences STORE --out DIR` makes one in DIR/final)")
+    return read_json_object(path, "composer config")
