@@ -109,3 +109,17 @@ def test_compare_writes_its_numbers_as_json_and_csv(tmp_path):
     with (tmp_path / "c.csv").open() as f:
         table = list(csv.DictReader(f))
     assert len(table) == len(rows) and table[0]["model"] == "smollm2-135m"
+
+
+def test_a_run_refused_before_its_first_task_leaves_no_partial_file(tmp_path):
+    """The partial file appears with the first finished task (a refusal after the banner, e.g. a
+    store that serves none of the tasks, used to leave a header-only file behind)."""
+    from stages.core.run.outputs import PartialResults
+
+    path = tmp_path / "eval" / "r.partial.jsonl"
+    PartialResults(path, {"bench": "b"}, resume=False)
+    assert not path.exists()
+    partial = PartialResults(path, {"bench": "b"}, resume=False)
+    partial.add("t1", {"reward": 1.0})
+    assert path.read_text().splitlines()[0] == '{"settings": {"bench": "b"}}'
+    assert PartialResults(path, {"bench": "b"}, resume=True).rows == {"t1": {"reward": 1.0}}

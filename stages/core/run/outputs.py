@@ -94,8 +94,15 @@ class PartialResults:
                     self.rows[item["key"]] = item["row"]
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue  # a line cut short by a kill
+        self._settings = settings
+        self._file = None  # opened at the first item: a run refused before any leaves no file behind
+        if self.rows:
+            self._open()
+
+    def _open(self) -> None:
+        """(Re)write the file: the settings header and the items finished so far; keep it open."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [json.dumps({"settings": settings}, default=str)]
+        kept = [json.dumps({"settings": self._settings}, default=str)]
         kept += [json.dumps({"key": k, "row": r}, default=str) for k, r in self.rows.items()]
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
@@ -105,10 +112,14 @@ class PartialResults:
     def add(self, key: str, row: dict[str, Any]) -> None:
         """Record finished item ``key`` (one line, flushed at once)."""
         self.rows[key] = row
+        if self._file is None:
+            self._open()  # writes the header and this item
+            return
         self._file.write(json.dumps({"key": key, "row": row}, default=str) + "\n")
         self._file.flush()
 
     def finish(self) -> None:
         """The result is written: remove the partial file."""
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         self.path.unlink(missing_ok=True)
