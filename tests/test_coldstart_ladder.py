@@ -1,11 +1,13 @@
 """The composer ladder (stages.coldstart.ladder.py) and the cold start's levers, on the tiny model."""
 from __future__ import annotations
 
+import io
 import json
 import math
 
 import pytest
 import torch
+from rich.console import Console
 
 from stages.coldstart import recipe as coldstart
 from stages import report as report_stage
@@ -190,7 +192,11 @@ def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latent
     assert "Composer ladder" in report_md.read_text() and "| (h) | J x K free vectors" in report_md.read_text()
     before = sorted(p.name for p in (tmp_path / "out").iterdir())
     monkeypatch.setattr("stages.core.data.retrieval.load_embedder", lambda *a, **k: HashEmbedder())
-    again = rescore(str(tmp_path / "out"), targets=3, seed=1, out=str(tmp_path / "l.json"))
+    said = io.StringIO()
+    again = rescore(str(tmp_path / "out"), targets=3, seed=1, out=str(tmp_path / "l.json"),
+                    console=Console(file=said, width=300))
+    assert "ladder: the free-vector control (h), read from free_prompt.safetensors" in said.getvalue()
+    assert "ladder: scoring 8 rungs on 3 held-out targets" in said.getvalue()  # a phase line before the long work
     assert again is not None and again.targets == 3 and set(again.target_ids) <= set(ladder.target_ids)
     assert Ladder.model_validate_json((tmp_path / "l.json").read_text()) == again
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before

@@ -434,10 +434,10 @@ def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajecto
 
 def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: ColdstartData, train: list[Trajectory],
                heldout: list[Trajectory], config: ColdstartConfig, untrained_phi: list[Tensor] | None, out: Path,
-               limit: int | None = None, seed: int | None = None) -> Ladder | None:
+               limit: int | None = None, seed: int | None = None, console: Console | None = None) -> Ladder | None:
     """The ladder of a cold-start run on at most ``limit`` (default ``config.ladder_targets``)
     held-out targets chosen with ``seed`` (default ``config.seed``; :func:`ladder_subset`); None
-    with fewer than 2 targets that have both partners."""
+    with fewer than 2 targets that have both partners. ``console`` gets a line as each phase starts."""
     exps = data.experiences(heldout, heldout=True)
     envs = environments_of(heldout)
     idx = ladder_subset(heldout, exps, envs, config.ladder_targets if limit is None else limit,
@@ -451,7 +451,10 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
                           J=config.J,
                           max_exp_tokens=config.max_exp_tokens, max_len=config.max_len, placement=config.placement,
                           batch_size=config.batch_size)
+    say = console.print if console is not None else (lambda *_: None)
+    say(f"ladder: the free-vector control (h), {'read from ' + FREE_PROMPT if (out / FREE_PROMPT).is_file() else f'{config.steps} training steps'}")
     free = free_prompt_of(composer, data, train, config, out)
+    say(f"ladder: scoring 8 rungs on {len(targets)} held-out targets")
     return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free)
 
 

@@ -429,7 +429,7 @@ class Coldstart:
     def ladder_eval(self, limit: int | None = None, seed: int | None = None) -> Ladder | None:
         """The ladder on at most ``limit`` held-out targets chosen with ``seed`` (defaults: the config's)."""
         return run_ladder(self.composer, self.tokenizer, self.data, self.targets.train, self.targets.heldout,
-                          self.config, self.untrained_phi, self.out, limit=limit, seed=seed)
+                          self.config, self.untrained_phi, self.out, limit=limit, seed=seed, console=self.console)
 
     def run(self) -> ColdstartReport:
         """Train the remaining steps and finish; returns the summary (also printed as a table)."""
