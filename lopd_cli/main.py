@@ -48,8 +48,11 @@ def _root(
 ) -> None:
     """Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD)."""
     import os
+    import sys
     import warnings
 
+    if not sys.stdout.isatty():  # output to a file or pipe: rich would wrap tables at 80 columns, mid-word
+        os.environ.setdefault("COLUMNS", "200")
     # no weight-loading bar on every model load (transformers reads this when first imported); ours stay
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.* is deprecated", category=FutureWarning)

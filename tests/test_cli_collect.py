@@ -102,3 +102,13 @@ def test_ctrl_c_of_an_evaluation_gives_its_resume_flags_first_sentence_whole(mon
     assert " ".join(res.output.split()) == ("interrupted: rerun the same command with --resume to continue "
                                             "(continue an interrupted evaluation: the tasks finished before "
                                             "are not played again)")
+
+
+def test_tables_in_a_log_file_are_not_wrapped_at_80_columns(monkeypatch):
+    """Output that is not a terminal (a log file, CliRunner) gets 200 columns unless COLUMNS is set:
+    rich's default of 80 split the compare table's cells mid-line."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    reports = [f"docs/results/bed-v2/eval/lopd-bed-{who}.json" for who in ("base", "sft0")]
+    res = runner.invoke(app, ["evaluate", "--compare", *reports])
+    assert res.exit_code == 0, res.output
+    assert "+0.100 ± 0.056 (3 higher / 0 lower, n 30)" in res.output
