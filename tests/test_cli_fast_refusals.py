@@ -62,6 +62,9 @@ def test_refused_command_lines_load_no_model_library(tmp_path):
 
 def test_every_method_s_options_are_its_class_s():
     """The options the CLI reads without torch are the ones each method trains with."""
-    assert set(METHOD_OPTIONS) == set(known_methods())
+    # every built-in method's options are listed; a method registered elsewhere (a test's toy) uses its class's
+    built_in = {name for name in known_methods() if get_method(name).__module__.startswith("stages.methods.")}
+    assert set(METHOD_OPTIONS) == built_in
     for name in known_methods():
-        assert method_options(name) is get_method(name).Options is METHOD_OPTIONS[name]
+        assert method_options(name) is get_method(name).Options
+        assert name not in METHOD_OPTIONS or METHOD_OPTIONS[name] is get_method(name).Options
