@@ -8,7 +8,7 @@ set -euo pipefail
 STORE=${STORE:-runs/bed/store}
 MODEL=${MODEL:-smollm2-135m}
 OUT=${OUT:-runs/ladder}
-RESULTS=docs/results/composer-ladder
+RESULTS=${RESULTS:-docs/results/composer-ladder}
 LOPD=${LOPD:-lopd}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 # today's bed composer (examples/study/bed_run.sh): J 2, K 8, depth 2, 20 steps at lr 1e-3
@@ -21,6 +21,7 @@ declare -A LEVERS=(
   [self-lrenc]="--steps 20 --self-retrieval --lr-encoder 1e-4"
   [self-40]="--steps 40 --self-retrieval"
   [official]="--steps 20 --self-retrieval --J 3 --K 32"
+  [self-recon40]="--steps 60 --self-retrieval --reconstruction-steps 40"
 )
 # levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):
 # FreePrompt ignores its inputs, so it trains to the same vectors in every such run
