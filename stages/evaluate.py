@@ -160,9 +160,12 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
     from stages.engines.rollout import RolloutStats, play
 
     if engine is None:
+        from stages.core.models.backbone import DEFAULT_MODEL, resolve_model
         from stages.engines import check_engine
 
         check_engine(config.engine)
+        if config.model != DEFAULT_MODEL:  # a missing folder is refused before any library loads
+            resolve_model(config.model)
     isolation.prepare(config.bench, config.unsafe_exec)
     console = console or Console()
     config = apply_protocol(config)

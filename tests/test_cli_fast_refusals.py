@@ -22,6 +22,7 @@ REFUSED = [  # (command line, the start of its one error line)
     (["distill", "--env", "lopd-bed"], "error: --composer is required by method 'lopd'"),
     (["evaluate", "--bench", "bfcl_v3"], "error: invalid option --bench: did you mean 'bfcl-v3'?"),
     (["evaluate", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"], "error: /nonexistent/a.json: cannot read"),
+    (["evaluate", "--bench", "lopd-bed", "--model", "/nonexistent", "--limit", "1"], "error: --model '/nonexistent': no such local folder"),
     (["coldstart", "--placement", "nope"], "error: invalid option --placement"),
     (["sft", "--source", "nope"], "error: invalid option --source"),
     (["sft", "--log", "mlflow"], "error: invalid option --log"),
