@@ -174,6 +174,9 @@ def coldstart(
     from stages.coldstart.settings import ColdstartConfig
 
     settings = _config(ctx, config, ColdstartConfig, resume=resume)  # refused before torch loads
+    from stages.core.data.store import ExperienceStore
+
+    ExperienceStore.open(settings.experiences, create=False)  # a missing store, too
     from stages.coldstart import recipe as stage
 
     stage.run(settings)

@@ -24,6 +24,7 @@ REFUSED = [  # (command line, the start of its one error line)
     (["evaluate", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"], "error: /nonexistent/a.json: cannot read"),
     (["evaluate", "--bench", "lopd-bed", "--model", "/nonexistent", "--limit", "1"], "error: --model '/nonexistent': no such local folder"),
     (["coldstart", "--placement", "nope"], "error: invalid option --placement"),
+    (["coldstart", "--experiences", "/nonexistent", "--out", "cs-out"], "error: no experience store at /nonexistent"),
     (["sft", "--source", "nope"], "error: invalid option --source"),
     (["sft", "--log", "mlflow"], "error: invalid option --log"),
     (["collect", "--env", "bfcl", "--dtype", "bf16"], "error: invalid option --dtype"),

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
+from stages.core.data.store import ExperienceStore
 from stages import sft
 from stages.coldstart.settings import ColdstartConfig
 from stages.sft import SftConfig
@@ -49,6 +50,7 @@ def test_sft_logs_every_step_and_a_resume_may_switch_the_logger(tmp_path, sft_st
 def test_a_missing_logger_package_is_one_line_before_any_run_folder(tmp_path, monkeypatch, command):
     monkeypatch.setitem(sys.modules, "wandb", None)
     out = tmp_path / "run"
+    ExperienceStore.open(tmp_path / "store")  # an empty store: the logger is refused before the rows are read
     store = "--experiences" if command == "coldstart" else "--store"
     result = CliRunner().invoke(app, [command, store, str(tmp_path / "store"), "--out", str(out), "--log", "wandb"])
     assert result.exit_code == 2, result.output
