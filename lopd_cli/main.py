@@ -176,7 +176,7 @@ def coldstart(
     settings = _config(ctx, config, ColdstartConfig, resume=resume)  # refused before torch loads
     from stages.core.data.store import ExperienceStore
 
-    ExperienceStore.open(settings.experiences, create=False)  # a missing store, too
+    ExperienceStore.check_location(settings.experiences, create=False)  # a missing store, too
     from stages.coldstart import recipe as stage
 
     stage.run(settings)

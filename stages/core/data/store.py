@@ -195,6 +195,21 @@ class ExperienceStore:
         self._db = db
         self._table = table
 
+    @staticmethod
+    def check_location(uri: str | Path, create: bool = True) -> None:
+        """The checks of :meth:`open` that need neither lancedb nor a read (a refusal stays fast).
+
+        Raises:
+            StoreError: a local ``uri`` is a file, or (``create`` False) no folder.
+        """
+        uri = str(uri)
+        if not _is_remote(uri):
+            path = Path(uri)
+            if path.is_file():
+                raise StoreError(f"store path {uri} is a file, expected a directory")
+            if not create and not path.is_dir():
+                raise StoreError(f"no experience store at {uri} (`lopd collect --env ENV --store {uri}` makes one)")
+
     @classmethod
     def open(cls, uri: str | Path, create: bool = True) -> ExperienceStore:
         """Open (and with ``create`` make) the store at a local path or URI (``s3://...``).
@@ -210,12 +225,7 @@ class ExperienceStore:
                 ``lopd store`` commands that list and restore earlier versions).
         """
         uri = str(uri)
-        if not _is_remote(uri):
-            path = Path(uri)
-            if path.is_file():
-                raise StoreError(f"store path {uri} is a file, expected a directory")
-            if not create and not path.is_dir():
-                raise StoreError(f"no experience store at {uri} (`lopd collect --env ENV --store {uri}` makes one)")
+        cls.check_location(uri, create)
         import lancedb
 
         db = lancedb.connect(uri, read_consistency_interval=timedelta(0))
