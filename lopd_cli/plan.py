@@ -27,7 +27,10 @@ def plan(
     composer_blocks: Optional[int] = typer.Option(None, "--composer-blocks", min=1, help="lopd: QFormer blocks (1 when shared, the default)."),
 ) -> None:
     """Estimate the memory per rank (weights, gradients, optimizer, activations, teacher copies,
-    composer, rollout) of a distill run and say whether it fits --gpu-gb."""
+    composer, rollout) of a distill run and say whether it fits --gpu-gb.
+
+    Exit status: 0 when it fits; 1 when it does not (after the table and the settings that would
+    fit); 2 for bad settings."""
     from stages import plan as stage
 
     settings = stage.PlanInput(
@@ -35,4 +38,7 @@ def plan(
         micro_batch=micro_batch, max_len=max_len, activation_checkpointing=activation_checkpointing,
         rollout_batch=rollout_batch, max_new_tokens=max_new_tokens, J=J, K=K, max_exp_tokens=max_exp_tokens,
         kl_coef=kl_coef, teacher=teacher, gpu_gb=gpu_gb, **({"composer_blocks": composer_blocks} if composer_blocks else {}))
-    typer.echo(stage.render(settings, stage.plan(settings)))
+    result = stage.plan(settings)
+    typer.echo(stage.render(settings, result))
+    if not result.fits:
+        raise typer.Exit(1)

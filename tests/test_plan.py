@@ -51,7 +51,8 @@ def test_plan_command_prints_the_verdict_and_refuses_bad_settings():
                           (["--model", "qwen3-8b", "--shard", "fsdp"], "add --student-lora-rank 0"),
                           (["--model", "qwen3-8b", "--method", "ppo"], "lopd plan knows --method")):
         bad = CliRunner().invoke(app, ["plan", *args])
-        assert bad.exit_code != 0 and message in bad.output, bad.output
+        assert bad.exit_code == 2 and message in bad.output, bad.output
+    assert "1 when it does not" in CliRunner().invoke(app, ["plan", "--help"]).output
 
 
 def test_a_plan_that_does_not_fit_names_the_flags_that_do():
@@ -64,10 +65,11 @@ def test_a_plan_that_does_not_fit_names_the_flags_that_do():
     assert fitting(replace(p, student_lora_rank=0, nproc=8, gpu_gb=40)).changes.get("shard") == "fsdp"
     assert "shard" not in fitting(replace(p, student_lora_rank=0, gpu_gb=40)).changes  # one rank: nothing to shard
     out = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "24"])
-    assert out.exit_code == 0 and "does NOT fit on 24 GB" in out.output
+    assert out.exit_code == 1 and "does NOT fit on 24 GB" in out.output  # a script can test the verdict
     assert "fits 24 GB with --activation-checkpointing --micro-batch 1 (peak after" in out.output
+    assert CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "200"]).exit_code == 0
     tiny = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "4"])
-    assert "still does NOT fit 4 GB with" in tiny.output and "a larger GPU or more ranks" in tiny.output
+    assert tiny.exit_code == 1 and "still does NOT fit 4 GB with" in tiny.output and "a larger GPU or more ranks" in tiny.output
 
 
 @pytest.mark.parametrize("method", ["sdpo", "skill-sd"])
