@@ -278,7 +278,7 @@ def latent_engine(config: EvaluateConfig, envs: set[str]) -> tuple[Any, Any]:
     from stages.core.data.store import ExperienceStore
     from stages.core.models.assembly import load_composer
     from stages.core.models.backbone import load_policy, resolve_model
-    from stages.core.models.composer import read_composer_config
+    from stages.core.models.composer_config import read_composer_config
     from stages.engines.latent import LatentEngine
 
     cfg = read_composer_config(config.composer)

@@ -20,6 +20,9 @@ REFUSED = [  # (command line, the start of its one error line)
     (["distill", "--env", "lopd-bed", "--margin", "-1", "--composer", "c"], "error: invalid option --margin"),
     (["distill", "--bogus"], "Error: No such option: --bogus"),
     (["distill", "--env", "lopd-bed"], "error: --composer is required by method 'lopd'"),
+    (["distill", "--env", "lopd-bed", "--composer", "/nonexistent", "--store", "s", "--out", "o"],
+     "error: /nonexistent/composer_config.json: no composer checkpoint (composer_config.json missing; "
+     "`lopd coldstart --experiences STORE --out DIR` makes one in DIR/final)"),
     (["evaluate", "--bench", "bfcl_v3"], "error: invalid option --bench: did you mean 'bfcl-v3'?"),
     (["evaluate", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"], "error: /nonexistent/a.json: cannot read"),
     (["evaluate", "--bench", "lopd-bed", "--model", "/nonexistent", "--limit", "1"], "error: --model '/nonexistent': no such local folder"),

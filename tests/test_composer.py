@@ -402,7 +402,7 @@ def test_encoder_lora_covers_the_seven_projections_and_old_checkpoints_keep_thei
 
 
 def test_a_missing_composer_checkpoint_names_the_command_that_makes_one(tmp_path):
-    from stages.core.models.composer import read_composer_config
+    from stages.core.models.composer_config import read_composer_config
 
     with pytest.raises(ValueError, match=r"composer_config.json: no composer checkpoint .*`lopd coldstart"):
         read_composer_config(tmp_path / "nocomposer")

@@ -11,6 +11,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.models.backbone import DType
+from stages.core.models.composer_config import CONFIG_FILE
 from stages.core.run.tracking import Logger
 from stages.methods import known_methods, method_options
 from stages.core.envs import env_names
@@ -178,7 +179,7 @@ def composer_shape(composer: str | Path) -> dict[str, int]:
     trained with); {} when it has no readable ``composer_config.json`` (the run's checks name
     the missing file later)."""
     try:
-        saved = json.loads((Path(composer) / "composer_config.json").read_text())
+        saved = json.loads((Path(composer) / CONFIG_FILE).read_text())
     except (OSError, ValueError):
         return {}
     return {k: saved[k] for k in ("J", "K") if isinstance(saved, dict) and isinstance(saved.get(k), int)}

@@ -21,7 +21,8 @@ import torch
 from stages.core.data.rows import TrainRow, pad_id
 from stages.core.latent.contexts import build_batch, encode_experiences, retrieve_experiences, shift_for_loss
 from stages.core.models.assembly import load_models
-from stages.core.models.composer import base_model, enable_activation_checkpointing, read_composer_config, save_composer
+from stages.core.models.composer import base_model, enable_activation_checkpointing, save_composer
+from stages.core.models.composer_config import CONFIG_FILE, read_composer_config
 from stages.core.run.resources import check_step_memory, shape_of
 from stages.core.losses.head import head_token_logprobs, head_topm_tail_reverse_kl
 from stages.core.losses.lopd import (
@@ -57,7 +58,7 @@ class LOPD(Method):
     @classmethod
     def resolve_options(cls, options: LOPDOptions) -> LOPDOptions:
         """Check K against the composer checkpoint and fill ``max_exp_tokens`` from it."""
-        cfg_file = Path(options.composer) / "composer_config.json"
+        cfg_file = Path(options.composer) / CONFIG_FILE
         cfg = read_composer_config(options.composer)  # a missing file: names the command that makes one
         if cfg["K"] != options.K:
             raise ValueError(f"{cfg_file}: field 'K' is {cfg['K']}, but the run asks "

@@ -28,8 +28,8 @@ from torch import nn
 
 from stages.core.models.composer import (
     COMPRESSOR_FILE, Composer, adapter_parameters, add_lora_adapter, base_model, preserve_requires_grad,
-    read_composer_config,
 )
+from stages.core.models.composer_config import read_composer_config
 from stages.core.models.backbone import load_policy, merge_lora_float32, resolve_model
 from stages.core.models.student import STUDENT_ADAPTER
 from stages.core.run.checkpoint import OPTIMIZER_FILE, readable

@@ -45,14 +45,13 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 
-from stages.core.run.checkpoint import read_json_object
+from stages.core.models.composer_config import CONFIG_FILE
 from stages.core.run.modes import share
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 # the encoder LoRA psi of A.1 of the LOPD paper: all seven linear projections of every block
 ENCODER_TARGET_MODULES = (*DEFAULT_TARGET_MODULES, "gate_proj", "up_proj", "down_proj")
 COMPOSER_ADAPTER = "composer"
-CONFIG_FILE = "composer_config.json"
 COMPRESSOR_FILE = "compressor.safetensors"
 
 
@@ -450,17 +449,3 @@ def save_composer(composer: Composer, out_dir: str | Path, config: dict) -> Path
     share(out / COMPRESSOR_FILE)  # safetensors writes owner-only files
     share(out / composer.adapter_name)
     return out
-
-
-def read_composer_config(ckpt_dir: str | Path) -> dict:
-    """The ``composer_config.json`` of a checkpoint written by :func:`save_composer`.
-
-    Raises:
-        ValueError: the file is missing (naming the command that makes one), unreadable or no
-            JSON object (one line naming it).
-    """
-    path = Path(ckpt_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise ValueError(f"{path}: no composer checkpoint ({CONFIG_FILE} missing; `lopd coldstart "
-                         "--experiences STORE --out DIR` makes one in DIR/final)")
-    return read_json_object(path, "composer config")
