@@ -37,7 +37,19 @@ def test_zero_gradient_steps_warn_after_two_and_in_the_summary(assets, tmp_path)
     report, text = _run(grpo_config(assets, tmp_path, "flat", env=FLAT, steps=3))
     assert report.zero_grad_steps == [1, 2, 3]
     assert text.count("warning: steps 1, 2 had a zero gradient") == 1  # once, at the second step
-    assert "warning: 3 of 3 steps had a zero gradient (steps 1, 2, 3)" in text
+    assert "warning: 3 of the 3 steps run now (steps 1..3 of 3) had a zero gradient: steps 1, 2, 3;" in text
+
+
+def test_a_resumed_run_counts_its_zero_gradient_steps_among_the_steps_it_ran(assets, tmp_path):
+    """Resumed after step 1 of a run extended to 3 steps: this call ran steps 2 and 3 only."""
+    config = grpo_config(assets, tmp_path, "flat", env=FLAT, steps=1)
+    first, text = _run(config)
+    assert first.zero_grad_steps == [1]
+    assert "warning: 1 of the 1 step run now (step 1 of 1) had a zero gradient: step 1;" in text
+    report, again = _run(config.model_copy(update={"resume": True, "steps": 3}))
+    assert (report.first_step, report.last_step, report.zero_grad_steps) == (2, 3, [2, 3])
+    assert "warning: steps 2, 3 had a zero gradient: the student did not change at those steps" in again
+    assert "warning: 2 of the 2 steps run now (steps 2..3 of 3) had a zero gradient: steps 2, 3;" in again
 
 
 def test_a_learning_run_has_no_zero_gradient_warning_and_a_finished_one_says_so(assets, tmp_path):

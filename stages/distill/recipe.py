@@ -374,9 +374,9 @@ class Distiller:
             self.zero_grad_steps.append(row["step"])
             if len(self.zero_grad_steps) == ZERO_GRAD_WARN_AFTER:
                 self.console.print(f"[yellow]warning:[/] steps {', '.join(map(str, self.zero_grad_steps))} had a "
-                                   "zero gradient: the student did not change (e.g. GRPO with no reward "
-                                   "variance in any group: more --group-size, another --temperature or task mix)",
-                                   soft_wrap=True)
+                                   "zero gradient: the student did not change at those steps (e.g. GRPO with no "
+                                   "reward variance in any group: more --group-size, another --temperature or task "
+                                   "mix)", soft_wrap=True)
 
     def _log(self, row: dict) -> None:
         shown = " ".join(f"{k} {row[k]:.4g}" for k in self.method.metrics if k in row)
@@ -393,6 +393,18 @@ class Distiller:
             self.logger.log(row, row["step"])
             samples = chosen_samples(self.step_trajectories)  # first, best, worst, as `lopd report` shows them
             self.logger.log_samples(samples, "\n".join(samples_markdown(samples)), row["step"])
+
+
+def zero_gradient_summary(report: DistillReport, total: int) -> str:
+    """``"2 of the 2 steps run now (steps 2..3 of 3) had a zero gradient: steps 2, 3; ..."``: the
+    zero-gradient steps of this call among the steps it ran (a resumed run ran only those after
+    its checkpoint; ``total``: the run's ``--steps``)."""
+    ran = report.last_step - report.first_step + 1
+    span = (f"step {report.first_step}" if ran == 1 else f"steps {report.first_step}..{report.last_step}")
+    listed = ", ".join(map(str, report.zero_grad_steps))
+    return (f"{len(report.zero_grad_steps)} of the {ran} step{'s' * (ran != 1)} run now ({span} of {total}) had a "
+            f"zero gradient: step{'s' * (len(report.zero_grad_steps) != 1)} {listed}; the student was not "
+            "trained on them")
 
 
 def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
@@ -421,7 +433,5 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
                   f"  metrics: {out / runs.METRICS_FILE} (plots: lopd report {out})\n"
                   f"  last checkpoint: {report.last_checkpoint}", soft_wrap=True)
     if report.zero_grad_steps:
-        console.print(f"[yellow]warning:[/] {len(report.zero_grad_steps)} of {steps} steps had a zero gradient "
-                      f"(steps {', '.join(map(str, report.zero_grad_steps))}): the student was not trained "
-                      "on them", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {zero_gradient_summary(report, config.steps)}", soft_wrap=True)
     return report
