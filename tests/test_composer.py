@@ -17,6 +17,7 @@ from stages.core.models.composer import (
     base_parameters,
     enable_activation_checkpointing,
     save_composer,
+    standardize_over_tokens,
 )
 from stages.core.latent.teacher import teacher_logits
 from stages.core.models.assembly import load_composer
@@ -406,3 +407,100 @@ def test_a_missing_composer_checkpoint_names_the_command_that_makes_one(tmp_path
 
     with pytest.raises(ValueError, match=r"composer_config.json: no composer checkpoint .*`lopd coldstart"):
         read_composer_config(tmp_path / "nocomposer")
+
+
+def test_standardize_over_tokens_matches_a_per_row_loop_and_ignores_padding():
+    """Each row's features standardised over its own real tokens; padding comes out as zeros and
+    what it held changes nothing."""
+    gen = torch.Generator().manual_seed(7)
+    h_NLd = torch.randn(3, 6, 5, generator=gen) * 4 + 9
+    mask_NL = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [True] * 2 + [False] * 4])
+    out = standardize_over_tokens(h_NLd, mask_NL)
+    for n in range(3):
+        real = h_NLd[n][mask_NL[n]]  # (len, d)
+        ref = (real - real.mean(0)) / torch.sqrt(real.var(0, unbiased=False) + 1e-5)
+        torch.testing.assert_close(out[n][mask_NL[n]], ref, atol=1e-5, rtol=0)
+        assert out[n][~mask_NL[n]].abs().max().item() == 0 if (~mask_NL[n]).any() else True
+    garbage = torch.where(mask_NL.unsqueeze(-1), h_NLd, torch.full_like(h_NLd, 1e4))
+    torch.testing.assert_close(standardize_over_tokens(garbage, mask_NL), out, atol=0, rtol=0)
+    # a shift or scale of a row's features, common to all its tokens, is gone
+    torch.testing.assert_close(standardize_over_tokens(h_NLd * 3 - 50, mask_NL), out, atol=1e-4, rtol=0)
+
+
+def test_token_memory_norm_reads_only_what_differs_between_tokens(setup, tmp_path):
+    """memory_norm="token": an experience whose tokens all have the same hidden state gives the
+    latents of the queries alone (the uniform attention over standardised states reads zero), a
+    component shared by every token changes nothing, and the setting survives a save and load."""
+    initial, _ = setup
+    torch.manual_seed(1)
+    composer = Composer(add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8), J=J, K=K, depth=2,
+                        memory_norm="token", lora_rank=4, lora_alpha=8, max_exp_tokens=16)
+    comp = composer.compressor
+    mask_NL = torch.ones(2, 5, dtype=torch.bool)
+    with torch.no_grad():
+        flat = comp((torch.randint(-8, 8, (1, 1, D)) / 8).expand(2, 5, D), mask_NL)  # exact means
+        nothing = comp(torch.zeros(2, 5, D), mask_NL)
+        torch.testing.assert_close(flat, nothing, atol=1e-5, rtol=0)
+        h_NLd = torch.randn(2, 5, D)
+        torch.testing.assert_close(comp(h_NLd + 30 * torch.randn(1, 1, D), mask_NL), comp(h_NLd, mask_NL),
+                                   atol=1e-4, rtol=0)
+        assert (comp(h_NLd, mask_NL) - nothing).abs().max() > 1e-3  # differing tokens do reach the latents
+    layer = Composer(add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8), J=J, K=K, depth=2,
+                     lora_rank=4, lora_alpha=8, max_exp_tokens=16)
+    with torch.no_grad():  # the default reads the shared component
+        assert (layer.compressor(h_NLd + 30 * torch.randn(1, 1, D), mask_NL)
+                - layer.compressor(h_NLd, mask_NL)).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="memory_norm"):
+        Composer(copy.deepcopy(initial), J=J, K=K, depth=1, memory_norm="batch")
+    ids, mask = experiences()
+    with torch.no_grad():
+        ref = composer(ids, mask)
+    out = save_composer(composer, tmp_path / "tok", {"backbone_id": "tiny-llama"})
+    assert json.loads((out / "composer_config.json").read_text())["memory_norm"] == "token"
+    loaded = load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
+    assert loaded.compressor.memory_norm == "token"
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)
+
+
+def test_pointer_readout_gives_convex_combinations_of_the_experience_token_embeddings(setup, tmp_path):
+    """readout="pointer": each latent is a weighted sum of its experience's input embeddings
+    (weights >= 0, summing to 1, none on padding); a sharp pointer returns one of the experience's
+    token embeddings exactly; the pointer trains; the setting survives a save and load."""
+    initial, _ = setup
+    torch.manual_seed(1)
+    composer = Composer(add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8), J=J, K=K, depth=2,
+                        memory_norm="token", readout="pointer", lora_rank=4, lora_alpha=8, max_exp_tokens=16)
+    comp = composer.compressor
+    emb = composer.backbone.get_input_embeddings().weight  # (V, D)
+    ids, mask = experiences()
+    ids_NL, mask_NL = ids.reshape(-1, 7), mask.reshape(-1, 7)
+    h_NLd = torch.randn(ids_NL.shape[0], 7, D)
+    q_NKd = comp.queries.unsqueeze(0).expand(ids_NL.shape[0], -1, -1)
+    w_NKL = comp.pointer_weights(q_NKd, h_NLd, mask_NL)
+    assert (w_NKL >= 0).all() and w_NKL.masked_select(~mask_NL.unsqueeze(1)).abs().max() == 0
+    torch.testing.assert_close(w_NKL.sum(-1), torch.ones(w_NKL.shape[:2]))
+    with torch.no_grad():
+        comp.pointer_log_scale.fill_(40.0)  # an argmax pointer
+        latents_NKd = composer.encode(ids_NL, mask_NL)
+    for n in range(ids_NL.shape[0]):
+        own = emb[ids_NL[n][mask_NL[n]]]  # (len, D): the row's real token embeddings
+        for k in range(K):
+            assert (own - latents_NKd[n, k]).abs().amax(dim=-1).min() < 1e-5
+    with torch.no_grad():
+        comp.pointer_log_scale.fill_(1.0)
+    composer(ids, mask).square().sum().backward()
+    for name in ("pointer_q.weight", "pointer_k.weight", "pointer_log_scale", "queries"):
+        assert dict(comp.named_parameters())[name].grad.abs().sum() > 0, name
+    assert emb.grad is None  # the frozen embeddings are read, never trained
+    with pytest.raises(ValueError, match="emb_NLd"):
+        comp(h_NLd, mask_NL)
+    with pytest.raises(ValueError, match="readout"):
+        Composer(copy.deepcopy(initial), J=J, K=K, depth=1, readout="mean")
+    with torch.no_grad():
+        ref = composer(ids, mask)
+    out = save_composer(composer, tmp_path / "ptr", {"backbone_id": "tiny-llama"})
+    loaded = load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
+    assert (loaded.compressor.readout, loaded.compressor.memory_norm) == ("pointer", "token")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)

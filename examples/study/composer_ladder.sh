@@ -22,10 +22,13 @@ declare -A LEVERS=(
   [self-40]="--steps 40 --self-retrieval"
   [official]="--steps 20 --self-retrieval --J 3 --K 32"
   [self-recon40]="--steps 60 --self-retrieval --reconstruction-steps 40"
+  [self-token]="--steps 20 --self-retrieval --memory-norm token"
+  [self-contrast]="--steps 20 --self-retrieval --memory-norm token --contrast-weight 1"
+  [self-pointer]="--steps 20 --self-retrieval --memory-norm token --readout pointer"
 )
 # levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):
 # FreePrompt ignores its inputs, so it trains to the same vectors in every such run
-SHARES_H=" today self self-recon self-lrenc "
+SHARES_H=" today self self-recon self-lrenc self-token self-pointer "
 mkdir -p "$RESULTS"
 for name in "$@"; do
   if [[ "$SHARES_H" == *" $name "* && ! -d "$OUT/$name" ]]; then

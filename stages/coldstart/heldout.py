@@ -27,6 +27,7 @@ from schemas import Trajectory
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import latent_teacher_logits, teacher_logits
+from stages.core.losses.contrast import latent_contrast_hinge, row_nll
 from stages.core.losses.lopd import masked_nll
 from stages.core.models.composer import Composer, unique_rows
 from stages.core.run.progress import StageProgress
@@ -72,6 +73,33 @@ def action_nll(composer: Composer, batch: LatentBatch, placement: str, latents: 
     logits = latent_teacher_logits(composer.backbone, batch, c_phi, placement if latents else "prefix")
     lg, tgt, mask = shift_for_loss(logits, batch)
     return masked_nll(lg, tgt, mask)
+
+
+def contrastive_action_nll(composer: Composer, batch: LatentBatch, placement: str, weight: float, margin: float
+                           ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The action NLL plus ``weight`` x the latent contrast hinge (:mod:`stages.core.losses.contrast`).
+
+    Each target is scored twice by the teacher: with the latents of its own experiences and with
+    those of the next target's in the batch (rows rolled by one; the composer encodes once). The
+    loss is the pooled NLL with its own latents (as :func:`action_nll`) plus ``weight`` x
+    mean_b max(0, margin - (NLL_other_b - NLL_own_b)).
+
+    Returns:
+        ``(loss, metrics)``: ``nll``, ``num_tokens`` and the hinge's metrics.
+
+    Raises:
+        ValueError: a batch of one target (there is no other target's latents).
+    """
+    if batch.input_ids_BT.shape[0] < 2:
+        raise ValueError("the contrastive objective needs at least 2 targets per batch")
+    c_phi = composer(batch.exp_ids_BJL, batch.exp_mask_BJL)
+    nll, tokens_B = {}, None
+    for name, latents in (("own", c_phi), ("other", c_phi.roll(1, dims=0))):
+        lg, tgt, mask = shift_for_loss(latent_teacher_logits(composer.backbone, batch, latents, placement), batch)
+        nll[name], tokens_B = row_nll(lg, tgt, mask)
+    pooled = (nll["own"] * tokens_B).sum() / tokens_B.sum().clamp_min(1.0)
+    hinge, metrics = latent_contrast_hinge(nll["own"], nll["other"], margin)
+    return pooled + weight * hinge, {"nll": float(pooled.detach()), "num_tokens": float(tokens_B.sum()), **metrics}
 
 
 def reconstruction_nll(composer: Composer, exp_ids_NL: torch.Tensor, exp_mask_NL: torch.Tensor

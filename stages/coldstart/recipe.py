@@ -54,7 +54,8 @@ from rich.progress import (
 from rich.table import Table
 
 from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
-from stages.coldstart.heldout import HeldoutResult, action_nll, evaluate_heldout, reconstruction_nll
+from stages.coldstart.heldout import (HeldoutResult, action_nll, contrastive_action_nll, evaluate_heldout,
+                                     reconstruction_nll)
 from stages.coldstart.ladder import LADDER, Ladder, heldout_of, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.run.checkpoint import (
@@ -85,7 +86,8 @@ _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "dep
              "max_exp_tokens", "max_len", "placement", "heldout_fraction", "exclude_same_task",
              "seed", "env", "grad_clip"]
 # later settings join the run id only when not at their default (earlier runs keep their ids)
-_LEVER_KEYS = ["lr_encoder", "reconstruction_steps", "self_retrieval"]
+_LEVER_KEYS = ["lr_encoder", "reconstruction_steps", "self_retrieval", "memory_norm", "readout", "contrast_weight",
+               "contrast_margin"]
 _SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
 
 
@@ -125,7 +127,7 @@ def _new_composer(backbone, config: ColdstartConfig, adapter_name: str = "compos
     torch.manual_seed(config.seed)
     shared = config.qformer_shared if shared is None else shared
     return Composer(backbone, J=config.J, K=config.K, depth=config.depth, qformer_shared=shared,
-                    lora_rank=config.lora_rank,
+                    memory_norm=config.memory_norm, readout=config.readout, lora_rank=config.lora_rank,
                     lora_alpha=2 * config.lora_rank, max_exp_tokens=config.max_exp_tokens,
                     adapter_name=adapter_name)
 
@@ -315,6 +317,8 @@ class Coldstart:
         if step < c.reconstruction_steps:
             loss, m = reconstruction_nll(self.composer, batch.exp_ids_BJL.flatten(0, 1),
                                          batch.exp_mask_BJL.flatten(0, 1))
+        elif c.contrast_weight > 0:
+            loss, m = contrastive_action_nll(self.composer, batch, c.placement, c.contrast_weight, c.contrast_margin)
         else:
             loss, m = action_nll(self.composer, batch, c.placement)
         for p in self.params:  # adapter switching may clear the requires_grad flags
@@ -328,7 +332,8 @@ class Coldstart:
         done = step + 1
         record = {"step": done, "loss": loss, "nll": m["nll"], "grad_norm": grad_norm,
                   "lr": c.lr, "tokens": int(m["num_tokens"]),
-                  "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+                  "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb(),
+                  **{k: v for k, v in m.items() if k.startswith("contrast_")}}
         if done == c.steps and self.targets.heldout:  # the final evaluation, four ways, on the curve too
             self.result = self.final_heldout()
             record.update(heldout_nll=self.result.nll_trained, heldout_nll_no_latents=self.result.nll_no_latents)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from stages.core.models.backbone import DType
 from stages.core.run.tracking import Logger
@@ -24,9 +24,19 @@ class ColdstartConfig(BaseModel):
             input from its latents) instead of the action NLL.
         self_retrieval: a training target's own trajectory is its first experience (then the
             first J - 1 retrieved ones); the official recipe's ``allow_self_retrieval``.
+        contrast_weight, contrast_margin: with a weight above 0, each step adds weight x the
+            latent contrast hinge (:func:`stages.coldstart.heldout.contrastive_action_nll`): a
+            target's NLL with its own experiences' latents must be ``contrast_margin`` nats per
+            token below its NLL with another target's (needs ``batch_size`` >= 2).
         J, K, depth, lora_rank, max_exp_tokens: composer (experiences per target, latents per
             experience, QFormer block applications, composer LoRA rank, token cap of one experience).
         qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
+        memory_norm: ``layer`` (the encoder's hidden states as they are) or ``token`` (each
+            experience's states standardised per feature over its tokens first;
+            :func:`stages.core.models.composer.standardize_over_tokens`).
+        readout: ``qformer`` (a LayerNorm of the updated queries) or ``pointer`` (each latent a
+            weighted sum of the experience's token embeddings;
+            :class:`stages.core.models.composer.LatentCompressor`).
         max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
         placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
             (before each action, Eq. 8) or ``framed`` (inside the first user message between
@@ -62,11 +72,15 @@ class ColdstartConfig(BaseModel):
     lr_encoder: float | None = Field(default=None, gt=0)
     reconstruction_steps: int = Field(default=0, ge=0)
     self_retrieval: bool = False
+    contrast_weight: float = Field(default=0.0, ge=0)
+    contrast_margin: float = Field(default=0.05, ge=0)
     batch_size: int = Field(default=2, ge=1)
     J: int = Field(default=3, ge=1)
     K: int = Field(default=32, ge=1)
     depth: int = Field(default=8, ge=1)
     qformer_shared: bool = True
+    memory_norm: Literal["layer", "token"] = "layer"
+    readout: Literal["qformer", "pointer"] = "qformer"
     lora_rank: int = Field(default=8, ge=1)
     max_exp_tokens: int = Field(default=256, ge=1)
     max_len: int = Field(default=1024, ge=2)
@@ -86,3 +100,10 @@ class ColdstartConfig(BaseModel):
     device: str | None = None
     dtype: DType | None = None
     log: Logger = "none"
+
+    @model_validator(mode="after")
+    def _contrast_needs_two_targets(self) -> ColdstartConfig:
+        if self.contrast_weight > 0 and self.batch_size < 2:
+            raise ValueError("--contrast-weight needs --batch-size 2 or more (another target's latents "
+                             "come from the same batch)")
+        return self

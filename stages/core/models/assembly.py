@@ -89,7 +89,9 @@ def load_composer(backbone: nn.Module, ckpt_dir: str | Path, *, trainable: bool,
             backbone = PeftModel.from_pretrained(backbone, str(ckpt / saved_name), adapter_name=name,
                                                  is_trainable=trainable)
     # checkpoints written before qformer_shared existed stack separate blocks
+    # ... and before memory_norm / readout existed read the hidden states as they are, with a LayerNorm readout
     composer = Composer(backbone, adapter_name=name, qformer_shared=cfg.get("qformer_shared", False),
+                        memory_norm=cfg.get("memory_norm", "layer"), readout=cfg.get("readout", "qformer"),
                         **{k: cfg[k] for k in _HPARAMS})
     with readable(ckpt / COMPRESSOR_FILE, "the composer's compressor"):
         composer.compressor.load_state_dict(load_file(str(ckpt / COMPRESSOR_FILE)))
