@@ -17,8 +17,8 @@ from stages.core.models.composer import (
     base_parameters,
     enable_activation_checkpointing,
     save_composer,
-    standardize_over_tokens,
 )
+from stages.core.models.compressor import span_positions, standardize_over_tokens
 from stages.core.latent.teacher import teacher_logits
 from stages.core.models.assembly import load_composer
 from stages.core.models.student import student_logits
@@ -86,6 +86,8 @@ def test_shapes_and_output_scale(setup):
     emb_norm = composer.backbone.get_input_embeddings().weight.norm(dim=-1).mean()
     torch.testing.assert_close(c_phi.norm(dim=-1).mean(), emb_norm, rtol=0.02, atol=0)
     assert composer.compressor.depth == 2 and composer.hparams["heads"] == 8
+    small = Composer(composer.backbone, J=J, K=K, depth=2, latent_scale=0.1, adapter_name="small")
+    torch.testing.assert_close(small(ids, mask).norm(dim=-1).mean(), 0.1 * emb_norm, rtol=0.02, atol=0)
 
 
 def test_right_padding_is_irrelevant_and_real_tokens_matter(setup):
@@ -502,5 +504,46 @@ def test_pointer_readout_gives_convex_combinations_of_the_experience_token_embed
     out = save_composer(composer, tmp_path / "ptr", {"backbone_id": "tiny-llama"})
     loaded = load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
     assert (loaded.compressor.readout, loaded.compressor.memory_norm) == ("pointer", "token")
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)
+
+
+def test_span_positions_start_at_the_marker_and_stay_inside_the_row():
+    ids = torch.tensor([[5, 1, 2, 7, 8, 9, 0, 0], [3, 4, 5, 6, 1, 2, 0, 0], [1, 2, 3, 0, 0, 0, 0, 0], [9, 9, 0, 0, 0, 0, 0, 0]])
+    mask = ids > 0
+    pos = span_positions(ids, mask, [1, 2], 3)
+    # row 0: the marker at 1; row 1: at 4, moved left to end at the last real token; row 2: at 0;
+    # row 3: no marker and 2 real tokens, the last one repeated
+    assert pos.tolist() == [[1, 2, 3], [3, 4, 5], [0, 1, 2], [0, 1, 1]]
+    assert span_positions(ids, mask, [], 2).tolist() == [[0, 1]] * 4
+
+
+def test_span_readout_starts_as_the_experience_span_and_its_gate_trains(setup, tmp_path):
+    """readout="span": at init (gate 0) the latents are exactly the input embeddings of the K tokens
+    from the marker on; the gate gets a gradient (the qformer's parameters follow once it is not 0);
+    the marker survives a save and load."""
+    initial, _ = setup
+    torch.manual_seed(1)
+    composer = Composer(add_lora_adapter(copy.deepcopy(initial), "student", rank=4, alpha=8), J=J, K=K, depth=2,
+                        readout="span", span_marker=[7], lora_rank=4, lora_alpha=8, max_exp_tokens=16)
+    emb = composer.backbone.get_input_embeddings().weight
+    ids, mask = experiences()
+    ids_NL, mask_NL = ids.reshape(-1, 7), mask.reshape(-1, 7)
+    latents_NKd = composer.encode(ids_NL, mask_NL)
+    pos_NK = span_positions(ids_NL, mask_NL, [7], K)
+    torch.testing.assert_close(latents_NKd, emb[ids_NL.gather(1, pos_NK)], atol=0, rtol=0)
+    latents_NKd.square().sum().backward()
+    comp = composer.compressor
+    assert comp.span_gate.grad.abs() > 0 and comp.queries.grad.abs().sum() == 0
+    with torch.no_grad():
+        comp.span_gate.fill_(0.5)
+    composer.zero_grad()
+    composer.encode(ids_NL, mask_NL).square().sum().backward()
+    assert comp.queries.grad.abs().sum() > 0
+    with torch.no_grad():
+        ref = composer(ids, mask)
+    out = save_composer(composer, tmp_path / "span", {"backbone_id": "tiny-llama"})
+    loaded = load_composer(copy.deepcopy(initial), out, trainable=False, backbone_id="tiny-llama")
+    assert loaded.span_marker == [7] and loaded.compressor.readout == "span"
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids, mask), ref, atol=0, rtol=0)

@@ -24,6 +24,8 @@ declare -A LEVERS=(
   [self-recon40]="--steps 60 --self-retrieval --reconstruction-steps 40"
   [self-token]="--steps 20 --self-retrieval --memory-norm token"
   [self-contrast]="--steps 20 --self-retrieval --memory-norm token --contrast-weight 1"
+  [self-small]="--steps 20 --self-retrieval --memory-norm token --latent-scale 0.1 --contrast-weight 1"
+  [self-span]="--steps 20 --self-retrieval --memory-norm token --readout span --K 16"
   [self-pointer]="--steps 20 --self-retrieval --memory-norm token --readout pointer"
 )
 # levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):

@@ -58,6 +58,7 @@ from stages.coldstart.heldout import (HeldoutResult, action_nll, contrastive_act
                                      reconstruction_nll)
 from stages.coldstart.ladder import LADDER, Ladder, heldout_of, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
+from stages.core.latent.contexts import ACTION_LABEL
 from stages.core.run.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
 )
@@ -87,7 +88,7 @@ _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "dep
              "seed", "env", "grad_clip"]
 # later settings join the run id only when not at their default (earlier runs keep their ids)
 _LEVER_KEYS = ["lr_encoder", "reconstruction_steps", "self_retrieval", "memory_norm", "readout", "contrast_weight",
-               "contrast_margin"]
+               "contrast_margin", "latent_scale"]
 _SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
 
 
@@ -121,13 +122,15 @@ class ColdstartReport(BaseModel):
 
 
 def _new_composer(backbone, config: ColdstartConfig, adapter_name: str = "composer",
-                  shared: bool | None = None) -> Composer:
+                  shared: bool | None = None, span_marker: list[int] = ()) -> Composer:
     """The composer of a fresh run at its seeded init (seeds torch's global RNG); ``shared``
-    overrides ``config.qformer_shared`` (a resumed run keeps its checkpoint's kind)."""
+    overrides ``config.qformer_shared`` (a resumed run keeps its checkpoint's kind);
+    ``span_marker``: the tokenized action label, for the span readout."""
     torch.manual_seed(config.seed)
     shared = config.qformer_shared if shared is None else shared
     return Composer(backbone, J=config.J, K=config.K, depth=config.depth, qformer_shared=shared,
-                    memory_norm=config.memory_norm, readout=config.readout, lora_rank=config.lora_rank,
+                    memory_norm=config.memory_norm, readout=config.readout, latent_scale=config.latent_scale,
+                    span_marker=span_marker, lora_rank=config.lora_rank,
                     lora_alpha=2 * config.lora_rank, max_exp_tokens=config.max_exp_tokens,
                     adapter_name=adapter_name)
 
@@ -139,7 +142,7 @@ def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tens
     copied, and the scratch adapter deleted again.
     """
     scratch = _new_composer(composer.backbone, config, adapter_name=_SCRATCH_ADAPTER,
-                            shared=composer.hparams["qformer_shared"])
+                            shared=composer.hparams["qformer_shared"], span_marker=composer.span_marker)
     phi = [p.detach().clone() for p in scratch.trainable_parameters()]
     with preserve_requires_grad(composer.backbone):
         composer.backbone.delete_adapter(_SCRATCH_ADAPTER)
@@ -265,7 +268,8 @@ class Coldstart:
 
         c = self.config
         if ckpt is None:
-            self.composer = _new_composer(model, c)
+            marker = self.tokenizer(ACTION_LABEL, add_special_tokens=False)["input_ids"] if c.readout == "span" else []
+            self.composer = _new_composer(model, c, span_marker=marker)
             self.untrained_phi = [p.detach().clone() for p in self.composer.trainable_parameters()]
         else:
             self.composer = load_composer(model, ckpt, trainable=True, backbone_id=self.backbone_id)

@@ -24,6 +24,8 @@ class ColdstartConfig(BaseModel):
             input from its latents) instead of the action NLL.
         self_retrieval: a training target's own trajectory is its first experience (then the
             first J - 1 retrieved ones); the official recipe's ``allow_self_retrieval``.
+        latent_scale: the latents' initial row norm as a multiple of the mean input-embedding row
+            norm (qformer readout; :class:`stages.core.models.composer.Composer`).
         contrast_weight, contrast_margin: with a weight above 0, each step adds weight x the
             latent contrast hinge (:func:`stages.coldstart.heldout.contrastive_action_nll`): a
             target's NLL with its own experiences' latents must be ``contrast_margin`` nats per
@@ -34,9 +36,10 @@ class ColdstartConfig(BaseModel):
         memory_norm: ``layer`` (the encoder's hidden states as they are) or ``token`` (each
             experience's states standardised per feature over its tokens first;
             :func:`stages.core.models.composer.standardize_over_tokens`).
-        readout: ``qformer`` (a LayerNorm of the updated queries) or ``pointer`` (each latent a
-            weighted sum of the experience's token embeddings;
-            :class:`stages.core.models.composer.LatentCompressor`).
+        readout: ``qformer`` (a LayerNorm of the updated queries), ``pointer`` (each latent a
+            weighted sum of the experience's token embeddings) or ``span`` (the embeddings of K
+            tokens of the experience from its first action on, plus a gated qformer readout;
+            :class:`stages.core.models.compressor.LatentCompressor`).
         max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
         placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
             (before each action, Eq. 8) or ``framed`` (inside the first user message between
@@ -80,7 +83,8 @@ class ColdstartConfig(BaseModel):
     depth: int = Field(default=8, ge=1)
     qformer_shared: bool = True
     memory_norm: Literal["layer", "token"] = "layer"
-    readout: Literal["qformer", "pointer"] = "qformer"
+    readout: Literal["qformer", "pointer", "span"] = "qformer"
+    latent_scale: float = Field(default=1.0, gt=0)
     lora_rank: int = Field(default=8, ge=1)
     max_exp_tokens: int = Field(default=256, ge=1)
     max_len: int = Field(default=1024, ge=2)

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 _MAX_FIELD_CHARS = 2000
 
 
+ACTION_LABEL = "Action:"  # starts each action line of composer_text (the span readout looks for it)
+
+
 def _clip(text: str, limit: int = _MAX_FIELD_CHARS) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + " ..."
@@ -66,7 +69,7 @@ def composer_text(traj: Trajectory) -> str:
     """
     lines = [f"Task: {traj.prompt.strip()}"]
     for turn in traj.turns:
-        lines.append(f"Action: {_clip(turn.action)}")
+        lines.append(f"{ACTION_LABEL} {_clip(turn.action)}")
         if turn.observation.strip():
             lines.append(f"Observation: {_clip(turn.observation)}")
     lines.append(f"Outcome: reward={traj.reward:.2f}")

@@ -92,6 +92,7 @@ def load_composer(backbone: nn.Module, ckpt_dir: str | Path, *, trainable: bool,
     # ... and before memory_norm / readout existed read the hidden states as they are, with a LayerNorm readout
     composer = Composer(backbone, adapter_name=name, qformer_shared=cfg.get("qformer_shared", False),
                         memory_norm=cfg.get("memory_norm", "layer"), readout=cfg.get("readout", "qformer"),
+                        latent_scale=cfg.get("latent_scale", 1.0), span_marker=cfg.get("span_marker", ()),
                         **{k: cfg[k] for k in _HPARAMS})
     with readable(ckpt / COMPRESSOR_FILE, "the composer's compressor"):
         composer.compressor.load_state_dict(load_file(str(ckpt / COMPRESSOR_FILE)))

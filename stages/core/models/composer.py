@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from stages.core.models.composer_config import CONFIG_FILE
+from stages.core.models.compressor import LatentCompressor, default_heads, span_positions
 from stages.core.run.modes import share
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -53,9 +53,6 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 ENCODER_TARGET_MODULES = (*DEFAULT_TARGET_MODULES, "gate_proj", "up_proj", "down_proj")
 COMPOSER_ADAPTER = "composer"
 COMPRESSOR_FILE = "compressor.safetensors"
-MEMORY_NORMS = ("layer", "token")  # LatentCompressor's memory_norm
-READOUTS = ("qformer", "pointer")  # LatentCompressor's readout
-POINTER_INIT_SCALE = 3.0  # standard deviation of the pointer logits at init (random projections)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,143 +207,6 @@ def enable_activation_checkpointing(backbone: nn.Module) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# QFormer compressor (Eq. 6)
-# ---------------------------------------------------------------------------------------------
-
-
-def default_heads(d: int, max_heads: int = 8) -> int:
-    """Largest number of attention heads <= ``max_heads`` that divides the hidden size ``d``."""
-    return max(h for h in range(1, max_heads + 1) if d % h == 0)
-
-
-class QFormerBlock(nn.Module):
-    """Pre-LayerNorm block: cross-attention to H, self-attention among queries, MLP; residuals.
-
-    Attention projections carry no bias (a key bias only shifts every score of a query by
-    the same amount, so it would be a parameter without gradient).
-    """
-
-    def __init__(self, d: int, heads: int, mlp_ratio: int) -> None:
-        super().__init__()
-        self.norm_q = nn.LayerNorm(d)
-        self.norm_kv = nn.LayerNorm(d)
-        self.cross_attn = nn.MultiheadAttention(d, heads, bias=False, batch_first=True)
-        self.norm_self = nn.LayerNorm(d)
-        self.self_attn = nn.MultiheadAttention(d, heads, bias=False, batch_first=True)
-        self.norm_mlp = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, mlp_ratio * d), nn.GELU(), nn.Linear(mlp_ratio * d, d))
-
-    def forward(self, q_NKd: Tensor, h_NLd: Tensor, pad_NL: Tensor) -> Tensor:
-        """Update queries q_NKd (N, K, d) from hidden states h_NLd (N, L, d).
-
-        ``pad_NL`` (N, L) bool is True on padding positions, which get zero attention.
-        """
-        x = self.norm_q(q_NKd)
-        kv = self.norm_kv(h_NLd)
-        q_NKd = q_NKd + self.cross_attn(x, kv, kv, key_padding_mask=pad_NL, need_weights=False)[0]
-        x = self.norm_self(q_NKd)
-        q_NKd = q_NKd + self.self_attn(x, x, x, need_weights=False)[0]
-        return q_NKd + self.mlp(self.norm_mlp(q_NKd))
-
-
-def standardize_over_tokens(h_NLd: Tensor, mask_NL: Tensor, eps: float = 1e-5) -> Tensor:
-    """Each row's hidden states standardised per feature over its real tokens: (N, L, d).
-
-    Feature f of row n becomes ``(h - mean) / sqrt(var + eps)`` with the mean and the (biased)
-    variance of f over the positions where ``mask_NL`` (N, L) bool is True; padding positions
-    come out as zeros. The backbone's hidden states share a large component across tokens and
-    experiences (a few outlier features carry most of their norm, so the mean-pooled states of
-    different experiences have cosine ~0.98): removing each row's own mean leaves what differs
-    between its tokens, and an attention spread evenly over the tokens then reads exactly zero.
-    """
-    m_NL1 = mask_NL.unsqueeze(-1).to(h_NLd.dtype)
-    count_N11 = m_NL1.sum(dim=1, keepdim=True).clamp_min(1.0)
-    mean_N1d = (h_NLd * m_NL1).sum(dim=1, keepdim=True) / count_N11
-    centred_NLd = (h_NLd - mean_N1d) * m_NL1
-    var_N1d = centred_NLd.pow(2).sum(dim=1, keepdim=True) / count_N11
-    return centred_NLd * torch.rsqrt(var_N1d + eps)
-
-
-class LatentCompressor(nn.Module):
-    """Comp_chi(H; Q_chi) of Eq. 6: K learned queries read a variable-length H into K x d.
-
-    Args:
-        d: hidden size of the backbone.
-        K: number of latent tokens per experience.
-        depth: applications of a :class:`QFormerBlock`.
-        heads: attention heads, must divide ``d``.
-        mlp_ratio: MLP hidden size / d.
-        target_norm: initial L2 norm of every output row (module docstring: output scale).
-        shared: one block applied ``depth`` times (True) or ``depth`` separate blocks.
-        memory_norm: what H goes through before the blocks' LayerNorm: ``"layer"`` nothing more;
-            ``"token"`` each experience's hidden states are standardised per feature over its
-            own real tokens (:func:`standardize_over_tokens`).
-        readout: how the K updated queries become latents: ``"qformer"`` a final LayerNorm
-            (gain at ``target_norm``); ``"pointer"`` each query points at the experience's tokens
-            (one attention head from the queries to H) and its latent is the pointed-at tokens'
-            input embeddings, weighted: every latent is a convex combination of the experience's
-            own token embeddings, so a sharp pointer hands the teacher a token of the experience.
-
-    Raises:
-        ValueError: ``heads`` does not divide ``d``, an unknown ``memory_norm`` or ``readout``.
-    """
-
-    def __init__(
-        self, d: int, K: int, depth: int, heads: int, mlp_ratio: int, target_norm: float, shared: bool = True,
-        memory_norm: str = "layer", readout: str = "qformer",
-    ) -> None:
-        super().__init__()
-        if d % heads:
-            raise ValueError(f"heads={heads} does not divide the hidden size {d}")
-        if memory_norm not in MEMORY_NORMS:
-            raise ValueError(f"memory_norm must be one of {MEMORY_NORMS}, got {memory_norm!r}")
-        if readout not in READOUTS:
-            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
-        self.depth = depth
-        self.memory_norm, self.readout = memory_norm, readout
-        self.queries = nn.Parameter(torch.randn(K, d) * d ** -0.5)  # (K, d)
-        self.blocks = nn.ModuleList(QFormerBlock(d, heads, mlp_ratio) for _ in range(1 if shared else depth))
-        if readout == "qformer":
-            self.out_norm = nn.LayerNorm(d)
-            nn.init.constant_(self.out_norm.weight, target_norm / math.sqrt(d))
-        else:
-            self.pointer_norm_q, self.pointer_norm_k = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.pointer_q, self.pointer_k = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
-            # nn.Linear's default init: projected features of variance ~1/3, dot products of std sqrt(d) / 3
-            self.pointer_log_scale = nn.Parameter(torch.tensor(math.log(3 * POINTER_INIT_SCALE)))
-
-    def forward(self, h_NLd: Tensor, mask_NL: Tensor, emb_NLd: Tensor | None = None) -> Tensor:
-        """Compress h_NLd (N, L, d) with valid-token mask mask_NL (N, L) bool -> (N, K, d).
-
-        ``emb_NLd`` (N, L, d): the input embeddings of the experience tokens, needed by (only)
-        the ``"pointer"`` readout.
-
-        Raises:
-            ValueError: a pointer readout without ``emb_NLd``.
-        """
-        q = self.queries.unsqueeze(0).expand(h_NLd.shape[0], -1, -1)  # (N, K, d)
-        pad_NL = ~mask_NL
-        if self.memory_norm == "token":
-            h_NLd = standardize_over_tokens(h_NLd, mask_NL)
-        for i in range(self.depth):
-            q = self.blocks[i % len(self.blocks)](q, h_NLd, pad_NL)
-        if self.readout == "qformer":
-            return self.out_norm(q)
-        if emb_NLd is None:
-            raise ValueError("the pointer readout needs the experience tokens' input embeddings (emb_NLd)")
-        return self.pointer_weights(q, h_NLd, mask_NL) @ emb_NLd
-
-    def pointer_weights(self, q_NKd: Tensor, h_NLd: Tensor, mask_NL: Tensor) -> Tensor:
-        """The pointer readout's attention (N, K, L) of the K queries over the real tokens (rows sum to 1)."""
-        d = q_NKd.shape[-1]
-        query_NKd = self.pointer_q(self.pointer_norm_q(q_NKd))
-        key_NLd = self.pointer_k(self.pointer_norm_k(h_NLd))
-        logits_NKL = query_NKd @ key_NLd.transpose(1, 2) * (self.pointer_log_scale.exp() / math.sqrt(d))
-        logits_NKL = logits_NKL.masked_fill(~mask_NL.unsqueeze(1), float("-inf"))
-        return torch.softmax(logits_NKL, dim=-1)
-
-
-# ---------------------------------------------------------------------------------------------
 # Composer (Eq. 5-6) and its checkpoints
 # ---------------------------------------------------------------------------------------------
 
@@ -369,7 +229,10 @@ class Composer(nn.Module):
             ``depth`` times (default, the paper's) or ``depth`` separate blocks; heads: attention
             heads (default: largest divisor of d that is <= 8); mlp_ratio: QFormer MLP width / d;
             memory_norm: ``"layer"`` (default) or ``"token"``; readout: ``"qformer"`` (default)
-            or ``"pointer"`` (both: :class:`LatentCompressor`).
+            or ``"pointer"`` (both: :class:`LatentCompressor`); latent_scale: the qformer
+            readout's latents start at this multiple of the mean input-embedding row norm (an
+            init only: a checkpoint holds the trained gain); span_marker: the token ids where the
+            ``"span"`` readout's span starts (the tokenized experience action label).
         lora_rank, lora_alpha, target_modules: encoder LoRA psi (defaults 8, 16 and the seven
             projections q/k/v/o/gate/up/down of A.1; dropout 0). Composers saved before this
             default load with the modules they recorded (q/k/v/o).
@@ -392,6 +255,8 @@ class Composer(nn.Module):
         mlp_ratio: int = 4,
         memory_norm: str = "layer",
         readout: str = "qformer",
+        latent_scale: float = 1.0,
+        span_marker: Sequence[int] = (),
         lora_rank: int = 8,
         lora_alpha: int = 16,
         target_modules: Sequence[str] = ENCODER_TARGET_MODULES,
@@ -407,7 +272,8 @@ class Composer(nn.Module):
         heads = heads or default_heads(d)
         self.hparams = {
             "J": J, "K": K, "depth": depth, "qformer_shared": qformer_shared, "heads": heads, "mlp_ratio": mlp_ratio,
-            "memory_norm": memory_norm, "readout": readout,
+            "memory_norm": memory_norm, "readout": readout, "latent_scale": latent_scale,
+            "span_marker": list(span_marker),
             "lora_rank": lora_rank, "lora_alpha": lora_alpha,
             "target_modules": list(target_modules), "max_exp_tokens": max_exp_tokens,
             "adapter_name": adapter_name, "hidden_size": d,
@@ -415,8 +281,9 @@ class Composer(nn.Module):
         self.K = K
         self.adapter_name = adapter_name
         self.max_exp_tokens = max_exp_tokens
+        self.span_marker = list(span_marker)
         emb = base.get_input_embeddings().weight
-        target_norm = emb.detach().float().norm(dim=-1).mean().item()
+        target_norm = latent_scale * emb.detach().float().norm(dim=-1).mean().item()
         self.compressor = LatentCompressor(d, K, depth, heads, mlp_ratio, target_norm, qformer_shared,
                                            memory_norm, readout).to(
             device=emb.device, dtype=emb.dtype
@@ -452,8 +319,12 @@ class Composer(nn.Module):
             hidden_NLd = decoder(
                 input_ids=exp_ids_NL, attention_mask=mask_NL.long(), use_cache=False
             ).last_hidden_state  # (N, L, d)
-        emb_NLd = base_model(self.backbone).get_input_embeddings()(exp_ids_NL) if self.compressor.readout == "pointer" \
-            else None
+        embed = base_model(self.backbone).get_input_embeddings()
+        emb_NLd = None
+        if self.compressor.readout == "pointer":
+            emb_NLd = embed(exp_ids_NL)
+        elif self.compressor.readout == "span":
+            emb_NLd = embed(exp_ids_NL.gather(1, span_positions(exp_ids_NL, mask_NL, self.span_marker, self.K)))
         return self.compressor(hidden_NLd, mask_NL, emb_NLd)
 
     def forward(self, exp_ids_BJL: Tensor, exp_mask_BJL: Tensor) -> Tensor:
