@@ -166,6 +166,10 @@ def run(config: EvaluateConfig, console: Console | None = None, engine: Any = No
         check_engine(config.engine)
         if config.model != DEFAULT_MODEL:  # a missing folder is refused before any library loads
             resolve_model(config.model)
+        if config.composer:  # a folder that holds no composer checkpoint, refused before torch
+            from stages.core.models.composer_config import read_composer_config
+
+            read_composer_config(config.composer)
     isolation.prepare(config.bench, config.unsafe_exec)
     console = console or Console()
     config = apply_protocol(config)

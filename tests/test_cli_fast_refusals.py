@@ -24,6 +24,9 @@ REFUSED = [  # (command line, the start of its one error line)
      "error: /nonexistent/composer_config.json: no composer checkpoint (composer_config.json missing; "
      "`lopd coldstart --experiences STORE --out DIR` makes one in DIR/final)"),
     (["evaluate", "--bench", "bfcl_v3"], "error: invalid option --bench: did you mean 'bfcl-v3'?"),
+    (["evaluate", "--bench", "lopd-bed", "--composer", "/nonexistent", "--store", "s"],
+     "error: /nonexistent/composer_config.json: no composer checkpoint (composer_config.json missing; "
+     "`lopd coldstart --experiences STORE --out DIR` makes one in DIR/final)"),
     (["evaluate", "--compare", "/nonexistent/a.json", "/nonexistent/b.json"], "error: /nonexistent/a.json: cannot read"),
     (["evaluate", "--bench", "lopd-bed", "--model", "/nonexistent", "--limit", "1"], "error: --model '/nonexistent': no such local folder"),
     (["coldstart", "--placement", "nope"], "error: invalid option --placement"),
