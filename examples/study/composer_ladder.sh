@@ -26,6 +26,7 @@ declare -A LEVERS=(
   [self-contrast]="--steps 20 --self-retrieval --memory-norm token --contrast-weight 1"
   [self-small]="--steps 20 --self-retrieval --memory-norm token --latent-scale 0.1 --contrast-weight 1"
   [self-span]="--steps 20 --self-retrieval --memory-norm token --readout span --K 16"
+  [shipped]="--steps 200 --lr 1e-4 --J 3 --K 32 --depth 8 --max-exp-tokens 256 --ladder-targets 32 --checkpoint-every 10"
   [self-pointer]="--steps 20 --self-retrieval --memory-norm token --readout pointer"
 )
 # levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):
@@ -41,7 +42,7 @@ for name in "$@"; do
     done
   fi
   # shellcheck disable=SC2086
-  $LOPD coldstart "${base[@]}" ${LEVERS[$name]} --checkpoint-every 100 --eval-every 100 --out "$OUT/$name" --resume
+  $LOPD coldstart "${base[@]}" --checkpoint-every 100 ${LEVERS[$name]} --eval-every 100 --out "$OUT/$name" --resume
   cp "$OUT/$name/ladder.json" "$RESULTS/$name.json"
   cp "$OUT/$name/config.json" "$RESULTS/$name.config.json"
 done
