@@ -93,6 +93,7 @@ def test_a_lopd_flag_reaches_the_run_config(tmp_path, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(distill, "run", lambda config: seen.setdefault("config", config))
+    (tmp_path / "composer_config.json").write_text("{}")  # the CLI reads it before the run (a fast refusal)
     result = CliRunner().invoke(app, ["distill", "--env", "bfcl", "--composer", str(tmp_path), "--margin", "0.07",
                                       "--J", "2", "--K", "4", "--lambda", "0.3", "--exclude-same-task",
                                       "-o", "M=5", "--out", str(tmp_path / "out")])
