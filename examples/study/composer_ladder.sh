@@ -25,6 +25,7 @@ declare -A LEVERS=(
   [self-token]="--steps 20 --self-retrieval --memory-norm token"
   [self-contrast]="--steps 20 --self-retrieval --memory-norm token --contrast-weight 1"
   [self-small]="--steps 20 --self-retrieval --memory-norm token --latent-scale 0.1 --contrast-weight 1"
+  [self-contrast-lr4]="--steps 20 --self-retrieval --memory-norm token --contrast-weight 1 --lr 1e-4"
   [self-span]="--steps 20 --self-retrieval --memory-norm token --readout span --K 16"
   [self-span-framed]="--steps 20 --self-retrieval --memory-norm token --readout span --K 16 --placement framed"
   [shipped]="--steps 200 --lr 1e-4 --J 3 --K 32 --depth 8 --max-exp-tokens 256 --ladder-targets 32 --checkpoint-every 10"
