@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -122,7 +123,7 @@ class ColdstartReport(BaseModel):
 
 
 def _new_composer(backbone, config: ColdstartConfig, adapter_name: str = "composer",
-                  shared: bool | None = None, span_marker: list[int] = ()) -> Composer:
+                  shared: bool | None = None, span_marker: Sequence[int] = ()) -> Composer:
     """The composer of a fresh run at its seeded init (seeds torch's global RNG); ``shared``
     overrides ``config.qformer_shared`` (a resumed run keeps its checkpoint's kind);
     ``span_marker``: the tokenized action label, for the span readout."""

@@ -35,7 +35,7 @@ class ColdstartConfig(BaseModel):
         qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
         memory_norm: ``layer`` (the encoder's hidden states as they are) or ``token`` (each
             experience's states standardised per feature over its tokens first;
-            :func:`stages.core.models.composer.standardize_over_tokens`).
+            :func:`stages.core.models.compressor.standardize_over_tokens`).
         readout: ``qformer`` (a LayerNorm of the updated queries), ``pointer`` (each latent a
             weighted sum of the experience's token embeddings) or ``span`` (the embeddings of K
             tokens of the experience from its first action on, plus a gated qformer readout;

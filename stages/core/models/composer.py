@@ -16,15 +16,8 @@ forward would silently lose the composer's gradients. ``adapter_scope`` puts eve
 active during the original forward (otherwise the recompute uses whichever adapter is active
 at backward time and gives wrong gradients).
 
-Compressor (Eq. 6): K learned queries (K, d), initialised N(0, 1/d) (standard deviation
-d^-1/2, Appendix A of the LOPD paper), pass ``depth`` applications of a pre-LayerNorm block
-[cross-attention queries -> H_j (key padding mask), self-attention among queries, MLP], each
-with a residual. By default ONE block is applied ``depth`` times (shared weights, as the paper's
-QFormer); ``qformer_shared=False`` stacks ``depth`` separate blocks (checkpoints written before
-the option existed are of that kind and load as such). Output scale: a final LayerNorm whose gain is initialised to
-``mean_row_norm(input embeddings) / sqrt(d)``, so every latent row starts with the L2 norm of
-an average input-embedding row (the teacher sees the latents where token embeddings go); the
-gain stays learnable.
+The compressor chi (Eq. 6: K learned queries, QFormer blocks, readout) is
+:class:`stages.core.models.compressor.LatentCompressor`.
 
 Experiences are right-padded token id tensors of "task x + experience m_j" sequences,
 tokenised by the caller; ``max_exp_tokens`` keeps the first tokens of longer ones.
@@ -228,8 +221,8 @@ class Composer(nn.Module):
         depth: QFormer block applications (default 8); qformer_shared: one block applied
             ``depth`` times (default, the paper's) or ``depth`` separate blocks; heads: attention
             heads (default: largest divisor of d that is <= 8); mlp_ratio: QFormer MLP width / d;
-            memory_norm: ``"layer"`` (default) or ``"token"``; readout: ``"qformer"`` (default)
-            or ``"pointer"`` (both: :class:`LatentCompressor`); latent_scale: the qformer
+            memory_norm: ``"layer"`` (default) or ``"token"``; readout: ``"qformer"`` (default),
+            ``"pointer"`` or ``"span"`` (both: :class:`LatentCompressor`); latent_scale: the qformer
             readout's latents start at this multiple of the mean input-embedding row norm (an
             init only: a checkpoint holds the trained gain); span_marker: the token ids where the
             ``"span"`` readout's span starts (the tokenized experience action label).

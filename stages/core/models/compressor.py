@@ -3,9 +3,14 @@
 K learned queries (K, d), initialised N(0, 1/d) (standard deviation d^-1/2, Appendix A of the
 LOPD paper), pass ``depth`` applications of a pre-LayerNorm block [cross-attention queries ->
 H_j (key padding mask), self-attention among queries, MLP], each with a residual; ONE block
-applied ``depth`` times by default (the paper's QFormer), or ``depth`` separate blocks. What the
-blocks read (``memory_norm``) and how the updated queries become latents (``readout``) are levers
-of the cold start; :class:`LatentCompressor` documents each.
+applied ``depth`` times by default (the paper's QFormer), or ``depth`` separate blocks
+(checkpoints written before that option existed are of that kind and load as such).
+
+Output scale: the qformer readout is a final LayerNorm whose gain is initialised to
+``mean_row_norm(input embeddings) / sqrt(d)``, so every latent row starts with the L2 norm of an
+average input-embedding row (the teacher sees the latents where token embeddings go); the gain
+stays learnable. What the blocks read (``memory_norm``) and how the updated queries become
+latents (``readout``) are levers of the cold start; :class:`LatentCompressor` documents each.
 """
 from __future__ import annotations
 
