@@ -168,6 +168,7 @@ def coldstart(
     latent_scale: float = typer.Option(1.0, "--latent-scale", help="The latents' initial norm as a multiple of the mean token-embedding norm (qformer readout)."),
     contrast_weight: float = typer.Option(0.0, "--contrast-weight", help="Add this times a hinge that makes each target's NLL with its own experiences' latents lower than with another target's by --contrast-margin (0 = off; needs --batch-size 2+)."),
     contrast_margin: float = typer.Option(0.05, "--contrast-margin", help="The gap (nats per token) --contrast-weight asks for."),
+    text_kl_weight: float = typer.Option(0.0, "--text-kl-weight", help="Add this times the KL from the teacher reading the experiences as plain text to the teacher reading their latents, on the action tokens (0 = off; one more teacher forward per target)."),
     self_retrieval: bool = typer.Option(False, "--self-retrieval/--no-self-retrieval", help="A training target's own trajectory is its first experience (the official recipe's allow_self_retrieval); held-out scoring never does this."),
     ladder: bool = typer.Option(True, "--ladder/--no-ladder", help="At the end, score the ladder of controls (no latents ... free vectors; trains the free-vector control for --steps more steps)."),
     ladder_targets: int = typer.Option(32, "--ladder-targets", help="Held-out targets the ladder scores (a seeded subset; 0 = all)."),

@@ -163,7 +163,7 @@ def two_env_store(tmp_path_factory):
     return str(path)
 
 
-def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latents(tmp_path, two_env_store, monkeypatch):
+def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp_path, two_env_store, monkeypatch):
     tiny_dir = str(save_tiny(tmp_path / "tiny"))
     # trained to copy: its own trajectory is every target's first experience (self_retrieval)
     config = ColdstartConfig(experiences=two_env_store, out=str(tmp_path / "out"), model=tiny_dir, steps=25,
@@ -181,6 +181,8 @@ def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latent
     f_a = next(d for d in ladder.differences if (d.x, d.y) == ("f", "a"))
     assert f_a.diff == pytest.approx(ladder.nll["f"] - ladder.nll["a"]) and f_a.se > 0
     assert -1 <= ladder.latent_cosine <= 1 and ladder.latent_cosine_untrained is not None
+    g_i = next(d for d in ladder.differences if (d.x, d.y) == ("g", "i"))  # the text bound's own control
+    assert g_i.diff == pytest.approx(ladder.nll["g"] - ladder.nll["i"]) and ladder.nll["g"] != ladder.nll["i"]
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 25
     # a finished run resumed again reads its ladder back
@@ -196,7 +198,7 @@ def test_coldstart_writes_all_eight_rungs_and_a_copying_composer_beats_no_latent
     again = rescore(str(tmp_path / "out"), targets=3, seed=1, out=str(tmp_path / "l.json"),
                     console=Console(file=said, width=300))
     assert "ladder: the free-vector control (h), read from free_prompt.safetensors" in said.getvalue()
-    assert "ladder: scoring 8 rungs on 3 held-out targets" in said.getvalue()  # a phase line before the long work
+    assert "ladder: scoring 9 rungs on 3 held-out targets" in said.getvalue()  # a phase line before the long work
     assert again is not None and again.targets == 3 and set(again.target_ids) <= set(ladder.target_ids)
     assert Ladder.model_validate_json((tmp_path / "l.json").read_text()) == again
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before

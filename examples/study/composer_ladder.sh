@@ -29,6 +29,8 @@ declare -A LEVERS=(
   [self-span]="--steps 20 --self-retrieval --memory-norm token --readout span --K 16"
   [self-span-framed]="--steps 20 --self-retrieval --memory-norm token --readout span --K 16 --placement framed"
   [shipped]="--steps 200 --lr 1e-4 --J 3 --K 32 --depth 8 --max-exp-tokens 256 --ladder-targets 32 --checkpoint-every 10"
+  [self-textkl]="--steps 20 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1"
+  [self-textkl-lr4]="--steps 20 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 1e-4"
   [self-pointer]="--steps 20 --self-retrieval --memory-norm token --readout pointer"
 )
 # levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import fields, replace
 from typing import Callable, Iterator
 
 import torch
@@ -28,6 +29,7 @@ from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import latent_teacher_logits, teacher_logits
 from stages.core.losses.contrast import latent_contrast_hinge, row_nll
+from stages.core.losses.kd import forward_kl
 from stages.core.losses.lopd import masked_nll
 from stages.core.models.composer import Composer, unique_rows
 from stages.core.run.progress import StageProgress
@@ -100,6 +102,49 @@ def contrastive_action_nll(composer: Composer, batch: LatentBatch, placement: st
     pooled = (nll["own"] * tokens_B).sum() / tokens_B.sum().clamp_min(1.0)
     hinge, metrics = latent_contrast_hinge(nll["own"], nll["other"], margin)
     return pooled + weight * hinge, {"nll": float(pooled.detach()), "num_tokens": float(tokens_B.sum()), **metrics}
+
+
+def batch_row(batch: LatentBatch, b: int) -> LatentBatch:
+    """Row b of ``batch`` as a batch of one (its padding kept: masks still right-padded)."""
+    picked = {f.name: getattr(batch, f.name)[b:b + 1] for f in fields(batch) if getattr(batch, f.name) is not None}
+    return replace(batch, **picked)
+
+
+def text_latents(backbone: torch.nn.Module, batch: LatentBatch, b: int) -> torch.Tensor:
+    """Row b's composer input rows as token embeddings, concatenated over j: (1, N, d), N their
+    unpadded tokens. Placed where the latents go, they are the text teacher (the ladder's rung (g))."""
+    ids_N = batch.exp_ids_BJL[b][batch.exp_mask_BJL[b].bool()]
+    return backbone.get_input_embeddings()(ids_N).unsqueeze(0)
+
+
+@torch.no_grad()
+def text_teacher_logits(backbone: torch.nn.Module, batch: LatentBatch, placement: str) -> torch.Tensor:
+    """The text teacher's logits (B, T, V) on ``batch``, aligned as :func:`latent_teacher_logits`':
+    each row's experiences as plain text (:func:`text_latents`) where the latents go. No gradient."""
+    return torch.cat([latent_teacher_logits(backbone, batch_row(batch, b), text_latents(backbone, batch, b), placement)
+                      for b in range(batch.input_ids_BT.shape[0])])
+
+
+def text_distilled_nll(composer: Composer, batch: LatentBatch, placement: str, weight: float
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The action NLL plus ``weight`` x the forward KL(text teacher || latent teacher) on the action tokens.
+
+    The text teacher is the same frozen backbone with the batch's composer inputs as plain token
+    embeddings in the latents' place (:func:`text_teacher_logits`); the latent teacher reads
+    c_phi there. KL over the full vocabulary at every action token, summed over tokens and
+    divided by their number (:func:`stages.core.losses.kd.forward_kl`, ``reduction="token"``):
+    the latents are asked to make the teacher predict what it predicts from the experiences' text
+    (xRAG's second stage: NLL plus KL to the text-context teacher).
+
+    Returns:
+        ``(loss, metrics)``: ``nll``, ``num_tokens`` and ``text_kl`` (nats per token).
+    """
+    c_phi = composer(batch.exp_ids_BJL, batch.exp_mask_BJL)
+    lg, tgt, mask = shift_for_loss(latent_teacher_logits(composer.backbone, batch, c_phi, placement), batch)
+    nll, m = masked_nll(lg, tgt, mask)
+    text_lg, _, _ = shift_for_loss(text_teacher_logits(composer.backbone, batch, placement), batch)
+    kl, km = forward_kl(lg, text_lg, mask, reduction="token")
+    return nll + weight * kl, {**m, "text_kl": km["forward_kl"]}
 
 
 def reconstruction_nll(composer: Composer, exp_ids_NL: torch.Tensor, exp_mask_NL: torch.Tensor

@@ -1,6 +1,6 @@
 """The composer ladder: does the content of the latents change the teacher? (`lopd coldstart`).
 
-Teacher NLL of held-out reference actions under eight contexts, the rungs:
+Teacher NLL of held-out reference actions under nine contexts, the rungs:
 
 - (a) no latents (the plain frozen backbone);
 - (b) the untrained composer (its seeded init) on the retrieved experiences;
@@ -13,9 +13,12 @@ Teacher NLL of held-out reference actions under eight contexts, the rungs:
 - (g) the retrieved experiences as plain text, the composer's own input rows ("Current task: x /
   Related experience: ...") embedded as tokens and placed where the latents go (the text bound);
 - (h) J x K free vectors, the same for every input (:class:`FreePrompt`), trained with the same
-  objective, steps, learning rate and batches as the composer (the learned-prompt control).
+  objective, steps, learning rate and batches as the composer (the learned-prompt control);
+- (i) (e)'s experiences, another environment's, as plain text like (g): how much of the text
+  bound is the experiences' content and how much text in that place helps whatever it says.
 
-(c) below (d) and (e) says the latents carry the experiences' content; (c) equal to (h) says the
+(c) below (d) and (e) says the latents carry the experiences' content (reachable as far as (g)
+is below (i)); (c) equal to (h) says the
 composer acts as a learned constant prompt. Scores are per target (sums of token NLL and token
 counts), pooled over all action tokens and over the decisive ones (where (a) costs more than
 :data:`DECISIVE_NATS`), and compared in pairs over targets (:func:`pooled_difference`). Latent
@@ -28,7 +31,7 @@ import hashlib
 import math
 from pathlib import Path
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,7 +44,8 @@ from safetensors.torch import load_file, save_file
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
-from stages.coldstart.heldout import HeldoutResult, action_nll, swapped_phi
+from stages.coldstart.heldout import (HeldoutResult, action_nll, batch_row, swapped_phi, text_distilled_nll,
+                                     text_latents)
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
@@ -65,10 +69,11 @@ RUNGS: dict[str, str] = {
     "f": "the target's own trajectory (oracle)",
     "g": "retrieved experiences as plain text",
     "h": "J x K free vectors (learned prompt)",
+    "i": "another environment's experiences as plain text",
 }
 # (x, y) pairs reported as x - y with paired standard errors
 COMPARISONS: tuple[tuple[str, str], ...] = (("c", "a"), ("c", "d"), ("c", "e"), ("c", "h"), ("f", "a"),
-                                            ("g", "a"), ("c", "g"), ("b", "a"))
+                                            ("g", "a"), ("c", "g"), ("b", "a"), ("g", "i"))
 
 
 class Difference(BaseModel):
@@ -182,15 +187,19 @@ class FreePrompt(nn.Module):
 
 
 def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentBatch], *, steps: int, lr: float,
-                      grad_clip: float | None, placement: str) -> list[float]:
+                      grad_clip: float | None, placement: str, text_kl_weight: float = 0.0) -> list[float]:
     """Train ``prompt`` as the cold start trains the composer (AdamW, constant lr, no weight
-    decay, the masked action NLL, gradient clipping); ``batch_of_step(i)`` gives step i's batch.
-    Returns the step losses."""
+    decay, the masked action NLL, plus the text-teacher KL with ``text_kl_weight`` > 0, gradient
+    clipping); ``batch_of_step(i)`` gives step i's batch. Returns the step losses. (A contrast
+    hinge is left out: free vectors give every target the same latents, so its gap is 0.)"""
     opt = torch.optim.AdamW(prompt.trainable_parameters(), lr=lr, weight_decay=0.0)
     losses = []
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
-        loss, _ = action_nll(prompt, batch_of_step(step), placement)
+        if text_kl_weight > 0:
+            loss, _ = text_distilled_nll(prompt, batch_of_step(step), placement, text_kl_weight)
+        else:
+            loss, _ = action_nll(prompt, batch_of_step(step), placement)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(prompt.trainable_parameters(), grad_clip or math.inf)
         opt.step()
@@ -273,12 +282,6 @@ def token_nll_rows(backbone: nn.Module, batch: LatentBatch, latents_BNd: Tensor,
     return [nll_BT[b][mask_BT[b]] for b in range(nll_BT.shape[0])]
 
 
-def text_latents(backbone: nn.Module, batch: LatentBatch, b: int) -> Tensor:
-    """Rung (g): row b's composer input rows as token embeddings, concatenated over j: (1, N, d)."""
-    ids_N = batch.exp_ids_BJL[b][batch.exp_mask_BJL[b].bool()]
-    return backbone.get_input_embeddings()(ids_N).unsqueeze(0)
-
-
 @dataclass
 class LadderInputs:
     """What :func:`evaluate_ladder` scores: held-out targets, their retrieved experiences, those
@@ -347,8 +350,9 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                     if rung == "c":
                         latents.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
                     rows[rung] += token_nll_rows(backbone, bt, c_BNd, t.placement)
-            rows["g"] = [token_nll_rows(backbone, _row(bt, b), text_latents(backbone, bt, b), t.placement)[0]
-                         for bt in deployed for b in range(bt.input_ids_BT.shape[0])]
+            for rung, bts in (("g", deployed), ("i", batches(t.other_env_experiences))):
+                rows[rung] = [token_nll_rows(backbone, batch_row(bt, b), text_latents(backbone, bt, b), t.placement)[0]
+                              for bt in bts for b in range(bt.input_ids_BT.shape[0])]
             if free_prompt is not None:
                 rows["h"] = [r for bt in deployed for r in token_nll_rows(
                     backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement)]
@@ -357,12 +361,6 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
     finally:
         backbone.train(was_training)
     return ladder_of(rows, [traj.trajectory_id for traj in t.targets], cosine, cosine_b)
-
-
-def _row(batch: LatentBatch, b: int) -> LatentBatch:
-    """Row b of ``batch`` as a batch of one (its padding kept: masks still right-padded)."""
-    picked = {f.name: getattr(batch, f.name)[b:b + 1] for f in fields(batch) if getattr(batch, f.name) is not None}
-    return replace(batch, **picked)
 
 
 def _distinct_rows(latents_NKd: Tensor, batches: list[LatentBatch]) -> Tensor:
@@ -424,7 +422,8 @@ def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajecto
 
     composer.backbone.train(c.activation_checkpointing)  # as the composer's steps ran
     try:
-        train_free_prompt(prompt, batch_of_step, steps=c.steps, lr=c.lr, grad_clip=c.grad_clip, placement=c.placement)
+        train_free_prompt(prompt, batch_of_step, steps=c.steps, lr=c.lr, grad_clip=c.grad_clip, placement=c.placement,
+                          text_kl_weight=c.text_kl_weight)
     finally:
         composer.backbone.eval()
     save_file({k: v.detach().contiguous() for k, v in prompt.state_dict().items()}, str(path))
@@ -454,7 +453,7 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
     say = console.print if console is not None else (lambda *_: None)
     say(f"ladder: the free-vector control (h), {'read from ' + FREE_PROMPT if (out / FREE_PROMPT).is_file() else f'{config.steps} training steps'}")
     free = free_prompt_of(composer, data, train, config, out)
-    say(f"ladder: scoring 8 rungs on {len(targets)} held-out targets")
+    say(f"ladder: scoring {len(RUNGS)} rungs on {len(targets)} held-out targets")
     return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free)
 
 

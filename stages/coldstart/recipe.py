@@ -56,7 +56,7 @@ from rich.table import Table
 
 from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
 from stages.coldstart.heldout import (HeldoutResult, action_nll, contrastive_action_nll, evaluate_heldout,
-                                     reconstruction_nll)
+                                     reconstruction_nll, text_distilled_nll)
 from stages.coldstart.ladder import LADDER, Ladder, heldout_of, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import ACTION_LABEL
@@ -89,7 +89,7 @@ _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "dep
              "seed", "env", "grad_clip"]
 # later settings join the run id only when not at their default (earlier runs keep their ids)
 _LEVER_KEYS = ["lr_encoder", "reconstruction_steps", "self_retrieval", "memory_norm", "readout", "contrast_weight",
-               "contrast_margin", "latent_scale"]
+               "contrast_margin", "latent_scale", "text_kl_weight"]
 _SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
 
 
@@ -324,6 +324,8 @@ class Coldstart:
                                          batch.exp_mask_BJL.flatten(0, 1))
         elif c.contrast_weight > 0:
             loss, m = contrastive_action_nll(self.composer, batch, c.placement, c.contrast_weight, c.contrast_margin)
+        elif c.text_kl_weight > 0:
+            loss, m = text_distilled_nll(self.composer, batch, c.placement, c.text_kl_weight)
         else:
             loss, m = action_nll(self.composer, batch, c.placement)
         for p in self.params:  # adapter switching may clear the requires_grad flags
@@ -338,7 +340,7 @@ class Coldstart:
         record = {"step": done, "loss": loss, "nll": m["nll"], "grad_norm": grad_norm,
                   "lr": c.lr, "tokens": int(m["num_tokens"]),
                   "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb(),
-                  **{k: v for k, v in m.items() if k.startswith("contrast_")}}
+                  **{k: v for k, v in m.items() if k.startswith(("contrast_", "text_kl"))}}
         if done == c.steps and self.targets.heldout:  # the final evaluation, four ways, on the curve too
             self.result = self.final_heldout()
             record.update(heldout_nll=self.result.nll_trained, heldout_nll_no_latents=self.result.nll_no_latents)

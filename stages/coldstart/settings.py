@@ -24,6 +24,10 @@ class ColdstartConfig(BaseModel):
             input from its latents) instead of the action NLL.
         self_retrieval: a training target's own trajectory is its first experience (then the
             first J - 1 retrieved ones); the official recipe's ``allow_self_retrieval``.
+        text_kl_weight: with a weight above 0, each step adds weight x the forward KL from the
+            text teacher (the batch's experiences as plain text where the latents go) to the
+            latent teacher on the action tokens
+            (:func:`stages.coldstart.heldout.text_distilled_nll`).
         latent_scale: the latents' initial row norm as a multiple of the mean input-embedding row
             norm (qformer readout; :class:`stages.core.models.composer.Composer`).
         contrast_weight, contrast_margin: with a weight above 0, each step adds weight x the
@@ -77,6 +81,7 @@ class ColdstartConfig(BaseModel):
     self_retrieval: bool = False
     contrast_weight: float = Field(default=0.0, ge=0)
     contrast_margin: float = Field(default=0.05, ge=0)
+    text_kl_weight: float = Field(default=0.0, ge=0)
     batch_size: int = Field(default=2, ge=1)
     J: int = Field(default=3, ge=1)
     K: int = Field(default=32, ge=1)
@@ -106,8 +111,10 @@ class ColdstartConfig(BaseModel):
     log: Logger = "none"
 
     @model_validator(mode="after")
-    def _contrast_needs_two_targets(self) -> ColdstartConfig:
+    def _one_extra_objective(self) -> ColdstartConfig:
         if self.contrast_weight > 0 and self.batch_size < 2:
             raise ValueError("--contrast-weight needs --batch-size 2 or more (another target's latents "
                              "come from the same batch)")
+        if self.contrast_weight > 0 and self.text_kl_weight > 0:
+            raise ValueError("--contrast-weight and --text-kl-weight are separate objectives: set one of them")
         return self
