@@ -9,8 +9,9 @@ list moved by the smallest shift that gives every target another task's, none of
 target's own task): (d) above (c) says the
 latents carry the content of the experiences they encode; (d) equal to (c) says they act as a
 prompt common to all inputs. The training loss is the same NLL (:func:`action_nll`), after
-optional autoencoding steps (:func:`reconstruction_nll`). The full ladder of controls:
-:mod:`stages.coldstart.ladder`.
+optional autoencoding steps (:func:`reconstruction_nll`), optionally with the contrast hinge
+(:func:`contrastive_action_nll`) or the text teacher's KL (:func:`text_distilled_nll`). The full
+ladder of controls: :mod:`stages.coldstart.ladder`.
 """
 from __future__ import annotations
 
