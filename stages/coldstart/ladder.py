@@ -44,8 +44,7 @@ from safetensors.torch import load_file, save_file
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
-from stages.coldstart.heldout import (HeldoutResult, action_nll, batch_row, swapped_phi, text_distilled_nll,
-                                     text_latents)
+from stages.coldstart.heldout import HeldoutResult, action_nll, swapped_phi, text_distilled_nll, text_teacher_logits
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
@@ -276,7 +275,11 @@ def ladder_subset(targets: list[Trajectory], experiences: list[list[Trajectory]]
 @torch.no_grad()
 def token_nll_rows(backbone: nn.Module, batch: LatentBatch, latents_BNd: Tensor, placement: str) -> list[Tensor]:
     """Per row, the teacher's NLL (nats, float32) of each action token, in order, with the latents placed."""
-    logits_BTV = latent_teacher_logits(backbone, batch, latents_BNd, placement)
+    return logits_nll_rows(latent_teacher_logits(backbone, batch, latents_BNd, placement), batch)
+
+
+def logits_nll_rows(logits_BTV: Tensor, batch: LatentBatch) -> list[Tensor]:
+    """Per row, the NLL (nats, float32) of each action token of ``batch`` under teacher logits aligned with it."""
     lg_BTV, tgt_BT, mask_BT = shift_for_loss(logits_BTV, batch)
     nll_BT = -torch.log_softmax(lg_BTV.float(), dim=-1).gather(-1, tgt_BT.unsqueeze(-1)).squeeze(-1)
     return [nll_BT[b][mask_BT[b]] for b in range(nll_BT.shape[0])]
@@ -351,8 +354,7 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                         latents.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
                     rows[rung] += token_nll_rows(backbone, bt, c_BNd, t.placement)
             for rung, bts in (("g", deployed), ("i", batches(t.other_env_experiences))):
-                rows[rung] = [token_nll_rows(backbone, batch_row(bt, b), text_latents(backbone, bt, b), t.placement)[0]
-                              for bt in bts for b in range(bt.input_ids_BT.shape[0])]
+                rows[rung] = [r for bt in bts for r in logits_nll_rows(text_teacher_logits(backbone, bt, t.placement), bt)]
             if free_prompt is not None:
                 rows["h"] = [r for bt in deployed for r in token_nll_rows(
                     backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement)]
