@@ -151,7 +151,7 @@ def coldstart(
     depth: int = typer.Option(8, "--depth", help="QFormer block applications."),
     qformer_shared: bool = typer.Option(True, "--qformer-shared/--no-qformer-shared", help="One QFormer block applied --depth times (the paper's) or --depth separate blocks."),
     memory_norm: str = typer.Option("layer", "--memory-norm", help="What the compressor reads: the encoder's hidden states as they are (layer) or standardised per feature over each experience's tokens (token), which removes the component all tokens share."),
-    readout: str = typer.Option("qformer", "--readout", help="How the compressor's queries become latents: a LayerNorm of them (qformer), each a weighted sum of the experience's token embeddings, pointed at by the query (pointer), or the embeddings of K tokens of the experience from its first action on plus a learned, gated qformer readout (span)."),
+    readout: str = typer.Option("qformer", "--readout", help="How the compressor's queries become latents: a LayerNorm of them (qformer), each a weighted sum of the experience's token embeddings, pointed at by the query (pointer), or the embeddings of K tokens of the experience from its first action on plus a learned, gated qformer readout (span), or the qformer readout plus a learned constant that alone takes the part of the gradient all of a step's experiences share, so the compressor learns only what differs between them (centred)."),
     lora_rank: int = typer.Option(8, "--lora-rank", help="Rank of the composer encoder's LoRA."),
     max_exp_tokens: int = typer.Option(256, "--max-exp-tokens", help="Token budget per (task, experience) pair."),
     max_len: int = typer.Option(1024, "--max-len", help="Token cap of a target conversation."),

@@ -31,8 +31,11 @@ declare -A LEVERS=(
   [shipped]="--steps 200 --lr 1e-4 --J 3 --K 32 --depth 8 --max-exp-tokens 256 --checkpoint-every 10"
   [self-textkl]="--steps 20 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1"
   [self-textkl-lr4]="--steps 20 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 1e-4"
+  [self-textkl-lr4-60]="--steps 60 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 1e-4"
   [self-lrcomp]="--steps 20 --self-retrieval --memory-norm token --lr 1e-5 --lr-encoder 1e-3"
   [self-pointer]="--steps 20 --self-retrieval --memory-norm token --readout pointer"
+  [self-centred]="--steps 20 --self-retrieval --memory-norm token --readout centred"
+  [self-centred-lr4]="--steps 20 --self-retrieval --memory-norm token --readout centred --lr 1e-4"
 )
 # levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):
 # FreePrompt ignores its inputs, so it trains to the same vectors in every such run

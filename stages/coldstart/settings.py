@@ -43,6 +43,8 @@ class ColdstartConfig(BaseModel):
         readout: ``qformer`` (a LayerNorm of the updated queries), ``pointer`` (each latent a
             weighted sum of the experience's token embeddings) or ``span`` (the embeddings of K
             tokens of the experience from its first action on, plus a gated qformer readout;
+            or ``centred`` (the qformer readout plus a learned constant; the part of the latents'
+            gradient that the step's experiences share trains the constant alone;
             :class:`stages.core.models.compressor.LatentCompressor`).
         max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
         placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
@@ -88,7 +90,7 @@ class ColdstartConfig(BaseModel):
     depth: int = Field(default=8, ge=1)
     qformer_shared: bool = True
     memory_norm: Literal["layer", "token"] = "layer"
-    readout: Literal["qformer", "pointer", "span"] = "qformer"
+    readout: Literal["qformer", "pointer", "span", "centred"] = "qformer"
     latent_scale: float = Field(default=1.0, gt=0)
     lora_rank: int = Field(default=8, ge=1)
     max_exp_tokens: int = Field(default=256, ge=1)

@@ -222,7 +222,7 @@ class Composer(nn.Module):
             ``depth`` times (default, the paper's) or ``depth`` separate blocks; heads: attention
             heads (default: largest divisor of d that is <= 8); mlp_ratio: QFormer MLP width / d;
             memory_norm: ``"layer"`` (default) or ``"token"``; readout: ``"qformer"`` (default),
-            ``"pointer"`` or ``"span"`` (both: :class:`LatentCompressor`); latent_scale: the qformer
+            ``"pointer"``, ``"span"`` or ``"centred"`` (each: :class:`LatentCompressor`); latent_scale: the qformer
             readout's latents start at this multiple of the mean input-embedding row norm (an
             init only: a checkpoint holds the trained gain); span_marker: the token ids where the
             ``"span"`` readout's span starts (the tokenized experience action label).

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 MEMORY_NORMS = ("layer", "token")  # LatentCompressor's memory_norm
-READOUTS = ("qformer", "pointer", "span")  # LatentCompressor's readout
+READOUTS = ("qformer", "pointer", "span", "centred")  # LatentCompressor's readout
 POINTER_INIT_SCALE = 3.0  # standard deviation of the pointer logits at init (random projections)
 
 
@@ -99,7 +99,12 @@ class LatentCompressor(nn.Module):
             ``"span"`` latent k is the input embedding of token k of a fixed span of the experience
             (:func:`span_positions`: from its first action on) plus a learned gate (0 at init)
             times the qformer readout: the latents start as that span of plain text and train
-            from there.
+            from there; ``"centred"`` the qformer readout plus a learned constant (K, d) (zeros at
+            init), where the gradient reaching the qformer readout is centred over the N
+            experiences of the call (:func:`centre_gradient`): the part of the gradient that every
+            experience shares (what a constant prompt would follow) trains the constant alone, and
+            the blocks see only what differs between experiences. The forward value does not
+            depend on the other experiences of the call.
 
     Raises:
         ValueError: ``heads`` does not divide ``d``, an unknown ``memory_norm`` or ``readout``.
@@ -120,9 +125,11 @@ class LatentCompressor(nn.Module):
         self.memory_norm, self.readout = memory_norm, readout
         self.queries = nn.Parameter(torch.randn(K, d) * d ** -0.5)  # (K, d)
         self.blocks = nn.ModuleList(QFormerBlock(d, heads, mlp_ratio) for _ in range(1 if shared else depth))
-        if readout in ("qformer", "span"):
+        if readout in ("qformer", "span", "centred"):
             self.out_norm = nn.LayerNorm(d)
             nn.init.constant_(self.out_norm.weight, target_norm / math.sqrt(d))
+        if readout == "centred":
+            self.latent_bias = nn.Parameter(torch.zeros(K, d))  # (K, d)
         if readout == "span":
             self.span_gate = nn.Parameter(torch.zeros(()))
         if readout == "pointer":
@@ -148,6 +155,8 @@ class LatentCompressor(nn.Module):
             q = self.blocks[i % len(self.blocks)](q, h_NLd, pad_NL)
         if self.readout == "qformer":
             return self.out_norm(q)
+        if self.readout == "centred":
+            return centre_gradient(self.out_norm(q)) + self.latent_bias
         if emb_NLd is None:
             raise ValueError(f"the {self.readout} readout needs the experience tokens' input embeddings (emb_NLd)")
         if self.readout == "span":
@@ -162,6 +171,20 @@ class LatentCompressor(nn.Module):
         logits_NKL = query_NKd @ key_NLd.transpose(1, 2) * (self.pointer_log_scale.exp() / math.sqrt(d))
         logits_NKL = logits_NKL.masked_fill(~mask_NL.unsqueeze(1), float("-inf"))
         return torch.softmax(logits_NKL, dim=-1)
+
+
+def centre_gradient(x_NKd: Tensor) -> Tensor:
+    """``x_NKd`` (N, K, d) unchanged in value; in backward each row's gradient minus the rows' mean.
+
+    ``x - mean + mean.detach()`` over dim 0: the forward value is ``x`` exactly (to rounding), and
+    the gradient reaching ``x``'s graph is ``g_n - mean_m g_m``, so what every row's gradient shares
+    does not reach the parameters behind ``x``. One row (N = 1) has nothing to centre against and
+    passes as it is (its whole gradient would be the shared part).
+    """
+    if x_NKd.shape[0] < 2:
+        return x_NKd
+    mean_1Kd = x_NKd.mean(dim=0, keepdim=True)
+    return x_NKd - mean_1Kd + mean_1Kd.detach()
 
 
 def span_positions(ids_NL: Tensor, mask_NL: Tensor, marker: list[int], K: int) -> Tensor:
