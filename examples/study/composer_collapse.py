@@ -39,8 +39,11 @@ VARIANTS = {
 
 def groups(cs: Coldstart) -> dict[str, list[torch.nn.Parameter]]:
     comp = cs.composer.compressor
-    return {"lora": adapter_parameters(cs.composer.backbone, cs.composer.adapter_name), "queries": [comp.queries],
-            "blocks": list(comp.blocks.parameters()), "out_norm": list(comp.out_norm.parameters())}
+    out = {"lora": adapter_parameters(cs.composer.backbone, cs.composer.adapter_name), "queries": [comp.queries],
+           "blocks": list(comp.blocks.parameters()), "out_norm": list(comp.out_norm.parameters())}
+    if comp.readout == "centred":  # its learned constant trains with the out_norm group
+        out["out_norm"].append(comp.latent_bias)
+    return out
 
 
 @torch.no_grad()
@@ -65,14 +68,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--targets", type=int, default=12, help="held-out targets whose experiences are measured")
+    ap.add_argument("--readout", default="qformer", choices=["qformer", "centred"], help="the compressor's readout")
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                    help="which parameter groups to train, one run each (default: every variant)")
     ap.add_argument("--out", help="write the cosines as JSON here")
     args = ap.parse_args()
     results = {}
-    for name, trained in VARIANTS.items():
+    for name in args.variants:
+        trained = VARIANTS[name]
         with tempfile.TemporaryDirectory() as tmp:
             config = ColdstartConfig(experiences=args.store, model=args.model, out=str(Path(tmp) / "run"),
                                      steps=args.steps + 1000, lr=args.lr, J=2, K=8, depth=2, max_exp_tokens=192,
-                                     batch_size=2, self_retrieval=True, memory_norm="token",
+                                     batch_size=2, self_retrieval=True, memory_norm="token", readout=args.readout,
                                      activation_checkpointing=False, heldout_fraction=0.2, seed=0, ladder=False,
                                      eval_every=10_000, checkpoint_every=10_000)
             cs = Coldstart(config)

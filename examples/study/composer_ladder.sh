@@ -36,6 +36,7 @@ declare -A LEVERS=(
   [self-pointer]="--steps 20 --self-retrieval --memory-norm token --readout pointer"
   [self-centred]="--steps 20 --self-retrieval --memory-norm token --readout centred"
   [self-centred-lr4]="--steps 20 --self-retrieval --memory-norm token --readout centred --lr 1e-4"
+  [self-centred-textkl-lr4]="--steps 20 --self-retrieval --memory-norm token --readout centred --placement framed --text-kl-weight 1 --lr 1e-4"
 )
 # levers that keep today's steps, lr, batches, J and K share one trained free-vector control (h):
 # FreePrompt ignores its inputs, so it trains to the same vectors in every such run
