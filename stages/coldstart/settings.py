@@ -41,11 +41,11 @@ class ColdstartConfig(BaseModel):
             experience's states standardised per feature over its tokens first;
             :func:`stages.core.models.compressor.standardize_over_tokens`).
         readout: ``qformer`` (a LayerNorm of the updated queries), ``pointer`` (each latent a
-            weighted sum of the experience's token embeddings) or ``span`` (the embeddings of K
-            tokens of the experience from its first action on, plus a gated qformer readout;
-            or ``centred`` (the qformer readout plus a learned constant; the part of the latents'
-            gradient that the step's experiences share trains the constant alone;
-            :class:`stages.core.models.compressor.LatentCompressor`).
+            weighted sum of the experience's token embeddings), ``span`` (the embeddings of K
+            tokens of the experience from its first action on, plus a gated qformer readout) or
+            ``centred`` (the qformer readout plus a learned constant; the part of the latents'
+            gradient that the step's experiences share trains the constant alone); each:
+            :class:`stages.core.models.compressor.LatentCompressor`.
         max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
         placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
             (before each action, Eq. 8) or ``framed`` (inside the first user message between
