@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from stages.coldstart.ladder import _distinct_rows, mean_pairwise_cosine
+from stages.coldstart.ladder import distinct_rows, mean_pairwise_cosine
 from stages.coldstart.recipe import Coldstart
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import build_batch
@@ -58,7 +58,7 @@ def latent_cosine(cs: Coldstart, n_targets: int) -> float:
     cs.composer.backbone.eval()
     latents = cs.composer(batch.exp_ids_BJL, batch.exp_mask_BJL).reshape(-1, c.K, cs.composer.hparams["hidden_size"])
     cs.composer.backbone.train(was)
-    return mean_pairwise_cosine(_distinct_rows(latents, [batch]))
+    return mean_pairwise_cosine(distinct_rows(latents, [batch]))
 
 
 def main() -> None:

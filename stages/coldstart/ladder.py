@@ -358,15 +358,22 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
             if free_prompt is not None:
                 rows["h"] = [r for bt in deployed for r in token_nll_rows(
                     backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement)]
-            cosine = mean_pairwise_cosine(_distinct_rows(torch.cat(latents), deployed))
-            cosine_b = mean_pairwise_cosine(_distinct_rows(torch.cat(untrained), deployed)) if untrained else None
+            cosine = mean_pairwise_cosine(distinct_rows(torch.cat(latents), deployed))
+            cosine_b = mean_pairwise_cosine(distinct_rows(torch.cat(untrained), deployed)) if untrained else None
     finally:
         backbone.train(was_training)
     return ladder_of(rows, [traj.trajectory_id for traj in t.targets], cosine, cosine_b)
 
 
-def _distinct_rows(latents_NKd: Tensor, batches: list[LatentBatch]) -> Tensor:
-    """The latents of distinct composer input rows (a row repeated in the batches counts once)."""
+def distinct_rows(latents_NKd: Tensor, batches: list[LatentBatch]) -> Tensor:
+    """The latents of distinct composer input rows (a row repeated in the batches counts once).
+
+    Args:
+        latents_NKd: (N, K, d) float, one row per composer input row of ``batches`` in order
+            (each batch's B x J rows, row-major), N the total.
+    Returns:
+        (N', K, d): the rows whose unpadded experience ids are first seen, in order.
+    """
     keys, keep = set(), []
     rows = ((ids, mask) for bt in batches
             for ids, mask in zip(bt.exp_ids_BJL.flatten(0, 1), bt.exp_mask_BJL.flatten(0, 1)))
