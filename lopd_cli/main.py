@@ -159,17 +159,17 @@ def coldstart(
     heldout_fraction: float = typer.Option(0.2, "--heldout-fraction", help="Share of tasks held out to measure the NLL."),
     checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="Steps between checkpoints."),
     eval_every: int = typer.Option(50, "--eval-every", help="Steps between held-out evaluations."),
-    env: Optional[str] = typer.Option(None, "--env", help="Use only this environment's trajectories."),
+    env: Optional[str] = typer.Option(None, "--env", help="Use only this environment's trajectories (default: all)."),
     exclude_same_task: bool = typer.Option(True, "--exclude-same-task/--allow-same-task", help="Never retrieve a trajectory of the target's own task (it would hold the answer)."),
     activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: older spelling)."),
     grad_clip: float = typer.Option(1.0, "--grad-clip", "--max-grad-norm", help="Gradient clipping of phi (--max-grad-norm: older spelling)."),
     lr_encoder: Optional[float] = typer.Option(None, "--lr-encoder", help="Learning rate of the composer's encoder LoRA (default: --lr; the compressor trains at --lr)."),
-    reconstruction_steps: int = typer.Option(0, "--reconstruction-steps", help="The first this many steps pre-train the composer to autoencode its inputs (the teacher reproduces each from its latents)."),
-    latent_scale: float = typer.Option(1.0, "--latent-scale", help="The latents' initial norm as a multiple of the mean token-embedding norm (qformer readout)."),
+    reconstruction_steps: int = typer.Option(0, "--reconstruction-steps", help="The first this many of --steps pre-train the composer to autoencode its inputs (the teacher reproduces each from its latents); the rest train the action objective."),
+    latent_scale: float = typer.Option(1.0, "--latent-scale", help="The latents' initial norm as a multiple of the mean token-embedding norm (qformer, span and centred readouts; pointer latents are embedding mixtures already)."),
     contrast_weight: float = typer.Option(0.0, "--contrast-weight", help="Add this times a hinge that makes each target's NLL with its own experiences' latents lower than with another target's by --contrast-margin (0 = off; needs --batch-size 2+)."),
     contrast_margin: float = typer.Option(0.05, "--contrast-margin", help="The gap (nats per token) --contrast-weight asks for."),
-    text_kl_weight: float = typer.Option(0.0, "--text-kl-weight", help="Add this times the KL from the teacher reading the experiences as plain text to the teacher reading their latents, on the action tokens (0 = off; one more teacher forward per target)."),
-    self_retrieval: bool = typer.Option(False, "--self-retrieval/--no-self-retrieval", help="A training target's own trajectory is its first experience (the official recipe's allow_self_retrieval); held-out scoring never does this."),
+    text_kl_weight: float = typer.Option(0.0, "--text-kl-weight", help="Add this times the forward KL(text teacher || latent teacher) on the action tokens: the teacher reading the experiences' latents is asked to predict what it predicts from their plain text (0 = off; not with --contrast-weight; one more teacher forward per target)."),
+    self_retrieval: bool = typer.Option(False, "--self-retrieval/--no-self-retrieval", help="A training target's own trajectory is its first experience (the official recipe's allow_self_retrieval); held-out scoring never does this, except the ladder's oracle rung (f)."),
     ladder: bool = typer.Option(True, "--ladder/--no-ladder", help="At the end, score the ladder of controls (no latents ... free vectors; trains the free-vector control for --steps more steps)."),
     ladder_targets: int = typer.Option(32, "--ladder-targets", help="Held-out targets the ladder scores (a seeded subset; 0 = all)."),
     seed: int = typer.Option(0, "--seed", help="Seed of init, split and batch order."),
@@ -192,12 +192,14 @@ def coldstart(
 @friendly
 def ladder(
     run: str = typer.Argument(..., metavar="RUN", help="A finished `lopd coldstart --out` folder (run it from the folder the cold start ran in: the run's paths are relative to it).", show_default=False),
-    targets: int = typer.Option(32, "--targets", help="Held-out targets to score (a seeded subset; 0 = all)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the subset."),
+    targets: Optional[int] = typer.Option(None, "--targets", min=0, help="Held-out targets to score (a seeded subset; 0 = all; default: the run's --ladder-targets)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the subset (default: the run's --seed)."),
     out: Optional[str] = typer.Option(None, "--out", help="Also write the ladder as JSON here."),
 ) -> None:
-    """Score a finished cold start's composer on the ladder of controls (no latents, untrained, retrieved,
-    another task's, another environment's, its own trajectory, as text, free vectors); the run folder is not changed."""
+    """Score a finished cold start's composer on the ladder of controls: (a) no latents, (b) untrained,
+    (c) retrieved, (d) another task's, (e) another environment's, (f) its own trajectory, (g) as text,
+    (h) free vectors, (i) another environment's as text. The run folder gains only free_prompt.safetensors:
+    when the run has none, (h) trains first for the run's --steps (about as long as the cold start)."""
     from stages.coldstart.rescore import rescore
 
     rescore(run, targets=targets, seed=seed, out=out)

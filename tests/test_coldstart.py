@@ -234,6 +234,9 @@ def test_errors(tmp_path, store_path, tiny_dir):
         run(cfg(tmp_path, store_path, tiny_dir, name="short", max_len=20))
     with pytest.raises(Exception, match="extra"):
         ColdstartConfig(experiences="x", out="y", bogus=1)
+    with pytest.raises(ValueError, match="--reconstruction-steps 5 leaves none of --steps 5 to the action objective"):
+        ColdstartConfig(experiences="x", out="y", steps=5, reconstruction_steps=5)
+    assert ColdstartConfig(experiences="x", out="y", steps=5, reconstruction_steps=4).reconstruction_steps == 4
 
 
 def test_resources_are_guarded_before_work(tmp_path, store_path, tiny_dir, monkeypatch):

@@ -205,6 +205,35 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
     for rung, sums in again.sums.items():  # the same targets score as in the run's own ladder
         for tid, value in zip(again.target_ids, sums):
             assert value == pytest.approx(ladder.sums[rung][ladder.target_ids.index(tid)], rel=1e-5)
+    # without --targets / --seed, the run's own ladder_targets and seed: the run's own ladder again
+    default = rescore(str(tmp_path / "out"), console=Console(file=io.StringIO()))
+    assert default is not None and default.target_ids == ladder.target_ids
+    assert default.nll == pytest.approx(ladder.nll, rel=1e-5)
+
+
+def test_rescore_refuses_bad_runs_in_one_line_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="nope: does not exist"):
+        rescore("nope")
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(ValueError, match="f.txt: is a file"):
+        rescore("f.txt")
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ValueError, match="run: no config.json"):
+        rescore("run")
+    (run / "config.json").write_text("not json")
+    with pytest.raises(ValueError, match=r"run/config.json: field '\(top level\)': Invalid JSON"):
+        rescore("run")
+    (run / "config.json").write_text(json.dumps({"experiences": "runs/store"}))
+    with pytest.raises(ValueError, match="run/config.json: field 'out': Field required"):
+        rescore("run")
+    (run / "config.json").write_text(json.dumps({"experiences": "runs/store", "out": "run"}))
+    with pytest.raises(ValueError, match="field 'experiences': runs/store is not there from .*; run `lopd ladder` from"):
+        rescore("run")
+    (tmp_path / "runs" / "store").mkdir(parents=True)
+    with pytest.raises(ValueError, match="--out runs: is a folder"):
+        rescore("run", out="runs")
 
 
 class _StubRetriever:

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 
 from stages.coldstart.ladder import FREE_PROMPT, Ladder, print_ladder
@@ -22,21 +23,23 @@ from stages.coldstart.settings import ColdstartConfig
 from stages.core.run.resources import map_large_blocks
 
 
-def rescore(run: str, *, targets: int = 32, seed: int = 0, out: str | None = None,
+def rescore(run: str, *, targets: int | None = None, seed: int | None = None, out: str | None = None,
             console: Console | None = None) -> Ladder | None:
     """The ladder of the finished run ``run`` on at most ``targets`` held-out targets (0 = all)
-    chosen with ``seed``; printed, and written as JSON to ``out`` when given. None when fewer
-    than 2 held-out targets have partners in their own and in another environment.
+    chosen with ``seed`` (defaults: the run's ``ladder_targets`` and ``seed``); printed, and
+    written as JSON to ``out`` when given. None when fewer than 2 held-out targets have partners
+    in their own and in another environment.
 
     Raises:
-        ValueError: ``run`` holds no ``config.json`` or is not finished (file named).
+        ValueError: ``run`` is missing, not a folder, holds no readable ``config.json``, names a
+            store that is not there from the current folder, or is not finished (file named).
     """
     console = console or Console()
     folder = Path(run)
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"{folder}: no config.json (not a `lopd coldstart --out` folder)")
+    config = _saved_config(folder)
+    if out is not None and Path(out).is_dir():
+        raise ValueError(f"--out {out}: is a folder; give the JSON file to write")
     saved = json.loads((folder / "config.json").read_text())
-    config = ColdstartConfig.model_validate(saved)
     map_large_blocks()
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "run"  # the copy is the run's folder now (its frozen config says so)
@@ -58,3 +61,24 @@ def rescore(run: str, *, targets: int = 32, seed: int = 0, out: str | None = Non
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(ladder.model_dump_json(indent=2))
     return ladder
+
+
+def _saved_config(folder: Path) -> ColdstartConfig:
+    """The validated settings in ``folder/config.json``; one-line errors naming the file and field."""
+    if not folder.exists():
+        raise ValueError(f"{folder}: does not exist (give a `lopd coldstart --out` folder)")
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: is a file; give a `lopd coldstart --out` folder")
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{folder}: no config.json (not a `lopd coldstart --out` folder)")
+    try:
+        config = ColdstartConfig.model_validate_json(path.read_text())
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        raise ValueError(f"{path}: field '{field}': {err['msg']}") from None
+    if not Path(config.experiences).exists():
+        raise ValueError(f"{path}: field 'experiences': {config.experiences} is not there from {Path.cwd()}; "
+                         "run `lopd ladder` from the folder the cold start ran in")
+    return config

@@ -119,4 +119,7 @@ class ColdstartConfig(BaseModel):
                              "come from the same batch)")
         if self.contrast_weight > 0 and self.text_kl_weight > 0:
             raise ValueError("--contrast-weight and --text-kl-weight are separate objectives: set one of them")
+        if self.reconstruction_steps >= self.steps:
+            raise ValueError(f"--reconstruction-steps {self.reconstruction_steps} leaves none of --steps {self.steps} "
+                             "to the action objective (they count within --steps)")
         return self
