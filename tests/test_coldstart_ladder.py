@@ -15,7 +15,8 @@ from stages.coldstart.recipe import ColdstartConfig
 from stages.coldstart.rescore import rescore
 from stages.coldstart.heldout import reconstruction_nll
 from stages.coldstart.ladder import (
-    RUNGS, FreePrompt, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference, train_free_prompt,
+    READING, RUNGS, FreePrompt, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference,
+    train_free_prompt,
 )
 from stages.core.data.retrieval import index_new
 from stages.core.data.store import ExperienceStore
@@ -192,6 +193,7 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
     report_stage.run(ReportConfig(runs=[str(tmp_path / "out")]))
     report_md = tmp_path / "out" / "report" / "summary.md"
     assert "Composer ladder" in report_md.read_text() and "| (h) | J x K free vectors" in report_md.read_text()
+    assert READING in report_md.read_text()
     before = sorted(p.name for p in (tmp_path / "out").iterdir())
     monkeypatch.setattr("stages.core.data.retrieval.load_embedder", lambda *a, **k: HashEmbedder())
     said = io.StringIO()
@@ -199,6 +201,7 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
                     console=Console(file=said, width=300))
     assert "ladder: the free-vector control (h), read from free_prompt.safetensors" in said.getvalue()
     assert "ladder: scoring 9 rungs on 3 held-out targets" in said.getvalue()  # a phase line before the long work
+    assert "A negative difference favours the first rung" in said.getvalue()  # the table's caption
     assert again is not None and again.targets == 3 and set(again.target_ids) <= set(ladder.target_ids)
     assert Ladder.model_validate_json((tmp_path / "l.json").read_text()) == again
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before

@@ -466,10 +466,17 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
     return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free)
 
 
+# how to read a ladder: the criteria its differences are judged by
+READING = ("A negative difference favours the first rung. Latents carry content when, on decisive tokens, (c) is below "
+           "(e) and below (h) by at least 3 paired SE; the channel's capacity is shown when (f) is at most half of (a).")
+
+
 def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder (held-out teacher NLL)") -> None:
-    """The ladder as a table: per rung the pooled NLL on all and on decisive tokens; then the differences."""
+    """The ladder as a table: per rung the pooled NLL on all and on decisive tokens; then the
+    differences; the criteria (:data:`READING`) as its caption."""
     table = Table(title=f"{title}: {ladder.targets} targets, {ladder.tokens} action tokens, "
-                        f"{ladder.decisive_tokens} decisive (> {DECISIVE_NATS:g} nat without latents)")
+                        f"{ladder.decisive_tokens} decisive (> {DECISIVE_NATS:g} nat without latents)",
+                  caption=READING)
     for col in ("rung", "context", "NLL", "NLL decisive"):
         table.add_column(col, justify="left" if col in ("rung", "context") else "right")
     for k, label in RUNGS.items():
@@ -496,7 +503,7 @@ def ladder_markdown(ladder: Ladder) -> list[str]:
               for d in ladder.differences]
     untrained = ("" if ladder.latent_cosine_untrained is None
                  else f" (untrained composer: {ladder.latent_cosine_untrained:.3f})")
-    lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}{untrained}.", ""]
+    lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}{untrained}.", "", READING, ""]
     return lines
 
 
