@@ -35,7 +35,7 @@ ALLOW_OVERLAP_HELP = ("Train on tasks that an evaluation benchmark scores (refus
 # typer copies an option's declaration for each command that uses it as a default
 CONFIG = typer.Option(None, "--config", help=CONFIG_HELP)
 DEVICE = typer.Option(None, "--device", help=DEVICE_HELP)
-DTYPE = typer.Option(None, "--dtype", help=DTYPE_HELP)
+DTYPE = typer.Option(None, "--dtype", metavar="[float32|bfloat16|float16|float64]", help=DTYPE_HELP)
 UNSAFE_EXEC = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP)
 # rollout flags of `lopd collect` and `lopd evaluate`
 EPISODE_BATCH = typer.Option(8, "--batch-size", help="Episodes generated together.")
@@ -52,9 +52,9 @@ DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task fi
 LOG_HELP = ("Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless "
             "WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change "
             "on --resume.")
-LOG = typer.Option("none", "--log", help=LOG_HELP)
+LOG = typer.Option("none", "--log", metavar="[none|tensorboard|wandb]", help=LOG_HELP)
 # collect, distill and evaluate: environments with two sets of rules (envscaler, lopd-bed, acebench)
-EPISODE_RULES = typer.Option(None, "--episode-rules", help=(
+EPISODE_RULES = typer.Option(None, "--episode-rules", metavar="[official|lenient|exact]", help=(
     "official | lenient | exact: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's "
     "own scoring; lenient: tool errors and extra calls do not end or void an episode; exact, lopd-bed only: the "
     "final state must equal the reference actions' state, an extra change or a refused call scores 0). Recorded "

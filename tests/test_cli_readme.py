@@ -70,6 +70,46 @@ def test_every_config_field_of_every_stage_is_a_flag():
         assert missing == [], f"lopd {name}: settings without a flag"
 
 
+def _choices(annotation) -> list[str]:
+    """The values of a ``Literal`` field, also inside ``Literal[...] | None``."""
+    import types
+    from typing import Literal, Union, get_args, get_origin
+
+    if get_origin(annotation) is Literal:
+        return [str(a) for a in get_args(annotation)]
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [c for a in get_args(annotation) for c in _choices(a)]
+    return []
+
+
+def test_help_shows_the_choices_of_every_fixed_choice_setting():
+    """`--readout <str>` did not say which values it takes: a setting with a fixed set of values
+    (a ``Literal``) shows them as its metavar, ``[a|b|c]``, in the settings' order; --bench, whose
+    ten names its help lists, is the one exception."""
+    from stages import collect, evaluate, index, sft
+    from stages.coldstart import recipe as coldstart
+    from stages.distill import recipe as distill
+
+    stages = {"collect": collect.CollectConfig, "index": index.IndexConfig, "coldstart": coldstart.ColdstartConfig,
+              "distill": distill.DistillConfig, "evaluate": evaluate.EvaluateConfig, "sft": sft.SftConfig}
+    seen = 0
+    for name, config in stages.items():
+        for field, info in config.model_fields.items():
+            choices = _choices(info.annotation)
+            if not choices or field == "bench":
+                continue
+            param = next(p for p in COMMANDS[name].params if p.name == field)
+            assert param.metavar == f"[{'|'.join(choices)}]", (name, field)
+            seen += 1
+    assert seen >= 20
+    bench = next(p for p in COMMANDS["evaluate"].params if p.name == "bench")
+    assert all(b in bench.help for b in _choices(evaluate.EvaluateConfig.model_fields["bench"].annotation))
+    from typer.testing import CliRunner
+
+    shown = CliRunner().invoke(app, ["coldstart", "--help"], env={"COLUMNS": "200"}).output
+    assert "--readout [qformer|pointer|span|centred]" in shown
+
+
 def test_every_stage_reads_a_config_file_that_flags_override(tmp_path):
     """`--config FILE` on collect/index/coldstart/evaluate (distill has its own): the file's keys
     apply, a flag given beats the file, an older spelling is accepted with a note, an unknown key
