@@ -32,6 +32,7 @@ declare -A LEVERS=(
   [self-textkl]="--steps 20 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1"
   [self-textkl-lr4]="--steps 20 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 1e-4"
   [self-textkl-lr4-60]="--steps 60 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 1e-4"
+  [self-textkl-lr3e4-60]="--steps 60 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 3e-4"
   [self-textkl-lr4-150]="--steps 150 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 1e-4 --checkpoint-every 30"
   [self-textkl-lr4-350]="--steps 350 --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 --lr 1e-4 --checkpoint-every 50 --eval-every 1000"
   [self-lrcomp]="--steps 20 --self-retrieval --memory-norm token --lr 1e-5 --lr-encoder 1e-3"
