@@ -51,17 +51,22 @@ def test_help_shows_boolean_flags_without_a_value(name):
     assert "<bool>" not in result.output
 
 
-def test_every_config_field_of_every_stage_is_a_flag():
-    """One set of options: each stage config field (and each lopd option of distill) is a flag
-    spelled like the field (``max_new_tokens`` -> ``--max-new-tokens``; lopd's ``lam`` is ``--lambda``)."""
+def _stage_configs() -> dict:
+    """Each stage command's name and its settings model."""
     from stages import collect, evaluate, index, sft
     from stages.coldstart import recipe as coldstart
     from stages.distill import recipe as distill
+
+    return {"collect": collect.CollectConfig, "index": index.IndexConfig, "coldstart": coldstart.ColdstartConfig,
+            "distill": distill.DistillConfig, "evaluate": evaluate.EvaluateConfig, "sft": sft.SftConfig}
+
+
+def test_every_config_field_of_every_stage_is_a_flag():
+    """One set of options: each stage config field (and each lopd option of distill) is a flag
+    spelled like the field (``max_new_tokens`` -> ``--max-new-tokens``; lopd's ``lam`` is ``--lambda``)."""
     from stages.methods import get_method
 
-    stages = {"collect": collect.CollectConfig, "index": index.IndexConfig, "coldstart": coldstart.ColdstartConfig,
-              "distill": distill.DistillConfig, "evaluate": evaluate.EvaluateConfig, "sft": sft.SftConfig}
-    for name, config in stages.items():
+    for name, config in _stage_configs().items():
         flags = {o for p in COMMANDS[name].params for o in (*p.opts, *p.secondary_opts)}
         fields = [f for f in config.model_fields if f != "options"]
         if name == "distill":
@@ -86,12 +91,7 @@ def test_help_shows_the_choices_of_every_fixed_choice_setting():
     """`--readout <str>` did not say which values it takes: a setting with a fixed set of values
     (a ``Literal``) shows them as its metavar, ``[a|b|c]``, in the settings' order; --bench, whose
     ten names its help lists, is the one exception."""
-    from stages import collect, evaluate, index, sft
-    from stages.coldstart import recipe as coldstart
-    from stages.distill import recipe as distill
-
-    stages = {"collect": collect.CollectConfig, "index": index.IndexConfig, "coldstart": coldstart.ColdstartConfig,
-              "distill": distill.DistillConfig, "evaluate": evaluate.EvaluateConfig, "sft": sft.SftConfig}
+    stages = _stage_configs()
     seen = 0
     for name, config in stages.items():
         for field, info in config.model_fields.items():
@@ -103,7 +103,7 @@ def test_help_shows_the_choices_of_every_fixed_choice_setting():
             seen += 1
     assert seen >= 20
     bench = next(p for p in COMMANDS["evaluate"].params if p.name == "bench")
-    assert all(b in bench.help for b in _choices(evaluate.EvaluateConfig.model_fields["bench"].annotation))
+    assert all(b in bench.help for b in _choices(stages["evaluate"].model_fields["bench"].annotation))
     from typer.testing import CliRunner
 
     shown = CliRunner().invoke(app, ["coldstart", "--help"], env={"COLUMNS": "200"}).output
