@@ -196,9 +196,14 @@ def test_resume_is_bit_identical(tmp_path, store_path, tiny_dir):
     assert again.start_step == 6 and again.heldout == resumed.heldout
     assert {f: f.stat().st_mtime_ns for f in (cut / "final").rglob("*") if f.is_file()} == final_files
     assert len(metrics(cut)) == 6
-    # extending a finished run continues from its last checkpoint
+    # extending a finished run continues from its last checkpoint and trains what a fresh longer run
+    # trains (batches are seeded by step, the lr is constant)
     longer = run(cfg(tmp_path, store_path, tiny_dir, name="full", steps=7, checkpoint_every=4, resume=True))
+    fresh = run(cfg(tmp_path, store_path, tiny_dir, name="seven", steps=7, checkpoint_every=4))
     assert longer.start_step == 6 and [r["step"] for r in metrics(tmp_path / "full")] == list(range(1, 8))
+    assert [{k: r.get(k) for k in keys} for r in metrics(tmp_path / "full")] == \
+        [{k: r.get(k) for k in keys} for r in metrics(tmp_path / "seven")]
+    assert longer.heldout == fresh.heldout
 
 
 def test_target_never_among_its_experiences(tmp_path, store_path, tiny_dir, monkeypatch):
