@@ -3,7 +3,16 @@
 # lever, each scored on the ladder of controls at its end (`lopd coldstart`'s ladder), on CPU, one
 # thread. Needs the bed's store of verified train references, indexed:
 #   lopd collect --env lopd-bed --split train --reference --store runs/bed/store && lopd index --store runs/bed/store
+# Bed version 2 (the results' Rounds 3 on): the warm start, then the store collected without --model
+# (the collect run's id is part of the trajectory ids, which pick the batches and the ladder's targets):
+#   lopd collect --env lopd-bed --split warmup --reference --store runs/bed2/warm
+#   lopd sft --store runs/bed2/warm --out runs/bed2/sft0 --steps 40
+#   lopd collect --env lopd-bed --split train --reference --store runs/bed2/store && lopd index --store runs/bed2/store
+#   STORE=runs/bed2/store MODEL=runs/bed2/sft0/final/student OUT=runs/ladder2 \
+#     RESULTS=docs/results/composer-ladder/bed2 bash examples/study/composer_ladder.sh LEVER
 # Usage: bash examples/study/composer_ladder.sh NAME [NAME ...]  (names below; each skips a finished run)
+# Each lever's ladder.json and config.json are copied to $RESULTS/NAME.json and NAME.config.json: a
+# rerun into the committed folder overwrites them (`git diff` then shows what changed).
 set -euo pipefail
 STORE=${STORE:-runs/bed/store}
 MODEL=${MODEL:-smollm2-135m}
@@ -53,8 +62,9 @@ for name in "$@"; do
       fi
     done
   fi
+  # a lever's own flags come last so that they win (a repeated option keeps its last value)
   # shellcheck disable=SC2086
-  $LOPD coldstart "${base[@]}" --checkpoint-every 100 ${LEVERS[$name]} --eval-every 100 --out "$OUT/$name" --resume
+  $LOPD coldstart "${base[@]}" --checkpoint-every 100 --eval-every 100 ${LEVERS[$name]} --out "$OUT/$name" --resume
   cp "$OUT/$name/ladder.json" "$RESULTS/$name.json"
   cp "$OUT/$name/config.json" "$RESULTS/$name.config.json"
 done
