@@ -14,10 +14,8 @@ from stages import report as report_stage
 from stages.coldstart.recipe import ColdstartConfig
 from stages.coldstart.rescore import rescore
 from stages.coldstart.heldout import reconstruction_nll
-from stages.coldstart.ladder import (
-    READING, RUNGS, FreePrompt, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference,
-    train_free_prompt,
-)
+from stages.coldstart.free_prompt import FreePrompt, train_free_prompt
+from stages.coldstart.ladder import READING, RUNGS, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference
 from stages.core.data.retrieval import index_new
 from stages.core.data.store import ExperienceStore
 from stages.core.latent.contexts import build_batch
@@ -115,8 +113,10 @@ def test_free_prompt_has_no_input_dependence_and_trains(tiny):
     emb_norm = model.get_input_embeddings().weight.norm(dim=-1).mean()
     assert torch.allclose(prompt.vectors_Nd.norm(dim=-1), emb_norm.expand(6), rtol=1e-4)
     before = prompt.vectors_Nd.detach().clone()
-    losses = train_free_prompt(prompt, lambda step: b1, steps=6, lr=5e-2, grad_clip=None, placement="prefix")
-    assert losses[-1] < losses[0] and not torch.equal(before, prompt.vectors_Nd)
+    steps_done = []
+    losses = train_free_prompt(prompt, lambda step: b1, steps=6, lr=5e-2, grad_clip=None, placement="prefix",
+                               advance=lambda: steps_done.append(1))
+    assert len(steps_done) == 6 and losses[-1] < losses[0] and not torch.equal(before, prompt.vectors_Nd)
     assert not any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters()
                    if p is not prompt.vectors_Nd and not p.requires_grad)
 
@@ -164,7 +164,8 @@ def two_env_store(tmp_path_factory):
     return str(path)
 
 
-def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp_path, two_env_store, monkeypatch):
+def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp_path, two_env_store, monkeypatch,
+                                                                            capsys):
     tiny_dir = str(save_tiny(tmp_path / "tiny"))
     # trained to copy: its own trajectory is every target's first experience (self_retrieval)
     config = ColdstartConfig(experiences=two_env_store, out=str(tmp_path / "out"), model=tiny_dir, steps=25,
@@ -175,6 +176,11 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
     report = coldstart.run(config, embedder=HashEmbedder())
     ladder = report.ladder
     assert ladder is not None and set(ladder.nll) == set(RUNGS)
+    # the two long phases report progress to the end (plain lines: the captured console is no terminal)
+    printed = capsys.readouterr().out
+    assert "ladder: training the free-vector control (h): 25/25 (100%)" in printed
+    batches = -(-ladder.targets // config.batch_size)
+    assert f"ladder: scoring 9 rungs on {ladder.targets} held-out targets: {9 * batches}/{9 * batches} (100%)" in printed
     assert 2 <= ladder.targets <= report.heldout_trajectories and ladder.tokens > 0
     assert Ladder.model_validate_json((tmp_path / "out" / "ladder.json").read_text()) == ladder
     assert (tmp_path / "out" / "free_prompt.safetensors").is_file()

@@ -70,7 +70,7 @@ def test_text_kl_and_contrast_are_exclusive():
 
 def test_free_vectors_train_on_the_same_objective():
     """Rung (h) of a text-KL run: the free vectors' losses are the NLL plus the text KL."""
-    from stages.coldstart.ladder import FreePrompt, train_free_prompt
+    from stages.coldstart.free_prompt import FreePrompt, train_free_prompt
 
     composer, batch = _setup()
     prompt = FreePrompt(composer.backbone, J=2, K=3, seed=0)

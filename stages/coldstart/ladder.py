@@ -39,24 +39,23 @@ from pydantic import BaseModel
 from torch import Tensor, nn
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from safetensors.torch import load_file, save_file
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
-from stages.coldstart.heldout import HeldoutResult, action_nll, swapped_phi, text_distilled_nll, text_teacher_logits
+from stages.coldstart.free_prompt import FREE_PROMPT, FreePrompt, free_prompt_of
+from stages.coldstart.heldout import HeldoutResult, swapped_phi, text_teacher_logits
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import latent_teacher_logits
 from stages.core.models.composer import Composer
-from stages.core.run.modes import share
-from stages.core.run.runs import coldstart_stream
+from stages.core.run.progress import StageProgress
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-FREE_PROMPT = "free_prompt.safetensors"  # rung (h)'s trained vectors, in the run folder
 LADDER = "ladder.json"
 DECISIVE_NATS = 1.0  # a token is decisive where the teacher without latents costs more than this
 RUNGS: dict[str, str] = {
@@ -152,58 +151,6 @@ def mean_pairwise_cosine(latents_NKd: Tensor) -> float:
     unit_ND = nn.functional.normalize(latents_NKd.reshape(N, -1).double(), dim=-1)
     cos_NN = unit_ND @ unit_ND.T
     return float((cos_NN.sum() - cos_NN.diagonal().sum()) / (N * (N - 1)))
-
-
-# ---------------------------------------------------------------------------------------------
-# The learned-prompt control (h)
-# ---------------------------------------------------------------------------------------------
-
-
-class FreePrompt(nn.Module):
-    """J x K free vectors in place of a composer: the same latents for every input (rung (h)).
-
-    Called like a :class:`Composer` (``(exp_ids_BJL, exp_mask_BJL) -> (B, J*K, d)``) and holds
-    the shared backbone as ``backbone`` (not a sub-module), so the cold start's loss
-    (:func:`stages.coldstart.heldout.action_nll`) trains it unchanged. Rows start N(0, 1) rescaled
-    to ``row_norm`` (the composer's initial latent norm: the mean input-embedding row norm).
-    """
-
-    def __init__(self, backbone: nn.Module, J: int, K: int, seed: int = 0) -> None:
-        super().__init__()
-        object.__setattr__(self, "backbone", backbone)
-        emb = backbone.get_input_embeddings().weight
-        row_norm = emb.detach().float().norm(dim=-1).mean()
-        g = torch.Generator().manual_seed(seed)
-        v_Nd = torch.randn(J * K, emb.shape[1], generator=g)
-        self.vectors_Nd = nn.Parameter((v_Nd / v_Nd.norm(dim=-1, keepdim=True) * row_norm).to(emb.device, emb.dtype))
-
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [self.vectors_Nd]
-
-    def forward(self, exp_ids_BJL: Tensor, exp_mask_BJL: Tensor) -> Tensor:
-        """c_BNd (B, J*K, d): the free vectors, whatever the experiences."""
-        return self.vectors_Nd.unsqueeze(0).expand(exp_ids_BJL.shape[0], -1, -1)
-
-
-def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentBatch], *, steps: int, lr: float,
-                      grad_clip: float | None, placement: str, text_kl_weight: float = 0.0) -> list[float]:
-    """Train ``prompt`` as the cold start trains the composer (AdamW, constant lr, no weight
-    decay, the masked action NLL, plus the text-teacher KL with ``text_kl_weight`` > 0, gradient
-    clipping); ``batch_of_step(i)`` gives step i's batch. Returns the step losses. (A contrast
-    hinge is left out: free vectors give every target the same latents, so its gap is 0.)"""
-    opt = torch.optim.AdamW(prompt.trainable_parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    for step in range(steps):
-        opt.zero_grad(set_to_none=True)
-        if text_kl_weight > 0:
-            loss, _ = text_distilled_nll(prompt, batch_of_step(step), placement, text_kl_weight)
-        else:
-            loss, _ = action_nll(prompt, batch_of_step(step), placement)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(prompt.trainable_parameters(), grad_clip or math.inf)
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,9 +252,10 @@ class LadderInputs:
 
 
 def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: list[Tensor] | None,
-                    free_prompt: FreePrompt | None) -> Ladder:
+                    free_prompt: FreePrompt | None, advance: Callable[[], None] = lambda: None) -> Ladder:
     """Score every rung on ``inputs.targets``; rungs (b) and (h) are left out when
-    ``untrained_phi`` / ``free_prompt`` is None.
+    ``untrained_phi`` / ``free_prompt`` is None. ``advance`` is called after each batch of each rung
+    (a progress bar: rungs x ceil(targets / batch_size) calls).
 
     Raises:
         ValueError: fewer than 2 targets.
@@ -327,16 +275,20 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                             framed=get_placement(t.placement).needs_frame_ids).to(device)
                 for lo in range(0, n, t.batch_size)]
 
+    def counted(rows_of_batch: list[Tensor]) -> list[Tensor]:
+        advance()
+        return rows_of_batch
+
     rows: dict[str, list[Tensor]] = {}
     was_training = backbone.training
     backbone.eval()
     try:
         with torch.no_grad():
             deployed = batches(t.experiences)
-            rows["a"] = [r for bt in deployed for r in token_nll_rows(
+            rows["a"] = [r for bt in deployed for r in counted(token_nll_rows(
                 backbone, bt, backbone.get_input_embeddings().weight.new_zeros(bt.input_ids_BT.shape[0], 0,
                                                                                composer.hparams["hidden_size"]),
-                "prefix")]
+                "prefix"))]
             untrained = []
             if untrained_phi is not None:
                 with swapped_phi(composer, untrained_phi):
@@ -344,7 +296,7 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                     for bt in deployed:
                         c_BNd = composer(bt.exp_ids_BJL, bt.exp_mask_BJL)
                         untrained.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
-                        rows["b"] += token_nll_rows(backbone, bt, c_BNd, t.placement)
+                        rows["b"] += counted(token_nll_rows(backbone, bt, c_BNd, t.placement))
             latents = []
             for rung in ("c", "d", "e", "f"):
                 rows[rung] = []
@@ -352,12 +304,13 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                     c_BNd = composer(bt.exp_ids_BJL, bt.exp_mask_BJL)
                     if rung == "c":
                         latents.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
-                    rows[rung] += token_nll_rows(backbone, bt, c_BNd, t.placement)
+                    rows[rung] += counted(token_nll_rows(backbone, bt, c_BNd, t.placement))
             for rung, bts in (("g", deployed), ("i", batches(t.other_env_experiences))):
-                rows[rung] = [r for bt in bts for r in logits_nll_rows(text_teacher_logits(backbone, bt, t.placement), bt)]
+                rows[rung] = [r for bt in bts
+                              for r in counted(logits_nll_rows(text_teacher_logits(backbone, bt, t.placement), bt))]
             if free_prompt is not None:
-                rows["h"] = [r for bt in deployed for r in token_nll_rows(
-                    backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement)]
+                rows["h"] = [r for bt in deployed for r in counted(token_nll_rows(
+                    backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement))]
             cosine = mean_pairwise_cosine(distinct_rows(torch.cat(latents), deployed))
             cosine_b = mean_pairwise_cosine(distinct_rows(torch.cat(untrained), deployed)) if untrained else None
     finally:
@@ -414,32 +367,6 @@ def ladder_of(rows: dict[str, list[Tensor]], target_ids: list[str], latent_cosin
 # ---------------------------------------------------------------------------------------------
 
 
-def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajectory], config: ColdstartConfig,
-                   out: Path) -> FreePrompt:
-    """Rung (h) of a run: ``out/free_prompt.safetensors`` when there, else trained as the run trained its
-    composer (``config.steps`` steps of the run's seeded batches, ``config.lr``) and written there."""
-    prompt = FreePrompt(composer.backbone, config.J, config.K, seed=config.seed)
-    path = out / FREE_PROMPT
-    if path.is_file():
-        prompt.load_state_dict(load_file(str(path), device=str(prompt.vectors_Nd.device)))
-        return prompt
-    c = config
-
-    def batch_of_step(step: int) -> LatentBatch:
-        ids = coldstart_stream(len(train), c.seed, step * c.batch_size, c.batch_size)
-        return data.batch([train[i] for i in ids], heldout=False, device=str(prompt.vectors_Nd.device))
-
-    composer.backbone.train(c.activation_checkpointing)  # as the composer's steps ran
-    try:
-        train_free_prompt(prompt, batch_of_step, steps=c.steps, lr=c.lr, grad_clip=c.grad_clip, placement=c.placement,
-                          text_kl_weight=c.text_kl_weight)
-    finally:
-        composer.backbone.eval()
-    save_file({k: v.detach().contiguous() for k, v in prompt.state_dict().items()}, str(path))
-    share(path)  # safetensors writes owner-only files
-    return prompt
-
-
 def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: ColdstartData, train: list[Trajectory],
                heldout: list[Trajectory], config: ColdstartConfig, untrained_phi: list[Tensor] | None, out: Path,
                limit: int | None = None, seed: int | None = None, console: Console | None = None) -> Ladder | None:
@@ -459,11 +386,16 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
                           J=config.J,
                           max_exp_tokens=config.max_exp_tokens, max_len=config.max_len, placement=config.placement,
                           batch_size=config.batch_size)
-    say = console.print if console is not None else (lambda *_: None)
-    say(f"ladder: the free-vector control (h), {'read from ' + FREE_PROMPT if (out / FREE_PROMPT).is_file() else f'{config.steps} training steps'}")
-    free = free_prompt_of(composer, data, train, config, out)
-    say(f"ladder: scoring {len(RUNGS)} rungs on {len(targets)} held-out targets")
-    return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free)
+    if console is not None and (out / FREE_PROMPT).is_file():
+        console.print(f"ladder: the free-vector control (h), read from {FREE_PROMPT}")
+    with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       console=console, transient=True, disable=console is None) as bar:
+        free = free_prompt_of(composer, data, train, config, out, progress=bar)
+        rungs = len(RUNGS) - int(untrained_phi is None)
+        task = bar.add_task(f"ladder: scoring {rungs} rungs on {len(targets)} held-out targets",
+                            total=rungs * math.ceil(len(targets) / config.batch_size))
+        return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free,
+                               advance=lambda: bar.advance(task))
 
 
 # how to read a ladder: the criteria its differences are judged by

@@ -17,7 +17,8 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 
-from stages.coldstart.ladder import FREE_PROMPT, Ladder, print_ladder
+from stages.coldstart.free_prompt import FREE_PROMPT
+from stages.coldstart.ladder import Ladder, print_ladder
 from stages.coldstart.recipe import Coldstart
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.run.resources import map_large_blocks

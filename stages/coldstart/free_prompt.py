@@ -1,0 +1,108 @@
+"""Rung (h) of the composer ladder (:mod:`stages.coldstart.ladder`): the learned-prompt control.
+
+J x K free vectors, the same for every input, trained with the cold start's own objective, steps,
+learning rate and batches. The composer's latents beating them says the composer reads its
+experiences; equal to them, it acts as a learned constant prompt.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from rich.progress import Progress
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from schemas import Trajectory
+from stages.coldstart.data import ColdstartData
+from stages.coldstart.heldout import action_nll, text_distilled_nll
+from stages.coldstart.settings import ColdstartConfig
+from stages.core.latent.contexts import LatentBatch
+from stages.core.models.composer import Composer
+from stages.core.run.modes import share
+from stages.core.run.runs import coldstart_stream
+
+FREE_PROMPT = "free_prompt.safetensors"  # rung (h)'s trained vectors, in the run folder
+
+
+class FreePrompt(nn.Module):
+    """J x K free vectors in place of a composer: the same latents for every input (rung (h)).
+
+    Called like a :class:`Composer` (``(exp_ids_BJL, exp_mask_BJL) -> (B, J*K, d)``) and holds
+    the shared backbone as ``backbone`` (not a sub-module), so the cold start's loss
+    (:func:`stages.coldstart.heldout.action_nll`) trains it unchanged. Rows start N(0, 1) rescaled
+    to ``row_norm`` (the composer's initial latent norm: the mean input-embedding row norm).
+    """
+
+    def __init__(self, backbone: nn.Module, J: int, K: int, seed: int = 0) -> None:
+        super().__init__()
+        object.__setattr__(self, "backbone", backbone)
+        emb = backbone.get_input_embeddings().weight
+        row_norm = emb.detach().float().norm(dim=-1).mean()
+        g = torch.Generator().manual_seed(seed)
+        v_Nd = torch.randn(J * K, emb.shape[1], generator=g)
+        self.vectors_Nd = nn.Parameter((v_Nd / v_Nd.norm(dim=-1, keepdim=True) * row_norm).to(emb.device, emb.dtype))
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [self.vectors_Nd]
+
+    def forward(self, exp_ids_BJL: Tensor, exp_mask_BJL: Tensor) -> Tensor:
+        """c_BNd (B, J*K, d): the free vectors, whatever the experiences."""
+        return self.vectors_Nd.unsqueeze(0).expand(exp_ids_BJL.shape[0], -1, -1)
+
+
+def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentBatch], *, steps: int, lr: float,
+                      grad_clip: float | None, placement: str, text_kl_weight: float = 0.0,
+                      advance: Callable[[], None] = lambda: None) -> list[float]:
+    """Train ``prompt`` as the cold start trains the composer (AdamW, constant lr, no weight
+    decay, the masked action NLL, plus the text-teacher KL with ``text_kl_weight`` > 0, gradient
+    clipping); ``batch_of_step(i)`` gives step i's batch. Returns the step losses. (A contrast
+    hinge is left out: free vectors give every target the same latents, so its gap is 0.)
+    ``advance`` is called after each step (a progress bar)."""
+    opt = torch.optim.AdamW(prompt.trainable_parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        if text_kl_weight > 0:
+            loss, _ = text_distilled_nll(prompt, batch_of_step(step), placement, text_kl_weight)
+        else:
+            loss, _ = action_nll(prompt, batch_of_step(step), placement)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(prompt.trainable_parameters(), grad_clip or math.inf)
+        opt.step()
+        losses.append(float(loss.detach()))
+        advance()
+    return losses
+
+
+def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajectory], config: ColdstartConfig,
+                   out: Path, progress: Progress | None = None) -> FreePrompt:
+    """Rung (h) of a run: ``out/free_prompt.safetensors`` when there, else trained as the run trained its
+    composer (``config.steps`` steps of the run's seeded batches, ``config.lr``) and written there;
+    the training is a task of ``progress`` when given."""
+    prompt = FreePrompt(composer.backbone, config.J, config.K, seed=config.seed)
+    path = out / FREE_PROMPT
+    if path.is_file():
+        prompt.load_state_dict(load_file(str(path), device=str(prompt.vectors_Nd.device)))
+        return prompt
+    c = config
+
+    def batch_of_step(step: int) -> LatentBatch:
+        ids = coldstart_stream(len(train), c.seed, step * c.batch_size, c.batch_size)
+        return data.batch([train[i] for i in ids], heldout=False, device=str(prompt.vectors_Nd.device))
+
+    advance: Callable[[], None] = lambda: None
+    if progress is not None:
+        task = progress.add_task("ladder: training the free-vector control (h)", total=c.steps)
+        advance = lambda: progress.advance(task)  # noqa: E731
+    composer.backbone.train(c.activation_checkpointing)  # as the composer's steps ran
+    try:
+        train_free_prompt(prompt, batch_of_step, steps=c.steps, lr=c.lr, grad_clip=c.grad_clip, placement=c.placement,
+                          text_kl_weight=c.text_kl_weight, advance=advance)
+    finally:
+        composer.backbone.eval()
+    save_file({k: v.detach().contiguous() for k, v in prompt.state_dict().items()}, str(path))
+    share(path)  # safetensors writes owner-only files
+    return prompt
