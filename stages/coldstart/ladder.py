@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,7 +39,7 @@ from pydantic import BaseModel
 from torch import Tensor, nn
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas import Trajectory
@@ -252,10 +252,10 @@ class LadderInputs:
 
 
 def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: list[Tensor] | None,
-                    free_prompt: FreePrompt | None, advance: Callable[[], None] = lambda: None) -> Ladder:
+                    free_prompt: FreePrompt | None, progress: Progress | None = None) -> Ladder:
     """Score every rung on ``inputs.targets``; rungs (b) and (h) are left out when
-    ``untrained_phi`` / ``free_prompt`` is None. ``advance`` is called after each batch of each rung
-    (a progress bar: rungs x ceil(targets / batch_size) calls).
+    ``untrained_phi`` / ``free_prompt`` is None. The scoring is a task of ``progress`` when given,
+    advanced after each batch of each rung.
 
     Raises:
         ValueError: fewer than 2 targets.
@@ -275,8 +275,13 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                             framed=get_placement(t.placement).needs_frame_ids).to(device)
                 for lo in range(0, n, t.batch_size)]
 
+    scored = [r for r in RUNGS if (r != "b" or untrained_phi is not None) and (r != "h" or free_prompt is not None)]
+    task = None if progress is None else progress.add_task(
+        f"ladder: scoring {len(scored)} rungs on {n} held-out targets", total=len(scored) * math.ceil(n / t.batch_size))
+
     def counted(rows_of_batch: list[Tensor]) -> list[Tensor]:
-        advance()
+        if task is not None:
+            progress.advance(task)
         return rows_of_batch
 
     rows: dict[str, list[Tensor]] = {}
@@ -391,11 +396,7 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
     with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        console=console, transient=True, disable=console is None) as bar:
         free = free_prompt_of(composer, data, train, config, out, progress=bar)
-        rungs = len(RUNGS) - int(untrained_phi is None)
-        task = bar.add_task(f"ladder: scoring {rungs} rungs on {len(targets)} held-out targets",
-                            total=rungs * math.ceil(len(targets) / config.batch_size))
-        return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free,
-                               advance=lambda: bar.advance(task))
+        return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free, progress=bar)
 
 
 # how to read a ladder: the criteria its differences are judged by
