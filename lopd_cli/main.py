@@ -244,7 +244,7 @@ def sft(
 def distill(
     ctx: typer.Context,
     config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML/JSON file with any of these options; flags override it."),
-    method: Optional[str] = typer.Option(None, "--method", help="Training method: lopd, grpo, sdft, opsd, sdpo, skill-sd (stages/methods). (default lopd)"),
+    method: Optional[str] = typer.Option(None, "--method", help="Training method: lopd, lopd-text, grpo, sdft, opsd, sdpo, skill-sd (stages/methods). (default lopd)"),
     option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
     env: Optional[str] = typer.Option(None, "--env", help="Training environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, livecodebench, taco."),
     store: Optional[str] = typer.Option(None, "--store", help="Indexed experience store (grows during training); refused when missing, unless --new-store. (default runs/store)"),

@@ -48,9 +48,9 @@ GROUPS = (
 # held-out NLL without latents, untrained, trained and with another task's experiences)
 SHARED_PANEL = frozenset({"heldout"})
 # one colour per method in every study and report plot; a label takes the colour of the method it names
-METHOD_COLORS = {"vanilla": "#555555", "lopd": "C0", "grpo": "C1", "opsd": "C2", "sdft": "C4", "sdpo": "C3",
-                 "skill-sd": "C5"}
-_OTHER_COLORS = ("C6", "C8", "C9", "C7")
+METHOD_COLORS = {"vanilla": "#555555", "lopd": "C0", "lopd-text": "C9", "grpo": "C1", "opsd": "C2", "sdft": "C4",
+                 "sdpo": "C3", "skill-sd": "C5"}
+_OTHER_COLORS = ("C6", "C8", "C7")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 _LINESTYLES = ("-", "--", "-.", ":")
 

@@ -48,7 +48,7 @@ def test_help_of_a_method_lists_its_options_with_defaults():
 def test_help_of_an_unknown_method_says_so_and_lists_the_known_ones():
     result = runner.invoke(app, ["distill", "--method", "nope", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "Options" not in result.output  # the error alone, not the whole help
-    assert "--method nope: unknown method (known: grpo, lopd, opsd, sdft, sdpo, skill-sd" in result.output
+    assert "--method nope: unknown method (known: grpo, lopd, lopd-text, opsd, sdft, sdpo, skill-sd" in result.output
 
 
 def test_other_helps_do_not_import_the_methods():

@@ -205,6 +205,7 @@ def _method_config(assets, tmp_path, method: str, name: str, **options) -> Disti
     ("opsd", {}, ("loss", "kd_loss")),
     ("sdft", {}, ("loss", "forward_kl", "reverse_kl")),
     ("sdpo", {}, ("loss", "distill_loss", "reverse_kl")),
+    ("lopd-text", {"J": 2, "M": 5, "max_exp_tokens": 64}, ("loss", "reverse_kl", "Delta")),
 ])
 def test_every_method_steps_equal_through_hidden_states_and_logits(assets, tmp_path, monkeypatch, method, options, keys):
     """Two steps of each baseline: metrics and student weights of the head-at-supervised-positions

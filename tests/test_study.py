@@ -529,3 +529,21 @@ def test_report_only_writes_out_and_leaves_the_committed_results_folder_as_it_is
     assert result.exit_code == 0, result.output
     assert {p: p.read_bytes() for p in committed.rglob("*") if p.is_file()} == before
     assert (out / "table.md").read_text().startswith("Held-out") and (out / "results.json").is_file()
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].glob("examples/study/*.toml")),
+                         ids=lambda p: p.name)
+def test_every_example_study_file_validates_and_shares_one_budget(path):
+    """The shipped study files: every run's distill settings and method options validate, at one budget."""
+    import tomllib
+
+    from stages.study.layout import StudyConfig
+    from stages.study.recipe import check_budget, distill_config
+    from stages.study.sft import SFT_METHODS
+
+    config = StudyConfig(**tomllib.loads(path.read_text()))
+    for run in config.runs:
+        if run.method != "vanilla" and run.method not in SFT_METHODS:
+            for seed in config.seeds_of(run):
+                assert distill_config(config, run, seed).method == run.method
+    check_budget(config)

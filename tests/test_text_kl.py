@@ -5,10 +5,10 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from stages.coldstart.heldout import action_nll, batch_row, text_distilled_nll, text_latents, text_teacher_logits
+from stages.coldstart.heldout import action_nll, text_distilled_nll
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import build_batch, shift_for_loss
-from stages.core.latent.teacher import latent_teacher_logits
+from stages.core.latent.teacher import latent_teacher_logits, text_latents, text_teacher_logits
 from stages.core.models.composer import Composer, base_parameters
 from tests.test_coldstart_ladder import two_env_trajs
 from tests.tiny import tiny_model, tiny_tokenizer
@@ -33,7 +33,7 @@ def test_loss_is_the_nll_plus_a_per_token_forward_kl_to_each_rows_text_teacher(p
     lat, tgt, mask = shift_for_loss(latent_teacher_logits(composer.backbone, batch, c_phi, placement), batch)
     total, n = 0.0, 0
     for b in range(2):
-        row = batch_row(batch, b)
+        row = batch.row(b)
         text, _, _ = shift_for_loss(latent_teacher_logits(composer.backbone, row, text_latents(composer.backbone, batch, b),
                                                           placement), row)
         for t in mask[b].nonzero().flatten().tolist():

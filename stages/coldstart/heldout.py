@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import fields, replace
 from typing import Callable, Iterator
 
 import torch
@@ -28,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from schemas import Trajectory
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
-from stages.core.latent.teacher import latent_teacher_logits, teacher_logits
+from stages.core.latent.teacher import latent_teacher_logits, teacher_logits, text_teacher_logits
 from stages.core.losses.contrast import latent_contrast_hinge, row_nll
 from stages.core.losses.kd import forward_kl
 from stages.core.losses.lopd import masked_nll
@@ -103,27 +102,6 @@ def contrastive_action_nll(composer: Composer, batch: LatentBatch, placement: st
     pooled = (nll["own"] * tokens_B).sum() / tokens_B.sum().clamp_min(1.0)
     hinge, metrics = latent_contrast_hinge(nll["own"], nll["other"], margin)
     return pooled + weight * hinge, {"nll": float(pooled.detach()), "num_tokens": float(tokens_B.sum()), **metrics}
-
-
-def batch_row(batch: LatentBatch, b: int) -> LatentBatch:
-    """Row b of ``batch`` as a batch of one (its padding kept: masks still right-padded)."""
-    picked = {f.name: getattr(batch, f.name)[b:b + 1] for f in fields(batch) if getattr(batch, f.name) is not None}
-    return replace(batch, **picked)
-
-
-def text_latents(backbone: torch.nn.Module, batch: LatentBatch, b: int) -> torch.Tensor:
-    """Row b's composer input rows as token embeddings, concatenated over j: (1, N, d), N their
-    unpadded tokens. Placed where the latents go, they are the text teacher (the ladder's rung (g))."""
-    ids_N = batch.exp_ids_BJL[b][batch.exp_mask_BJL[b].bool()]
-    return backbone.get_input_embeddings()(ids_N).unsqueeze(0)
-
-
-@torch.no_grad()
-def text_teacher_logits(backbone: torch.nn.Module, batch: LatentBatch, placement: str) -> torch.Tensor:
-    """The text teacher's logits (B, T, V) on ``batch``, aligned as :func:`latent_teacher_logits`':
-    each row's experiences as plain text (:func:`text_latents`) where the latents go. No gradient."""
-    return torch.cat([latent_teacher_logits(backbone, batch_row(batch, b), text_latents(backbone, batch, b), placement)
-                      for b in range(batch.input_ids_BT.shape[0])])
 
 
 def text_distilled_nll(composer: Composer, batch: LatentBatch, placement: str, weight: float

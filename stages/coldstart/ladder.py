@@ -45,11 +45,11 @@ from rich.table import Table
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
 from stages.coldstart.free_prompt import FREE_PROMPT, FreePrompt, free_prompt_of
-from stages.coldstart.heldout import HeldoutResult, swapped_phi, text_teacher_logits
+from stages.coldstart.heldout import HeldoutResult, swapped_phi
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
-from stages.core.latent.teacher import latent_teacher_logits
+from stages.core.latent.teacher import latent_teacher_logits, text_teacher_logits
 from stages.core.models.composer import Composer
 from stages.core.run.progress import StageProgress
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the package loads no torch: the CLI reads the methods' name
 
 # Registry line per method module: importing it registers its class.
 _MODULES = {"lopd": "stages.methods.lopd",
+            "lopd-text": "stages.methods.lopd_text",
             "grpo": "stages.methods.grpo",
             "sdft": "stages.methods.sdft",
             "opsd": "stages.methods.opsd",

@@ -71,6 +71,23 @@ class LOPDOptions(BaseModel):
                                                  "as coldstart does. (default exclude)"))
 
 
+class LOPDTextOptions(BaseModel):
+    """LOPD-text's options: LOPD's retrieval and KL, with no composer (:mod:`stages.methods.lopd_text`).
+
+    ``max_exp_tokens`` caps each composer input row (task text plus one experience) that the
+    teacher reads as text; ``placement`` is where that text goes (a latent placement's name).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    J: int = Field(3, ge=1, description="Retrieved experiences per task, shown to the teacher as text.")
+    M: int = Field(20, ge=1, description="Teacher top-M tokens in the KL (plus a tail bucket).")
+    max_exp_tokens: int = Field(512, ge=1, description="Token budget per (task, experience) text row.")
+    placement: Literal["prefix", "per-turn", "framed"] = Field(
+        "framed", description="Where the experiences' text goes in the teacher's input (where LOPD's latents go).")
+    exclude_same_task: bool = Field(True, description="Never retrieve an experience of the trajectory's own task.")
+
+
 class GRPOOptions(BaseModel):
     """GRPO's options (defaults = B.1 of the LOPD paper where it says; otherwise kl_coef 0, scale_std on, token-mean)."""
 
@@ -167,6 +184,6 @@ class SDPOOptions(BaseModel):
 
 # by method name (the registry's names, stages.methods._MODULES)
 METHOD_OPTIONS: dict[str, type[BaseModel]] = {
-    "lopd": LOPDOptions, "grpo": GRPOOptions, "sdft": SDFTOptions, "opsd": OPSDOptions, "sdpo": SDPOOptions,
+    "lopd": LOPDOptions, "lopd-text": LOPDTextOptions, "grpo": GRPOOptions, "sdft": SDFTOptions, "opsd": OPSDOptions, "sdpo": SDPOOptions,
     "skill-sd": SkillSDOptions,
 }

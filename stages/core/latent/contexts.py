@@ -166,6 +166,11 @@ class LatentBatch:
                  if isinstance(getattr(self, f.name), Tensor)}
         return replace(self, **moved)
 
+    def row(self, b: int) -> LatentBatch:
+        """Row b as a batch of one (its padding kept: masks still right-padded)."""
+        picked = {f.name: getattr(self, f.name)[b:b + 1] for f in fields(self) if getattr(self, f.name) is not None}
+        return replace(self, **picked)
+
 
 def build_batch(
     tokenizer: PreTrainedTokenizerBase,

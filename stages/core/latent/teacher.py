@@ -103,6 +103,30 @@ def latent_teacher_logits(backbone: nn.Module, batch: LatentBatch, latents_BNd: 
                                  **{f: getattr(batch, f) for f in chosen.batch_fields})
 
 
+def text_latents(backbone: nn.Module, batch: LatentBatch, b: int) -> Tensor:
+    """Row b's composer input rows as token embeddings, concatenated over j: (1, N, d), N their
+    unpadded tokens. Placed where the latents go, they are the text teacher (the composer
+    ladder's rung (g), LOPD-text's teacher)."""
+    ids_N = batch.exp_ids_BJL[b][batch.exp_mask_BJL[b].bool()]
+    return backbone.get_input_embeddings()(ids_N).unsqueeze(0)
+
+
+@torch.no_grad()
+def text_teacher_logits(backbone: nn.Module, batch: LatentBatch, placement: str | Placement, *,
+                        hidden: bool = False) -> Tensor:
+    """The text teacher's logits (B, T, V) on ``batch``, aligned as :func:`latent_teacher_logits`':
+    each row's composer input rows (its experiences, as text) as plain token embeddings
+    (:func:`text_latents`) where the latents go; with ``hidden`` the last hidden states (B, T, d).
+    One forward per row (rows hold different numbers of text tokens). No gradient.
+
+    Raises:
+        ValueError: see :func:`latent_teacher_logits`.
+    """
+    return torch.cat([latent_teacher_logits(backbone, batch.row(b), text_latents(backbone, batch, b), placement,
+                                            hidden=hidden)
+                      for b in range(batch.input_ids_BT.shape[0])])
+
+
 def context_teacher_logits(
     model: nn.Module,
     input_ids_BT: Tensor,
