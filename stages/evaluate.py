@@ -113,24 +113,29 @@ def default_out(config: EvaluateConfig) -> Path:
     return Path(f"runs/eval/{config.bench}-{model_slug(config.model)}{composer}.json")
 
 
+def repeated_calls(traj: Trajectory) -> int:
+    """Tool calls of ``traj`` that repeat an earlier call of its episode: the same tool with the same
+    arguments (compared as sorted-key JSON)."""
+    seen: set[tuple[str, str]] = set()
+    repeats = 0
+    for turn in traj.turns:
+        for call in turn.tool_calls:
+            key = (call.name, json.dumps(call.args, sort_keys=True))
+            repeats += key in seen
+            seen.add(key)
+    return repeats
+
+
 def behaviour_stats(trajs: list[Trajectory]) -> dict[str, float]:
     """Mean steps, tool calls per step, first-step tokens and repeated identical calls per task."""
     if not trajs:
         return {"mean_steps": 0.0, "tool_calls_per_step": 0.0, "first_step_tokens": 0.0, "repeated_calls_per_task": 0.0}
     steps = sum(t.num_steps for t in trajs)
-    repeats = 0
-    for t in trajs:
-        seen: set[tuple[str, str]] = set()
-        for turn in t.turns:
-            for call in turn.tool_calls:
-                key = (call.name, json.dumps(call.args, sort_keys=True))
-                repeats += key in seen
-                seen.add(key)
     return {
         "mean_steps": steps / len(trajs),
         "tool_calls_per_step": sum(t.num_tool_calls for t in trajs) / max(steps, 1),
         "first_step_tokens": sum(t.turns[0].action_tokens if t.turns else 0 for t in trajs) / len(trajs),
-        "repeated_calls_per_task": repeats / len(trajs),
+        "repeated_calls_per_task": sum(map(repeated_calls, trajs)) / len(trajs),
     }
 
 
@@ -408,7 +413,8 @@ def _task_row(t: Trajectory, extra: dict[str, Any]) -> dict[str, Any]:
     info = json.loads(t.info)
     info.pop("tests", None)
     return {"task_id": t.task_id, "reward": t.reward, "success": t.success, "steps": t.num_steps,
-            "tool_calls": t.num_tool_calls, "first_step_tokens": t.turns[0].action_tokens if t.turns else 0,
+            "tool_calls": t.num_tool_calls, "repeated_calls": repeated_calls(t),
+            "first_step_tokens": t.turns[0].action_tokens if t.turns else 0,
             **extra, "info": info,
             "messages": [m.model_dump(mode="json", exclude_none=True) for m in t.messages]}  # the transcript
 

@@ -17,7 +17,8 @@ from stages.core.benches import bfcl_scores, evalplus_evaluate, humaneval_base
 from stages.core.envs import EnvError, make_env
 from stages.engines import Generation
 from stages.compare import compare
-from stages.evaluate import EvaluateConfig, behaviour_stats, model_slug, run
+from stages.evaluate import EvaluateConfig, behaviour_stats, repeated_calls, model_slug, run
+from stages.study.final import kept
 from tests.tiny import tiny_tokenizer
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -70,6 +71,15 @@ def test_behaviour_stats_known_values():
     stats = behaviour_stats([t1, t2])
     assert stats == {"mean_steps": 2.5, "tool_calls_per_step": 1.0, "first_step_tokens": 15.0,
                      "repeated_calls_per_task": 1.5}  # t1 repeats: a2 (same as a), b, b
+    assert (repeated_calls(t1), repeated_calls(t2)) == (3, 0)
+
+
+def test_a_study_keeps_each_tasks_behaviour_of_its_final_evaluations():
+    report = {"bench": "lopd-bed", "scores": {}, "per_task": [
+        {"task_id": "t", "reward": 1.0, "success": True, "steps": 4, "tool_calls": 5, "repeated_calls": 3,
+         "messages": [{"role": "user", "content": "long transcript"}]}]}
+    assert kept(report)["per_task"] == [{"task_id": "t", "reward": 1.0, "success": True, "steps": 4, "tool_calls": 5,
+                                         "repeated_calls": 3}]
 
 
 def test_compare_shows_deltas_vs_first(tmp_path):

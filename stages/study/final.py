@@ -25,7 +25,8 @@ from stages.core.data.inputs import read_utf8
 from stages.compare import paired_difference
 from stages.study.layout import VANILLA, StudyConfig
 
-_TASK_KEYS = ("task_id", "reward", "success", "reference_nll")
+# per task: the outcome, and the behaviour the paper's claims are about (steps, tool calls, repeats)
+_TASK_KEYS = ("task_id", "reward", "success", "reference_nll", "steps", "tool_calls", "repeated_calls")
 
 
 def final_path(folder: Path, bench: str) -> Path:
@@ -36,7 +37,7 @@ def final_path(folder: Path, bench: str) -> Path:
 
 def kept(report: dict[str, Any]) -> dict[str, Any]:
     """What a results.json keeps of one final evaluation: bench, scores, seconds and each task's
-    id, reward, success and reference NLL (where the bench has them)."""
+    id, reward, success, reference NLL, steps, tool calls and repeated calls (where the bench has them)."""
     return {"bench": report["bench"], "scores": report["scores"], "seconds": report.get("seconds", 0.0),
             "per_task": [{k: t[k] for k in _TASK_KEYS if k in t} for t in report.get("per_task", [])]}
 
