@@ -38,3 +38,28 @@ def test_lines_are_spaced_by_every_and_a_resumed_task_starts_where_it_was():
 def test_a_terminal_gets_the_live_bar_and_no_plain_lines():
     text = "\n".join(_play(Console(file=io.StringIO(), force_terminal=True, width=120), every=0.0))
     assert not any(LINE.match(line) for line in text.splitlines()) and "━" in text
+
+
+def test_a_log_file_gets_lines_while_no_item_finishes():
+    """A batch of long episodes finishes nothing for minutes: the line still comes every ``every``."""
+    import time
+
+    console = Console(file=io.StringIO())
+    with StageProgress(TextColumn("{task.description}"), MofNCompleteColumn(),
+                       TextColumn("success {task.fields[success]:.3f}"), console=console, every=0.05) as bar:
+        job = bar.add_task("bench", total=8, success=0.0)
+        time.sleep(0.5)
+        bar.update(job, advance=8, success=1.0)
+        time.sleep(0.2)  # nothing after the task's last line
+    lines = console.file.getvalue().splitlines()
+    assert all(LINE.match(line) for line in lines), lines
+    waiting = [line for line in lines if line.startswith("bench: 0/8")]
+    assert len(waiting) >= 4 and lines[-1].startswith("bench: 8/8 (100%)")
+    assert sum(line.startswith("bench: 8/8") for line in lines) == 1
+
+
+def test_the_cold_start_bar_says_no_step_yet_before_its_first_step():
+    from stages.coldstart.recipe import _recent_loss
+
+    assert _recent_loss([]) == {"loss": "no step yet"}
+    assert _recent_loss([1.0, 2.0]) == {"loss": "loss (mean of last 2) 1.500"}

@@ -151,10 +151,10 @@ def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tens
 
 
 def _recent_loss(losses: list[float]) -> dict:
-    """``{"loss": mean, "window": n}`` of the last n = min(``LOSS_WINDOW``, steps) step losses
-    (the progress bar's fields; loss NaN before the first step)."""
+    """``{"loss": text}``, the progress bar's field: the mean of the last n = min(``LOSS_WINDOW``,
+    steps) step losses, ``"loss (mean of last n) 0.123"``, or ``"no step yet"`` before the first step."""
     tail = losses[-LOSS_WINDOW:]
-    return {"loss": sum(tail) / len(tail) if tail else math.nan, "window": len(tail)}
+    return {"loss": f"loss (mean of last {len(tail)}) {sum(tail) / len(tail):.3f}" if tail else "no step yet"}
 
 
 def _backbone_digest(composer: Composer) -> str:
@@ -366,7 +366,7 @@ class Coldstart:
         """The remaining steps: a metrics row each, a checkpoint every ``checkpoint_every`` and at the end."""
         c = self.config
         with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("loss (mean of last {task.fields[window]}) {task.fields[loss]:.3f}"),
+                      TextColumn("{task.fields[loss]}"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False) as bar:
             job = bar.add_task("coldstart", total=c.steps, completed=self.start_step,
                                **_recent_loss(self.losses))

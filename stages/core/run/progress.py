@@ -3,7 +3,8 @@
 On a terminal :class:`StageProgress` is rich's live :class:`rich.progress.Progress`. When the
 console is no terminal (output redirected to a file, a pipe, `nohup`), a live bar prints nothing
 until it stops, so a long run is silent for its whole length; there it prints one plain line when
-a task starts, then at most every ``every`` seconds and when it finishes::
+a task starts, then every ``every`` seconds while it runs (also when no item finished meanwhile: a
+batch of long episodes still shows it is alive) and when it finishes::
 
     bfcl-v3: 120/800 (15%), success 0.120 (mean reward 0.150), 3412 actions; elapsed 0:04:10, ETA 0:23:36
 
@@ -12,6 +13,7 @@ times the items left.
 """
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
@@ -40,6 +42,32 @@ class StageProgress(Progress):
         self._last: dict[TaskID, float] = {}  # task -> monotonic time of its last line
         self._ended: set[TaskID] = set()  # tasks whose last line is printed
         self._start: dict[TaskID, tuple[float, float]] = {}  # task -> (monotonic time, completed) at its start
+        self._stop_beat = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def start(self) -> None:
+        super().start()
+        if self.plain and self.every > 0 and self._beat is None:  # every 0: a line per update only
+            self._stop_beat.clear()
+            self._beat = threading.Thread(target=self._heartbeat, name="progress-lines", daemon=True)
+            self._beat.start()
+
+    def stop(self) -> None:
+        if self._beat is not None:
+            self._stop_beat.set()
+            self._beat.join()
+            self._beat = None
+        super().stop()
+
+    def _heartbeat(self) -> None:
+        """Print the line of every running task whose last line is ``every`` seconds old."""
+        while not self._stop_beat.wait(min(self.every, 1.0)):
+            for task_id in list(self._last):
+                task = self._tasks.get(task_id)
+                if task is None or task_id in self._ended or (task.total is not None and task.completed >= task.total):
+                    continue
+                if time.monotonic() - self._last[task_id] >= self.every:
+                    self._log(task_id)
 
     def add_task(self, description: str, start: bool = True, total: float | None = 100.0, completed: int = 0,
                  visible: bool = True, **fields) -> TaskID:
