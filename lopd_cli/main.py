@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 
-from lopd_cli.errors import err_console, friendly, one_line_warning
+from lopd_cli.errors import HintingGroup, err_console, friendly, one_line_warning
 from lopd_cli.options import (
     ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, LOG, LOG_HELP, PREFIX_CACHE, RESUME_RUN,
     SAMPLING_SEED, STORE, UNSAFE_EXEC,
@@ -23,6 +23,7 @@ from lopd_cli.store import store_restore, store_versions
 
 app = typer.Typer(
     name="lopd",
+    cls=HintingGroup,  # --learning-rate: did you mean --lr?
     help="Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD).\n\n"
     "Stages: collect -> index -> coldstart -> distill -> evaluate; `sft` warm-starts a student; `study` compares methods.",
     no_args_is_help=True,
