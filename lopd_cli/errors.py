@@ -1,6 +1,7 @@
 """How `lopd` reports what went wrong: errors a user can fix as one red ``error:`` line and exit
 code 2 (:func:`friendly`), Python warnings as one ``warning:`` line (:func:`one_line_warning`),
-Ctrl-C as how to continue. Imports nothing heavy: a refused command line stays fast."""
+Ctrl-C as how to continue, another trainer's name of an option as the command's own flag
+(:class:`HintingGroup`). Imports nothing heavy: a refused command line stays fast."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +13,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 err_console = Console(stderr=True)
 
@@ -83,3 +85,37 @@ def _flag_of(kwargs: dict, name: str) -> str:
     if param is not None and param.opts[0].startswith("--"):
         return param.opts[0]
     return "--" + name.replace("_", "-") if name in kwargs else name
+
+
+def usual_flag(option: str, params: list) -> str | None:
+    """The flag of ``params`` (a click command's) that other trainers' option ``option`` names
+    (:data:`stages.core.registry.USUAL_NAMES`): ``--learning-rate`` -> ``--lr``,
+    ``--num-generations`` -> ``--group-size``, or a value of an option whose metavar lists it:
+    ``--bf16`` -> ``--dtype bfloat16``. None when there is none."""
+    from stages.core.registry import USUAL_NAMES
+
+    usual = USUAL_NAMES.get(option.lstrip("-").replace("-", "_").lower())
+    options = [p for p in params if p.param_type_name == "option"]
+    for param in options:
+        if param.name == usual:
+            return next((o for o in param.opts if o.startswith("--")), param.opts[0])
+    for param in options:
+        if usual and usual in re.findall(r"[\w.-]+", param.metavar or ""):
+            return f"{param.opts[0]} {usual}"
+    return None
+
+
+class HintingGroup(TyperGroup):
+    """`lopd`'s command group: an unknown option of a command that is another trainer's name of
+    one of its own (:func:`usual_flag`) is answered with that flag (``No such option:
+    --learning-rate (Possible options: --lr)``) instead of click's closest spelling."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as err:  # click's NoSuchOption, of the click typer runs on (its own copy, or click)
+            if type(err).__name__ == "NoSuchOption" and getattr(err, "ctx", None) is not None:
+                flag = usual_flag(err.option_name, err.ctx.command.params)
+                if flag:
+                    err.possibilities = [flag]  # click writes them after its message
+            raise

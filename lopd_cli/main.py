@@ -10,8 +10,9 @@ from typing import Optional
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 
-from lopd_cli.errors import err_console, friendly, one_line_warning
+from lopd_cli.errors import HintingGroup, err_console, friendly, one_line_warning
 from lopd_cli.options import (
     ALLOW_OVERLAP_HELP, CONFIG, DATA_DIR, DEVICE, DTYPE, EPISODE_BATCH, EPISODE_RULES, LOG, LOG_HELP, PREFIX_CACHE, RESUME_RUN,
     SAMPLING_SEED, STORE, UNSAFE_EXEC,
@@ -22,6 +23,7 @@ from lopd_cli.store import store_restore, store_versions
 
 app = typer.Typer(
     name="lopd",
+    cls=HintingGroup,  # --learning-rate: did you mean --lr?
     help="Post-train LLM agents with Latent On-Policy Self-Distillation (LOPD).\n\n"
     "Stages: collect -> index -> coldstart -> distill -> evaluate; `sft` warm-starts a student; `study` compares methods.",
     no_args_is_help=True,
@@ -351,18 +353,20 @@ def evaluate(
     """Score a model on a benchmark with its official checker, or compare reports side by side."""
     from pathlib import Path
 
-    from stages import evaluate as stage
-
     if compare:
         from stages.compare import compare as compare_reports
-        from stages.compare import write_comparison
+        from stages.compare import differences, write_comparison
 
         if not reports or len(reports) < 2:
             raise ValueError("--compare needs at least two report files: lopd evaluate --compare A.json B.json")
         Console().print(compare_reports([Path(r) for r in reports]))
+        for line in differences([Path(r) for r in reports]):  # what the deltas measure besides the models
+            err_console.print(f"[yellow]warning:[/] {escape(line)}", soft_wrap=True)
         if out:  # the same numbers as a file: JSON for .json, else CSV
             Console().print(f"comparison written to {write_comparison([Path(r) for r in reports], Path(out))}")
         return
+    from stages import evaluate as stage
+
     stage.run(_config(ctx, config, stage.EvaluateConfig, exclude=("compare", "reports"), required=(
         "bench", "--bench is required (bfcl-v3, bfcl-single, humaneval-plus, mbpp-plus, acebench, envscaler, "
                  "lopd-bed, lopd-bed-values, lopd-bed-transfer, livecodebench); to compare reports: lopd evaluate --compare A.json B.json")))

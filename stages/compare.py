@@ -1,4 +1,5 @@
-"""`lopd evaluate --compare`: evaluate reports side by side, and the paired difference of two
+"""`lopd evaluate --compare`: evaluate reports side by side, the ways they differ besides the
+model (task set, decoding, composer: :func:`differences`), and the paired difference of two
 reports' per-task values (also read by `lopd study`'s final table).
 
 A report file is checked field by field before use: a bad one is one ``ValueError`` line naming
@@ -60,12 +61,16 @@ def _json_kind(value: Any) -> str:
     return type(value).__name__
 
 
-def compare(paths: list[Path]) -> Table:
-    """Side-by-side table of evaluate reports; later columns show deltas vs the first report.
+# settings of a report's ``config`` that change what a model generates (with its filled protocol)
+DECODING = ("protocol", "temperature", "top_p", "top_k", "max_new_tokens", "max_turns", "episode_rules", "seed",
+            "engine", "user_model")
+
+
+def _reports(paths: list[Path]) -> list[dict[str, Any]]:
+    """The reports of ``paths``, checked (:func:`_load_report`) and of one bench and data.
 
     Raises:
-        ValueError: fewer than one path, a file that is not an evaluate report (names file and
-            field), or reports of different benches or data.
+        ValueError: see :func:`compare`.
     """
     if not paths:
         raise ValueError("compare: give at least one report path")
@@ -76,13 +81,45 @@ def compare(paths: list[Path]) -> Table:
         if _data_of(r) != _data_of(reports[0]):
             raise ValueError(f"{path}: scored on other data ({_data_of(r) or 'package data'}) than {paths[0]} "
                              f"({_data_of(reports[0]) or 'package data'})")
-    models = [r["model"] for r in reports]
+    return reports
+
+
+def _setting(report: dict[str, Any], key: str) -> Any:
+    """``config[key]`` of a report, None without it."""
+    config = report.get("config")
+    return config.get(key) if isinstance(config, dict) else None
+
+
+def _composer(report: dict[str, Any]) -> str:
+    """``"DIR (store STORE)"`` of a report's composer and store, ``"none"`` without one."""
+    composer = _setting(report, "composer")
+    return f"{composer} (store {_setting(report, 'store')})" if composer else "none"
+
+
+def _labels(paths: list[Path], reports: list[dict[str, Any]]) -> list[str]:
+    """Column headers: each report's model, with its composer (``+ composer DIR``; ``(no composer)``
+    when another report has one), and its file when two headers would be the same."""
+    composers = [_setting(r, "composer") for r in reports]
+    labels = [r["model"] + (f" + composer {c}" if c else " (no composer)" if any(composers) else "")
+              for r, c in zip(reports, composers)]
+    return [label if labels.count(label) == 1 else f"{label} ({Path(path).parent.name}/{Path(path).name})"
+            for path, label in zip(paths, labels)]
+
+
+def compare(paths: list[Path]) -> Table:
+    """Side-by-side table of evaluate reports; later columns show deltas vs the first report.
+    What makes the deltas more than the models' difference: :func:`differences`.
+
+    Raises:
+        ValueError: fewer than one path, a file that is not an evaluate report (names file and
+            field), or reports of different benches or data.
+    """
+    reports = _reports(paths)
     on_fixtures = " (on bundled test fixtures, not the benchmark)" if reports[0].get("fixtures") else ""
     table = Table(title=f"compare {reports[0]['bench']}{on_fixtures}")
     table.add_column("metric", overflow="fold")
-    for path, r in zip(paths, reports):  # a model named twice (e.g. the base model of two runs): the file tells them apart
-        table.add_column(r["model"] if models.count(r["model"]) == 1 else f"{r['model']} ({Path(path).parent.name}/{Path(path).name})",
-                         justify="right", overflow="fold")  # a long model path wraps, never cut to "…"
+    for label in _labels(paths, reports):
+        table.add_column(label, justify="right", overflow="fold")  # a long model path wraps, never cut to "…"
     for section in ("scores", "behaviour"):
         keys = list(dict.fromkeys(k for r in reports for k in r[section]))
         for key in keys:
@@ -97,9 +134,6 @@ def compare(paths: list[Path]) -> Table:
                 else:
                     cells.append(f"{value:.3f} ({value - base:+.3f})")
             table.add_row(key if section == "scores" else f"[dim]{key}[/]", *cells)
-    notes = _task_set_notes(paths, reports)
-    if notes:
-        table.caption = "\n".join(notes)
     for key in ("reward", "success", "reference_nll"):
         stats = [paired_difference(_task_rows(reports[0]), _task_rows(r), key) for r in reports[1:]]
         if any(stats):
@@ -109,18 +143,36 @@ def compare(paths: list[Path]) -> Table:
     return table
 
 
-def _task_set_notes(paths: list[Path], reports: list[dict[str, Any]]) -> list[str]:
-    """One warning per report that scored other tasks than the first: its score deltas compare
-    different task sets (unpaired); the paired rows use only the tasks both scored."""
-    first = {r.get("task_id") for r in _task_rows(reports[0])}
-    notes = []
+def differences(paths: list[Path]) -> list[str]:
+    """One line per later report and per way it differs from the first besides the model: its
+    task set (its deltas are unpaired), its decoding (:data:`DECODING`: protocol, budget, step
+    cap, sampling; settings a report does not record are not compared), its composer.
+
+    Raises:
+        ValueError: see :func:`compare`.
+    """
+    reports = _reports(paths)
+    first, lines = reports[0], []
+    tasks0 = {r.get("task_id") for r in _task_rows(first)}
     for path, report in zip(paths[1:], reports[1:]):
         tasks = {r.get("task_id") for r in _task_rows(report)}
-        if tasks != first:
-            notes.append(f"warning: {path} scored other tasks than {paths[0]} ({len(tasks - first)} only in it, "
-                         f"{len(first - tasks)} only in the first, {len(tasks & first)} in both): its score deltas "
-                         f"are unpaired; the paired rows use the {len(tasks & first)} shared tasks")
-    return notes
+        if tasks != tasks0:
+            lines.append(f"{path} scored other tasks than {paths[0]} ({len(tasks - tasks0)} only in it, "
+                         f"{len(tasks0 - tasks)} only in the first, {len(tasks & tasks0)} in both): its score deltas "
+                         f"are unpaired; the paired rows use the {len(tasks & tasks0)} shared tasks")
+        both = [k for k in DECODING if isinstance(report.get("config"), dict) and isinstance(first.get("config"), dict)
+                and k in report["config"] and k in first["config"]]
+        greedy = _setting(report, "temperature") == 0 and _setting(first, "temperature") == 0  # the seed is unused
+        decoding = [f"{k} {_setting(report, k)} ({paths[0]}: {_setting(first, k)})" for k in both
+                    if _setting(report, k) != _setting(first, k) and not (k == "seed" and greedy)]
+        if decoding:
+            lines.append(f"{path} was decoded otherwise than {paths[0]}: {', '.join(decoding)}: its deltas are "
+                         "not the models' alone")
+        composer, composer0 = _composer(report), _composer(first)
+        if composer != composer0:
+            lines.append(f"{path} generated with composer {composer}, {paths[0]} with {composer0}: its deltas "
+                         "include the composer's effect")
+    return lines
 
 
 def _task_rows(report: dict[str, Any]) -> list[dict]:
@@ -145,30 +197,30 @@ def paired_difference(base: list[dict], other: list[dict], key: str) -> tuple[fl
 
 def comparison_rows(paths: list[Path]) -> list[dict[str, Any]]:
     """The numbers of :func:`compare` as rows, for ``--compare ... --out FILE``: per report and
-    metric ``{"report", "model", "section", "metric", "value", "delta"}`` (``delta``: minus the
+    metric ``{"report", "model", "composer", "section", "metric", "value", "delta"}`` (``delta``: minus the
     first report's value, None for the first), then per later report and per-task key
-    ``{"report", "model", "section": "paired", "metric", "value": mean, "se", "n", "higher",
-    "lower"}``. Model names and paths are whole.
+    ``{"report", "model", "composer", "section": "paired", "metric", "value": mean, "se", "n",
+    "higher", "lower"}``. Model names and paths are whole.
 
     Raises:
         ValueError: see :func:`compare`.
     """
-    compare(paths)  # the same checks (benches, data, fields)
-    reports = [_load_report(Path(p)) for p in paths]
+    reports = _reports(paths)
     rows: list[dict[str, Any]] = []
     for path, r in zip(paths, reports):
         for section in ("scores", "behaviour"):
             for key, value in r[section].items():
                 base = reports[0][section].get(key)
                 delta = None if r is reports[0] or value is None or base is None else value - base
-                rows.append({"report": str(path), "model": r["model"], "section": section, "metric": key,
-                             "value": value, "delta": delta})
+                rows.append({"report": str(path), "model": r["model"], "composer": _setting(r, "composer"),
+                             "section": section, "metric": key, "value": value, "delta": delta})
     for path, r in zip(paths[1:], reports[1:]):
         for key in ("reward", "success", "reference_nll"):
             stat = paired_difference(_task_rows(reports[0]), _task_rows(r), key)
             if stat:
                 mean, se, n, up, down = stat
-                rows.append({"report": str(path), "model": r["model"], "section": "paired", "metric": key,
+                rows.append({"report": str(path), "model": r["model"], "composer": _setting(r, "composer"),
+                             "section": "paired", "metric": key,
                              "value": mean, "se": se, "n": n, "higher": up, "lower": down})
     return rows
 

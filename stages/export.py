@@ -19,8 +19,10 @@ The folder written (``--out``):
   every stage (:func:`stages.core.models.backbone.load_policy`);
 - the tokenizer;
 - ``README.md``: a model card with the run's stage, base, source, the run's settings
-  (``RUN/config.json``) and the exported step's metrics row (``RUN/metrics.jsonl``); local paths in
-  it are written without this machine's folders (:func:`shareable`).
+  (``RUN/config.json``), the exported step's metrics row (``RUN/metrics.jsonl``) and the scores of
+  the evaluation reports of the exported model found in the run folder, also as Hugging Face
+  ``model-index`` metadata; local paths in it are written without this machine's folders
+  (:func:`shareable`).
 
 ``--push-to-hub REPO`` uploads the folder afterwards with ``huggingface_hub`` (a token must be
 configured); offline it fails in one line.
@@ -125,17 +127,36 @@ def shareable(value: Any) -> Any:
         return f"<local>/{path.name}"
 
 
+def card_metadata(*, name: str, base: str | None, library: str, stage: str, reports: list[tuple[str, dict]]) -> str:
+    """The YAML front matter of a model card (without its ``---`` lines): ``base_model`` (a hub
+    id, or None), ``library_name``, tags, and the scores of evaluation ``reports`` as Hugging
+    Face's ``model-index`` (one result per bench: task ``text-generation``, dataset the bench,
+    one metric per score, its ``config`` the report's decoding protocol) under model ``name``.
+    Reports scored on bundled test fixtures are left out."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    results = [EvalResult(task_type="text-generation", dataset_type=report["bench"], dataset_name=report["bench"],
+                          metric_type=key, metric_name=key, metric_value=value,
+                          metric_config=(report.get("config") or {}).get("protocol"))
+               for _, report in reports if not report.get("fixtures")
+               for key, value in report["scores"].items()
+               if isinstance(value, (int, float)) and not isinstance(value, bool)]
+    return ModelCardData(base_model=base, library_name=library, tags=["lopd", stage], model_name=name if results else None,
+                         eval_results=results or None).to_yaml()
+
+
 def model_card(*, stage: str, settings: dict, base: str, source: str, kind: str, metrics: dict | None,
-               reports: list[tuple[str, dict]] = ()) -> str:
-    """The ``README.md`` of an export: Hugging Face card metadata (``base_model`` only for a hub
-    id), what the folder holds, how to load it, the run's settings, the metrics row of the exported
-    step and the scores of the evaluation reports ``(path, report)`` of the exported model. Local
-    paths are written without this machine's folders (:func:`shareable`)."""
-    hub_base = [] if Path(base).expanduser().exists() else [f"base_model: {base}"]  # a local folder is no hub id
+               reports: list[tuple[str, dict]] = (), name: str = "model") -> str:
+    """The ``README.md`` of an export: Hugging Face card metadata (:func:`card_metadata`;
+    ``base_model`` only for a hub id; the evaluations under model ``name``), what the folder
+    holds, how to load it, the run's settings, the metrics row of the exported step and the
+    scores of the evaluation reports ``(path, report)`` of the exported model. Local paths are
+    written without this machine's folders (:func:`shareable`)."""
+    hub_base = None if Path(base).expanduser().exists() else base  # a local folder is no hub id
     settings, base = shareable(settings), shareable(base)
     reports = [(shareable(path), {**report, "model": shareable(report.get("model", "-"))}) for path, report in reports]
     library = "peft" if kind == "adapter" else "transformers"
-    lines = ["---", *hub_base, f"library_name: {library}", "tags:", "- lopd", f"- {stage}", "---", "",
+    lines = ["---", card_metadata(name=name, base=hub_base, library=library, stage=stage, reports=reports), "---", "",
              f"# {stage} student ({source})", "",
              f"Trained with `lopd {stage}`"
              + (f" (method `{settings['method']}`)" if settings.get("method") else "")
@@ -238,7 +259,8 @@ def run(config: ExportConfig, console: Console | None = None) -> Path:
             rows = [r for r in rows if r.get("step") == int(label.removeprefix("step-"))]
         reports = [(path, report) for path, report in find_reports([run_dir]) if _scores(report, source)]
         (tmp / "README.md").write_text(model_card(stage=stage, settings=settings, base=base, source=label, kind=kind,
-                                                  metrics=rows[-1] if rows else None, reports=reports))
+                                                  metrics=rows[-1] if rows else None, reports=reports,
+                                                  name=config.push_to_hub or out.name))
         for path in tmp.rglob("*"):  # checkpoints are written owner-only; an export is for sharing
             path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.chmod(0o755)

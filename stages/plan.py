@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stages.core.registry import did_you_mean
 from stages.core.run.resources import StepShape, step_memory_bytes
 
 GB = 1e9  # decimal gigabytes, as GPU sizes are sold (80 GB)
@@ -102,7 +103,8 @@ def backbone_of(name: str) -> Backbone:
     folder holding one.
 
     Raises:
-        ValueError: none of these (the known names listed), or a config without the fields.
+        ValueError: none of these (the closest known name first, the known names listed), or a
+            config without the fields.
     """
     key = ALIASES.get(name.lower(), name)
     if key in KNOWN_SHAPES:
@@ -110,7 +112,8 @@ def backbone_of(name: str) -> Backbone:
     path = Path(name)
     path = path / "config.json" if path.is_dir() else path
     if not path.is_file():
-        raise ValueError(f"unknown backbone {name!r}: give a config.json (or its folder) or one of "
+        hint = did_you_mean(name, KNOWN_SHAPES) if "/" in name else did_you_mean(name.lower(), ALIASES)
+        raise ValueError(f"unknown backbone {name!r}: {hint}give a config.json (or its folder) or one of "
                          f"{', '.join(sorted(ALIASES))}")
     c = json.loads(path.read_text())
     try:

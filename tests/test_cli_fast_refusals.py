@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stages.methods import get_method, known_methods, method_options
 from stages.methods.options import METHOD_OPTIONS
 
@@ -76,3 +78,19 @@ def test_every_method_s_options_are_its_class_s():
     for name in known_methods():
         assert method_options(name) is get_method(name).Options
         assert name not in METHOD_OPTIONS or METHOD_OPTIONS[name] is get_method(name).Options
+
+
+@pytest.mark.parametrize("args,flag", [(["distill", "--learning-rate", "1e-4"], "--lr"),
+                                       (["distill", "--num-generations", "4"], "--group-size"),
+                                       (["distill", "--bf16"], "--dtype bfloat16"),
+                                       (["coldstart", "--learning_rate", "1e-4"], "--lr"),
+                                       (["plan", "--model", "qwen3-4b", "--fp16"], "--dtype float16")])
+def test_another_trainer_s_option_name_gets_the_command_s_flag(args, flag):
+    from typer.testing import CliRunner
+
+    from lopd_cli.main import app
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    unknown = next(a for a in args[1:] if a.startswith("--") and a != "--model")
+    assert result.output.strip().splitlines()[-1] == f"Error: No such option: {unknown} (Possible options: {flag})"

@@ -329,7 +329,7 @@ def test_standard_error_over_tasks_hand_computed():
 def test_paired_difference_by_hand_and_in_the_compare_table(tmp_path):
     from rich.console import Console
 
-    from stages.compare import compare, paired_difference
+    from stages.compare import compare, differences, paired_difference
 
     base = [{"task_id": "a", "reward": 0.0, "success": False}, {"task_id": "b", "reward": 0.5, "success": False},
             {"task_id": "c", "reward": 1.0, "success": True}, {"task_id": "only-base", "reward": 1.0}]
@@ -352,11 +352,40 @@ def test_paired_difference_by_hand_and_in_the_compare_table(tmp_path):
     console.print(compare(paths))
     text = console.export_text()
     assert "paired Δ reward" in text and "+0.167 ± 0.441 (1 higher / 1 lower, n 3)" in text
-    assert "scored other tasks than" in text
-    assert "(1 only in it, 1 only in the first, 3 in both): its score deltas are unpaired" in " ".join(text.split())
-    console = Console(width=200, record=True)
-    console.print(compare([paths[0], paths[0]]))  # the same tasks: no warning
-    assert "unpaired" not in console.export_text()
+    [line] = differences(paths)
+    assert "scored other tasks than" in line
+    assert "(1 only in it, 1 only in the first, 3 in both): its score deltas are unpaired" in line
+    assert differences([paths[0], paths[0]]) == []  # the same tasks: no warning
+
+
+def test_compare_warns_of_other_decoding_and_a_composer_and_names_the_composer(tmp_path):
+    from typer.testing import CliRunner
+
+    from lopd_cli.main import app
+
+    config = {"protocol": "greedy", "temperature": 0.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 256,
+              "max_turns": 30, "seed": 0, "composer": None, "store": None, "data_dir": None}
+    rows = [{"task_id": "a", "success": True}, {"task_id": "b", "success": False}]
+    paths = []
+    for name, changes in (("base", {}), ("composer", {"max_new_tokens": 96, "seed": 1, "composer": "runs/c0/final",
+                                                      "store": "runs/store"})):
+        report = {"bench": "lopd-bed", "model": "m", "scores": {"mean_reward": 0.5}, "behaviour": {},
+                  "per_task": rows, "config": {**config, **changes}}
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(report))
+    base, composer = map(str, paths)
+    result = CliRunner().invoke(app, ["evaluate", "--compare", base, composer])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "metric" in line)
+    assert "m (no composer)" in header and "m + composer runs/c0/final" in header
+    from stages.compare import differences
+
+    assert differences(paths) == [  # the seed is unused by greedy decoding: no warning
+        f"{composer} was decoded otherwise than {base}: max_new_tokens 96 ({base}: 256): its deltas are not the "
+        "models' alone",
+        f"{composer} generated with composer runs/c0/final (store runs/store), {base} with none: its deltas "
+        "include the composer's effect"]
+    assert sum(line.startswith("warning: ") for line in result.output.splitlines()) == 2  # one line each
 
 
 def test_tasks_past_the_context_window_score_0_and_the_report_counts_them(tmp_path):

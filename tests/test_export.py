@@ -86,6 +86,24 @@ def test_without_step_the_final_student_is_exported_with_the_run_s_evaluations(l
                                logits(AutoModelForCausalLM.from_pretrained(lora_run / "final/student")))
 
 
+def test_the_card_carries_the_run_s_evaluations_as_hugging_face_model_index(lora_run, tmp_path):
+    from huggingface_hub import ModelCard
+
+    (lora_run / "eval").mkdir(exist_ok=True)
+    student = str(lora_run / "final/student")
+    (lora_run / "eval" / "bfcl.json").write_text(json.dumps(
+        {"bench": "bfcl-single", "model": student, "scores": {"accuracy": 0.25}, "config": {"protocol": "greedy"}}))
+    (lora_run / "eval" / "fixtures.json").write_text(json.dumps(  # bundled test data: no benchmark result
+        {"bench": "humaneval-plus", "model": student, "scores": {"pass@1": 1.0}, "fixtures": True}))
+    out = export.run(export.ExportConfig(run=str(lora_run), out=str(tmp_path / "card")))
+    data = ModelCard.load(out / "README.md").data
+    assert data.model_name == "card" and data.library_name == "transformers" and data.tags == ["lopd", "sft"]
+    bfcl = [r for r in data.eval_results if r.dataset_type == "bfcl-single"]
+    assert [(r.task_type, r.dataset_name, r.metric_type, r.metric_value, r.metric_config) for r in bfcl] == [
+        ("text-generation", "bfcl-single", "accuracy", 0.25, "greedy")]
+    assert not [r for r in data.eval_results if r.dataset_type == "humaneval-plus"]
+
+
 def test_merge_of_a_whole_model_says_it_has_nothing_to_merge(lora_run, tmp_path):
     result = runner.invoke(app, ["export", str(lora_run), "--merge", "--out", str(tmp_path / "w")])
     assert result.exit_code == 0, result.output

@@ -55,6 +55,27 @@ def test_plan_command_prints_the_verdict_and_refuses_bad_settings():
     assert "1 when it does not" in CliRunner().invoke(app, ["plan", "--help"]).output
 
 
+def test_plan_refuses_the_settings_distill_and_coldstart_refuse_in_their_words():
+    def line(*args):
+        result = CliRunner().invoke(app, list(args))
+        return result.exit_code, result.output.strip().splitlines()[-1]
+
+    coldstart = line("coldstart", "--J", "0")
+    assert coldstart == (2, "error: invalid option --J: Input should be greater than or equal to 1 (got 0)")
+    assert line("plan", "--model", "qwen3-4b", "--J", "0") == coldstart
+    assert line("distill", "--env", "lopd-bed", "--composer", "c", "--J", "0") == coldstart
+    assert line("plan", "--model", "qwen3-4b", "--method", "sdft", "--teacher", "emma")[1].startswith(
+        "error: invalid option --teacher: did you mean 'ema'?")
+
+
+def test_a_misspelt_backbone_gets_the_closest_known_name():
+    for name, close in (("qwen3-4", "qwen3-4b"), ("qwn3-8b", "qwen3-8b"), ("Qwen/Qwen3-4", "Qwen/Qwen3-4B")):
+        with pytest.raises(ValueError, match=f"^unknown backbone '{name}': did you mean '{close}'\\? give a config"):
+            backbone_of(name)
+    with pytest.raises(ValueError, match="^unknown backbone 'nope-7b': give a config"):  # nothing close
+        backbone_of("nope-7b")
+
+
 def test_a_plan_that_does_not_fit_names_the_flags_that_do():
     p = PlanInput(backbone="qwen3-4b", gpu_gb=24)
     fit = fitting(p)
