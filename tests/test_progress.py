@@ -59,7 +59,7 @@ def test_a_log_file_gets_lines_while_no_item_finishes():
 
 
 def test_the_cold_start_bar_says_no_step_yet_before_its_first_step():
-    from stages.coldstart.recipe import _recent_loss
+    from stages.coldstart.recipe import _bar_loss
 
-    assert _recent_loss([]) == {"loss": "no step yet"}
-    assert _recent_loss([1.0, 2.0]) == {"loss": "loss (mean of last 2) 1.500"}
+    assert _bar_loss([]) == {"loss": "no step yet"}
+    assert _bar_loss([1.0, 2.0]) == {"loss": "loss (mean of last 2) 1.500"}

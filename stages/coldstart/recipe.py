@@ -151,10 +151,17 @@ def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tens
 
 
 def _recent_loss(losses: list[float]) -> dict:
-    """``{"loss": text}``, the progress bar's field: the mean of the last n = min(``LOSS_WINDOW``,
-    steps) step losses, ``"loss (mean of last n) 0.123"``, or ``"no step yet"`` before the first step."""
+    """``{"loss": mean, "window": n}`` of the last n = min(``LOSS_WINDOW``, steps) step losses
+    (loss NaN before the first step)."""
     tail = losses[-LOSS_WINDOW:]
-    return {"loss": f"loss (mean of last {len(tail)}) {sum(tail) / len(tail):.3f}" if tail else "no step yet"}
+    return {"loss": sum(tail) / len(tail) if tail else math.nan, "window": len(tail)}
+
+
+def _bar_loss(losses: list[float]) -> dict:
+    """The progress bar's field ``loss``: ``"loss (mean of last n) 0.123"`` (:func:`_recent_loss`),
+    or ``"no step yet"`` before the first step."""
+    recent = _recent_loss(losses)
+    return {"loss": f"loss (mean of last {recent['window']}) {recent['loss']:.3f}" if recent["window"] else "no step yet"}
 
 
 def _backbone_digest(composer: Composer) -> str:
@@ -369,7 +376,7 @@ class Coldstart:
                       TextColumn("{task.fields[loss]}"),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False) as bar:
             job = bar.add_task("coldstart", total=c.steps, completed=self.start_step,
-                               **_recent_loss(self.losses))
+                               **_bar_loss(self.losses))
             for step in range(self.start_step, c.steps):
                 record = self.loss_step(step)
                 self.step_seconds.append(record["seconds"])
@@ -379,7 +386,7 @@ class Coldstart:
                 done = record["step"]
                 if done % c.checkpoint_every == 0 or done == c.steps:
                     self.save_checkpoint(done)
-                bar.update(job, advance=1, **_recent_loss(self.losses))
+                bar.update(job, advance=1, **_bar_loss(self.losses))
 
     def finish(self) -> ColdstartReport:
         """Write ``final/`` and ``heldout.json``, check the backbone, and summarise the run.
