@@ -37,18 +37,22 @@ class FakeLoRARequest:
     lora_path: str
 
 
-@functools.lru_cache(maxsize=1)
-def _decode():
-    return functools.partial(tiny_tokenizer().decode, skip_special_tokens=True)
+@functools.lru_cache(maxsize=2)
+def _decode(skip_special_tokens: bool):
+    return functools.partial(tiny_tokenizer().decode, skip_special_tokens=skip_special_tokens)
 
 
-def vllm_completion(ids: list[int], lps: list[float], kwargs: dict) -> SimpleNamespace:
-    """The ``CompletionOutput`` vLLM makes of the sampled stream ``ids`` (the tiny tokenizer's ids)
-    under ``vllm.SamplingParams(**kwargs)``, as its scheduler's check_stop and its detokenizer stop:
+def vllm_completion(ids: list[int], lps: list[float], kwargs: dict, tokenizer=None) -> SimpleNamespace:
+    """The ``CompletionOutput`` vLLM makes of the sampled stream ``ids`` (ids of ``tokenizer``,
+    default the tiny tokenizer) under ``vllm.SamplingParams(**kwargs)``, as its scheduler's
+    check_stop and its detokenizer (special tokens skipped or not, as ``kwargs`` say) stop:
     at an id of ``stop_token_ids`` (kept; stop_reason None for the model's eos id, else the id;
     its text left out), at the token whose text completes a stop string (kept; stop_reason the
     string; the text cut before it), or at ``max_tokens`` (finish_reason "length")."""
-    decode, eos = _decode(), tiny_tokenizer().eos_token_id
+    decode, eos = _decode(kwargs["skip_special_tokens"]), tiny_tokenizer().eos_token_id
+    if tokenizer is not None:
+        decode = functools.partial(tokenizer.decode, skip_special_tokens=kwargs["skip_special_tokens"])
+        eos = tokenizer.eos_token_id
     for k in range(1, len(ids) + 1):
         if ids[k - 1] in kwargs["stop_token_ids"]:
             reason, stop_reason, text = "stop", None if ids[k - 1] == eos else ids[k - 1], decode(ids[:k - 1])
@@ -150,7 +154,8 @@ def test_sampling_kwargs_map_every_field():
     assert vllm_sampling_kwargs(params, [2, 7], 11) == dict(
         n=1, temperature=0.3, top_p=0.8, top_k=5, max_tokens=17, stop=["\n", "END"], stop_token_ids=[2, 7], seed=11,
         logprobs=0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, min_tokens=0,
-        ignore_eos=False, skip_special_tokens=True, include_stop_str_in_output=False)
+        ignore_eos=False, skip_special_tokens=False, spaces_between_special_tokens=False,
+        include_stop_str_in_output=False)
     greedy = vllm_sampling_kwargs(SamplingParams(temperature=0, top_k=0), [2], None)
     assert (greedy["temperature"], greedy["top_k"], greedy["stop"], greedy["seed"]) == (0.0, -1, [], None)
 
@@ -241,6 +246,23 @@ def test_vllm_verdict_text_and_stop_reason_are_kept(fake_vllm, tok, ids):
     FakeLLM.last.respond = lambda p, k: no_logprobs
     with pytest.raises(RuntimeError, match="no log-probs"):
         engine.generate([ids], SamplingParams())
+
+
+def test_tool_call_tags_the_tokenizer_marks_special_stay_in_the_text(fake_vllm, ids):
+    """As the hf engine (tests/test_engines.py): vLLM is asked to keep special tokens in the text,
+    so a two-call action whose ``<tool_call>`` tags the tokenizer marks special reads as two calls."""
+    from stages.core.text.toolcalls import parse_tool_calls
+
+    tok = tiny_tokenizer()
+    tok.add_tokens(["<tool_call>", "</tool_call>"], special_tokens=True)
+    action = ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n'
+              '<tool_call>{"name": "b", "arguments": {"x": 1}}</tool_call>')
+    stream = tok(action, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    engine = VLLMRolloutEngine(tiny_model(tok), tok)
+    FakeLLM.last.respond = lambda p, k: vllm_completion(stream, [-1.0] * len(stream), k, tokenizer=tok)
+    (gen,) = engine.generate([ids], SamplingParams(temperature=0, max_new_tokens=64))
+    assert (gen.token_ids, gen.finish_reason, gen.text) == (stream, "eos", action)
+    assert [c.name for c in parse_tool_calls(gen.text)] == ["a", "b"]
 
 
 # --- behaviour log-probs, temperature, reproducibility ------------------------------------------

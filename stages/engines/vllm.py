@@ -80,7 +80,9 @@ def vllm_sampling_kwargs(params: SamplingParams, eos_ids: list[int], seed: int |
     strings, ``max_new_tokens`` -> ``max_tokens``, ``seed``; the eos ids stop the completion
     (``stop_token_ids``); ``logprobs=0``: the sampled token's log-prob only. Everything vLLM
     would otherwise let reshape the distribution is pinned off (penalties, min-p, min tokens),
-    as the ``hf`` engine pins the model's generation config.
+    as the ``hf`` engine pins the model's generation config. The text keeps special tokens, with
+    no space added between them (as the ``hf`` engine decodes: :attr:`stages.engines.Generation.text`);
+    vLLM leaves out the text of the eos or stop token id that ends a completion.
 
     Raises:
         ValueError: a temperature vLLM would not sample as asked (:func:`check_vllm_temperature`).
@@ -89,7 +91,8 @@ def vllm_sampling_kwargs(params: SamplingParams, eos_ids: list[int], seed: int |
     return dict(n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
                 max_tokens=params.max_new_tokens, stop=list(params.stop), stop_token_ids=list(eos_ids), seed=seed,
                 logprobs=0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0,
-                min_tokens=0, ignore_eos=False, skip_special_tokens=True, include_stop_str_in_output=False)
+                min_tokens=0, ignore_eos=False, skip_special_tokens=False, spaces_between_special_tokens=False,
+                include_stop_str_in_output=False)
 
 
 def truncates(params: SamplingParams) -> bool:
