@@ -8,6 +8,7 @@ Whether vLLM itself behaves as its documentation says is for a GPU run to check.
 from __future__ import annotations
 
 import functools
+import json
 import importlib.machinery
 import os
 import random
@@ -462,6 +463,61 @@ def test_a_model_folder_is_served_as_it_is(fake_vllm, tok, ids, tmp_path):
     assert llm.calls == [("generate", None)]
     with pytest.raises(ValueError, match="no trained weights to sync"):
         engine.sync_weights(tiny_model(tok))
+
+
+def adapter_folder(base_folder: Path, out: Path, rank: int = 4) -> Path:
+    """A LoRA student of the tiny base saved as ``lopd export`` writes it without --merge: the
+    adapter (a non-zero update) with its base's name_or_path, no config.json."""
+    student = lora_student(base_folder, rank=rank)
+    with torch.no_grad():
+        for name, p in student.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 1e-3)
+    student.save_pretrained(str(out), selected_adapters=["student"])
+    return out / "student"
+
+
+def test_serving_args_serve_each_student_folder_as_trained(tmp_path, base_folder):
+    """What vLLM is asked for each kind of folder (vllm is not imported): a LoRA adapter folder as
+    its base plus the adapter through vLLM's LoRA path, a float32-merged LoRA student in float32
+    (in bfloat16 its update would mostly round away), anything else in bfloat16."""
+    from stages.core.models.backbone import merge_lora_float32
+    from stages.engines.vllm import serving_args
+
+    assert serving_args(str(base_folder)) == (dict(model=str(base_folder), dtype="bfloat16"), None)
+    adapter = adapter_folder(base_folder, tmp_path / "export")
+    assert serving_args(str(adapter)) == (dict(model=str(base_folder), dtype="bfloat16", enable_lora=True, max_loras=1,
+                                               max_lora_rank=8), str(adapter))
+    merged = tmp_path / "merged"
+    merge_lora_float32(str(base_folder), adapter).save_pretrained(merged)
+    assert serving_args(str(merged)) == (dict(model=str(merged), dtype="float32"), None)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    for change, match in ((dict(r=600), "LoRA rank 600 is above vLLM's largest, 512"),
+                          (dict(rank_pattern={"q_proj": 1024}), "LoRA rank 1024"),
+                          (dict(modules_to_save=["lm_head"]), "modules_to_save"),
+                          (dict(use_dora=True), "use_dora"),
+                          (dict(base_model_name_or_path=None), "no base_model_name_or_path|with a base_model_name_or_path")):
+        (adapter / "adapter_config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(ValueError, match=match):
+            serving_args(str(adapter))
+
+
+def test_an_exported_student_is_served_as_trained(fake_vllm, tok, ids, tmp_path, base_folder):
+    from stages.core.models.backbone import merge_lora_float32
+
+    adapter = adapter_folder(base_folder, tmp_path / "export")
+    engine = make_engine("vllm", str(adapter), tok)
+    llm = FakeLLM.last
+    assert (llm.kwargs["model"], llm.kwargs["dtype"], llm.kwargs["enable_lora"], llm.kwargs["max_lora_rank"]) == (
+        str(base_folder), "bfloat16", True, 8)
+    engine.generate([ids], SamplingParams())
+    served = llm.generated[-1][2]
+    assert served.lora_path == str(adapter) and llm.calls == [("generate", served.lora_int_id)]
+    merged = tmp_path / "merged"
+    merge_lora_float32(str(base_folder), adapter).save_pretrained(merged)
+    engine = make_engine("vllm", str(merged), tok)
+    assert FakeLLM.last.kwargs["dtype"] == "float32" and engine.dtype == torch.float32
+    assert "enable_lora" not in FakeLLM.last.kwargs
 
 
 def test_bad_students_are_refused(fake_vllm, tok, base_folder):
