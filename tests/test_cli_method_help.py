@@ -59,3 +59,9 @@ def test_other_helps_do_not_import_the_methods():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_help_of_beta_says_what_values_near_its_endpoints_do():
+    flat = " ".join(_help("--method", "opsd").split())
+    assert "1 = reverse KL(S || T) (each endpoint is its own loss, not a limit)" in flat
+    assert "near 0 or 1 about beta(1-beta) times the nearer endpoint's KL" in flat

@@ -77,7 +77,7 @@ class HashEmbedder:
 
     name, dim = "hash16", 16
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str], role: str = "text") -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)
         for i, text in enumerate(texts):
             for word in text.split():

@@ -8,6 +8,7 @@ Whether vLLM itself behaves as its documentation says is for a GPU run to check.
 from __future__ import annotations
 
 import functools
+import json
 import importlib.machinery
 import os
 import random
@@ -37,18 +38,22 @@ class FakeLoRARequest:
     lora_path: str
 
 
-@functools.lru_cache(maxsize=1)
-def _decode():
-    return functools.partial(tiny_tokenizer().decode, skip_special_tokens=True)
+@functools.lru_cache(maxsize=2)
+def _decode(skip_special_tokens: bool):
+    return functools.partial(tiny_tokenizer().decode, skip_special_tokens=skip_special_tokens)
 
 
-def vllm_completion(ids: list[int], lps: list[float], kwargs: dict) -> SimpleNamespace:
-    """The ``CompletionOutput`` vLLM makes of the sampled stream ``ids`` (the tiny tokenizer's ids)
-    under ``vllm.SamplingParams(**kwargs)``, as its scheduler's check_stop and its detokenizer stop:
+def vllm_completion(ids: list[int], lps: list[float], kwargs: dict, tokenizer=None) -> SimpleNamespace:
+    """The ``CompletionOutput`` vLLM makes of the sampled stream ``ids`` (ids of ``tokenizer``,
+    default the tiny tokenizer) under ``vllm.SamplingParams(**kwargs)``, as its scheduler's
+    check_stop and its detokenizer (special tokens skipped or not, as ``kwargs`` say) stop:
     at an id of ``stop_token_ids`` (kept; stop_reason None for the model's eos id, else the id;
     its text left out), at the token whose text completes a stop string (kept; stop_reason the
     string; the text cut before it), or at ``max_tokens`` (finish_reason "length")."""
-    decode, eos = _decode(), tiny_tokenizer().eos_token_id
+    decode, eos = _decode(kwargs["skip_special_tokens"]), tiny_tokenizer().eos_token_id
+    if tokenizer is not None:
+        decode = functools.partial(tokenizer.decode, skip_special_tokens=kwargs["skip_special_tokens"])
+        eos = tokenizer.eos_token_id
     for k in range(1, len(ids) + 1):
         if ids[k - 1] in kwargs["stop_token_ids"]:
             reason, stop_reason, text = "stop", None if ids[k - 1] == eos else ids[k - 1], decode(ids[:k - 1])
@@ -150,7 +155,8 @@ def test_sampling_kwargs_map_every_field():
     assert vllm_sampling_kwargs(params, [2, 7], 11) == dict(
         n=1, temperature=0.3, top_p=0.8, top_k=5, max_tokens=17, stop=["\n", "END"], stop_token_ids=[2, 7], seed=11,
         logprobs=0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0, min_tokens=0,
-        ignore_eos=False, skip_special_tokens=True, include_stop_str_in_output=False)
+        ignore_eos=False, skip_special_tokens=False, spaces_between_special_tokens=False,
+        include_stop_str_in_output=False)
     greedy = vllm_sampling_kwargs(SamplingParams(temperature=0, top_k=0), [2], None)
     assert (greedy["temperature"], greedy["top_k"], greedy["stop"], greedy["seed"]) == (0.0, -1, [], None)
 
@@ -241,6 +247,23 @@ def test_vllm_verdict_text_and_stop_reason_are_kept(fake_vllm, tok, ids):
     FakeLLM.last.respond = lambda p, k: no_logprobs
     with pytest.raises(RuntimeError, match="no log-probs"):
         engine.generate([ids], SamplingParams())
+
+
+def test_tool_call_tags_the_tokenizer_marks_special_stay_in_the_text(fake_vllm, ids):
+    """As the hf engine (tests/test_engines.py): vLLM is asked to keep special tokens in the text,
+    so a two-call action whose ``<tool_call>`` tags the tokenizer marks special reads as two calls."""
+    from stages.core.text.toolcalls import parse_tool_calls
+
+    tok = tiny_tokenizer()
+    tok.add_tokens(["<tool_call>", "</tool_call>"], special_tokens=True)
+    action = ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n'
+              '<tool_call>{"name": "b", "arguments": {"x": 1}}</tool_call>')
+    stream = tok(action, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    engine = VLLMRolloutEngine(tiny_model(tok), tok)
+    FakeLLM.last.respond = lambda p, k: vllm_completion(stream, [-1.0] * len(stream), k, tokenizer=tok)
+    (gen,) = engine.generate([ids], SamplingParams(temperature=0, max_new_tokens=64))
+    assert (gen.token_ids, gen.finish_reason, gen.text) == (stream, "eos", action)
+    assert [c.name for c in parse_tool_calls(gen.text)] == ["a", "b"]
 
 
 # --- behaviour log-probs, temperature, reproducibility ------------------------------------------
@@ -440,6 +463,61 @@ def test_a_model_folder_is_served_as_it_is(fake_vllm, tok, ids, tmp_path):
     assert llm.calls == [("generate", None)]
     with pytest.raises(ValueError, match="no trained weights to sync"):
         engine.sync_weights(tiny_model(tok))
+
+
+def adapter_folder(base_folder: Path, out: Path, rank: int = 4) -> Path:
+    """A LoRA student of the tiny base saved as ``lopd export`` writes it without --merge: the
+    adapter (a non-zero update) with its base's name_or_path, no config.json."""
+    student = lora_student(base_folder, rank=rank)
+    with torch.no_grad():
+        for name, p in student.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 1e-3)
+    student.save_pretrained(str(out), selected_adapters=["student"])
+    return out / "student"
+
+
+def test_serving_args_serve_each_student_folder_as_trained(tmp_path, base_folder):
+    """What vLLM is asked for each kind of folder (vllm is not imported): a LoRA adapter folder as
+    its base plus the adapter through vLLM's LoRA path, a float32-merged LoRA student in float32
+    (in bfloat16 its update would mostly round away), anything else in bfloat16."""
+    from stages.core.models.backbone import merge_lora_float32
+    from stages.engines.vllm import serving_args
+
+    assert serving_args(str(base_folder)) == (dict(model=str(base_folder), dtype="bfloat16"), None)
+    adapter = adapter_folder(base_folder, tmp_path / "export")
+    assert serving_args(str(adapter)) == (dict(model=str(base_folder), dtype="bfloat16", enable_lora=True, max_loras=1,
+                                               max_lora_rank=8), str(adapter))
+    merged = tmp_path / "merged"
+    merge_lora_float32(str(base_folder), adapter).save_pretrained(merged)
+    assert serving_args(str(merged)) == (dict(model=str(merged), dtype="float32"), None)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    for change, match in ((dict(r=600), "LoRA rank 600 is above vLLM's largest, 512"),
+                          (dict(rank_pattern={"q_proj": 1024}), "LoRA rank 1024"),
+                          (dict(modules_to_save=["lm_head"]), "modules_to_save"),
+                          (dict(use_dora=True), "use_dora"),
+                          (dict(base_model_name_or_path=None), "no base_model_name_or_path|with a base_model_name_or_path")):
+        (adapter / "adapter_config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(ValueError, match=match):
+            serving_args(str(adapter))
+
+
+def test_an_exported_student_is_served_as_trained(fake_vllm, tok, ids, tmp_path, base_folder):
+    from stages.core.models.backbone import merge_lora_float32
+
+    adapter = adapter_folder(base_folder, tmp_path / "export")
+    engine = make_engine("vllm", str(adapter), tok)
+    llm = FakeLLM.last
+    assert (llm.kwargs["model"], llm.kwargs["dtype"], llm.kwargs["enable_lora"], llm.kwargs["max_lora_rank"]) == (
+        str(base_folder), "bfloat16", True, 8)
+    engine.generate([ids], SamplingParams())
+    served = llm.generated[-1][2]
+    assert served.lora_path == str(adapter) and llm.calls == [("generate", served.lora_int_id)]
+    merged = tmp_path / "merged"
+    merge_lora_float32(str(base_folder), adapter).save_pretrained(merged)
+    engine = make_engine("vllm", str(merged), tok)
+    assert FakeLLM.last.kwargs["dtype"] == "float32" and engine.dtype == torch.float32
+    assert "enable_lora" not in FakeLLM.last.kwargs
 
 
 def test_bad_students_are_refused(fake_vllm, tok, base_folder):

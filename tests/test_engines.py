@@ -72,7 +72,8 @@ def test_ids_prompt_equals_text_prompt_through_generate(model, tok, ids, engine)
                               pad_token_id=tok.pad_token_id, eos_token_id=engine.eos_ids)
     for g, row in zip(gens, seqs[:, enc["input_ids"].shape[1]:].tolist()):
         assert g.token_ids == row[: g.num_tokens]
-        assert g.text == tok.decode(g.token_ids, skip_special_tokens=True)
+        assert g.text == tok.decode(g.token_ids[:-1] if g.finish_reason == "eos" else g.token_ids,
+                                    skip_special_tokens=False)
         assert g.num_tokens == len(g.token_ids) == len(g.logprobs)
         assert all(isinstance(x, float) and x <= 0.0 for x in g.logprobs)
 
@@ -444,3 +445,31 @@ def test_lora_layers_take_the_few_row_product_of_peft_s_forward(tok, ids):
     with mock.patch.object(hf, "_lora_few_rows", _rows_spy(hf._lora_few_rows, seen)):
         make_engine("hf", _lora_model(tok), tok, adapter="student").generate(ids, GREEDY)
     assert 3 in seen and max(seen) > hf.FEW_ROWS  # decode steps of the 3 prompts, and the prefill
+
+
+def test_tool_call_tags_the_tokenizer_marks_special_stay_in_the_text():
+    """A tokenizer may mark ``<tool_call>`` / ``</tool_call>`` special; a sampled two-call action
+    must still read as two calls (decoded with special tokens skipped, the tags vanish and the
+    two JSON objects read as one bare call)."""
+    from stages.core.text.toolcalls import parse_tool_calls
+
+    tok = tiny_tokenizer()
+    tok.add_tokens(["<tool_call>", "</tool_call>"], special_tokens=True)
+    action = ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n'
+              '<tool_call>{"name": "b", "arguments": {"x": 1}}</tool_call>')
+    script = tok(action, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert {tok.convert_tokens_to_ids(t) for t in ("<tool_call>", "</tool_call>")} <= set(script)
+    prompt = tok(PROMPTS[0], add_special_tokens=False)["input_ids"]
+    model = tiny_model(tok)
+
+    def scripted(module, args, kwargs, out):  # greedy decoding then emits script after the prompt
+        step = int(kwargs["position_ids"][0, -1]) + 1 - len(prompt)
+        out.logits[:, -1] = -1e4
+        out.logits[:, -1, script[step]] = 0.0
+        return out
+
+    model.register_forward_hook(scripted, with_kwargs=True)
+    (gen,) = HFRolloutEngine(model, tok).generate([prompt], SamplingParams(temperature=0, max_new_tokens=64))
+    assert gen.token_ids == script and gen.finish_reason == "eos"
+    assert gen.text == action
+    assert [c.name for c in parse_tool_calls(gen.text)] == ["a", "b"]

@@ -102,7 +102,7 @@ class ModelLLM:
                     if t in k["stop_token_ids"]:
                         break
             stopped = out[-1] in k["stop_token_ids"]
-            text = self.tokenizer.decode(out[:-1] if stopped else out, skip_special_tokens=True)
+            text = self.tokenizer.decode(out[:-1] if stopped else out, skip_special_tokens=k["skip_special_tokens"])
             outputs.append(SimpleNamespace(outputs=[SimpleNamespace(
                 token_ids=out, logprobs=[{t: SimpleNamespace(logprob=lp)} for t, lp in zip(out, lps)], text=text,
                 finish_reason="stop" if stopped else "length", stop_reason=None)]))

@@ -34,7 +34,7 @@ class HashEmbedder:
         self.dim = dim
         self.calls = 0
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str], role: str = "text") -> np.ndarray:
         self.calls += len(texts)
         out = np.zeros((len(texts), self.dim), np.float32)
         for row, text in enumerate(texts):
@@ -184,7 +184,7 @@ class RecordingEmbedder(HashEmbedder):
         super().__init__()
         self.texts: list[str] = []
 
-    def embed(self, texts):
+    def embed(self, texts, role="text"):
         self.texts += texts
         return super().embed(texts)
 

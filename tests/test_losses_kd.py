@@ -161,3 +161,28 @@ def test_errors():
         forward_kl(s, t, mask[:, :-1])
     with pytest.raises(ValueError, match="chunk_size"):
         forward_kl(s, t, mask, chunk_size=0)
+
+
+def test_beta_near_an_endpoint_scales_that_endpoints_kl_down_as_the_option_help_says():
+    """``-o beta=...``'s help (ReferenceOptions.beta): between the endpoints the loss is at most
+    the binary entropy of beta, and near 0 / 1 about beta(1-beta) times the nearer endpoint's KL,
+    its gradient as much or less."""
+    from stages.methods.options import ReferenceOptions
+
+    help_text = ReferenceOptions.model_fields["beta"].description
+    assert "beta(1-beta)" in help_text and "binary entropy" in help_text and "1/100" in help_text
+    torch.manual_seed(0)
+    student, teacher, mask = torch.randn(2, 8, 50), torch.randn(2, 8, 50), torch.ones(2, 8, dtype=torch.bool)
+
+    def loss_grad(beta):
+        x = student.clone().requires_grad_(True)
+        loss = generalized_jsd(x, teacher, mask, beta)[0]
+        loss.backward()
+        return loss.item(), x.grad.norm().item()
+
+    for beta, end in ((0.01, 0.0), (0.99, 1.0)):
+        (loss, grad), (end_loss, end_grad) = loss_grad(beta), loss_grad(end)
+        scale = beta * (1 - beta)
+        assert loss <= -beta * math.log(beta) - (1 - beta) * math.log(1 - beta)
+        assert 0.9 * scale < loss / end_loss < 1.05 * scale
+        assert 0.5 * scale < grad / end_grad < 1.05 * scale

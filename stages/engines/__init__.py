@@ -96,7 +96,10 @@ class Generation:
     """One completion.
 
     Attributes:
-        text: decoded completion, special tokens stripped, cut before the first stop string.
+        text: the decoded completion, cut before the first stop string, without the eos that
+            ended it; every other token is decoded as it is, special tokens included: a
+            tokenizer may mark tool-call tags (``<tool_call>``) or reasoning tags special, and
+            stripping them would merge or lose calls.
         token_ids: exactly the sampled ids, never re-tokenized: including the eos id if one was
             sampled, and the ids that completed a stop string (nothing after them).
         logprobs: one per token id: its log-probability under the sampling distribution
@@ -163,7 +166,7 @@ def finish_generation(ids: list[int], logprobs: list[float], eos_ids: list[int],
         logprobs: their sampling log-probs (at least as many as the kept ids).
         eos_ids: ids that end a completion (:func:`eos_token_ids`).
         stop: stop strings (empty: none).
-        decode: ids -> text, special tokens skipped (``partial(tokenizer.decode, skip_special_tokens=True)``).
+        decode: ids -> text, special tokens kept (``partial(tokenizer.decode, skip_special_tokens=False)``).
     """
     eos_at = next((i for i, t in enumerate(ids) if t in eos_ids), None)
     body = ids if eos_at is None else ids[:eos_at]

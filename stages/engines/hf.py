@@ -376,6 +376,7 @@ class HFRolloutEngine:
 
     def _finish(self, ids: list[int], logprobs: list[float], params: SamplingParams) -> Generation:
         """Trim padding after eos / stop string, cut the text, and name the finish reason
-        (:func:`stages.engines.finish_generation`)."""
-        decode = functools.partial(self.tokenizer.decode, skip_special_tokens=True)
+        (:func:`stages.engines.finish_generation`); special tokens stay in the text
+        (:attr:`stages.engines.Generation.text`)."""
+        decode = functools.partial(self.tokenizer.decode, skip_special_tokens=False)
         return finish_generation(ids, logprobs, self.eos_ids, params.stop, decode)

@@ -47,6 +47,10 @@ kwargs={"weights_path": ...})`` (the worker's in-place reload from a folder) and
   applying such an adapter after a level-1 wake); a step without training rows syncs nothing,
   and its next rollouts still use a freshly loaded adapter. An engine built from a
   model folder (``lopd evaluate``) serves it as it is: no sleep mode, nothing to sync.
+* **a student folder** is served as it was trained (:func:`serving_args`): a LoRA adapter
+  folder as its base model plus the adapter through vLLM's LoRA path, a LoRA student merged in
+  float32 in float32 (vLLM's float32 path is UNVERIFIED ON A GPU, as the rest), anything else
+  in bfloat16.
 """
 from __future__ import annotations
 
@@ -80,7 +84,9 @@ def vllm_sampling_kwargs(params: SamplingParams, eos_ids: list[int], seed: int |
     strings, ``max_new_tokens`` -> ``max_tokens``, ``seed``; the eos ids stop the completion
     (``stop_token_ids``); ``logprobs=0``: the sampled token's log-prob only. Everything vLLM
     would otherwise let reshape the distribution is pinned off (penalties, min-p, min tokens),
-    as the ``hf`` engine pins the model's generation config.
+    as the ``hf`` engine pins the model's generation config. The text keeps special tokens, with
+    no space added between them (as the ``hf`` engine decodes: :attr:`stages.engines.Generation.text`);
+    vLLM leaves out the text of the eos or stop token id that ends a completion.
 
     Raises:
         ValueError: a temperature vLLM would not sample as asked (:func:`check_vllm_temperature`).
@@ -89,7 +95,47 @@ def vllm_sampling_kwargs(params: SamplingParams, eos_ids: list[int], seed: int |
     return dict(n=1, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or -1,
                 max_tokens=params.max_new_tokens, stop=list(params.stop), stop_token_ids=list(eos_ids), seed=seed,
                 logprobs=0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0, min_p=0.0,
-                min_tokens=0, ignore_eos=False, skip_special_tokens=True, include_stop_str_in_output=False)
+                min_tokens=0, ignore_eos=False, skip_special_tokens=False, spaces_between_special_tokens=False,
+                include_stop_str_in_output=False)
+
+
+def serving_args(model: str) -> tuple[dict[str, Any], str | None]:
+    """How vLLM serves the model folder or hub id ``model`` as it was trained: ``(LLM keyword
+    arguments: model, dtype and any LoRA settings; the LoRA adapter folder to serve through a
+    LoRARequest, or None)``.
+
+    * a LoRA adapter folder (``adapter_config.json`` without ``config.json``: ``lopd export``
+      without ``--merge``): its base model (:func:`stages.core.models.backbone.adapter_base`) with
+      ``enable_lora``, one LoRA, ``max_lora_rank`` the adapter's rank rounded up to one vLLM
+      takes, and the adapter applied unmerged (its update is never rounded onto the base's grid);
+    * a LoRA student merged in float32 (``final/student``, ``lopd export --merge``: its config
+      carries ``lopd_merged_lora``): float32, as ``load_policy`` loads it (in bfloat16 most of
+      a small merged update rounds back onto the base weights);
+    * any other folder or id: bfloat16 (the dtype the ``hf`` engine loads on a GPU).
+
+    Raises:
+        ValueError: an adapter vLLM cannot apply as trained (rank above 512, ``modules_to_save``,
+            DoRA), or an adapter_config.json without a base (one line naming the file).
+    """
+    import json
+
+    from stages.core.models.backbone import adapter_base, merged_lora, resolve_model
+
+    config = Path(model) / "adapter_config.json"
+    if not (config.is_file() and not (Path(model) / "config.json").is_file()):
+        return dict(model=model, dtype="float32" if merged_lora(model) else "bfloat16"), None
+    lora = json.loads(config.read_text())
+    rank = max([int(lora.get("r") or 0), *map(int, (lora.get("rank_pattern") or {}).values())])
+    if rank > LORA_RANKS[-1]:
+        raise ValueError(f"{config}: LoRA rank {rank} is above vLLM's largest, {LORA_RANKS[-1]}: "
+                         "lopd export --merge writes a whole model vLLM serves")
+    for key, what in (("modules_to_save", "fully trained modules"), ("use_dora", "DoRA")):
+        if lora.get(key):
+            raise ValueError(f"{config}: {key} ({what}) is not applied by vLLM's LoRA: "
+                             "lopd export --merge writes a whole model vLLM serves")
+    base = resolve_model(adapter_base(config))
+    return dict(model=base, dtype="float32" if merged_lora(base) else "bfloat16", enable_lora=True, max_loras=1,
+                max_lora_rank=next(r for r in LORA_RANKS if r >= rank)), str(model)
 
 
 def truncates(params: SamplingParams) -> bool:
@@ -119,7 +165,7 @@ class VLLMRolloutEngine:
 
     Args:
         model: the policy being trained (a transformers model, or a peft model holding
-            ``adapter``), or a model folder / hub id to serve as it is.
+            ``adapter``), or a model folder / hub id to serve as it is (:func:`serving_args`).
         tokenizer: its tokenizer (eos id, decoding); prompts arrive tokenized.
         adapter: the LoRA adapter of ``model`` to generate with; None: ``model``'s full weights.
         gpu_memory_utilization: vLLM's share of the GPU memory (weights + KV cache); default
@@ -131,8 +177,8 @@ class VLLMRolloutEngine:
 
     Raises:
         ValueError: vllm is not installed, ``adapter`` is not an adapter of ``model`` (or its
-            base model has no ``name_or_path``), a LoRA rank above 512, or a fully fine-tuned
-            ``model`` that is a peft model.
+            base model has no ``name_or_path``), a LoRA rank above 512, a fully fine-tuned
+            ``model`` that is a peft model, or an adapter folder vLLM cannot serve (:func:`serving_args`).
     """
 
     def __init__(self, model: nn.Module | str, tokenizer, *, adapter: str | None = None,
@@ -150,14 +196,18 @@ class VLLMRolloutEngine:
         self._asleep: set[str] = set()
         self.device = torch.device("cuda")
         kwargs: dict[str, Any] = {}
-        if isinstance(model, str):  # a folder or hub id, served as it is
+        served_adapter = None  # a LoRA adapter folder served as it is
+        if isinstance(model, str):  # a folder or hub id, served as it is (serving_args)
             from transformers import GenerationConfig
 
+            llm_args, served_adapter = serving_args(model)
+            path, self.dtype = llm_args.pop("model"), getattr(torch, llm_args.pop("dtype"))
+            kwargs.update(llm_args)
             try:
-                generation_eos = GenerationConfig.from_pretrained(model).eos_token_id
+                generation_eos = GenerationConfig.from_pretrained(path).eos_token_id
             except OSError:  # no generation_config.json: the tokenizer's eos alone
                 generation_eos = None
-            self.sleep_level, self.dtype, path = 0, torch.bfloat16, model
+            self.sleep_level = 0
         else:
             from stages.core.models.composer import base_model
 
@@ -193,6 +243,8 @@ class VLLMRolloutEngine:
                                       gpu_memory_utilization=share, max_model_len=max_model_len,
                                       enable_sleep_mode=self.sleep_level > 0, logprobs_mode="processed_logprobs",
                                       **kwargs)
+        if served_adapter is not None:
+            self._register_lora(served_adapter, "student")
 
     @property
     def context_window(self) -> int:

