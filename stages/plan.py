@@ -6,7 +6,8 @@ the student (LoRA rank, or 0 = full fine-tuning) and the sharding (``--shard``),
 rank, in bytes:
 
 - student weights: a LoRA student's frozen backbone in the run dtype plus its adapter (float32);
-  a full student unsharded in the run dtype (``P x b``), or sharded (``--shard fsdp``, N > 1)
+  a full student unsharded in float32 under a bf16/fp16 run (its master weights,
+  :func:`stages.core.models.backbone.master_dtype`: ``4P``), or sharded (``--shard fsdp``, N > 1)
   float32 master weights ``4P / N`` plus the layers gathered at a time in the run dtype (two
   decoder layers and the root's embedding and output head, :mod:`stages.core.run.sharding`);
 - gradients and AdamW state (two moments): in the parameters' dtype, sharded like them;
@@ -14,7 +15,8 @@ rank, in bytes:
   backbone copy carrying the composers; GRPO with ``kl_coef > 0``: a frozen reference;
   SDFT/OPSD: a frozen or EMA copy unless ``teacher=current``; SDPO: an EMA copy, or with a
   LoRA student a second adapter; Skill-SD: a copy of the student, or a second adapter, plus
-  GRPO's reference with ``kl_coef > 0``); never sharded;
+  GRPO's reference with ``kl_coef > 0``); never sharded; frozen ones in the run dtype, EMA
+  copies and copies of a full student in the student's float32;
 - composer (LOPD): its LoRA psi and compressor (float32 weights, gradients, AdamW) and the
   frozen anchor phi_0;
 - activations of one micro-batch (:func:`stages.core.run.resources.step_memory_bytes`, float32
@@ -187,19 +189,23 @@ def _student(b: Backbone, p: PlanInput, bytes_: int) -> dict[str, int]:
         return {"student weights": 4 * P // p.nproc, "gathered layers (update)": gathered,
                 "gradients": 4 * P // p.nproc, "optimizer (AdamW)": 8 * P // p.nproc,
                 "gathered weights (rollout)": P * bytes_}
-    return {"student weights": P * bytes_, "gradients": P * bytes_, "optimizer (AdamW)": 2 * P * bytes_}
+    master = max(bytes_, 4)  # a whole student's weights stay float32 under bf16/fp16 (master_dtype)
+    return {"student weights": P * master, "gradients": P * master, "optimizer (AdamW)": 2 * P * master}
 
 
 def _teacher(b: Backbone, p: PlanInput, bytes_: int) -> int:
     """Bytes of the frozen / EMA copies the method holds besides the student."""
     full = p.student_lora_rank == 0
-    copies = {"lopd": int(full), "grpo": int(full and p.kl_coef > 0),
-              "sdft": int(full and p.teacher != "current"), "opsd": int(full and p.teacher != "current"),
-              "sdpo": int(full), "skill-sd": int(full) + int(full and p.kl_coef > 0)}[p.method]
+    frozen = {"lopd": int(full), "grpo": int(full and p.kl_coef > 0),
+              "sdft": int(full and p.teacher == "frozen"), "opsd": int(full and p.teacher == "frozen"),
+              "sdpo": 0, "skill-sd": int(full and p.kl_coef > 0)}[p.method]
+    # EMA teachers and copies of a whole student keep its float32 (master_dtype)
+    kept = {"sdft": int(full and p.teacher == "ema"), "opsd": int(full and p.teacher == "ema"),
+            "sdpo": int(full), "skill-sd": int(full)}.get(p.method, 0)
     adapter = 0  # SDPO's and Skill-SD's teacher adapter beside a LoRA student's (float32)
     if not full and p.method in ("sdpo", "skill-sd"):
         adapter = 4 * b.lora_params(p.student_lora_rank, ("q_proj", "k_proj", "v_proj", "o_proj"))
-    return copies * b.params() * bytes_ + adapter
+    return (frozen * bytes_ + kept * max(bytes_, 4)) * b.params() + adapter
 
 
 def _composer(b: Backbone, p: PlanInput) -> int:

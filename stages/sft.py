@@ -18,10 +18,13 @@ re-tokenized from their text, with a warning (:func:`stages.core.data.rows.train
 Run folder ``out`` (rules of :mod:`stages.core.run.runs`): ``config.json``, ``manifest.json``,
 ``metrics.jsonl`` (one row per step: nll, tokens, seconds), ``checkpoints/step-N``
 (student + optimizer, resumable with ``--resume``), and ``final/student``: a plain
-``save_pretrained`` folder (a LoRA student merged) that ``--model`` of every stage takes.
+``save_pretrained`` folder (a LoRA student merged) that ``--model`` of every stage takes. Under a
+bf16/fp16 run a fully fine-tuned student keeps float32 weights and AdamW state (its forwards
+compute in the run dtype under autocast), so checkpoints and ``final/student`` hold float32.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from pathlib import Path
@@ -172,7 +175,7 @@ def run(config: SftConfig, console: Console | None = None,
 
     from stages.core.data.rows import pad_rows, training_rows
     from stages.core.models.assembly import load_student, save_final, save_student
-    from stages.core.models.backbone import resolve_device_dtype
+    from stages.core.models.backbone import compute_autocast, resolve_device_dtype
 
     device, dtype = resolve_device_dtype(config.device, config.dtype)
     student, adapter, tokenizer, params = load_student(config.model, config.lora_rank, ckpt,
@@ -181,6 +184,8 @@ def run(config: SftConfig, console: Console | None = None,
     if not rows:
         raise ValueError(f"no row of {len(trajectories)} fits --max-len {config.max_len}: raise it")
     optimizer = torch.optim.AdamW(params, lr=config.lr)
+    # a whole student keeps float32 weights under bf16/fp16 (load_student) and computes in the run dtype
+    forwards = compute_autocast(device, dtype) if adapter is None else contextlib.nullcontext()
     start = 0
     if ckpt is not None:
         with readable(ckpt / OPTIMIZER_FILE, "optimizer state"):
@@ -209,7 +214,8 @@ def run(config: SftConfig, console: Console | None = None,
             t0 = time.perf_counter()
             picked = [rows[i] for i in seeded_stream(len(rows), config.seed, (step - 1) * config.batch_size,
                                                      config.batch_size)]
-            loss, metrics = nll_step(student, pad_rows(tokenizer, picked, device=device))
+            with forwards:
+                loss, metrics = nll_step(student, pad_rows(tokenizer, picked, device=device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))

@@ -26,7 +26,7 @@ def test_qwen3_8b_full_fine_tuning_fits_80gb_only_sharded():
     common = dict(backbone="qwen3-8b", method="lopd", nproc=8, student_lora_rank=0, micro_batch=1,
                   max_len=4096, activation_checkpointing=True)
     whole, sharded = plan(PlanInput(**common)), plan(PlanInput(**common, shard="fsdp"))
-    assert whole.components["student weights"] == 2 * b.params()  # bfloat16, every rank
+    assert whole.components["student weights"] == 4 * b.params()  # float32 master weights, every rank
     assert sharded.components["student weights"] == 4 * b.params() // 8  # float32 master, 1/8 each
     assert sharded.components["optimizer (AdamW)"] == 8 * b.params() // 8
     assert not whole.fits and sharded.fits and sharded.peak < whole.peak - 40 * GB
@@ -98,11 +98,11 @@ def test_sdpo_and_skill_sd_hold_a_teacher_copy_of_a_full_student_and_an_adapter_
     b = backbone_of("qwen3-4b")
     full = plan(PlanInput(backbone="qwen3-4b", method=method, student_lora_rank=0))
     lora = plan(PlanInput(backbone="qwen3-4b", method=method, student_lora_rank=8))
-    assert full.components["teacher copies"] == 2 * b.params()  # bfloat16
+    assert full.components["teacher copies"] == 4 * b.params()  # a float32 copy of the float32 student
     assert lora.components["teacher copies"] == 4 * b.lora_params(8, ("q_proj", "k_proj", "v_proj", "o_proj"))
     assert full.components["composer + anchor"] == 0
     assert plan(PlanInput(backbone="qwen3-4b", method="skill-sd", student_lora_rank=0,
-                          kl_coef=0.1)).components["teacher copies"] == 4 * b.params()  # + GRPO's reference
+                          kl_coef=0.1)).components["teacher copies"] == 6 * b.params()  # + GRPO's bf16 reference
 
 
 def test_distill_refuses_a_step_that_outgrows_free_memory_with_the_flags_that_fit(monkeypatch):

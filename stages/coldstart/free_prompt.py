@@ -43,14 +43,17 @@ class FreePrompt(nn.Module):
         row_norm = emb.detach().float().norm(dim=-1).mean()
         g = torch.Generator().manual_seed(seed)
         v_Nd = torch.randn(J * K, emb.shape[1], generator=g)
-        self.vectors_Nd = nn.Parameter((v_Nd / v_Nd.norm(dim=-1, keepdim=True) * row_norm).to(emb.device, emb.dtype))
+        # float32 under a bf16/fp16 backbone (an AdamW step would round away), latents in its dtype
+        self.vectors_Nd = nn.Parameter((v_Nd / v_Nd.norm(dim=-1, keepdim=True) * row_norm).to(
+            emb.device, torch.promote_types(emb.dtype, torch.float32)))
+        self.out_dtype = emb.dtype
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [self.vectors_Nd]
 
     def forward(self, exp_ids_BJL: Tensor, exp_mask_BJL: Tensor) -> Tensor:
         """c_BNd (B, J*K, d): the free vectors, whatever the experiences."""
-        return self.vectors_Nd.unsqueeze(0).expand(exp_ids_BJL.shape[0], -1, -1)
+        return self.vectors_Nd.to(self.out_dtype).unsqueeze(0).expand(exp_ids_BJL.shape[0], -1, -1)
 
 
 def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentBatch], *, steps: int, lr: float,

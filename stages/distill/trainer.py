@@ -10,6 +10,7 @@ loss metrics are summed over the processes, so the update is the single-process 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from stages.core.models.assembly import save_student
+from stages.core.models.backbone import compute_autocast
 from stages.core.run import checkpoint as ckpt
 from stages.core.run import distributed, resources, sharding
 from stages.core.run.distributed import World
@@ -80,6 +82,14 @@ class Trainer:
                   if self.world.is_main else None)
         return distributed.broadcast(folder, self.world)
 
+    def _forwards(self):
+        """The context of the update's forwards: a whole student keeps float32 weights under a
+        bf16/fp16 run (:func:`stages.core.models.assembly.load_student`) and computes in the run
+        dtype under autocast; a LoRA student's forwards run as they are."""
+        if self.method.student.adapter is not None:
+            return contextlib.nullcontext()
+        return compute_autocast(self.method.device, self.method.dtype)
+
     def _timed(self, phase: str, t0: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - t0
 
@@ -103,7 +113,8 @@ class Trainer:
         if begun:
             t0 = time.perf_counter()
             lo, hi = mine[0][0], mine[-1][1]  # this process's contiguous share
-            method.begin_update(rows[lo:hi], batch.extras[lo:hi])
+            with self._forwards():
+                method.begin_update(rows[lo:hi], batch.extras[lo:hi])
             self._timed("forward_s", t0)
         for span in spans:
             if span is None or not finite:  # sharded only (a whole student stops at a non-finite loss)
@@ -112,7 +123,8 @@ class Trainer:
             lo, hi = span
             part = rows[lo:hi]
             t0 = time.perf_counter()
-            loss, m = method.loss(part, batch.extras[lo:hi], len(part) / len(rows))
+            with self._forwards():
+                loss, m = method.loss(part, batch.extras[lo:hi], len(part) / len(rows))
             self._timed("forward_s", t0)
             finite = bool(torch.isfinite(loss))
             if not finite and self.shard is None:

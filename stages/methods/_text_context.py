@@ -168,8 +168,10 @@ class TextTeacher:
             self.adapter = TEACHER_ADAPTER
         elif kind == "ema":
             if resume_from:
-                from stages.core.models.backbone import load_policy
-                saved = load_policy(str(resume_from / TEACHER_FOLDER), dtype=dtype, device=device)[0]
+                from stages.core.models.backbone import load_policy, master_dtype, resolve_device_dtype
+                device, dtype = resolve_device_dtype(device, dtype)
+                # the EMA accumulates in float32 under a bf16 run (master_dtype), as saved
+                saved = load_policy(str(resume_from / TEACHER_FOLDER), dtype=master_dtype(dtype), device=device)[0]
                 self.model = saved.requires_grad_(False)
             else:
                 self.model = frozen_teacher_copy(student.model)

@@ -55,6 +55,7 @@ from stages.core.latent.privileged import privileged_prefix
 from stages.core.latent.teacher import context_teacher_logits
 from stages.core.losses.sdpo import sdpo_topk_loss
 from stages.core.models.assembly import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
+from stages.core.models.backbone import master_dtype
 from stages.core.models.composer import add_lora_adapter, adapter_parameters, preserve_requires_grad
 from stages.core.models.student import student_logits
 from stages.core.run.checkpoint import readable
@@ -158,7 +159,7 @@ class SDPO(Method):
                 from transformers import AutoModelForCausalLM
                 with readable(saved, "the saved teacher"):
                     self.teacher_model = AutoModelForCausalLM.from_pretrained(
-                        str(saved), dtype=getattr(torch, self.dtype), use_kernels=False)  # no Hub kernels
+                        str(saved), dtype=getattr(torch, master_dtype(self.dtype)), use_kernels=False)  # no Hub kernels
                 self.teacher_model.to(self.device).requires_grad_(False).eval()
             else:
                 self.teacher_model = frozen_teacher_copy(s.model)

@@ -30,7 +30,9 @@ from stages.core.models.composer import (
     COMPRESSOR_FILE, Composer, adapter_parameters, add_lora_adapter, base_model, preserve_requires_grad,
 )
 from stages.core.models.composer_config import read_composer_config
-from stages.core.models.backbone import load_policy, merge_lora_float32, resolve_model
+from stages.core.models.backbone import (
+    load_policy, master_dtype, merge_lora_float32, resolve_device_dtype, resolve_model,
+)
 from stages.core.models.student import STUDENT_ADAPTER
 from stages.core.run.checkpoint import OPTIMIZER_FILE, readable
 from stages.core.run.modes import share
@@ -136,14 +138,18 @@ def load_student(model: str, lora_rank: int, resume_from: Path | None,
     ``resume_from/student`` when resuming), or with ``lora_rank=0`` the whole model (from
     ``resume_from/student`` when resuming). Only the student's parameters require grad. The
     backbone is loaded on ``device`` in ``dtype`` (None: :func:`load_policy`'s automatic
-    choice); peft keeps a LoRA adapter of a bf16/fp16 backbone in float32.
+    choice); peft keeps a LoRA adapter of a bf16/fp16 backbone in float32, and a whole student
+    is loaded in :func:`~stages.core.models.backbone.master_dtype` (float32 under bf16/fp16:
+    its forwards compute in ``dtype`` under
+    :func:`~stages.core.models.backbone.compute_autocast`).
 
     Returns:
         ``(module, adapter or None, tokenizer, trainable parameters)``.
     """
     if lora_rank == 0:
         source = str(resume_from / "student") if _whole_student(resume_from) else model
-        net, tokenizer = load_policy(source, dtype=dtype, device=device)
+        device, dtype = resolve_device_dtype(device, dtype)
+        net, tokenizer = load_policy(source, dtype=master_dtype(dtype), device=device)
         net.requires_grad_(True)
         return net, None, tokenizer, list(net.parameters())
     backbone, tokenizer = load_policy(model, dtype=dtype, device=device)
@@ -176,8 +182,9 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
 
     Only ``student_params`` and ``composer_params`` (empty with ``freeze_composer``) require
     grad afterwards; every base weight is frozen. Every module lives on ``device`` in ``dtype``
-    (None: :func:`load_policy`'s automatic choice; the compressors follow the backbone, peft
-    keeps LoRA adapters of a bf16/fp16 backbone in float32).
+    (None: :func:`load_policy`'s automatic choice), except the trainable ones: a whole student
+    and the compressors are kept in :func:`~stages.core.models.backbone.master_dtype` (float32
+    under bf16/fp16), and peft keeps LoRA adapters of a bf16/fp16 backbone in float32.
 
     The composer's recorded ``backbone_id`` may be ``model`` itself or its resolved local
     path; it is checked before any model is loaded.
@@ -188,12 +195,16 @@ def load_models(model: str, composer_dir: Path, resume_from: Path | None, *, lor
     recorded = read_composer_config(composer_dir)["backbone_id"]  # a name, or an older run's resolved path
     if recorded not in (model, resolve_model(model)):  # before loading (or downloading) the model
         raise ValueError(f"composer in {composer_dir} was trained on backbone {recorded}, got {model}")
+    device, dtype = resolve_device_dtype(device, dtype)
     if lora_rank == 0 and _whole_student(resume_from):
-        student, tokenizer = load_policy(str(resume_from / "student"), dtype=dtype, device=device)
+        student, tokenizer = load_policy(str(resume_from / "student"), dtype=master_dtype(dtype), device=device)
+        backbone = load_policy(model, dtype=dtype, device=device)[0]
+    elif lora_rank == 0:  # the student from the checkpoint's own values, not the bf16 rounding
+        student, tokenizer = load_policy(model, dtype=master_dtype(dtype), device=device)
         backbone = load_policy(model, dtype=dtype, device=device)[0]
     else:
         backbone, tokenizer = load_policy(model, dtype=dtype, device=device)
-        student = copy.deepcopy(backbone) if lora_rank == 0 else None
+        student = None
     composer = load_composer(backbone, resume_from / "composer" if resume_from else composer_dir,
                              trainable=True, backbone_id=recorded)
     backbone = composer.backbone
@@ -246,7 +257,8 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
     float32 on the CPU (:func:`~stages.core.models.backbone.merge_lora_float32`: W + s * B A kept
     in float32 whatever the run's dtype, since a bf16 merge rounds most of a small update away),
     so the folder loads with ``AutoModelForCausalLM.from_pretrained`` and the training backbone
-    stays untouched. A fully fine-tuned ``student`` is saved as it is (in the run's dtype).
+    stays untouched. A fully fine-tuned ``student`` is saved as it is: in float32 for a bf16/fp16
+    run (its master weights, :func:`load_student`), its ``config.json`` naming the dtype.
     ``export(folder)`` writes the method's own final artifacts (LOPD: ``composer/``).
     Written to a temporary folder and renamed, so ``final`` is complete or absent; ``final``
     names its checkpoint in ``checkpoint.txt``, and one already made from ``checkpoint`` is kept
@@ -277,8 +289,9 @@ def save_final(out: Path, checkpoint: Path, *, model: str, tokenizer, student: n
 def frozen_teacher_copy(model: nn.Module) -> nn.Module:
     """A deep copy of ``model`` in eval mode with every parameter frozen (requires_grad False).
 
-    The copy shares no storage with ``model`` (it costs a second set of weights); ``model``
-    itself is left as it is.
+    The copy shares no storage with ``model`` (it costs a second set of weights) and keeps its
+    dtype: a copy of a fully fine-tuned student is float32 under a bf16 run (:func:`load_student`),
+    so an EMA of it (:func:`ema_update_`) accumulates in float32. ``model`` is left as it is.
     """
     teacher = copy.deepcopy(model)
     teacher.requires_grad_(False)
@@ -298,9 +311,15 @@ def ema_update_(teacher: nn.Module, student: nn.Module, rate: float) -> None:
     ``rate=1`` copies the student.
 
     Raises:
-        ValueError: ``rate`` outside [0, 1], or the two modules' parameter names or shapes differ.
+        ValueError: ``rate`` outside [0, 1]; the two modules' parameter names or shapes differ; a
+            bfloat16 / float16 teacher with ``0 < rate < 1`` (its entries would mostly not move:
+            keep EMA copies in :func:`~stages.core.models.backbone.master_dtype`).
     """
     _check_rate(rate)
+    low = {p.dtype for p in teacher.parameters()} & {torch.bfloat16, torch.float16}
+    if low and 0.0 < rate < 1.0:
+        raise ValueError(f"EMA teacher in {low.pop()}: a rate-{rate} step rounds away on most entries; "
+                         "keep the EMA copy in float32")
     t_params, s_params = dict(teacher.named_parameters()), dict(student.named_parameters())
     if t_params.keys() != s_params.keys():
         odd = sorted(t_params.keys() ^ s_params.keys())

@@ -15,6 +15,9 @@
 * :func:`resolve_device_dtype` turns the stages' ``--device`` / ``--dtype`` (None = automatic)
   into the values every model of a run is loaded with: CUDA in bfloat16 when a GPU is visible,
   else the CPU in float32 (bf16 is ~25x slower than fp32 on a CPU without bf16 units, as AVX2).
+* :func:`master_dtype` is the dtype trainable weights and EMA copies are kept in for a run dtype
+  (float32 under bfloat16/float16), :func:`compute_autocast` the autocast context in which such
+  float32 weights compute in the run dtype.
 
 Rollout engines live in :mod:`stages.engines`; chat rendering and training masks in
 :mod:`stages.core.text.chat`.
@@ -81,6 +84,35 @@ def resolve_device_dtype(device: str | None = None, dtype: str | None = None) ->
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     return device, dtype
+
+
+# run dtypes whose weights round away small updates: trainable weights and EMA copies stay float32
+_LOW_PRECISION = ("bfloat16", "float16")
+
+
+def master_dtype(dtype: str) -> str:
+    """The dtype trainable parameters (and their AdamW state) and EMA teacher copies keep in a run
+    of ``dtype``: float32 for bfloat16 / float16, else ``dtype`` itself.
+
+    A bf16 weight moves only by steps of 2^-8 of its magnitude: an AdamW update of lr 5e-5 or an
+    EMA step at rate 0.001 lies below half such a step for most entries and rounds away (the
+    weight never moves). Kept in float32 they accumulate every update; frozen weights may stay
+    in ``dtype``.
+    """
+    return "float32" if dtype in _LOW_PRECISION else dtype
+
+
+def compute_autocast(device: str, dtype: str):
+    """``torch.autocast`` in ``dtype`` on ``device``'s type for a bfloat16 / float16 run (its
+    float32 master weights then compute matmuls in ``dtype``, gradients reach them in float32),
+    else a context that changes nothing. Wrap forwards only, not backwards."""
+    import contextlib
+
+    import torch
+
+    if dtype not in _LOW_PRECISION:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))
 
 
 def cache_root() -> Path:

@@ -277,9 +277,10 @@ class Composer(nn.Module):
         self.span_marker = list(span_marker)
         emb = base.get_input_embeddings().weight
         target_norm = latent_scale * emb.detach().float().norm(dim=-1).mean().item()
+        # float32 under a bf16/fp16 backbone: an AdamW step would round away on most bf16 entries
         self.compressor = LatentCompressor(d, K, depth, heads, mlp_ratio, target_norm, qformer_shared,
                                            memory_norm, readout).to(
-            device=emb.device, dtype=emb.dtype
+            device=emb.device, dtype=torch.promote_types(emb.dtype, torch.float32)
         )
 
     def trainable_parameters(self) -> list[nn.Parameter]:
@@ -288,6 +289,10 @@ class Composer(nn.Module):
 
     def encode(self, exp_ids_NL: Tensor, exp_mask_NL: Tensor) -> Tensor:
         """E_j for N experience sequences (Eq. 5-6): latents_NKd (N, K, d), backbone dtype.
+
+        The compressor keeps float32 parameters under a bf16/fp16 backbone (the LoRA psi too,
+        as peft does): the backbone's hidden states enter it cast to its dtype, its latents
+        leave in the backbone's dtype.
 
         Args:
             exp_ids_NL: LongTensor (N, L), right-padded token ids of "task x + experience m_j".
@@ -313,12 +318,13 @@ class Composer(nn.Module):
                 input_ids=exp_ids_NL, attention_mask=mask_NL.long(), use_cache=False
             ).last_hidden_state  # (N, L, d)
         embed = base_model(self.backbone).get_input_embeddings()
+        dtype = self.compressor.queries.dtype
         emb_NLd = None
         if self.compressor.readout == "pointer":
-            emb_NLd = embed(exp_ids_NL)
+            emb_NLd = embed(exp_ids_NL).to(dtype)
         elif self.compressor.readout == "span":
-            emb_NLd = embed(exp_ids_NL.gather(1, span_positions(exp_ids_NL, mask_NL, self.span_marker, self.K)))
-        return self.compressor(hidden_NLd, mask_NL, emb_NLd)
+            emb_NLd = embed(exp_ids_NL.gather(1, span_positions(exp_ids_NL, mask_NL, self.span_marker, self.K))).to(dtype)
+        return self.compressor(hidden_NLd.to(dtype), mask_NL, emb_NLd).to(hidden_NLd.dtype)
 
     def forward(self, exp_ids_BJL: Tensor, exp_mask_BJL: Tensor) -> Tensor:
         """c_phi of Eq. 7: latents of J experiences per row, concatenated over j.
