@@ -55,7 +55,10 @@ def test_values_map_by_kind_and_id_prefix_in_order():
     assert {k: mapping[k] for k in ("A-595", "A-990", "120", "Fri", "14", "Rent", "Finn Silva", "Silva")} == {
         "A-595": "A-1", "A-990": "A-2", "120": 45, "Fri": "Mon", "14": 9, "Rent": "Food",
         "Finn Silva": "Ann Lee", "Silva": "Lee"}
-    assert "C-1" not in mapping  # the target has no C- id: no counterpart
+    assert "C-1" not in mapping  # the target has no C- id, nor an id left over: no counterpart
+    # ids of a prefix the other text lacks pair up in order with the target's ids left over
+    assert cn.value_map("Add 23 units of C-383 and move T-680 to bin B3.", "Add 43 units of N-523 and move T-619.") == {
+        "C-383": "N-523", "T-680": "T-619", "23": 43, "Add": "Add"}
     args = {"source": "A-595", "target": "A-990", "amount": 120, "day": "Fri", "hour": 14, "card": "C-1",
             "memo": "paid A-595", "flag": True, "tags": ["Rent", "x"]}
     assert cn.substitute(args, mapping) == {

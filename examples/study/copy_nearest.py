@@ -93,14 +93,19 @@ def _groups(text: str) -> dict[str, list[Any]]:
 def value_map(source: str, target: str) -> dict[str, Any]:
     """Which value of ``target`` stands for each value of ``source``: the i-th distinct value of a
     kind in ``source`` (ids of one prefix, integers, quoted strings, days, hours, capitalised words,
-    pairs of them; :func:`_groups`) maps to the i-th of the same kind in ``target``. Keys are the
-    source values as text (``"12"`` for the integer 12); a value with no counterpart is not a key;
-    where one text is two kinds' value, the first kind in that order keeps it."""
+    pairs of them; :func:`_groups`) maps to the i-th of the same kind in ``target``; then the ids
+    left without a counterpart map, in order, to the target's ids not yet used (other prefixes).
+    Keys are the source values as text (``"12"`` for the integer 12); a value with no counterpart
+    is not a key; where one text is two kinds' value, the first kind in that order keeps it."""
     theirs = _groups(target)
     out: dict[str, Any] = {}
     for kind, values in _groups(source).items():
         for old, new in zip(values, theirs.get(kind, [])):
             out.setdefault(str(old), new)
+    ids = lambda text: list(dict.fromkeys(exploits.text_values(text)["ids"]))  # noqa: E731
+    used = set(out.values())
+    for old, new in zip([v for v in ids(source) if v not in out], [v for v in ids(target) if v not in used]):
+        out[old] = new
     return out
 
 
