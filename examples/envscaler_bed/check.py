@@ -126,7 +126,7 @@ def play(env: LopdBedEnv, task: Task, actions: list[str]) -> tuple[list, Any]:
     return messages, result
 
 
-def _texts(calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def call_texts(calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """Action texts of ``calls`` (one ``<tool_call>`` each), then the final reply."""
     from stages.core.text.chat import format_tool_calls
 
@@ -147,7 +147,7 @@ def play_exploits(env: LopdBedEnv, task: Task) -> dict[str, bool]:
     for name, policy in exploits.POLICIES.items():
         calls = None if name == "do_nothing" else policy(tools, spec.text, ref, other_calls)
         if calls is not None:
-            _, result = play(env, task, _texts(calls))
+            _, result = play(env, task, call_texts(calls))
             out[name] = result is not None and result.reward >= 1.0
     return out
 
