@@ -43,3 +43,13 @@ def test_pending_runs_and_the_behaviour_hypothesis():
     assert table["6"][1] == "pending" and "lopd-text" in table["6"][0]
     assert table["8"][1] == "holds"  # GRPO makes 4 calls per task, LOPD 2: fewer calls per step and repeats
     assert table["2"][1] == "not contradicted (within 2 SE)"
+
+
+def test_the_reference_line_pairs_lopd_with_copy_nearest_on_the_same_tasks():
+    lopd = [i < 30 for i in range(N)]
+    results = _results({("lopd", 0): lopd}, [False] * N)
+    copied = [i < 10 for i in range(N)]
+    reference = {"splits": {"test": {"n": N, "success_rate": 0.25, "success_rate_se": 0.07,
+                                     "rows": [{"task_id": f"t{i}", "success": s} for i, s in enumerate(copied)]}}}
+    lines = verdicts_mod.reference_lines(results, reference)
+    assert lines[-1] == "- `test`: copy-nearest 0.250 ± 0.070 (n 40); LOPD - copy-nearest = +0.500 ± 0.080 (20 up, 0 down)"

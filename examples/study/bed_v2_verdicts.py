@@ -3,7 +3,11 @@ its results.json alone: per hypothesis the paired difference over the same tasks
 error, the seeds' spread, and the verdict. Written before the study's first run, so the reading of
 every hypothesis is fixed before any number exists.
 
-    python examples/study/bed_v2_verdicts.py docs/results/bed-cpu-v2/results.json [--out verdicts.md]
+    python examples/study/bed_v2_verdicts.py docs/results/bed-cpu-v2/results.json [--out verdicts.md] \
+        [--reference docs/results/bed-cpu-v2/copy-nearest.json]
+
+``--reference``: the copy-nearest policy's scores (examples/study/copy_nearest.py), what retrieval alone
+solves, shown per split with LOPD's paired difference to it.
 
 Rules (README): success under the `exact` rules on the final evaluations (`lopd-bed` = the 270
 `test` tasks, `lopd-bed-values` = `test_values`, `lopd-bed-transfer` = `transfer`); a run on
@@ -161,12 +165,38 @@ def _gain_gap(results: dict) -> dict:
             "text": f"gain on test {t['mean']:+.3f} ± {t['se']:.3f}, on test_values {v['mean']:+.3f} ± {v['se']:.3f}"}
 
 
-def markdown(results: dict) -> str:
+SPLIT_OF = {TEST: "test", VALUES: "test_values", TRANSFER: "transfer"}
+
+
+def reference_lines(results: dict, reference: dict) -> list[str]:
+    """Per split: the copy-nearest policy's success ± SE and LOPD minus it, paired over tasks."""
+    lines = ["", "Reference line that learns nothing (copy the nearest train reference's calls, the task's values "
+             "put in):"]
+    for bench, split in SPLIT_OF.items():
+        got = reference["splits"].get(split)
+        if got is None:
+            continue
+        text = f"- `{split}`: copy-nearest {got['success_rate']:.3f} ± {got['success_rate_se']:.3f} (n {got['n']})"
+        try:
+            lopd = per_task(results, "lopd", bench, "success")
+            stat = paired_difference([{"task_id": r["task_id"], "success": r["success"]} for r in got["rows"]], lopd,
+                                     "success")
+            if stat is not None:
+                text += f"; LOPD - copy-nearest = {stat[0]:+.3f} ± {stat[1]:.3f} ({stat[3]} up, {stat[4]} down)"
+        except Pending:
+            text += "; LOPD pending"
+        lines.append(text)
+    return lines
+
+
+def markdown(results: dict, reference: dict | None = None) -> str:
     lines = ["| hypothesis | evidence (paired over tasks) | verdict |", "|---|---|---|"]
     lines += [f"| {h} | {e} | {v} |" for h, e, v in verdicts(results)]
     runs = sorted({f["run"] for f in results.get("finished", {}).values()})
     lines += ["", "Per-seed success on `test`: " + "; ".join(
         f"{run}: {spread(results, run)}" for run in runs if _has(results, run))]
+    if reference is not None:
+        lines += reference_lines(results, reference)
     return "\n".join(lines) + "\n"
 
 
@@ -182,8 +212,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="the study's results.json")
     parser.add_argument("--out", type=Path, help="also write the table here")
+    parser.add_argument("--reference", type=Path, help="copy_nearest.py's JSON (what retrieval alone solves)")
     args = parser.parse_args()
-    text = markdown(json.loads(args.results.read_text()))
+    reference = json.loads(args.reference.read_text()) if args.reference else None
+    text = markdown(json.loads(args.results.read_text()), reference)
     print(text, end="")
     if args.out:
         args.out.write_text(text)
