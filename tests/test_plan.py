@@ -29,7 +29,8 @@ def test_qwen3_8b_full_fine_tuning_fits_80gb_only_sharded():
     assert whole.components["student weights"] == 2 * b.params()  # bfloat16, every rank
     assert sharded.components["student weights"] == 4 * b.params() // 8  # float32 master, 1/8 each
     assert sharded.components["optimizer (AdamW)"] == 8 * b.params() // 8
-    assert not whole.fits and sharded.fits and sharded.peak < whole.peak - 40 * GB
+    # (the sharded head computes full logits: 7.5 GB of the 4096 x 151,936 float32 ones and their gradient)
+    assert not whole.fits and sharded.fits and sharded.peak < whole.peak - 30 * GB
     text = render(PlanInput(**common, shard="fsdp"), sharded)
     assert "FSDP2 over 8 ranks" in text and "fits on 80 GB" in text
 
@@ -56,7 +57,7 @@ def test_plan_command_prints_the_verdict_and_refuses_bad_settings():
 
 
 def test_a_plan_that_does_not_fit_names_the_flags_that_do():
-    p = PlanInput(backbone="qwen3-4b", gpu_gb=24)
+    p = PlanInput(backbone="qwen3-4b", gpu_gb=16)
     fit = fitting(p)
     assert not plan(p).fits and fit.fits and fit.changes == {"activation_checkpointing": True, "micro_batch": 1}
     assert plan(replace(p, **fit.changes)).fits and not plan(replace(p, micro_batch=2, activation_checkpointing=True)).fits
@@ -64,9 +65,9 @@ def test_a_plan_that_does_not_fit_names_the_flags_that_do():
     assert fitting(replace(p, gpu_gb=200)).changes == {}  # it fits already
     assert fitting(replace(p, student_lora_rank=0, nproc=8, gpu_gb=40)).changes.get("shard") == "fsdp"
     assert "shard" not in fitting(replace(p, student_lora_rank=0, gpu_gb=40)).changes  # one rank: nothing to shard
-    out = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "24"])
-    assert out.exit_code == 1 and "does NOT fit on 24 GB" in out.output  # a script can test the verdict
-    assert "fits 24 GB with --activation-checkpointing --micro-batch 1 (peak after" in out.output
+    out = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "16"])
+    assert out.exit_code == 1 and "does NOT fit on 16 GB" in out.output  # a script can test the verdict
+    assert "fits 16 GB with --activation-checkpointing --micro-batch 1 (peak after" in out.output
     assert CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "200"]).exit_code == 0
     tiny = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "4"])
     assert tiny.exit_code == 1 and "still does NOT fit 4 GB with" in tiny.output and "a larger GPU or more ranks" in tiny.output
@@ -98,7 +99,7 @@ def test_distill_refuses_a_step_that_outgrows_free_memory_with_the_flags_that_fi
     with pytest.raises(ValueError, match=r"^distill: a step needs about \d+\.\d GB \(lopd plan's estimate for micro-batch "
                                          r"4 x 8192 tokens \(no --max-len: whole episodes of 30 turns x 256 tokens "
                                          r"assumed\), float32; .*\), 20\.0 GB of memory available: fits 20 GB with "
-                                         r"--activation-checkpointing --micro-batch"):
+                                         r"--activation-checkpointing"):
         check_distill_memory(config, config.options)
     p = run_plan_input(config, config.options, nproc=1, dtype="float32", available_bytes=int(20 * GB))
     changes = fitting(p).changes
