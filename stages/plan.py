@@ -17,17 +17,18 @@ rank, in bytes:
   GRPO's reference with ``kl_coef > 0``); never sharded;
 - composer (LOPD): its LoRA psi and compressor (float32 weights, gradients, AdamW) and the
   frozen anchor phi_0;
-- activations of one micro-batch (:func:`stages.core.run.resources.step_memory_bytes`, float32
-  activations scaled to the run dtype; logits stay float32); one forward (the student's; the
-  other methods' teachers run without gradient) for every method but LOPD, student + teacher +
-  composer encoder for LOPD;
+- activations of one micro-batch (:func:`stages.core.run.resources.step_memory_bytes` in the
+  run dtype): one forward with gradient (the student's; the other methods' teachers run without
+  gradient) for every method but LOPD, student + teacher + composer encoder for LOPD; the losses'
+  LM-head chunks; full float32 logits only where the head is sharded;
 - the rollout (HF engine): the KV cache of ``rollout_batch`` sequences and, for a sharded
   student, the full weights gathered in the run dtype while it generates;
 - a fixed allowance for the CUDA context and allocator slack (:data:`RUNTIME_BYTES`), or on the
   CPU the process's libraries and the store's embedder (:data:`CPU_RUNTIME_BYTES`).
 
 The peak is the larger of the update phase and the rollout phase. The numbers are estimates
-(the activation model was calibrated on one CPU run; see :mod:`stages.core.run.resources`).
+(the activation model counts the tensors a decoder forward saves for its backward, checked
+against real CPU distill steps: :mod:`stages.core.run.resources`, docs/results/memory-estimate.md).
 
 A plan that does not fit comes with the settings that would (:func:`fitting`): the changes
 below tried in turn, each kept while it lowers the peak, until the peak fits.
