@@ -19,16 +19,18 @@ rank, in bytes:
   copies and copies of a full student in the student's float32;
 - composer (LOPD): its LoRA psi and compressor (float32 weights, gradients, AdamW) and the
   frozen anchor phi_0;
-- activations of one micro-batch (:func:`stages.core.run.resources.step_memory_bytes`, float32
-  activations scaled to the run dtype; logits stay float32); one forward (the student's; the
-  other methods' teachers run without gradient) for every method but LOPD, student + teacher +
-  composer encoder for LOPD;
+- activations of one micro-batch (:func:`stages.core.run.resources.step_memory_bytes` in the
+  run dtype): one forward with gradient (the student's; the other methods' teachers run without
+  gradient) for every method but LOPD, student + teacher + composer encoder for LOPD; the losses'
+  LM-head chunks; full float32 logits only where the head is sharded;
 - the rollout (HF engine): the KV cache of ``rollout_batch`` sequences and, for a sharded
   student, the full weights gathered in the run dtype while it generates;
-- a fixed allowance for the CUDA context and allocator slack (:data:`RUNTIME_BYTES`).
+- a fixed allowance for the CUDA context and allocator slack (:data:`RUNTIME_BYTES`), or on the
+  CPU the process's libraries and the store's embedder (:data:`CPU_RUNTIME_BYTES`).
 
 The peak is the larger of the update phase and the rollout phase. The numbers are estimates
-(the activation model was calibrated on one CPU run; see :mod:`stages.core.run.resources`).
+(the activation model counts the tensors a decoder forward saves for its backward, checked
+against real CPU distill steps: :mod:`stages.core.run.resources`, docs/results/memory-estimate.md).
 
 A plan that does not fit comes with the settings that would (:func:`fitting`): the changes
 below tried in turn, each kept while it lowers the peak, until the peak fits.
@@ -40,11 +42,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stages.core.losses import DEFAULT_CHUNK_SIZE
 from stages.core.registry import did_you_mean
 from stages.core.run.resources import StepShape, step_memory_bytes
 
 GB = 1e9  # decimal gigabytes, as GPU sizes are sold (80 GB)
 RUNTIME_BYTES = int(2.5 * GB)  # CUDA context, NCCL buffers, allocator fragmentation (an allowance)
+# a CPU run's resident memory besides tensors: Python, torch, transformers, lancedb, the store's
+# MiniLM embedder (measured after set-up, docs/results/memory-estimate.md)
+CPU_RUNTIME_BYTES = int(0.7 * GB)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # decoder shapes (their config.json values): hidden, layers, intermediate, heads, kv_heads, head_dim,
 # vocab, tied embeddings, query/key norms
@@ -151,6 +157,7 @@ class PlanInput:
     kl_coef: float = 0.0
     teacher: str = "frozen"
     gpu_gb: float = 80.0
+    device: str = "cuda"  # "cpu": the runtime is the process's libraries, not a CUDA context
 
 
 @dataclass
@@ -221,18 +228,18 @@ def _composer(b: Backbone, p: PlanInput) -> int:
 
 
 def _activations(b: Backbone, p: PlanInput, bytes_: int) -> int:
-    """One micro-batch's activations (float32 model of :mod:`stages.core.run.resources`, scaled)."""
+    """One micro-batch's activations (:func:`stages.core.run.resources.step_memory_bytes` in the
+    run dtype); a sharded student's LM head is not applied per chunk of supervised positions
+    (:func:`stages.core.models.head.output_head`), so its float32 logits, their log-softmax and
+    gradient (3 x 4 bytes per vocabulary entry) come on top at every position."""
     lopd = p.method == "lopd"
-    shape = StepShape(layers=b.layers, hidden=b.hidden, intermediate=b.intermediate, vocab=b.vocab,
-                      batch=p.micro_batch, J=p.J if lopd else 0, K=p.K if lopd else 0,
-                      max_exp_tokens=p.max_exp_tokens if lopd else 0, seq_len=p.max_len,
-                      activation_checkpointing=p.activation_checkpointing)
-    total = step_memory_bytes(shape)
-    logits = 3 * 4 * b.vocab * 2 * p.micro_batch * p.max_len
-    layers = (total - logits) * bytes_ // 4
-    if not lopd:  # one forward (the student's), not the teacher's as well
-        layers, logits = layers // 2, logits // 2
-    return layers + logits
+    shape = StepShape(layers=b.layers, hidden=b.hidden, intermediate=b.intermediate, vocab=b.vocab, heads=b.heads,
+                      kv_heads=b.kv_heads, head_dim=b.head_dim, batch=p.micro_batch, J=p.J if lopd else 0,
+                      K=p.K if lopd else 0, max_exp_tokens=p.max_exp_tokens if lopd else 0, seq_len=p.max_len,
+                      activation_checkpointing=p.activation_checkpointing, full_student=p.student_lora_rank == 0,
+                      dtype_bytes=bytes_, loss_chunk=DEFAULT_CHUNK_SIZE)
+    full_logits = 3 * 4 * b.vocab * p.micro_batch * p.max_len if p.shard == "fsdp" and p.nproc > 1 else 0
+    return step_memory_bytes(shape) + full_logits
 
 
 def plan(p: PlanInput) -> Plan:
@@ -256,7 +263,7 @@ def plan(p: PlanInput) -> Plan:
     out.components["activations (one micro-batch)"] = _activations(b, p, bytes_)
     kv = 2 * b.layers * b.kv_heads * b.head_dim * bytes_
     out.components["KV cache (rollout)"] = p.rollout_batch * (p.max_len + p.max_new_tokens) * kv
-    out.components["runtime allowance"] = RUNTIME_BYTES
+    out.components["runtime allowance"] = CPU_RUNTIME_BYTES if p.device == "cpu" else RUNTIME_BYTES
     held = [n for n in out.components if "(rollout)" not in n and "(update)" not in n
             and "activations" not in n]
     out.update = held + [n for n in out.components if "(update)" in n or "activations" in n]
@@ -360,7 +367,8 @@ def render_fit(fit: Fit, gpu_gb: float) -> str:
 PROMPT_TOKENS = 512
 
 
-def run_plan_input(config: Any, options: dict, *, nproc: int, dtype: str, available_bytes: int) -> PlanInput | None:
+def run_plan_input(config: Any, options: dict, *, nproc: int, dtype: str, available_bytes: int,
+                   device: str = "cuda") -> PlanInput | None:
     """The :class:`PlanInput` of a `lopd distill` run's settings (``config``: a DistillConfig,
     ``options``: its method's resolved options), to be compared with ``available_bytes``; None
     when the plan cannot tell (a method outside :data:`PLAN_METHODS`, a backbone it cannot read).
@@ -379,7 +387,8 @@ def run_plan_input(config: Any, options: dict, *, nproc: int, dtype: str, availa
     return PlanInput(backbone=config.model, method=config.method, nproc=nproc, dtype=dtype, shard=config.shard,
                      student_lora_rank=config.student_lora_rank, micro_batch=config.micro_batch, max_len=max_len,
                      activation_checkpointing=config.activation_checkpointing, rollout_batch=config.rollout_batch,
-                     max_new_tokens=config.max_new_tokens, gpu_gb=available_bytes / GB, **lopd, **extra)
+                     max_new_tokens=config.max_new_tokens, gpu_gb=available_bytes / GB,
+                     device="cpu" if device == "cpu" else "cuda", **lopd, **extra)
 
 
 def _context_length(model: str) -> int:
@@ -439,7 +448,7 @@ def check_distill_memory(config: Any, options: dict, world_size: int = 1) -> Pla
     else:
         free, where = psutil.virtual_memory().available // world_size, "of memory available" + (
             f" per process ({world_size} on this machine)" if world_size > 1 else "")
-    p = run_plan_input(config, options, nproc=world_size, dtype=dtype, available_bytes=free)
+    p = run_plan_input(config, options, nproc=world_size, dtype=dtype, available_bytes=free, device=device)
     if p is None:
         return None
     assumed = "" if config.max_len else (f" (no --max-len: whole episodes of {config.max_turns} turns x "

@@ -23,6 +23,7 @@ from stages.core.latent.contexts import build_batch, encode_experiences, retriev
 from stages.core.models.assembly import load_models
 from stages.core.models.composer import base_model, enable_activation_checkpointing, save_composer
 from stages.core.models.composer_config import CONFIG_FILE, read_composer_config
+from stages.core.losses import DEFAULT_CHUNK_SIZE
 from stages.core.run.resources import check_step_memory, shape_of
 from stages.core.losses.head import head_token_logprobs, head_topm_tail_reverse_kl
 from stages.core.losses.lopd import (
@@ -89,7 +90,10 @@ class LOPD(Method):
             return
         check_step_memory(shape_of(base_model(self.composer.backbone).config, batch=c.micro_batch, J=o.J, K=o.K,
                                    max_exp_tokens=o.max_exp_tokens, seq_len=c.max_len,
-                                   activation_checkpointing=c.activation_checkpointing),
+                                   activation_checkpointing=c.activation_checkpointing,
+                                   full_student=c.student_lora_rank == 0,
+                                   dtype_bytes=2 if self.dtype in ("bfloat16", "float16") else 4,
+                                   loss_chunk=DEFAULT_CHUNK_SIZE),
                           stage="distill", knobs="micro_batch, --J, max_exp_tokens or max_len")
 
     def param_groups(self) -> dict[str, tuple[list, float]]:

@@ -4,14 +4,28 @@ A setting that cannot work (more retrieved experiences than the store holds) or 
 would not fit in memory is one error line naming the flags to change, instead of minutes of
 work ending in an out-of-memory kill with no message.
 
-Memory model of one composer + teacher + student step (fp32 activations kept for backward):
-per token and layer about ``4 * (12 * hidden + 4 * intermediate)`` bytes (attention and MLP
-intermediates of a Llama-style block), or ``4 * 2 * hidden`` with activation checkpointing
-(the layer inputs, plus one layer recomputed at a time); the composer encodes
-``batch * J * max_exp_tokens`` tokens, teacher and student each run ``batch * seq_len``
-tokens (+ J*K latents); logits cost ``3 * 4 * vocab`` bytes per scored token. Calibrated
-against one measured LOPD step (SmolLM2-135M, batch 4, J=3, 512 experience tokens, 384-token
-sequences: ~15 GB measured without activation checkpointing, ~16 GB estimated).
+Memory model of one step's activations (:func:`step_memory_bytes`), in elements of the run
+dtype per token, counted from the tensors autograd saves for the backward of a Llama-style
+decoder (SmolLM2-135M, float32, CPU; docs/results/memory-estimate.md):
+
+- every layer keeps for its input gradient ``3 * intermediate`` (MLP gate, up, activation),
+  ``2 * hidden`` (the inputs of its two RMSNorms), ``2 * q + 2 * kv`` (queries and keys after
+  the rotary embedding, values, the attention output; q = heads x head_dim, kv = kv_heads x
+  head_dim) and ``heads`` (the attention's log-sum-exp): :func:`layer_saved_elements`;
+- the projections a step trains keep their inputs as well (:func:`adapter_input_elements`):
+  a LoRA student on q/k/v/o ``hidden`` more, the composer's LoRA on all seven projections
+  ``2 * hidden + intermediate``, a fully trained student ``4 * hidden + intermediate``;
+- with activation checkpointing a layer keeps only its input (``hidden``), and the backward
+  recomputes one layer at a time.
+
+The forwards that keep activations: the student's over ``batch * seq_len`` tokens; for LOPD
+(``J > 0``) also the teacher's over ``batch * (seq_len + J * K)`` tokens (frozen weights, but
+the gradient reaches the composer's latents through it) and the composer's encoder over
+``batch * J * max_exp_tokens`` tokens. Teacher forwards of the other methods run without
+gradient and keep nothing past a layer. The losses apply the LM head to one chunk of supervised
+positions at a time: ``LOSS_CHUNK_BUFFERS`` float32 (chunk x vocab) buffers. Rows are assumed
+``seq_len`` long and their prompts distinct (rows that share a prompt keep it once,
+:mod:`stages.core.models.shared_prefix`, so such a step needs less).
 """
 from __future__ import annotations
 
@@ -181,36 +195,77 @@ def check_experience_count(J: int, available: int, *, store: str, flag: str = "-
                          f"lower {flag} or collect more (`lopd collect --split train --store {store}`)")
 
 
+LOSS_CHUNK_BUFFERS = 6  # float32 (chunk x vocab) buffers of a loss on hidden states: workspace, head gradient
+
+
 @dataclass(frozen=True)
 class StepShape:
-    """The sizes that decide a step's activation memory (see the module docstring)."""
+    """The sizes that decide a step's activation memory (see the module docstring).
+
+    ``J > 0``: a LOPD step (teacher forward with gradient, composer encoder); ``full_student``:
+    every student weight trained (else a LoRA adapter on q/k/v/o); ``dtype_bytes``: bytes per
+    activation element (4 float32, 2 bfloat16); ``loss_chunk``: supervised positions per LM-head
+    chunk of the losses (``stages.core.losses.DEFAULT_CHUNK_SIZE``).
+    """
 
     layers: int
     hidden: int
     intermediate: int
     vocab: int
+    heads: int
+    kv_heads: int
+    head_dim: int
     batch: int
     J: int
     K: int
     max_exp_tokens: int
     seq_len: int
     activation_checkpointing: bool
+    full_student: bool = False
+    dtype_bytes: int = 4
+    loss_chunk: int = 256
 
 
 def shape_of(model_config, **sizes) -> StepShape:
     """A :class:`StepShape` from a Hugging Face model config and the step's sizes."""
-    return StepShape(layers=model_config.num_hidden_layers, hidden=model_config.hidden_size,
-                     intermediate=getattr(model_config, "intermediate_size", 4 * model_config.hidden_size),
-                     vocab=model_config.vocab_size, **sizes)
+    c, heads = model_config, model_config.num_attention_heads
+    return StepShape(layers=c.num_hidden_layers, hidden=c.hidden_size,
+                     intermediate=getattr(c, "intermediate_size", None) or 4 * c.hidden_size, vocab=c.vocab_size,
+                     heads=heads, kv_heads=getattr(c, "num_key_value_heads", None) or heads,
+                     head_dim=getattr(c, "head_dim", None) or c.hidden_size // heads, **sizes)
+
+
+def layer_saved_elements(s: StepShape) -> int:
+    """Elements per token a decoder layer keeps for its input gradient (module docstring)."""
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    return 3 * s.intermediate + 2 * s.hidden + 2 * q + 2 * kv + s.heads
+
+
+def adapter_input_elements(s: StepShape, trained: str) -> int:
+    """Elements per token and layer that the trained projections keep besides
+    :func:`layer_saved_elements`: ``trained`` is "frozen" (nothing trained in the layer),
+    "attention-lora" (q/k/v/o), "all-lora" (all seven projections) or "full"."""
+    return {"frozen": 0, "attention-lora": s.hidden, "all-lora": 2 * s.hidden + s.intermediate,
+            "full": 4 * s.hidden + s.intermediate}[trained]
+
+
+def forward_bytes(s: StepShape, tokens: int, trained: str) -> int:
+    """Activations a forward with gradient over ``tokens`` tokens keeps for its backward, in bytes."""
+    per_layer = layer_saved_elements(s) + adapter_input_elements(s, trained)
+    if s.activation_checkpointing:  # each layer's input, plus the one layer the backward recomputes
+        return s.dtype_bytes * tokens * (s.layers * s.hidden + per_layer)
+    return s.dtype_bytes * tokens * s.layers * per_layer
 
 
 def step_memory_bytes(s: StepShape) -> int:
     """Estimated peak activation memory of one step in bytes (module docstring: the model)."""
-    per_token_layer = 4 * (2 * s.hidden if s.activation_checkpointing else 12 * s.hidden + 4 * s.intermediate)
-    encoder_tokens = s.batch * s.J * s.max_exp_tokens
-    forward_tokens = 2 * s.batch * (s.seq_len + s.J * s.K)  # teacher and student
-    logits = 3 * 4 * s.vocab * 2 * s.batch * s.seq_len
-    return per_token_layer * s.layers * (encoder_tokens + forward_tokens) + logits
+    student = forward_bytes(s, s.batch * s.seq_len, "full" if s.full_student else "attention-lora")
+    lopd = 0
+    if s.J > 0:
+        lopd = (forward_bytes(s, s.batch * (s.seq_len + s.J * s.K), "frozen")
+                + forward_bytes(s, s.batch * s.J * s.max_exp_tokens, "all-lora"))
+    loss = LOSS_CHUNK_BUFFERS * 4 * min(s.loss_chunk, s.batch * s.seq_len) * s.vocab
+    return student + lopd + loss
 
 
 def check_step_memory(s: StepShape, *, stage: str, knobs: str, available: int | None = None) -> int:
