@@ -1,5 +1,5 @@
-"""The README's flag tables and the CLI cannot drift apart: every flag of every stage has a row in
-its README section, and every flag a row names exists."""
+"""The flag tables of the stage pages (docs/stages/<stage>.md) and the CLI cannot drift apart: every
+flag of every stage has a row on its page, and every flag a row names exists."""
 from __future__ import annotations
 
 import re
@@ -10,18 +10,17 @@ import typer
 
 from lopd_cli.main import app
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+STAGES = Path(__file__).resolve().parents[1] / "docs" / "stages"
 COMMANDS = typer.main.get_command(app).commands
 
 
 def _section(name: str) -> str:
-    match = re.search(rf"^### `lopd {name}`$(.*?)(?=^## |^### )", README, re.S | re.M) or \
-        re.search(rf"^## [^\n]*`lopd {name}`[^\n]*$(.*?)(?=^## )", README, re.S | re.M)
-    assert match, f"README has no section for `lopd {name}`"
-    return match.group(1)
+    page = STAGES / f"{name}.md"
+    assert page.exists(), f"docs/stages has no page for `lopd {name}`"
+    return page.read_text()
 
 
-def _readme_flags(section: str) -> set[str]:
+def _documented_flags(section: str) -> set[str]:
     """Flags inside backticks on the table rows of ``section`` (a row names older spellings in
     its meaning cell)."""
     rows = "\n".join(line for line in section.splitlines() if line.startswith("| `-"))
@@ -29,16 +28,16 @@ def _readme_flags(section: str) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(n for n in COMMANDS if n != "store"))
-def test_every_flag_has_a_readme_row_and_every_row_a_flag(name):
+def test_every_flag_has_a_docs_row_and_every_row_a_flag(name):
     cli = {o for p in COMMANDS[name].params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
-    documented = _readme_flags(_section(name))
-    assert cli - documented == set(), f"flags of `lopd {name}` without a README row"
-    assert documented - cli == set(), f"README rows of `lopd {name}` naming flags it does not have"
+    documented = _documented_flags(_section(name))
+    assert cli - documented == set(), f"flags of `lopd {name}` without a row in docs/stages/{name}.md"
+    assert documented - cli == set(), f"rows of docs/stages/{name}.md naming flags `lopd {name}` does not have"
 
 
 def test_the_check_sees_a_missing_row():
-    assert "--out" in _readme_flags(_section("report"))
-    assert "--out" not in _readme_flags("| `--steps` | 1 | |")
+    assert "--out" in _documented_flags(_section("report"))
+    assert "--out" not in _documented_flags("| `--steps` | 1 | |")
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -152,6 +151,6 @@ def test_the_methods_table_names_grpo_s_aggregations_as_the_option_takes_them():
 
     from stages.methods import get_method
 
-    row = next(line for line in README.splitlines() if line.startswith("| `grpo` |"))
+    row = next(line for line in _section("distill").splitlines() if line.startswith("| `grpo` |"))
     values = get_args(get_method("grpo").Options.model_fields["aggregation"].annotation)
     assert values and all(f"`{value}`" in row for value in values), values

@@ -120,7 +120,7 @@ def test_a_solution_cannot_forge_its_verdict(name):
     assert verdict["passed"] == 0 and verdict["first_failure"], verdict
 
 
-# The README's table "training reward vs LiveCodeBench's grader": one program per row, with the
+# The table "training reward vs LiveCodeBench's grader" of docs/stages/collect.md: one program per row, with the
 # verdict each grader gives (True: all tests pass).
 DIFFERENCES = [
     ("sys.stdin.buffer", "import sys\nprint(sum(map(int, sys.stdin.buffer.read().split())))", SUM, True, False),

@@ -1,4 +1,4 @@
-"""The bed version 2 study's hypotheses (README, "Hypotheses of the bed version 2 study"), read off
+"""The bed version 2 study's hypotheses (docs/study.md, "Hypotheses of the bed version 2 study"), read off
 its results.json alone: per hypothesis the paired difference over the same tasks with its standard
 error, the seeds' spread, and the verdict. Written before the study's first run, so the reading of
 every hypothesis is fixed before any number exists.
@@ -9,7 +9,7 @@ every hypothesis is fixed before any number exists.
 ``--reference``: the copy-nearest policy's scores (examples/study/copy_nearest.py), what retrieval alone
 solves, shown per split with LOPD's paired difference to it.
 
-Rules (README): success under the `exact` rules on the final evaluations (`lopd-bed` = the 270
+Rules (docs/study.md): success under the `exact` rules on the final evaluations (`lopd-bed` = the 270
 `test` tasks, `lopd-bed-values` = `test_values`, `lopd-bed-transfer` = `transfer`); a run on
 several seeds is averaged per task; a one-seed run is compared with LOPD's seed 0 only (never with
 a seed average); "above" holds when the difference clears 2 paired SE, "at least" fails only when

@@ -25,7 +25,7 @@ Grading: with LiveCodeBench's own grader installed (``nvidia-livecodebench``), i
 judges the answer in the sandbox, unchanged (:func:`grade_official`). Without it, and for TACO's
 training reward, :func:`grade` uses lopd's judge (:mod:`stages.core.envs.judge`: a fresh program
 with real stdin/stdout per test, numeric tokens compared with a tolerance, the verdict computed
-outside the sandbox); the README's coding-rewards section tabulates where the two differ. Both
+outside the sandbox); docs/stages/collect.md's coding-rewards table shows where the two differ. Both
 stop at the first failure; reward is 1 when every public and private test passes, else 0.
 """
 from __future__ import annotations
