@@ -166,6 +166,7 @@ def coldstart(
     activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", "--grad-checkpointing/--no-grad-checkpointing", help="Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: older spelling)."),
     grad_clip: float = typer.Option(1.0, "--grad-clip", "--max-grad-norm", help="Gradient clipping of phi (--max-grad-norm: older spelling)."),
     lr_encoder: Optional[float] = typer.Option(None, "--lr-encoder", help="Learning rate of the composer's encoder LoRA (default: --lr; the compressor trains at --lr)."),
+    objective: Optional[str] = typer.Option(None, "--objective", metavar="[action-nll|contrast|text-kl]", help="What the steps after --reconstruction-steps minimise: the action NLL, plus the contrast hinge (contrast) or the text teacher's KL (text-kl). (default: contrast with --contrast-weight, text-kl with --text-kl-weight, else action-nll)"),
     reconstruction_steps: int = typer.Option(0, "--reconstruction-steps", help="The first this many of --steps pre-train the composer to autoencode its inputs (the teacher reproduces each from its latents); the rest train the action objective."),
     latent_scale: float = typer.Option(1.0, "--latent-scale", help="The latents' initial norm as a multiple of the mean token-embedding norm (qformer, span and centred readouts; pointer latents are embedding mixtures already)."),
     contrast_weight: float = typer.Option(0.0, "--contrast-weight", help="Add this times a hinge that makes each target's NLL with its own experiences' latents lower than with another target's by --contrast-margin (0 = off; needs --batch-size 2+)."),
@@ -202,7 +203,7 @@ def ladder(
     (c) retrieved, (d) another task's, (e) another environment's, (f) its own trajectory, (g) as text,
     (h) free vectors, (i) another environment's as text. The run folder gains only free_prompt.safetensors:
     when the run has none, (h) trains first for the run's --steps (about as long as the cold start)."""
-    from stages.coldstart.rescore import rescore
+    from stages.coldstart.ladder.rescore import rescore
 
     rescore(run, targets=targets, seed=seed, out=out)
 

@@ -11,7 +11,7 @@ evaluation reports alone is summarised without plots. Writes into ``out``:
   generations when every row has them (distill), else against steps;
 - ``summary.md``: per run the steps, first / last / min / max of each metric (for a distill run
   also sample rollouts of its last steps: :mod:`stages.samples`; for a cold start its ladder of
-  controls, ``ladder.json``: :mod:`stages.coldstart.ladder`), and the scores of the evaluation
+  controls, ``ladder.json``: :mod:`stages.coldstart.ladder.rungs`), and the scores of the evaluation
   reports found.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from stages.core.run.runs import METRICS_FILE
 from stages.samples import run_samples
 
 if TYPE_CHECKING:  # the ladder's module loads torch: imported where a ladder is read (export reads no ladder)
-    from stages.coldstart.ladder import Ladder
+    from stages.coldstart.ladder.rungs import Ladder
 
 # (file stem, title, metric names): a metric is drawn in the first group that names it
 GROUPS = (
@@ -285,7 +285,7 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
     """The markdown summary: metrics per run (first, last, min, max), its ``samples`` lines
     (sample rollouts, by run label) and a cold start's ladder of controls (``ladders``, by run
     label), then evaluation scores."""
-    from stages.coldstart.ladder import ladder_markdown
+    from stages.coldstart.ladder.rungs import ladder_markdown
 
     lines = ["# Run report", ""]
     for label, rows in runs.items():
@@ -351,7 +351,7 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
         if present:
             plot_group(out / f"{stem}.png", title, present, runs, x, levels)
             plots.append(f"{stem}.png")
-    from stages.coldstart.ladder import LADDER, Ladder
+    from stages.coldstart.ladder.rungs import LADDER, Ladder
 
     samples = {label: run_samples(metric_files[label].parent, config.samples_steps) for label in runs}
     ladders = {label: Ladder.model_validate_json(read_utf8(path)) for label in runs

@@ -7,7 +7,7 @@ import torch
 
 from stages.core.models.assembly import load_composer
 from stages.core.models.composer import Composer, add_lora_adapter, save_composer
-from stages.core.models.compressor import centre_gradient
+from stages.core.models.readouts import centre_gradient
 from tests.test_composer import D, J, K, experiences, setup  # noqa: F401 (fixture)
 
 

@@ -9,7 +9,7 @@ import torch
 
 from schemas import Message, ToolCall, Trajectory, Turn
 from stages.coldstart import data as coldstart_data
-from stages.coldstart import heldout as heldout
+from stages.coldstart.ladder import heldout
 from stages.coldstart import recipe as coldstart
 from stages.coldstart.recipe import ColdstartConfig
 from stages.coldstart.data import split_tasks

@@ -1,4 +1,4 @@
-"""The composer ladder (stages.coldstart.ladder.py) and the cold start's levers, on the tiny model."""
+"""The composer ladder (stages.coldstart.ladder) and the cold start's levers, on the tiny model."""
 from __future__ import annotations
 
 import io
@@ -12,10 +12,10 @@ from rich.console import Console
 from stages.coldstart import recipe as coldstart
 from stages import report as report_stage
 from stages.coldstart.recipe import ColdstartConfig
-from stages.coldstart.rescore import rescore
-from stages.coldstart.heldout import reconstruction_nll
-from stages.coldstart.free_prompt import FreePrompt, train_free_prompt
-from stages.coldstart.ladder import READING, RUNGS, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference
+from stages.coldstart.ladder.rescore import rescore
+from stages.core.latent.composer_teacher import composer_loss
+from stages.coldstart.ladder.free_prompt import FreePrompt, train_free_prompt
+from stages.coldstart.ladder.rungs import READING, RUNGS, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference
 from stages.core.data.retrieval import index_new
 from stages.core.data.store import ExperienceStore
 from stages.core.latent.contexts import build_batch
@@ -127,7 +127,7 @@ def test_reconstruction_nll_matches_a_naive_forward(tiny):
     trajs = two_env_trajs()
     batch = build_batch(tok, trajs[:2], [[trajs[2], trajs[3]], [trajs[2]]], J=2, max_exp_tokens=40)
     ids_NL, mask_NL = batch.exp_ids_BJL.flatten(0, 1), batch.exp_mask_BJL.flatten(0, 1)
-    loss, m = reconstruction_nll(composer, ids_NL, mask_NL)
+    loss, m = composer_loss("reconstruction", composer, batch, "prefix")
     assert len({tuple(ids[mask.bool()].tolist()) for ids, mask in zip(ids_NL, mask_NL)}) == 3
     # naive: each distinct row alone, [latents ; its tokens] through the frozen model, tokens 1.. scored
     rows = {tuple(ids[mask.bool()][:30].tolist()) for ids, mask in zip(ids_NL, mask_NL)}

@@ -18,7 +18,7 @@ from stages.core.models.composer import (
     enable_activation_checkpointing,
     save_composer,
 )
-from stages.core.models.compressor import span_positions, standardize_over_tokens
+from stages.core.models.readouts import span_positions, standardize_over_tokens
 from stages.core.latent.teacher import teacher_logits
 from stages.core.models.assembly import load_composer
 from stages.core.models.student import student_logits
@@ -479,7 +479,7 @@ def test_pointer_readout_gives_convex_combinations_of_the_experience_token_embed
     ids_NL, mask_NL = ids.reshape(-1, 7), mask.reshape(-1, 7)
     h_NLd = torch.randn(ids_NL.shape[0], 7, D)
     q_NKd = comp.queries.unsqueeze(0).expand(ids_NL.shape[0], -1, -1)
-    w_NKL = comp.pointer_weights(q_NKd, h_NLd, mask_NL)
+    w_NKL = comp.read.weights(comp, q_NKd, h_NLd, mask_NL)
     assert (w_NKL >= 0).all() and w_NKL.masked_select(~mask_NL.unsqueeze(1)).abs().max() == 0
     torch.testing.assert_close(w_NKL.sum(-1), torch.ones(w_NKL.shape[:2]))
     with torch.no_grad():

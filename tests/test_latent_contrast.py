@@ -7,7 +7,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from stages.coldstart.heldout import action_nll, contrastive_action_nll
+from stages.core.latent.composer_teacher import composer_loss
+from stages.core.losses.composer_objectives import ObjectiveSettings
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import build_batch
 from stages.core.losses.contrast import latent_contrast_hinge, row_nll
@@ -67,8 +68,8 @@ def test_contrastive_step_is_the_action_nll_plus_the_hinge_on_rolled_latents():
     trajs = two_env_trajs()
     batch = build_batch(tok, trajs[:3], [[trajs[3], trajs[4]], [trajs[5]], [trajs[6], trajs[7]]], J=2,
                         max_exp_tokens=40)
-    loss, m = contrastive_action_nll(composer, batch, "prefix", weight=2.0, margin=0.5)
-    plain, pm = action_nll(composer, batch, "prefix")
+    loss, m = composer_loss("contrast", composer, batch, "prefix", ObjectiveSettings(contrast_weight=2.0, contrast_margin=0.5))
+    plain, pm = composer_loss("action-nll", composer, batch, "prefix")
     assert m["nll"] == pytest.approx(pm["nll"], rel=1e-5) and m["num_tokens"] == pm["num_tokens"]
     # naive: each row alone with its own composer rows, then with row b-1's (another target's task and
     # experiences), scored as plain action NLLs
@@ -76,9 +77,9 @@ def test_contrastive_step_is_the_action_nll_plus_the_hinge_on_rolled_latents():
     own_B, other_B = [], []
     for b, t in enumerate(trajs[:3]):
         alone = build_batch(tok, [t], [exps[b]], J=2, max_exp_tokens=40)
-        own_B.append(action_nll(composer, alone, "prefix")[0])
+        own_B.append(composer_loss("action-nll", composer, alone, "prefix")[0])
         swapped = replace(alone, exp_ids_BJL=batch.exp_ids_BJL[[b - 1]], exp_mask_BJL=batch.exp_mask_BJL[[b - 1]])
-        other_B.append(action_nll(composer, swapped, "prefix")[0])
+        other_B.append(composer_loss("action-nll", composer, swapped, "prefix")[0])
     own_B, other_B = torch.stack(own_B), torch.stack(other_B)
     hinge = torch.relu(0.5 - (other_B - own_B)).mean()
     assert float(loss) == pytest.approx(pm["nll"] + 2.0 * float(hinge), rel=1e-4)
@@ -86,7 +87,7 @@ def test_contrastive_step_is_the_action_nll_plus_the_hinge_on_rolled_latents():
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in composer.compressor.parameters())
     with pytest.raises(ValueError, match="at least 2"):
         one = build_batch(tok, trajs[:1], [[trajs[3]]], J=2, max_exp_tokens=40)
-        contrastive_action_nll(composer, one, "prefix", 1.0, 0.1)
+        composer_loss("contrast", composer, one, "prefix", ObjectiveSettings(contrast_weight=1.0, contrast_margin=0.1))
 
 
 def test_contrast_weight_needs_two_targets_per_batch():

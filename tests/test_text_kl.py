@@ -1,17 +1,26 @@
-"""The cold start's text-teacher KL (stages.coldstart.heldout.text_distilled_nll)."""
+"""The cold start's text-teacher KL (the ``text-kl`` objective, stages.core.losses.composer_objectives)."""
 from __future__ import annotations
 
 import pytest
 import torch
 from pydantic import ValidationError
 
-from stages.coldstart.heldout import action_nll, text_distilled_nll
 from stages.coldstart.settings import ColdstartConfig
+from stages.core.latent.composer_teacher import composer_loss
 from stages.core.latent.contexts import build_batch, shift_for_loss
+from stages.core.losses.composer_objectives import ObjectiveSettings
 from stages.core.latent.teacher import latent_teacher_logits, text_latents, text_teacher_logits
 from stages.core.models.composer import Composer, base_parameters
 from tests.test_coldstart_ladder import two_env_trajs
 from tests.tiny import tiny_model, tiny_tokenizer
+
+
+def text_distilled_nll(composer, batch, placement, weight):
+    return composer_loss("text-kl", composer, batch, placement, ObjectiveSettings(text_kl_weight=weight))
+
+
+def action_nll(composer, batch, placement):
+    return composer_loss("action-nll", composer, batch, placement)
 
 
 def _setup(framed: bool = False):
@@ -70,12 +79,12 @@ def test_text_kl_and_contrast_are_exclusive():
 
 def test_free_vectors_train_on_the_same_objective():
     """Rung (h) of a text-KL run: the free vectors' losses are the NLL plus the text KL."""
-    from stages.coldstart.free_prompt import FreePrompt, train_free_prompt
+    from stages.coldstart.ladder.free_prompt import FreePrompt, train_free_prompt
 
     composer, batch = _setup()
     prompt = FreePrompt(composer.backbone, J=2, K=3, seed=0)
     first = float(text_distilled_nll(prompt, batch, "prefix", 1.0)[0].detach())
     losses = train_free_prompt(prompt, lambda step: batch, steps=4, lr=5e-2, grad_clip=None, placement="prefix",
-                               text_kl_weight=1.0)
+                               objective="text-kl", settings=ObjectiveSettings(text_kl_weight=1.0))
     assert losses[0] == pytest.approx(first, rel=1e-5) and losses[-1] < losses[0]
     assert losses[0] > float(action_nll(FreePrompt(composer.backbone, J=2, K=3, seed=0), batch, "prefix")[0].detach())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from stages.coldstart.ladder import distinct_rows, mean_pairwise_cosine
+from stages.coldstart.ladder.rungs import distinct_rows, mean_pairwise_cosine
 from stages.coldstart.recipe import Coldstart
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import build_batch

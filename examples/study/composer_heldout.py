@@ -1,6 +1,6 @@
 """Score a finished cold start's held-out targets again, four ways (no latents, the untrained
 composer, the trained one, the trained one given another task's experiences: see
-stages/coldstart/heldout.py), with the code of this checkout, and print the result as JSON.
+stages/coldstart/ladder/heldout.py), with the code of this checkout, and print the result as JSON.
 
     python examples/study/composer_heldout.py runs/bed/composer0
 

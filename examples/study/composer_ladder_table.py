@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from stages.coldstart.ladder import RUNGS, Ladder
+from stages.coldstart.ladder.rungs import RUNGS, Ladder
 
 
 def main() -> None:

@@ -1,2 +1,3 @@
 """`lopd coldstart`: the composer phi_0 trained on successful trajectories (recipe), its batches
-(data), its held-out check (heldout), the ladder of controls (ladder) and its settings."""
+(data), its seeded init (composer), its settings, and the ladder of controls with the held-out
+check (ladder, also `lopd ladder`)."""

@@ -18,16 +18,19 @@ Data protocol:
   almost verbatim, so the composer would learn to copy it (a shortcut that lowers the NLL
   without learning to distil transferable guidance), and at distill time a fresh task has
   no stored success to copy from, so the teacher would be trained on a context it never gets.
-- Held-out evaluation (:func:`stages.coldstart.heldout.evaluate_heldout`) scores held-out
+- Held-out evaluation (:func:`stages.coldstart.ladder.heldout.evaluate_heldout`) scores held-out
   targets with experiences retrieved from the whole store (minus the target, and its task
   with ``exclude_same_task``), as at deployment: NLL with (a) no latents, (b) the untrained
   composer (same seeded init), (c) the trained composer.
 
 The run is a recipe on the run-folder helpers distill uses (:mod:`stages.core.run.runs`,
 :mod:`stages.core.run.checkpoint`): :class:`Coldstart` sets the run up (folder, data, model,
-composer, optimizer, resume), takes loss steps (:meth:`Coldstart.loss_step`), trains
-(:meth:`Coldstart.train`) and checkpoints (:meth:`Coldstart.save_checkpoint`). Data:
-:mod:`stages.coldstart.data`; held-out evaluation and the NLL: :mod:`stages.coldstart.heldout`.
+composer, optimizer, resume), takes loss steps (:meth:`Coldstart.loss_step`: the registered
+objective ``config.objective``, :mod:`stages.core.losses.composer_objectives`), trains
+(:meth:`Coldstart.train`), checkpoints (:meth:`Coldstart.save_checkpoint`) and saves
+(:meth:`Coldstart.finish`). Data: :mod:`stages.coldstart.data`; the composer's init:
+:mod:`stages.coldstart.composer`; held-out evaluation and the ladder of controls (also
+`lopd ladder`): :mod:`stages.coldstart.ladder`.
 
 Outputs in ``out/``: ``config.json`` and ``manifest.json`` (run-folder rules:
 :mod:`stages.core.run.runs`), ``metrics.jsonl`` (one record per step), ``checkpoints/step-N/``
@@ -39,7 +42,6 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -54,18 +56,17 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from stages.coldstart.composer import FINAL, initial_phi, new_composer
 from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
-from stages.coldstart.heldout import (HeldoutResult, action_nll, contrastive_action_nll, evaluate_heldout,
-                                     reconstruction_nll, text_distilled_nll)
-from stages.coldstart.ladder import LADDER, Ladder, heldout_of, print_ladder, run_ladder
+from stages.coldstart.ladder.heldout import HeldoutResult, evaluate_heldout
+from stages.coldstart.ladder.rungs import LADDER, Ladder, heldout_of, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
-from stages.core.latent.contexts import ACTION_LABEL
+from stages.core.latent.composer_teacher import composer_loss
 from stages.core.run.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
 )
 from stages.core.models.composer import (
-    Composer, adapter_parameters, base_parameters, enable_activation_checkpointing, preserve_requires_grad,
-    save_composer,
+    Composer, adapter_parameters, base_parameters, enable_activation_checkpointing, save_composer,
 )
 from stages.core.models.assembly import load_composer
 from stages.core.run.progress import StageProgress
@@ -76,7 +77,6 @@ from stages.core.run.runs import (
 )
 from stages.core.data.store import ExperienceStore, StoreError
 
-FINAL = "final"
 HELDOUT = "heldout.json"
 KEEP_CHECKPOINTS = 2
 LOSS_WINDOW = 10  # the progress bar and the summary report the mean loss of this many last steps
@@ -88,9 +88,9 @@ _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "dep
              "max_exp_tokens", "max_len", "placement", "heldout_fraction", "exclude_same_task",
              "seed", "env", "grad_clip"]
 # later settings join the run id only when not at their default (earlier runs keep their ids)
+# (``objective`` is named by its weight: a run id predating the field stays the same)
 _LEVER_KEYS = ["lr_encoder", "reconstruction_steps", "self_retrieval", "memory_norm", "readout", "contrast_weight",
                "contrast_margin", "latent_scale", "text_kl_weight"]
-_SCRATCH_ADAPTER = "composer_init"  # briefly holds the seeded init on resume (untrained baseline)
 
 
 class ColdstartReport(BaseModel):
@@ -115,39 +115,6 @@ class ColdstartReport(BaseModel):
     seconds_per_step: float
     peak_rss_mb: float
     backbone_unchanged: bool
-
-
-# ---------------------------------------------------------------------------------------------
-# Composer init
-# ---------------------------------------------------------------------------------------------
-
-
-def _new_composer(backbone, config: ColdstartConfig, adapter_name: str = "composer",
-                  shared: bool | None = None, span_marker: Sequence[int] = ()) -> Composer:
-    """The composer of a fresh run at its seeded init (seeds torch's global RNG); ``shared``
-    overrides ``config.qformer_shared`` (a resumed run keeps its checkpoint's kind);
-    ``span_marker``: the tokenized action label, for the span readout."""
-    torch.manual_seed(config.seed)
-    shared = config.qformer_shared if shared is None else shared
-    return Composer(backbone, J=config.J, K=config.K, depth=config.depth, qformer_shared=shared,
-                    memory_norm=config.memory_norm, readout=config.readout, latent_scale=config.latent_scale,
-                    span_marker=span_marker, lora_rank=config.lora_rank,
-                    lora_alpha=2 * config.lora_rank, max_exp_tokens=config.max_exp_tokens,
-                    adapter_name=adapter_name)
-
-
-def _initial_phi(composer: Composer, config: ColdstartConfig) -> list[torch.Tensor]:
-    """phi of a fresh run's seeded init (the untrained baseline) for a resumed ``composer``.
-
-    Built on a scratch adapter of the same backbone (same init as a fresh run's composer),
-    copied, and the scratch adapter deleted again.
-    """
-    scratch = _new_composer(composer.backbone, config, adapter_name=_SCRATCH_ADAPTER,
-                            shared=composer.hparams["qformer_shared"], span_marker=composer.span_marker)
-    phi = [p.detach().clone() for p in scratch.trainable_parameters()]
-    with preserve_requires_grad(composer.backbone):
-        composer.backbone.delete_adapter(_SCRATCH_ADAPTER)
-    return phi
 
 
 def _recent_loss(losses: list[float]) -> dict:
@@ -276,14 +243,14 @@ class Coldstart:
 
         c = self.config
         if ckpt is None:
-            marker = self.tokenizer(ACTION_LABEL, add_special_tokens=False)["input_ids"] if c.readout == "span" else []
-            self.composer = _new_composer(model, c, span_marker=marker)
+            self.composer = new_composer(model, c, self.tokenizer)
             self.untrained_phi = [p.detach().clone() for p in self.composer.trainable_parameters()]
         else:
             self.composer = load_composer(model, ckpt, trainable=True, backbone_id=self.backbone_id)
-            self.untrained_phi = _initial_phi(self.composer, c)
+            self.untrained_phi = initial_phi(self.composer, c, self.tokenizer)
         disable_dropout(self.composer.backbone)  # a restored adapter's lora_dropout too: train() mode never drops
         self.params = self.composer.trainable_parameters()
+        self.objective_settings = c.objective_settings()
         self.digest_before = _backbone_digest(self.composer)
         if c.activation_checkpointing:
             enable_activation_checkpointing(self.composer.backbone)
@@ -326,15 +293,8 @@ class Coldstart:
         batch_ids = coldstart_stream(len(self.targets.train), c.seed, step * c.batch_size, c.batch_size)
         batch = self.data.batch([self.targets.train[i] for i in batch_ids], heldout=False, device=self.device)
         self.optimizer.zero_grad(set_to_none=True)
-        if step < c.reconstruction_steps:
-            loss, m = reconstruction_nll(self.composer, batch.exp_ids_BJL.flatten(0, 1),
-                                         batch.exp_mask_BJL.flatten(0, 1))
-        elif c.contrast_weight > 0:
-            loss, m = contrastive_action_nll(self.composer, batch, c.placement, c.contrast_weight, c.contrast_margin)
-        elif c.text_kl_weight > 0:
-            loss, m = text_distilled_nll(self.composer, batch, c.placement, c.text_kl_weight)
-        else:
-            loss, m = action_nll(self.composer, batch, c.placement)
+        objective = "reconstruction" if step < c.reconstruction_steps else c.objective
+        loss, m = composer_loss(objective, self.composer, batch, c.placement, self.objective_settings)
         for p in self.params:  # adapter switching may clear the requires_grad flags
             p.requires_grad_(True)
         loss.backward()

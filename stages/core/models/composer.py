@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from stages.core.models.composer_config import CONFIG_FILE
-from stages.core.models.compressor import LatentCompressor, default_heads, span_positions
+from stages.core.models.compressor import LatentCompressor, default_heads
 from stages.core.run.modes import share
 
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -222,7 +222,7 @@ class Composer(nn.Module):
             ``depth`` times (default, the paper's) or ``depth`` separate blocks; heads: attention
             heads (default: largest divisor of d that is <= 8); mlp_ratio: QFormer MLP width / d;
             memory_norm: ``"layer"`` (default) or ``"token"``; readout: ``"qformer"`` (default),
-            ``"pointer"``, ``"span"`` or ``"centred"`` (each: :class:`LatentCompressor`); latent_scale: the qformer
+            ``"pointer"``, ``"span"`` or ``"centred"`` (each: :mod:`stages.core.models.readouts`); latent_scale: the qformer
             readout's latents start at this multiple of the mean input-embedding row norm (an
             init only: a checkpoint holds the trained gain); span_marker: the token ids where the
             ``"span"`` readout's span starts (the tokenized experience action label).
@@ -319,11 +319,9 @@ class Composer(nn.Module):
             ).last_hidden_state  # (N, L, d)
         embed = base_model(self.backbone).get_input_embeddings()
         dtype = self.compressor.queries.dtype
-        emb_NLd = None
-        if self.compressor.readout == "pointer":
-            emb_NLd = embed(exp_ids_NL).to(dtype)
-        elif self.compressor.readout == "span":
-            emb_NLd = embed(exp_ids_NL.gather(1, span_positions(exp_ids_NL, mask_NL, self.span_marker, self.K))).to(dtype)
+        emb_NLd = self.compressor.read.embeddings(embed, exp_ids_NL, mask_NL, self.span_marker, self.K)
+        if emb_NLd is not None:
+            emb_NLd = emb_NLd.to(dtype)
         return self.compressor(hidden_NLd.to(dtype), mask_NL, emb_NLd).to(hidden_NLd.dtype)
 
     def forward(self, exp_ids_BJL: Tensor, exp_mask_BJL: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""The composer ladder: does the content of the latents change the teacher? (`lopd coldstart`).
+"""The composer ladder: does the content of the latents change the teacher? (`lopd coldstart`, `lopd ladder`).
 
 Teacher NLL of held-out reference actions under nine contexts, the rungs:
 
@@ -44,8 +44,8 @@ from rich.table import Table
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
-from stages.coldstart.free_prompt import FREE_PROMPT, FreePrompt, free_prompt_of
-from stages.coldstart.heldout import HeldoutResult, swapped_phi
+from stages.coldstart.ladder.free_prompt import FREE_PROMPT, FreePrompt, free_prompt_of
+from stages.coldstart.ladder.heldout import HeldoutResult, swapped_phi
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement

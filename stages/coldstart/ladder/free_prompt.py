@@ -1,4 +1,4 @@
-"""Rung (h) of the composer ladder (:mod:`stages.coldstart.ladder`): the learned-prompt control.
+"""Rung (h) of the composer ladder (:mod:`stages.coldstart.ladder.rungs`): the learned-prompt control.
 
 J x K free vectors, the same for every input, trained with the cold start's own objective, steps,
 learning rate and batches. The composer's latents beating them says the composer reads its
@@ -17,9 +17,10 @@ from torch import Tensor, nn
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
-from stages.coldstart.heldout import action_nll, text_distilled_nll
 from stages.coldstart.settings import ColdstartConfig
+from stages.core.latent.composer_teacher import composer_loss
 from stages.core.latent.contexts import LatentBatch
+from stages.core.losses.composer_objectives import ObjectiveSettings
 from stages.core.models.composer import Composer
 from stages.core.run.modes import share
 from stages.core.run.runs import coldstart_stream
@@ -31,8 +32,8 @@ class FreePrompt(nn.Module):
     """J x K free vectors in place of a composer: the same latents for every input (rung (h)).
 
     Called like a :class:`Composer` (``(exp_ids_BJL, exp_mask_BJL) -> (B, J*K, d)``) and holds
-    the shared backbone as ``backbone`` (not a sub-module), so the cold start's loss
-    (:func:`stages.coldstart.heldout.action_nll`) trains it unchanged. Rows start N(0, 1) rescaled
+    the shared backbone as ``backbone`` (not a sub-module), so the cold start's objectives
+    (:func:`stages.core.latent.composer_teacher.composer_loss`) train it unchanged. Rows start N(0, 1) rescaled
     to ``row_norm`` (the composer's initial latent norm: the mean input-embedding row norm).
     """
 
@@ -57,21 +58,18 @@ class FreePrompt(nn.Module):
 
 
 def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentBatch], *, steps: int, lr: float,
-                      grad_clip: float | None, placement: str, text_kl_weight: float = 0.0,
+                      grad_clip: float | None, placement: str, objective: str = "action-nll",
+                      settings: ObjectiveSettings = ObjectiveSettings(),
                       advance: Callable[[], None] = lambda: None) -> list[float]:
     """Train ``prompt`` as the cold start trains the composer (AdamW, constant lr, no weight
-    decay, the masked action NLL, plus the text-teacher KL with ``text_kl_weight`` > 0, gradient
-    clipping); ``batch_of_step(i)`` gives step i's batch. Returns the step losses. (A contrast
-    hinge is left out: free vectors give every target the same latents, so its gap is 0.)
-    ``advance`` is called after each step (a progress bar)."""
+    decay, the registered ``objective`` with ``settings``, gradient clipping); ``batch_of_step(i)``
+    gives step i's batch. Returns the step losses. ``advance`` is called after each step (a
+    progress bar)."""
     opt = torch.optim.AdamW(prompt.trainable_parameters(), lr=lr, weight_decay=0.0)
     losses = []
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
-        if text_kl_weight > 0:
-            loss, _ = text_distilled_nll(prompt, batch_of_step(step), placement, text_kl_weight)
-        else:
-            loss, _ = action_nll(prompt, batch_of_step(step), placement)
+        loss, _ = composer_loss(objective, prompt, batch_of_step(step), placement, settings)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(prompt.trainable_parameters(), grad_clip or math.inf)
         opt.step()
@@ -83,8 +81,9 @@ def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentB
 def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajectory], config: ColdstartConfig,
                    out: Path, progress: Progress | None = None) -> FreePrompt:
     """Rung (h) of a run: ``out/free_prompt.safetensors`` when there, else trained as the run trained its
-    composer (``config.steps`` steps of the run's seeded batches, ``config.lr``) and written there;
-    the training is a task of ``progress`` when given."""
+    composer (``config.steps`` steps of the run's seeded batches, ``config.lr``, the run's objective;
+    the contrast hinge is left out: free vectors give every target the same latents, so its gap is 0)
+    and written there; the training is a task of ``progress`` when given."""
     prompt = FreePrompt(composer.backbone, config.J, config.K, seed=config.seed)
     path = out / FREE_PROMPT
     if path.is_file():
@@ -103,7 +102,8 @@ def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajecto
     composer.backbone.train(c.activation_checkpointing)  # as the composer's steps ran
     try:
         train_free_prompt(prompt, batch_of_step, steps=c.steps, lr=c.lr, grad_clip=c.grad_clip, placement=c.placement,
-                          text_kl_weight=c.text_kl_weight, advance=advance)
+                          objective="action-nll" if c.objective == "contrast" else c.objective,
+                          settings=c.objective_settings(), advance=advance)
     finally:
         composer.backbone.eval()
     save_file({k: v.detach().contiguous() for k, v in prompt.state_dict().items()}, str(path))

@@ -1,26 +1,25 @@
 """`lopd ladder RUN`: score a finished cold start's composer on the ladder of controls again
 (:mod:`stages.coldstart.ladder`), with the code of this checkout.
 
-The run folder is copied into a temporary folder first (a cold start resumed writes into its
-folder); the store and settings are the run's own (its ``config.json``; relative paths are read
-from the current folder, so run it from the folder the cold start ran in). The one file it adds
-to the run folder is the free-vector control (h) (``free_prompt.safetensors``) when it had to
-train one, so that a second scoring reuses it.
+The store and settings are the run's own (its ``config.json``; relative paths are read from the
+current folder, so run it from the folder the cold start ran in); the composer is the run's
+``final/``, the untrained rung (b) its seeded init (:mod:`stages.coldstart.composer`). Nothing of
+the training loop runs. The one file it adds to the run folder is the free-vector control (h)
+(``free_prompt.safetensors``) when it had to train one, so that a second scoring reuses it.
 """
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
 
-from stages.coldstart.free_prompt import FREE_PROMPT
-from stages.coldstart.ladder import Ladder, print_ladder
-from stages.coldstart.recipe import Coldstart
+from stages.coldstart.composer import FINAL, initial_phi
+from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
+from stages.coldstart.ladder.rungs import Ladder, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
+from stages.core.models.composer_config import CONFIG_FILE
 from stages.core.run.resources import map_large_blocks
 
 
@@ -40,19 +39,11 @@ def rescore(run: str, *, targets: int | None = None, seed: int | None = None, ou
     config = _saved_config(folder)
     if out is not None and Path(out).is_dir():
         raise ValueError(f"--out {out}: is a folder; give the JSON file to write")
-    saved = json.loads((folder / "config.json").read_text())
+    final = folder / FINAL / CONFIG_FILE
+    if not final.is_file() or json.loads(final.read_text()).get("coldstart_steps") != config.steps:
+        raise ValueError(f"{folder}: not finished (no {FINAL}/ composer of its {config.steps} steps)")
     map_large_blocks()
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "run"  # the copy is the run's folder now (its frozen config says so)
-        shutil.copytree(folder, copy)
-        (copy / "config.json").write_text(json.dumps({**saved, "out": str(copy)}, indent=2))
-        coldstart = Coldstart(config.model_copy(update={"resume": True, "out": str(copy)}), console)
-        if coldstart.start_step != config.steps:
-            raise ValueError(f"{folder}: not finished (checkpoint at step {coldstart.start_step} of {config.steps})")
-        coldstart.composer.backbone.eval()
-        ladder = coldstart.ladder_eval(limit=targets, seed=seed)
-        if (copy / FREE_PROMPT).is_file() and not (folder / FREE_PROMPT).is_file():
-            shutil.copy2(copy / FREE_PROMPT, folder / FREE_PROMPT)
+    ladder = _ladder_of(config, folder, targets, seed, console)
     if ladder is None:
         console.print(f"[yellow]{folder}: fewer than 2 held-out targets have another task's experiences of their "
                       "own and of another environment: no ladder[/]")
@@ -62,6 +53,32 @@ def rescore(run: str, *, targets: int | None = None, seed: int | None = None, ou
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(ladder.model_dump_json(indent=2))
     return ladder
+
+
+def _ladder_of(config: ColdstartConfig, folder: Path, targets: int | None, seed: int | None, console: Console
+               ) -> Ladder | None:
+    """The run's final composer on its backbone, store and task split, scored on the ladder."""
+    from stages.core.data.retrieval import Retriever
+    from stages.core.data.store import ExperienceStore
+    from stages.core.models.assembly import load_composer
+    from stages.core.models.backbone import (DEFAULT_MODEL, disable_dropout, load_policy, resolve_device_dtype,
+                                             resolve_model)
+    from stages.core.models.composer import enable_activation_checkpointing
+
+    device, dtype = resolve_device_dtype(config.device, config.dtype)
+    model, tokenizer = load_policy(config.model, dtype=dtype, device=device)
+    backbone_id = config.model if config.model == DEFAULT_MODEL else resolve_model(config.model)
+    store = ExperienceStore.open(config.experiences, create=False)
+    split = split_targets(tokenizer, successful_trajectories(store, config), config)
+    composer = load_composer(model, folder / FINAL, trainable=True, backbone_id=backbone_id)
+    untrained = initial_phi(composer, config, tokenizer)
+    disable_dropout(composer.backbone)
+    if config.activation_checkpointing:  # the free-vector control (h) trains as the composer did
+        enable_activation_checkpointing(composer.backbone)
+    composer.backbone.eval()
+    data = ColdstartData(Retriever(store), tokenizer, config, split.heldout_tasks)
+    return run_ladder(composer, tokenizer, data, split.train, split.heldout, config, untrained, folder,
+                      limit=targets, seed=seed, console=console)
 
 
 def _saved_config(folder: Path) -> ColdstartConfig:
