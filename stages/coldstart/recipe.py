@@ -62,6 +62,7 @@ from stages.coldstart.ladder.heldout import HeldoutResult, evaluate_heldout
 from stages.coldstart.ladder.rungs import LADDER, Ladder, heldout_of, print_ladder, run_ladder
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.composer_teacher import composer_loss
+from stages.core.latent.text_targets import TextTargets
 from stages.core.run.checkpoint import (
     CHECKPOINTS, OPTIMIZER_FILE, read_state, readable, restore_rng, write_checkpoint,
 )
@@ -78,6 +79,7 @@ from stages.core.run.runs import (
 from stages.core.data.store import ExperienceStore, StoreError
 
 HELDOUT = "heldout.json"
+TEXT_TARGETS = "text_teacher"  # the text teacher's top-M targets per training target (text_kl_top_m)
 KEEP_CHECKPOINTS = 2
 LOSS_WINDOW = 10  # the progress bar and the summary report the mean loss of this many last steps
 # Settings a resumed run may change (they do not change the meaning of finished steps), and
@@ -90,7 +92,7 @@ _RUN_KEYS = ["experiences", "model", "steps", "lr", "batch_size", "J", "K", "dep
 # later settings join the run id only when not at their default (earlier runs keep their ids)
 # (``objective`` is named by its weight: a run id predating the field stays the same)
 _LEVER_KEYS = ["lr_encoder", "reconstruction_steps", "self_retrieval", "memory_norm", "readout", "contrast_weight",
-               "contrast_margin", "latent_scale", "text_kl_weight"]
+               "contrast_margin", "latent_scale", "text_kl_weight", "text_kl_top_m"]
 
 
 class ColdstartReport(BaseModel):
@@ -252,6 +254,8 @@ class Coldstart:
         self.params = self.composer.trainable_parameters()
         self.objective_settings = c.objective_settings()
         self.digest_before = _backbone_digest(self.composer)
+        self.text_targets = None if c.text_kl_top_m is None else TextTargets(
+            self.out / TEXT_TARGETS, self.digest_before[:16], c.text_kl_top_m)
         if c.activation_checkpointing:
             enable_activation_checkpointing(self.composer.backbone)
         groups = [{"params": self.params}]  # one group unless psi has its own lr (earlier checkpoints: one)
@@ -294,7 +298,8 @@ class Coldstart:
         batch = self.data.batch([self.targets.train[i] for i in batch_ids], heldout=False, device=self.device)
         self.optimizer.zero_grad(set_to_none=True)
         objective = "reconstruction" if step < c.reconstruction_steps else c.objective
-        loss, m = composer_loss(objective, self.composer, batch, c.placement, self.objective_settings)
+        loss, m = composer_loss(objective, self.composer, batch, c.placement, self.objective_settings,
+                                text_targets=self.text_targets)
         for p in self.params:  # adapter switching may clear the requires_grad flags
             p.requires_grad_(True)
         loss.backward()

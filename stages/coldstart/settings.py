@@ -35,6 +35,9 @@ class ColdstartConfig(BaseModel):
         text_kl_weight: the ``text-kl`` objective's weight: each step adds weight x the forward KL
             from the text teacher (the batch's experiences as plain text where the latents go) to
             the latent teacher on the action tokens.
+        text_kl_top_m: None: that KL over the full vocabulary, the text teacher run at every step;
+            M: over the text teacher's top-M tokens plus a tail bucket, its targets computed once
+            per training target and kept in the run folder (``text_teacher/``).
         latent_scale: the latents' initial row norm as a multiple of the mean input-embedding row
             norm (qformer readout; :class:`stages.core.models.composer.Composer`).
         contrast_weight, contrast_margin: the ``contrast`` objective's weight and margin: each
@@ -92,6 +95,7 @@ class ColdstartConfig(BaseModel):
     contrast_weight: float = Field(default=0.0, ge=0)
     contrast_margin: float = Field(default=0.05, ge=0)
     text_kl_weight: float = Field(default=0.0, ge=0)
+    text_kl_top_m: int | None = Field(default=None, ge=1)
     batch_size: int = Field(default=2, ge=1)
     J: int = Field(default=3, ge=1)
     K: int = Field(default=32, ge=1)
@@ -139,6 +143,8 @@ class ColdstartConfig(BaseModel):
                 raise ValueError(f"{flag} weighs the {name} objective, not --objective {self.objective}")
             if self.objective == name and getattr(self, field) == 0:
                 raise ValueError(f"--objective {name} needs {flag} above 0")
+        if self.text_kl_top_m is not None and self.objective != "text-kl":
+            raise ValueError("--text-kl-top-m sets the text-kl objective's KL: it needs --text-kl-weight above 0")
         if self.objective == "contrast" and self.batch_size < 2:
             raise ValueError("--contrast-weight needs --batch-size 2 or more (another target's latents "
                              "come from the same batch)")
@@ -152,7 +158,7 @@ class ColdstartConfig(BaseModel):
         from stages.core.losses.composer_objectives import ObjectiveSettings  # torch: not at flag checking
 
         return ObjectiveSettings(contrast_weight=self.contrast_weight, contrast_margin=self.contrast_margin,
-                                 text_kl_weight=self.text_kl_weight)
+                                 text_kl_weight=self.text_kl_weight, text_kl_top_m=self.text_kl_top_m)
 
 
 # the objectives that have a weight setting, and its field (the weight above 0 chooses the objective)

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from stages.core.latent.contexts import LatentBatch, shift_for_loss
 from stages.core.latent.teacher import latent_teacher_logits, teacher_logits, text_teacher_logits
+from stages.core.latent.text_targets import TextTargets
 from stages.core.losses.composer_objectives import OBJECTIVES, ObjectiveSettings, Scored
 from stages.core.models.composer import unique_rows
 
@@ -27,11 +28,15 @@ class BatchTeacher:
         placement: where the latents go (:mod:`stages.core.latent.placements`).
         latents: False: no latents at all (:meth:`latents` is (B, 0, d), placed as ``"prefix"``):
             the plain frozen backbone.
+        text_targets: where the text teacher's top-M targets are kept between steps (None: computed
+            for this batch and dropped).
     """
 
-    def __init__(self, composer: nn.Module, batch: LatentBatch, placement: str, latents: bool = True) -> None:
+    def __init__(self, composer: nn.Module, batch: LatentBatch, placement: str, latents: bool = True,
+                 text_targets: TextTargets | None = None) -> None:
         self.composer, self.batch, self.with_latents = composer, batch, latents
         self.placement = placement if latents else "prefix"
+        self.text_targets = text_targets
 
     def latents(self) -> Tensor:
         """c_phi (B, J*K, d), or (B, 0, d) without latents."""
@@ -46,6 +51,12 @@ class BatchTeacher:
 
     def text_scored(self) -> Tensor:
         return shift_for_loss(text_teacher_logits(self.composer.backbone, self.batch, self.placement), self.batch)[0]
+
+    def text_top_m(self, M: int) -> tuple[Tensor, Tensor, Tensor]:
+        kept = self.text_targets or TextTargets(None, "", M)
+        if kept.M != M:
+            raise ValueError(f"the kept text-teacher targets hold the top {kept.M}, the objective asks for {M}")
+        return kept.of_batch(self.composer.backbone, self.batch, self.placement)
 
     def reconstruction_scored(self) -> Scored:
         """Each distinct composer input row (:func:`stages.core.models.composer.unique_rows`), cut to
@@ -62,12 +73,13 @@ class BatchTeacher:
 
 
 def composer_loss(objective: str, composer: nn.Module, batch: LatentBatch, placement: str,
-                  settings: ObjectiveSettings = ObjectiveSettings(), latents: bool = True
-                  ) -> tuple[Tensor, dict[str, float]]:
+                  settings: ObjectiveSettings = ObjectiveSettings(), latents: bool = True,
+                  text_targets: TextTargets | None = None) -> tuple[Tensor, dict[str, float]]:
     """The registered ``objective`` (:data:`stages.core.losses.composer_objectives.OBJECTIVES`) on
-    ``batch``: ``(loss, metrics)``, the loss a scalar in nats.
+    ``batch``: ``(loss, metrics)``, the loss a scalar in nats; ``text_targets`` keeps the text
+    teacher's top-M targets between steps (:class:`BatchTeacher`).
 
     Raises:
         ValueError: an unknown objective (the known ones named), or the objective's own errors.
     """
-    return OBJECTIVES[objective](BatchTeacher(composer, batch, placement, latents), settings)
+    return OBJECTIVES[objective](BatchTeacher(composer, batch, placement, latents, text_targets), settings)

@@ -16,7 +16,8 @@ holds the weights. The objectives:
   latents of its own experiences and with those of the next target in the batch (rows rolled
   by one); needs 2+ targets per batch.
 - ``text-kl``: the action NLL plus ``text_kl_weight`` x the forward KL(text teacher || latent
-  teacher) over the full vocabulary at every action token, summed over tokens and divided by
+  teacher) over the full vocabulary (or, with ``text_kl_top_m``, over the text teacher's top-M
+  tokens plus a tail bucket) at every action token, summed over tokens and divided by
   their number (the text teacher: the same frozen backbone with the composer inputs as plain
   token embeddings where the latents go; xRAG's second stage).
 
@@ -34,6 +35,7 @@ from torch import Tensor
 from stages.core.losses.contrast import latent_contrast_hinge, row_nll
 from stages.core.losses.kd import forward_kl
 from stages.core.losses.lopd import masked_nll
+from stages.core.losses.topm_kl import top_m_forward_kl
 from stages.core.registry import Registry
 
 Scored = tuple[Tensor, Tensor, Tensor]  # (logits_BTV, targets_BT, mask_BT), aligned: logits[b, t] predicts targets[b, t]
@@ -51,6 +53,10 @@ class ComposerTeacher(Protocol):
     def text_scored(self) -> Tensor:
         """The text teacher's logits (B, T, V), aligned as :meth:`scored`'s; no gradient."""
 
+    def text_top_m(self, M: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The text teacher's top-M log-probs, their ids and its tail log-mass at the batch's action
+        tokens, row-major (:func:`stages.core.losses.topm_kl.teacher_top_m`); no gradient."""
+
     def reconstruction_scored(self) -> Scored:
         """The teacher's logits on each distinct composer input row after that row's latents."""
 
@@ -62,6 +68,7 @@ class ObjectiveSettings:
     contrast_weight: float = 0.0
     contrast_margin: float = 0.05
     text_kl_weight: float = 0.0
+    text_kl_top_m: int | None = None
 
 
 Objective = Callable[[ComposerTeacher, ObjectiveSettings], tuple[Tensor, dict[str, float]]]
@@ -103,9 +110,16 @@ def contrastive_action_nll(teacher: ComposerTeacher, settings: ObjectiveSettings
 
 @OBJECTIVES.register("text-kl")
 def text_distilled_nll(teacher: ComposerTeacher, settings: ObjectiveSettings) -> tuple[Tensor, dict[str, float]]:
-    """Action NLL plus ``text_kl_weight`` x the full-vocabulary forward KL(text teacher || latent
-    teacher) per action token; metrics ``nll``, ``num_tokens``, ``text_kl`` (nats per token)."""
+    """Action NLL plus ``text_kl_weight`` x the forward KL(text teacher || latent teacher) per action
+    token: over the full vocabulary, or with ``text_kl_top_m`` = M over the text teacher's top-M
+    tokens plus a tail bucket (:func:`stages.core.losses.topm_kl.top_m_forward_kl`, whose targets
+    the teacher may keep from an earlier step); metrics ``nll``, ``num_tokens``, ``text_kl`` (nats
+    per token)."""
     lg, tgt, mask = teacher.scored(teacher.latents())
     nll, m = masked_nll(lg, tgt, mask)
-    kl, km = forward_kl(lg, teacher.text_scored(), mask, reduction="token")
-    return nll + settings.text_kl_weight * kl, {**m, "text_kl": km["forward_kl"]}
+    if settings.text_kl_top_m is None:
+        kl, km = forward_kl(lg, teacher.text_scored(), mask, reduction="token")
+        return nll + settings.text_kl_weight * kl, {**m, "text_kl": km["forward_kl"]}
+    kl_N = top_m_forward_kl(lg[mask.bool()], *teacher.text_top_m(settings.text_kl_top_m))
+    kl = kl_N.sum() / max(kl_N.shape[0], 1)
+    return nll + settings.text_kl_weight * kl, {**m, "text_kl": float(kl.detach())}
