@@ -286,3 +286,26 @@ def test_encoder_lora_gets_its_own_learning_rate(tmp_path, two_env_store):
     assert {id(p) for p in compressor["params"]} == {id(p) for p in run.composer.compressor.parameters()}
     one = coldstart.Coldstart(ColdstartConfig(out=str(tmp_path / "b"), **base), embedder=HashEmbedder())
     assert len(one.optimizer.param_groups) == 1 and one.optimizer.param_groups[0]["lr"] == 1e-2
+
+
+def test_a_kept_free_prompt_is_reused_only_for_the_settings_and_targets_that_trained_it(tmp_path):
+    from safetensors.torch import save_file
+
+    from stages.coldstart.ladder.free_prompt import FREE_PROMPT, TRAINED_BY, kept, trained_by
+    from stages.coldstart.settings import ColdstartConfig
+
+    config = ColdstartConfig(experiences="s", out=str(tmp_path), J=2, K=4, steps=5)
+    train = two_env_trajs()
+    assert kept(tmp_path, config, train) is None
+    save_file({"vectors_Nd": torch.zeros(8, 4)}, str(tmp_path / FREE_PROMPT),
+              metadata={TRAINED_BY: trained_by(config, train)})
+    assert kept(tmp_path, config, train) is True
+    assert kept(tmp_path, config.model_copy(update={"lr": 1e-3}), train) is False
+    assert kept(tmp_path, config, train[::-1]) is False  # other batches
+    # experiences' settings count only where the objective reads the experiences
+    assert kept(tmp_path, config.model_copy(update={"self_retrieval": True}), train) is True
+    text = config.model_copy(update={"objective": "text-kl", "text_kl_weight": 1.0})
+    save_file({"vectors_Nd": torch.zeros(8, 4)}, str(tmp_path / FREE_PROMPT), metadata={TRAINED_BY: trained_by(text, train)})
+    assert kept(tmp_path, text.model_copy(update={"self_retrieval": True}), train) is False
+    save_file({"vectors_Nd": torch.zeros(8, 4)}, str(tmp_path / FREE_PROMPT))  # written before the key existed
+    assert kept(tmp_path, config, train) is False

@@ -6,12 +6,15 @@ experiences; equal to them, it acts as a learned constant prompt.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from rich.progress import Progress
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
@@ -26,6 +29,12 @@ from stages.core.run.modes import share
 from stages.core.run.runs import coldstart_stream
 
 FREE_PROMPT = "free_prompt.safetensors"  # rung (h)'s trained vectors, in the run folder
+TRAINED_BY = "trained_by"  # the file's metadata key: what trained the vectors (:func:`trained_by`)
+# the settings the free vectors' training reads; the experiences' settings only where the objective
+# reads the experiences (the text teacher)
+_TRAINING_FIELDS = ("J", "K", "seed", "steps", "lr", "grad_clip", "placement", "batch_size", "objective",
+                    "text_kl_weight", "text_kl_top_m", "activation_checkpointing", "max_len")
+_TEXT_FIELDS = ("self_retrieval", "max_exp_tokens", "exclude_same_task")
 
 
 class FreePrompt(nn.Module):
@@ -78,15 +87,34 @@ def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentB
     return losses
 
 
+def trained_by(config: ColdstartConfig, train: list[Trajectory]) -> str:
+    """What the free vectors of a run are trained from, as one JSON string: the settings their
+    training reads and the sha256 of the training targets' ids, in order."""
+    fields = _TRAINING_FIELDS + (_TEXT_FIELDS if config.objective == "text-kl" else ())
+    ids = hashlib.sha256("\n".join(t.trajectory_id for t in train).encode()).hexdigest()
+    return json.dumps({**{f: getattr(config, f) for f in fields}, "train_ids_sha256": ids}, sort_keys=True)
+
+
+def kept(out: Path, config: ColdstartConfig, train: list[Trajectory]) -> bool | None:
+    """Whether ``out/free_prompt.safetensors`` was trained from what this run trains from
+    (:func:`trained_by`); None when there is no such file."""
+    path = out / FREE_PROMPT
+    if not path.is_file():
+        return None
+    with safe_open(str(path), framework="pt") as f:
+        return (f.metadata() or {}).get(TRAINED_BY) == trained_by(config, train)
+
+
 def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajectory], config: ColdstartConfig,
                    out: Path, progress: Progress | None = None) -> FreePrompt:
-    """Rung (h) of a run: ``out/free_prompt.safetensors`` when there, else trained as the run trained its
+    """Rung (h) of a run: ``out/free_prompt.safetensors`` when there and trained from what this run
+    trains from (:func:`trained_by`, kept in the file's metadata), else trained as the run trained its
     composer (``config.steps`` steps of the run's seeded batches, ``config.lr``, the run's objective;
     the contrast hinge is left out: free vectors give every target the same latents, so its gap is 0)
     and written there; the training is a task of ``progress`` when given."""
     prompt = FreePrompt(composer.backbone, config.J, config.K, seed=config.seed)
-    path = out / FREE_PROMPT
-    if path.is_file():
+    path, key = out / FREE_PROMPT, trained_by(config, train)
+    if kept(out, config, train):
         prompt.load_state_dict(load_file(str(path), device=str(prompt.vectors_Nd.device)))
         return prompt
     c = config
@@ -106,6 +134,7 @@ def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajecto
                           settings=c.objective_settings(), advance=advance)
     finally:
         composer.backbone.eval()
-    save_file({k: v.detach().contiguous() for k, v in prompt.state_dict().items()}, str(path))
+    save_file({k: v.detach().contiguous() for k, v in prompt.state_dict().items()}, str(path),
+              metadata={TRAINED_BY: key})
     share(path)  # safetensors writes owner-only files
     return prompt

@@ -44,7 +44,7 @@ from rich.table import Table
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
-from stages.coldstart.ladder.free_prompt import FREE_PROMPT, FreePrompt, free_prompt_of
+from stages.coldstart.ladder.free_prompt import FREE_PROMPT, FreePrompt, free_prompt_of, kept
 from stages.coldstart.ladder.heldout import HeldoutResult, swapped_phi
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
@@ -391,8 +391,10 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
                           J=config.J,
                           max_exp_tokens=config.max_exp_tokens, max_len=config.max_len, placement=config.placement,
                           batch_size=config.batch_size)
-    if console is not None and (out / FREE_PROMPT).is_file():
-        console.print(f"ladder: the free-vector control (h), read from {FREE_PROMPT}")
+    reuse = kept(out, config, train)
+    if console is not None and reuse is not None:
+        console.print(f"ladder: the free-vector control (h), read from {FREE_PROMPT}" if reuse else
+                      f"ladder: {FREE_PROMPT} was trained from other settings or targets: (h) is trained again")
     with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        console=console, transient=True, disable=console is None) as bar:
         free = free_prompt_of(composer, data, train, config, out, progress=bar)
