@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from stages.core.benches import BENCHES
+from stages.benches import BENCHES
 from stages.core.models.backbone import load_policy
 from stages.engines import SamplingParams
 from stages.engines.hf import HFRolloutEngine

@@ -47,7 +47,7 @@ from torch import nn
 from benchmarks.step_meter import Meter, matmul_rate, now, since, sync
 from schemas import Message, Task, Trajectory, Turn
 from stages.core.data.rows import training_rows
-from stages.core.envs.base import StepResult
+from stages.envs.base import StepResult
 import stages.core.losses.head
 import stages.core.losses.kd
 import stages.core.losses.sdpo

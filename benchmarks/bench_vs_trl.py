@@ -67,8 +67,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from schemas import Message, Task, Trajectory, Turn
-from stages.core.envs import StepResult, register
 from stages.core.run.resources import reset_peak_rss, status_mb
+from stages.envs import StepResult, register
 
 BENCH_ENV = "bench-selfdistill"
 SYSTEM = "You are a helpful assistant."

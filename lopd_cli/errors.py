@@ -26,7 +26,7 @@ def one_line_warning(message, category, filename, lineno, file=None, line=None) 
 # lopd's own error classes a user can fix, by (module, class): a class counts only once its module
 # is imported (an error of a module never imported cannot have been raised), so that a refusal
 # loads no module of its own (the store's module loads lancedb)
-_LOPD_ERRORS = (("stages.core.data.store", "StoreError"), ("stages.core.envs.base", "EnvError"),
+_LOPD_ERRORS = (("stages.core.data.store", "StoreError"), ("stages.envs.base", "EnvError"),
                 ("stages.core.exec.isolation", "IsolationUnavailable"))
 
 

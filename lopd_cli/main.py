@@ -108,7 +108,7 @@ def collect(
 ) -> None:
     """Roll out a policy on an environment's tasks and store scored trajectories."""
     from stages import collect as stage
-    from stages.core.envs import env_names
+    from stages.envs import env_names
 
     stage.run(_config(ctx, config, stage.CollectConfig, required=(
         "env", f"--env is required ({', '.join(env_names())}), as a flag or in the --config file")))

@@ -15,14 +15,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from schemas import Task, Trajectory
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.envscaler_rules import EpisodeRules
 from stages.core.exec import isolation
 from stages.core.models.backbone import DType
 from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import config_run_id, git_commit, write_manifest
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
+from stages.envs import EnvError, make_env
+from stages.envs.envscaler_rules import EpisodeRules
 
 
 class CollectConfig(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from stages.core.benches import standard_error
+from stages.benches import standard_error
 
 
 def _load_report(path: Path) -> dict[str, Any]:

@@ -3,7 +3,7 @@ reports: :mod:`stages.compare`).
 
 A run plays every task of the bench once with greedy decoding (temperature 0 unless overridden;
 the value used is recorded), scores the trajectories with the bench's official checker (see
-:mod:`stages.core.benches`), and writes one JSON report atomically to ``--out``
+:mod:`stages.benches`), and writes one JSON report atomically to ``--out``
 (default ``runs/eval/<bench>-<model-slug>.json``)::
 
     {bench, scores, behaviour, per_task: [...], notes, config, model, git_commit,
@@ -29,15 +29,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from schemas import Trajectory
-from stages.core.benches import BENCHES
-from stages.core.envs import EnvError, check_episode_rules
-from stages.core.envs.envscaler_rules import EpisodeRules
+from stages.benches import BENCHES
 from stages.core.exec import isolation
 from stages.core.models.backbone import DType
 from stages.core.run.outputs import PartialResults, check_overwrite, partial_path
 from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
+from stages.envs import EnvError, check_episode_rules
+from stages.envs.envscaler_rules import EpisodeRules
 
 BenchName = Literal[tuple(BENCHES.names())]  # the names of the bench registry
 
@@ -387,7 +387,7 @@ def apply_protocol(config: EvaluateConfig) -> EvaluateConfig:
     """``config`` with every decoding setting it leaves None filled from its ``protocol``.
 
     ``greedy``: temperature 0, top-p 1, top-k 0 (off), the bench's own token budget and step
-    cap (:data:`stages.core.benches.BENCHES`). ``paper``: :data:`PAPER_SAMPLING` and
+    cap (:data:`stages.benches.BENCHES`). ``paper``: :data:`PAPER_SAMPLING` and
     :data:`PAPER_BUDGETS`. Thinking mode is whatever the model's chat template does by default
     (Qwen3's: on, as in the paper). The filled settings are what the report records.
 

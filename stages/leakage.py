@@ -43,8 +43,8 @@ class Overlap:
 def evaluation_tasks(env: str, data_dir: Path | None = None) -> dict[str, list[Task]]:
     """``{bench: tasks}`` of every benchmark that plays ``env`` and whose data loads (with
     ``data_dir``, else the package copies); a benchmark whose data is not found is left out."""
-    from stages.core.benches import BENCHES
-    from stages.core.envs import EnvError
+    from stages.benches import BENCHES
+    from stages.envs import EnvError
     from stages.evaluate import EvaluateConfig
 
     out: dict[str, list[Task]] = {}

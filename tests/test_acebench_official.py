@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from schemas import Trajectory
-from stages.core.envs import EnvError, acebench_multi, make_env
-from stages.core.envs.acebench import NUDGE, PhonePlatform, load_tasks
-from stages.core.envs.acebench_score import official_end_to_end, official_result, step_text
 from stages.core.text.toolcalls import parse_tool_calls
+from stages.envs import EnvError, acebench_multi, make_env
+from stages.envs.acebench import NUDGE, PhonePlatform, load_tasks
+from stages.envs.acebench_score import official_end_to_end, official_result, step_text
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "acebench"
 needs_data = pytest.mark.skipif(not (DATA / "data_agent_multi_turn.json").is_file(),
@@ -297,7 +297,7 @@ def test_multi_turn_prompt_policy_and_user_settings(scripted):
 
 def test_the_agent_score_is_the_plain_mean_of_the_parts():
     """Multi-step 0.5 (10 of 20), multi-turn 0.2 (6 of 30): ACEBench's agent score 0.35; pooled 0.32."""
-    from stages.core.benches import _acebench_score
+    from stages.benches import _acebench_score
 
     def traj(task_id: str, ok: bool) -> Trajectory:
         return Trajectory(trajectory_id=task_id, task_id=task_id, env="acebench", split="test", prompt="p", policy="m",

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from stages.core.envs import acebench_multi, make_env
-from stages.core.envs.acebench_ast import NORMAL, SPECIAL
-from stages.core.envs.acebench_single import category_accuracy, judge, load_single_turn, opening, single_turn_scores
+from stages.envs import acebench_multi, make_env
+from stages.envs.acebench_ast import NORMAL, SPECIAL
+from stages.envs.acebench_single import category_accuracy, judge, load_single_turn, opening, single_turn_scores
 from tests import acebench_checker_reference as ref
 
 FIXTURES = Path(__file__).parent / "fixtures" / "acebench"
@@ -302,14 +302,14 @@ def test_evaluate_reports_acebench_overall(tmp_path, monkeypatch):
     assert scores["end_to_end"] == 0.5 and scores["pooled_end_to_end"] == 0.5  # over the agent tasks only
     assert any(n.startswith("normal and special categories: 20 tasks in 15 of 15 categories") for n in report["notes"])
     assert report["rules"].endswith("normal and special: ACEBench's en prompts, its AST checker and string rules "
-                                    "(stages/core/envs/acebench_ast.py)")
+                                    "(stages/envs/acebench_ast.py)")
     rows = {r["task_id"]: r for r in report["per_task"]}
     assert rows["normal_atom_enum_0"]["info"]["error_type"] == "value_error:string"
     assert rows[SINGLE]["tool_calls"] == 1 and rows[SINGLE]["reward"] == 1.0
 
 
 def test_agent_only_data_keeps_the_agent_scores(tmp_path):
-    from stages.core.benches import BENCHES
+    from stages.benches import BENCHES
     from stages.evaluate import EvaluateConfig
 
     data = tmp_path / "data_en"

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from stages.core.envs import make_env
-from stages.core.envs.acebench_ast import NORMAL, SPECIAL
-from stages.core.envs.acebench_prompts import NORMAL_PROMPT, PREFERENCE_PROMPT, SPECIAL_PROMPT, USER_PROMPT
-from stages.core.envs.acebench_prompts_zh import (NORMAL_PROMPT_ZH, PREFERENCE_PROMPT_ZH, SPECIAL_PROMPT_ZH,
+from stages.envs import make_env
+from stages.envs.acebench_ast import NORMAL, SPECIAL
+from stages.envs.acebench_prompts import NORMAL_PROMPT, PREFERENCE_PROMPT, SPECIAL_PROMPT, USER_PROMPT
+from stages.envs.acebench_prompts_zh import (NORMAL_PROMPT_ZH, PREFERENCE_PROMPT_ZH, SPECIAL_PROMPT_ZH,
                                                   USER_PROMPT_ZH)
-from stages.core.envs.acebench_single import judge, load_single_turn, opening
+from stages.envs.acebench_single import judge, load_single_turn, opening
 from tests import acebench_checker_reference as ref
 
 FIXTURES = Path(__file__).parent / "fixtures" / "acebench_zh"
@@ -110,7 +110,7 @@ def test_every_zh_task_replayed():
 def test_language_is_checked():
     with pytest.raises(ValueError, match="language must be one of en, zh"):
         load_single_turn(FIXTURES, "fr")
-    from stages.core.envs.base import EnvError
+    from stages.envs.base import EnvError
     with pytest.raises(EnvError, match="language must be one of en, zh"):
         make_env("acebench", data_dir=FIXTURES, language="fr")
 
@@ -147,7 +147,7 @@ def test_evaluate_language_zh_reports_acebench_scores(tmp_path, monkeypatch):
     """`evaluate --bench acebench --language zh` on the zh fixtures, agent tasks included (scripted model and
     user): category, group and agent scores and ACEBench's weighted ``summary`` as the transcription computes
     them from the same replies."""
-    from stages.core.envs import acebench_multi
+    from stages.envs import acebench_multi
     from stages.evaluate import EvaluateConfig, run
     from tests.test_acebench_zh_agent import RecordingUser
     from tests.test_evaluate import SequentialEngine

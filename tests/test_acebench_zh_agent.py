@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.envs import acebench_multi, make_env
-from stages.core.envs.acebench import NUDGE, load_tasks
-from stages.core.envs.acebench_phone import PhonePlatform
-from stages.core.envs.acebench_prompts_zh import (BASE_PROMPT_ZH, MULTI_STEP_AGENT_PROMPT_ZH,
+from stages.envs import acebench_multi, make_env
+from stages.envs.acebench import NUDGE, load_tasks
+from stages.envs.acebench_phone import PhonePlatform
+from stages.envs.acebench_prompts_zh import (BASE_PROMPT_ZH, MULTI_STEP_AGENT_PROMPT_ZH,
                                                   MULTI_TURN_AGENT_PROMPT_ZH, OPENING_ZH, TRAVEL_PROMPT_ZH,
                                                   USER_PROMPT_BASE_ZH, USER_PROMPT_TRAVEL_ZH, agent_prompt_zh)
-from stages.core.envs.acebench_travel import TravelPlatform
+from stages.envs.acebench_travel import TravelPlatform
 from tests import acebench_platform_zh_reference as ref
 from tests.test_acebench_official import SAVED_CLASS, agent_eval_item, agent_eval_process_item, saved_result
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.benches import evalplus_evaluate, humaneval_base
+from stages.benches import evalplus_evaluate, humaneval_base
 from stages.core.exec import isolation
 
 pytest.importorskip("evalplus", reason="evalplus is not installed")

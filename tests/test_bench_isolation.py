@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.benches import evalplus_evaluate, humaneval_base
+from stages.benches import evalplus_evaluate, humaneval_base
 from stages.core.exec import isolation
 from stages.core.exec.sandbox import IsolationUnavailable
 

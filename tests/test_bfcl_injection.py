@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.envs import make_env
-from stages.core.envs.bfcl_multi import api_signatures, check_call_string, multi_turn_verdict
+from stages.envs import make_env
+from stages.envs.bfcl_multi import api_signatures, check_call_string, multi_turn_verdict
 
 pytest.importorskip("bfcl", reason="nvidia-bfcl (import name bfcl) is not installed")
 

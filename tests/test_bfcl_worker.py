@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.envs import _bfcl_worker, bfcl_multi, make_env
-from stages.core.envs.bfcl_multi import multi_turn_verdict
+from stages.envs import _bfcl_worker, bfcl_multi, make_env
+from stages.envs.bfcl_multi import multi_turn_verdict
 
 pytest.importorskip("bfcl", reason="nvidia-bfcl (import name bfcl) is not installed")
 

@@ -139,7 +139,7 @@ def test_every_stage_reads_a_config_file_that_flags_override(tmp_path):
         f"error: {bad}: key 'limit': Input should be a valid integer"), result.output
     result = runner.invoke(app, ["collect", "--config", str(bad), "--limit", "0"])  # given as a flag: the flag
     assert result.exit_code == 2 and "error: invalid option --limit: Input should be greater" in result.output
-    from stages.core.envs import env_names
+    from stages.envs import env_names
 
     result = runner.invoke(app, ["collect"])
     assert result.exit_code == 2 and f"--env is required ({', '.join(env_names())})" in result.output

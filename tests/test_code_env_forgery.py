@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stages.core.envs import make_env
+from stages.envs import make_env
 
 WRONG = "    return True\n"
 RIGHT = ("    return any(abs(a - b) < threshold for i, a in enumerate(numbers)\n"

@@ -209,8 +209,7 @@ def test_lopd_retrieval_follows_its_exclude_same_task_option():
 
 
 def test_lookup_tools_falls_back_to_the_environment_tasks():
-    from stages.core.envs import make_env
-    from stages.core.latent.contexts import lookup_tools
+    from stages.envs import lookup_tools, make_env
 
     recorded = traj("a", tools=TOOLS)
     unknown = traj("b").model_copy(update={"env": "no-such-env"})

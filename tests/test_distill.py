@@ -28,11 +28,11 @@ from stages.core.models.composer import (
 )
 from stages.core.data.retrieval import index_new, open_embeddings
 from stages.core.data.store import ExperienceStore
-from stages.core.envs import StepResult, register
 from stages.core.losses.lopd import dual_update
 from stages.core.models.backbone import load_policy
 from stages.distill.recipe import COMMON_FIELDS, TIMING_FIELDS, DistillConfig, Distiller
 from stages.distill.settings import load_config
+from stages.envs import StepResult, register
 from stages.methods import lopd as lopd_method
 
 METRIC_FIELDS = COMMON_FIELDS + lopd_method.LOPD.metrics

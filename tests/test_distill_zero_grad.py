@@ -9,7 +9,7 @@ import io
 from rich.console import Console
 
 import stages.distill.recipe as distill
-from stages.core.envs import StepResult, register
+from stages.envs import StepResult, register
 from tests.test_distill import ToyEnv, _hash_embedder, assets  # noqa: F401 (fixtures)
 from tests.test_method_grpo import grpo_config
 

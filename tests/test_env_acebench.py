@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from schemas import ToolCall
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.base import AGENTIC_RULES
-from stages.core.envs.acebench import PhonePlatform
-from stages.core.envs.acebench_score import end_to_end, parse_milestone, process_accuracy
+from stages.envs import EnvError, make_env
+from stages.envs.base import AGENTIC_RULES
+from stages.envs.acebench import PhonePlatform
+from stages.envs.acebench_score import end_to_end, parse_milestone, process_accuracy
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "acebench"
 needs_data = pytest.mark.skipif(not (DATA / "data_agent_multi_step.json").is_file(), reason=f"no ACEBench data at {DATA}")

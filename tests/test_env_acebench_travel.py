@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.envs import make_env
-from stages.core.envs import acebench_multi
-from stages.core.envs.acebench import load_tasks
-from stages.core.envs.acebench_multi import user_prompt
-from stages.core.envs.acebench_score import end_to_end
-from stages.core.envs.acebench_travel import TravelPlatform
+from stages.envs import make_env
+from stages.envs import acebench_multi
+from stages.envs.acebench import load_tasks
+from stages.envs.acebench_multi import user_prompt
+from stages.envs.acebench_score import end_to_end
+from stages.envs.acebench_travel import TravelPlatform
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "acebench"
 needs_data = pytest.mark.skipif(not (DATA / "data_agent_multi_turn.json").is_file(), reason=f"no ACEBench data at {DATA}")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from schemas import ToolCall
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.bfcl import MULTI_TURN, SINGLE_TURN, to_openai_tools
-from stages.core.envs.bfcl_multi import multi_turn_verdict, score_multi_turn
 from stages.core.text.toolcalls import format_python_calls, parse_tool_calls
+from stages.envs import EnvError, make_env
+from stages.envs.bfcl import MULTI_TURN, SINGLE_TURN, to_openai_tools
+from stages.envs.bfcl_multi import multi_turn_verdict, score_multi_turn
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "bfcl_v3"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared BFCL-v3 data not found at {SHARED}")
@@ -256,7 +256,7 @@ def test_bad_multi_turn_entry_names_file_and_field(tmp_path):
 
 def test_single_turn_accepts_underscored_dotted_names():
     env = make_env("bfcl", categories=["simple"])
-    task = env.tasks("heldout", limit=1)[0]  # simple_1: held out from train (stages.core.envs.bfcl.is_heldout)
+    task = env.tasks("heldout", limit=1)[0]  # simple_1: held out from train (stages.envs.bfcl.is_heldout)
     assert task.task_id == "simple_1" and task.meta["function"][0]["name"] == "math.factorial"
     env.reset(task)
     assert env.step('<tool_call>{"name": "math_factorial", "arguments": {"number": 5}}</tool_call>').reward == 1.0
@@ -288,12 +288,12 @@ def test_bfcl_modules_have_no_import_cycle():
     import subprocess
     import sys
 
-    envs = Path(__file__).resolve().parents[1] / "stages" / "core" / "envs"
+    envs = Path(__file__).resolve().parents[1] / "stages" / "envs"
     for name in ("bfcl_multi.py", "_bfcl_files.py"):
         tree = ast.parse((envs / name).read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        assert "stages.core.envs.bfcl" not in imported, name
-    for first in ("stages.core.envs.bfcl_multi", "stages.core.envs.bfcl"):  # either can be imported first
-        code = f"import {first}, stages.core.envs.bfcl as b; assert b.MultiTurnEpisode and b.to_openai_tools"
+        assert "stages.envs.bfcl" not in imported, name
+    for first in ("stages.envs.bfcl_multi", "stages.envs.bfcl"):  # either can be imported first
+        code = f"import {first}, stages.envs.bfcl as b; assert b.MultiTurnEpisode and b.to_openai_tools"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

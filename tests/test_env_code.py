@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.code import assemble, extract_code
+from stages.envs import EnvError, make_env
+from stages.envs.code import assemble, extract_code
 
 EVALPLUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "evalplus"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from schemas import Task
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.base import AGENTIC_RULES
-from stages.core.envs.envscaler_data import FIXTURES_DIR
+from stages.envs import EnvError, make_env
+from stages.envs.base import AGENTIC_RULES
+from stages.envs.envscaler_data import FIXTURES_DIR
 
 BAD_DIR = Path(__file__).parent / "fixtures" / "envscaler_bad"
 
@@ -350,7 +350,7 @@ def test_hf_dataset_ids_load_through_datasets(monkeypatch):
 
 
 def test_lopd_bed_prompt_lists_tool_signatures_and_offers_no_schema_block():
-    from stages.core.envs.envscaler import LopdBedEnv, tool_signature
+    from stages.envs.envscaler import LopdBedEnv, tool_signature
 
     tool = {"type": "function", "function": {"name": "transfer", "description": "Move money.", "parameters": {
         "type": "object", "properties": {"src": {"type": "string"}, "amount": {"type": "number"}, "memo": {}},
@@ -379,7 +379,7 @@ def test_unknown_split_names_the_environment_asked_for_and_its_splits():
 
 
 def test_a_misspelt_env_gets_the_closest_name_and_the_registry_list():
-    from stages.core.envs import env_names
+    from stages.envs import env_names
 
     with pytest.raises(EnvError, match="unknown --env 'bfc'; did you mean 'bfcl'\\? choose one of: ") as err:
         make_env("bfc")

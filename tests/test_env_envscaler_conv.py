@@ -1,4 +1,4 @@
-"""EnvScaler's conversational episodes (stages.core.envs.envscaler_conv): a scripted user plays the
+"""EnvScaler's conversational episodes (stages.envs.envscaler_conv): a scripted user plays the
 user; the tiny model plays agent and user once."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.envs import EnvError, envscaler_conv, make_env
-from stages.core.envs.envscaler_conv import CONV_NOTE, OPENING, STOP, parse_user_reply
-from stages.core.envs.envscaler_data import FIXTURES_DIR
+from stages.envs import EnvError, envscaler_conv, make_env
+from stages.envs.envscaler_conv import CONV_NOTE, OPENING, STOP, parse_user_reply
+from stages.envs.envscaler_data import FIXTURES_DIR
 
 TASKS = Path(__file__).parent / "fixtures" / "envscaler_conv_tasks.jsonl"
 CONV_IDS = {"conv-lib-001", "conv-lib-002", "conv-cal-001"}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.livecodebench import decode_tests, encode_private_tests, extract_code
+from stages.envs import EnvError, make_env
+from stages.envs.livecodebench import decode_tests, encode_private_tests, extract_code
 
 FIXTURE = Path(__file__).parent / "fixtures" / "livecodebench"
 SOLUTIONS = json.loads((Path(__file__).parent / "fixtures" / "livecodebench_solutions.json").read_text())
@@ -79,7 +79,7 @@ def test_extract_code_takes_last_block():
 def test_official_grader_and_lopd_harness_agree_on_the_fixtures(task_index):
     """LiveCodeBench's own testing_util (nvidia-livecodebench, run in the sandbox) grades the fixture
     solutions as the built-in harness does: right answers pass every test, wrong ones fail."""
-    from stages.core.envs import livecodebench as lcb
+    from stages.envs import livecodebench as lcb
 
     source = lcb.official_testing_util()
     assert source is not None, "make install puts nvidia-livecodebench in (--no-deps)"
@@ -97,7 +97,7 @@ def test_official_grader_and_lopd_harness_agree_on_the_fixtures(task_index):
 
 def test_official_grader_failures_are_labelled_as_it_means_them():
     """testing_util's -2 is a wrong answer (it was reported as "compile error"); its message is kept."""
-    from stages.core.envs import livecodebench as lcb
+    from stages.envs import livecodebench as lcb
 
     tasks = make_env("livecodebench", data_dir=FIXTURE).tasks("test")
     stdin, functional = tasks[0], tasks[1]
@@ -112,7 +112,7 @@ def test_official_grader_failures_are_labelled_as_it_means_them():
 
 
 def test_the_harness_grades_when_the_official_grader_is_missing(monkeypatch):
-    from stages.core.envs import livecodebench as lcb
+    from stages.envs import livecodebench as lcb
 
     monkeypatch.setattr(lcb, "official_testing_util", lambda: None)
     env = make_env("livecodebench", data_dir=FIXTURE)

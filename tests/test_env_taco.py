@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from lopd_cli.main import app
 from stages.core.data.store import ExperienceStore
-from stages.core.envs import EnvError, make_env
+from stages.envs import EnvError, make_env
 
 FIXTURE = Path(__file__).parent / "fixtures" / "taco"
 

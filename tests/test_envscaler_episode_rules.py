@@ -16,9 +16,9 @@ from copy import deepcopy
 
 import pytest
 
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.envscaler_data import FIXTURES_DIR
-from stages.core.envs.envscaler_rules import official_action
+from stages.envs import EnvError, make_env
+from stages.envs.envscaler_data import FIXTURES_DIR
+from stages.envs.envscaler_rules import official_action
 from tests.test_env_envscaler import all_tasks, call
 
 
@@ -260,7 +260,7 @@ def test_episode_rules_flag_is_refused_where_an_environment_has_one_set(tmp_path
 
 
 def test_evaluate_plays_the_rules_it_is_given():
-    from stages.core.benches import BENCHES
+    from stages.benches import BENCHES
     from stages.evaluate import EvaluateConfig
 
     for rules in (None, "official"):

@@ -9,10 +9,10 @@ import random
 import pytest
 
 from schemas import ToolCall
-from stages.core.envs import make_env
-from stages.core.envs._envscaler_worker import exact_verdict, state_diff
-from stages.core.envs.envscaler_rules import exact_reward, is_lookup
 from stages.core.text.chat import format_tool_calls
+from stages.envs import make_env
+from stages.envs._envscaler_worker import exact_verdict, state_diff
+from stages.envs.envscaler_rules import exact_reward, is_lookup
 
 
 def _leaves(state: dict, path: tuple = ()) -> dict[tuple, object]:

@@ -13,8 +13,8 @@ import pytest
 from rich.console import Console
 
 from schemas import ToolCall, Trajectory, Turn
-from stages.core.benches import bfcl_scores, evalplus_evaluate, humaneval_base
-from stages.core.envs import EnvError, make_env
+from stages.benches import bfcl_scores, evalplus_evaluate, humaneval_base
+from stages.envs import EnvError, make_env
 from stages.engines import Generation
 from stages.compare import compare
 from stages.evaluate import EvaluateConfig, behaviour_stats, repeated_calls, model_slug, run
@@ -147,7 +147,7 @@ def test_livecodebench_reference_passes_empty_fails(tmp_path):
 
 
 def test_livecodebench_report_says_the_harness_graded_when_the_official_grader_is_missing(monkeypatch):
-    from stages.core import benches
+    from stages import benches
 
     monkeypatch.setattr(benches, "official_testing_util", lambda: None)
     prepared = benches.BENCHES["livecodebench"].prepare(
@@ -231,7 +231,7 @@ def test_humaneval_plus_run_end_to_end(tmp_path, monkeypatch):
 
 @needs(SHARED / "bfcl_v3")
 def test_bfcl_ground_truth_passes_empty_fails_per_category():
-    from stages.core.envs.bfcl_multi import score_multi_turn
+    from stages.envs.bfcl_multi import score_multi_turn
 
     for category in ("base", "miss_func", "miss_param", "long_context"):
         task = make_env("bfcl", data_dir=SHARED / "bfcl_v3", categories=[category]).tasks("test", limit=1)[0]
@@ -267,7 +267,7 @@ def test_reference_nll_equals_unpadded_per_token_reference_and_reaches_the_repor
     bfcl-single` with an hf engine writes it per task and as the mean."""
     import torch
 
-    from stages.core.benches import BENCHES
+    from stages.benches import BENCHES
     from stages.core.text.chat import render_prompt
     from stages.engines import make_engine
     from stages.evaluate import reference_nll
@@ -320,7 +320,7 @@ def test_protocols_fill_what_is_not_given_and_the_report_records_it(tmp_path):
 
 
 def test_standard_error_over_tasks_hand_computed():
-    from stages.core.benches import standard_error
+    from stages.benches import standard_error
 
     assert standard_error([1.0, 0.0, 0.0, 1.0]) == pytest.approx((1 / 12) ** 0.5)  # var 1/3 over 4 tasks
     assert standard_error([0.5, 0.5, 0.5]) == 0.0 and standard_error([1.0]) == 0.0

@@ -7,7 +7,7 @@ import json
 import pytest
 from rich.console import Console
 
-from stages.core.envs import make_env
+from stages.envs import make_env
 from stages.evaluate import EvaluateConfig, default_out, run
 from tests.test_env_envscaler import ORACLE
 from tests.test_evaluate import SequentialEngine

@@ -1,11 +1,11 @@
-"""The training reward's coding judge (stages.core.envs.judge, used by TACO and by LiveCodeBench without
+"""The training reward's coding judge (stages.envs.judge, used by TACO and by LiveCodeBench without
 its official grader): the fast-I/O idioms, numeric tolerance and big integers each pass with a correct
 program and fail with a wrong one; solutions that try to forge their verdict score as failures."""
 from __future__ import annotations
 
 import pytest
 
-from stages.core.envs.judge import grade, result_matches, stdout_matches
+from stages.envs.judge import grade, result_matches, stdout_matches
 
 SUM = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"},
        {"input": "40 2\n", "output": "42\n", "testtype": "stdin"}]
@@ -136,7 +136,7 @@ DIFFERENCES = [
 
 @pytest.mark.parametrize("row", DIFFERENCES, ids=[d[0] for d in DIFFERENCES])
 def test_where_the_training_reward_and_livecodebench_differ(row):
-    from stages.core.envs import livecodebench as lcb
+    from stages.envs import livecodebench as lcb
 
     source = lcb.official_testing_util()
     if source is None:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from schemas import Task
-from stages.core.envs import make_env
 from stages.core.text.normalise import normalise
+from stages.envs import make_env
 from stages.leakage import LeakageError, check_train_tasks, find_overlap
 
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
-from stages.core.envs.envscaler_data import FIXTURES_DIR
+from stages.envs.envscaler_data import FIXTURES_DIR
 from tests.test_store_recovery import damaged_store, error_lines
 
 runner = CliRunner()

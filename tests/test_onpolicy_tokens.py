@@ -16,7 +16,6 @@ import torch
 from schemas import Message, Task, ToolCall
 from stages.core.data.rows import trajectory_sequences, training_rows
 from stages.core.data.store import ExperienceStore
-from stages.core.envs import StepResult, register
 from stages.core.latent.privileged import privileged_prefix
 from stages.core.losses.lopd import masked_nll
 from stages.core.models.student import student_logits
@@ -24,6 +23,7 @@ from stages.core.text.chat import action_spans
 from stages.distill.recipe import DistillConfig, Distiller
 from stages.engines import Generation, SamplingParams, make_engine
 from stages.engines.rollout import play
+from stages.envs import StepResult, register
 from stages.methods import Method, get_method, known_methods
 from stages.methods import register as register_method
 from tests.test_distill import _hash_embedder, assets, make_config, metrics  # noqa: F401 (fixtures)

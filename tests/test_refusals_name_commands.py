@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from lopd_cli.main import app
 from stages.collect import CollectConfig, _with_reference
 from stages.core.data.store import ExperienceStore, StoreError
-from stages.core.envs import EnvError
 from stages.core.run.resources import check_experience_count
+from stages.envs import EnvError
 
 
 def test_a_missing_store_names_lopd_collect(tmp_path):

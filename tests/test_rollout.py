@@ -6,9 +6,9 @@ import json
 import pytest
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs import StepResult
 from stages.engines import Generation, SamplingParams, row_seed
 from stages.engines.rollout import OVERFLOW_WARNINGS, RolloutStats, play
+from stages.envs import StepResult
 from tests.tiny import tiny_tokenizer
 
 

@@ -288,7 +288,7 @@ def test_infinite_loop_times_out_without_hook():
 
 
 def test_envscaler_worker_environment_code_is_contained(tmp_path, monkeypatch):
-    from stages.core.envs._envscaler_worker import start_env_worker
+    from stages.envs._envscaler_worker import start_env_worker
 
     victim = _victim(tmp_path)
     secret, token = "s3cret-" + uuid.uuid4().hex, "lopd-escape-" + uuid.uuid4().hex

@@ -5,9 +5,9 @@ import pytest
 from typer.testing import CliRunner
 
 from lopd_cli.main import app
-from stages.core.envs._envscaler_worker import start_env_worker
 from stages.core.exec import isolation
 from stages.core.exec.sandbox import IsolationUnavailable, run_python
+from stages.envs._envscaler_worker import start_env_worker
 from tests.tiny import save_tiny
 
 runner = CliRunner()

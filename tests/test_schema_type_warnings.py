@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from stages.core.envs import make_env
-from stages.core.envs._bfcl_files import package_data_dir
 from stages.core.text.toolcalls import unknown_schema_types
+from stages.envs import make_env
+from stages.envs._bfcl_files import package_data_dir
 
 
 def test_unknown_schema_types_walks_properties_items_and_unions():
@@ -81,7 +81,7 @@ def test_bfcl_multi_turn_doc_with_unknown_type_warns_once(tmp_path, caplog):
 
 
 def test_envscaler_tool_with_unknown_type_warns_once(tmp_path, caplog):
-    from stages.core.envs.envscaler_data import FIXTURES_DIR
+    from stages.envs.envscaler_data import FIXTURES_DIR
 
     envs = [json.loads(line) for line in (FIXTURES_DIR / "environments.jsonl").read_text().splitlines() if line.strip()]
     envs[0]["tools"][0]["function"]["parameters"]["properties"]["query"]["type"] = "quaternion"

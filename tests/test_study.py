@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from lopd_cli.main import app
 from stages.study import recipe as study
 from stages.study.layout import load_study
-from stages.core.envs import make_env
-from stages.core.envs.bfcl import is_heldout
+from stages.envs import make_env
+from stages.envs.bfcl import is_heldout
 from tests.test_coldstart import one_thread  # noqa: F401 (fixture: bit-exact runs need one thread in and out of process)
 from tests.test_distill import ENV, _hash_embedder, assets  # noqa: F401 (fixtures; registers the toy env)
 

@@ -41,7 +41,7 @@ BED_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BED_DIR.parents[1]))  # the repository root, for `stages` and `schemas`
 
 from schemas import Task, ToolCall  # noqa: E402
-from stages.core.envs.envscaler import FINAL_REPLY, LopdBedEnv  # noqa: E402
+from stages.envs.envscaler import FINAL_REPLY, LopdBedEnv  # noqa: E402
 
 PROMPT_TOKEN_LIMIT = 450
 ACTION_TOKEN_LIMIT = 48

@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the repository root, for `stages` and `schemas`
 
 from schemas import Task, Trajectory  # noqa: E402
-from stages.core.benches import standard_error  # noqa: E402
+from stages.benches import standard_error  # noqa: E402
 from stages.core.data.retrieval import Experience, Retriever  # noqa: E402
 from stages.core.data.store import ExperienceStore  # noqa: E402
-from stages.core.envs.envscaler import LopdBedEnv  # noqa: E402
+from stages.envs.envscaler import LopdBedEnv  # noqa: E402
 
 Call = tuple[str, dict[str, Any]]  # (tool name, arguments)
 SPLITS = ("train", "test", "test_values", "transfer")

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from schemas import Trajectory
 from stages.core.data.store import ExperienceStore, StoreError
-from stages.core.latent.contexts import LatentBatch, build_batch, lookup_tools, retrieve_experiences
+from stages.core.latent.contexts import LatentBatch, build_batch, retrieve_experiences
 from stages.core.latent.placements import get_placement
 from stages.core.text.chat import action_spans, tokenize_for_training
+from stages.envs import lookup_tools
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

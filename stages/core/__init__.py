@@ -1,1 +1,1 @@
-"""Building blocks shared by the stages, in sub-packages: text, exec, data, losses, run, models, latent, envs."""
+"""Building blocks shared by the stages, in sub-packages: text, exec, data, losses, run, models, latent."""

@@ -17,7 +17,6 @@ from pydantic import BaseModel
 from schemas import Task
 from stages.core.data.retrieval import check_serves
 from stages.core.data.store import ExperienceStore, StoreError
-from stages.core.envs import make_env
 from stages.core.exec import isolation
 from stages.core.models.backbone import DEFAULT_MODEL, resolve_model
 from stages.core.run import distributed, runs
@@ -25,6 +24,7 @@ from stages.core.run.sharding import check_shard
 from stages.core.run.tracking import check_logger
 from stages.distill.settings import DistillConfig
 from stages.engines import check_engine
+from stages.envs import make_env
 from stages.leakage import check_train_tasks
 from stages.methods import get_method
 from stages.plan import check_distill_memory

@@ -33,7 +33,6 @@ from stages.core.data import experience_rows
 from stages.core.data.retrieval import Retriever, embeddings_info, index_new, load_embedder
 from stages.core.data.rows import training_rows
 from stages.core.data.store import ExperienceStore
-from stages.core.envs import make_env
 from stages.core.models.assembly import save_final
 from stages.core.models.backbone import disable_dropout, resolve_device_dtype
 from stages.core.models.composer import base_model, enable_activation_checkpointing
@@ -47,6 +46,7 @@ from stages.distill.trainer import Trainer
 from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
+from stages.envs import make_env
 from stages.methods import Method, StepBatch, StepContext, get_method
 from stages.samples import chosen_samples, samples_markdown
 

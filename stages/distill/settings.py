@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from stages.core.envs.envscaler_rules import EpisodeRules
+from stages.envs.envscaler_rules import EpisodeRules
 from stages.core.models.backbone import DType
 from stages.core.models.composer_config import CONFIG_FILE
 from stages.core.run.tracking import Logger
 from stages.methods import known_methods, method_options
-from stages.core.envs import env_names
+from stages.envs import env_names
 from stages.core.registry import did_you_mean
 from stages.settings import accepted_names, older_names, read_settings, resolve, validated
 

@@ -32,7 +32,7 @@ from transformers import (
     GenerationConfig, LogitsProcessor, LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
 )
 
-from stages.core.losses.lopd import upcast_dtype
+from stages.core.losses.chunking import upcast_dtype
 from stages.core.run.resources import transient_blocks
 from stages.engines import Generation, SamplingParams, eos_token_ids, finish_generation, row_seeds
 from stages.engines.prefix_cache import PrefixCache, generate_cached

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from schemas import Message, Task, Trajectory, Turn
-from stages.core.envs import Environment
 from stages.core.text.chat import context_after_action, render_prompt, tokenizer_fingerprint
 from stages.engines import Generation, RolloutEngine, SamplingParams, row_seed
+from stages.envs import Environment
 
 
 @dataclass

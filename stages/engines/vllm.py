@@ -371,7 +371,8 @@ class VLLMRolloutEngine:
         """``gens`` with each sampled token's ``log_softmax(raw / temperature)`` under the trained
         model (its adapter active): one no-grad forward per prompt + completion, logits at the
         completion positions only, upcast to float32 (float64 stays) before the temperature."""
-        from stages.core.losses.lopd import sampled_token_logprobs, upcast_dtype
+        from stages.core.losses.chunking import upcast_dtype
+        from stages.core.losses.lopd import sampled_token_logprobs
         from stages.core.models.composer import adapter_scope
 
         model, out = self._model, []

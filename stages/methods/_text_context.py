@@ -43,8 +43,8 @@ from schemas import Trajectory
 from stages.core.data.rows import TrainRow, pad_rows
 from stages.core.latent.privileged import privileged_prefix
 from stages.core.latent.teacher import context_teacher_logits
+from stages.core.losses.chunking import upcast_dtype
 from stages.core.losses.kd import generalized_jsd
-from stages.core.losses.lopd import upcast_dtype
 from stages.core.models.assembly import copy_adapter_, ema_update_, ema_update_adapter_, frozen_teacher_copy
 from stages.core.models.composer import adapter_parameters, add_lora_adapter, preserve_requires_grad
 from stages.core.models.student import student_logits

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stages.core.benches import standard_error
+from stages.benches import standard_error
 from stages.core.data.inputs import read_utf8
 from stages.compare import paired_difference
 from stages.study.layout import VANILLA, StudyConfig

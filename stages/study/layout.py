@@ -76,7 +76,7 @@ class StudyConfig(BaseModel):
     @field_validator("final_evals")
     @classmethod
     def _known_benches(cls, finals: list[FinalEval]) -> list[FinalEval]:
-        from stages.core.benches import BENCHES
+        from stages.benches import BENCHES
 
         for final in finals:
             if final.bench not in BENCHES:

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from stages.core.data.inputs import read_utf8
-from stages.core.envs.bfcl import HELDOUT_RULE
 from stages.core.run.runs import METRICS_FILE, read_metrics
+from stages.envs.bfcl import HELDOUT_RULE
 from stages.report import integer_ticks, note_overlaps, series_styles
 from stages.study.final import final_markdown, final_rows, final_seconds, read_finals
 from stages.study.layout import VANILLA, base_report, committed, done_file, reused_runs, run_dir

@@ -162,7 +162,7 @@ def environments_of(trajs: list[Trajectory]) -> list[str]:
     """Per trajectory, the environment its task belongs to: the task's ``metadata["env_id"]`` as
     its env lists it (EnvScaler-format envs, e.g. the bed's ``bed_banking_accounts``), else the
     trajectory's ``env`` (an env that cannot list its tasks, or tasks without an ``env_id``)."""
-    from stages.core.envs import make_env
+    from stages.envs import make_env
 
     out = []
     for traj in trajs:

@@ -1,7 +1,7 @@
 """The program that serves calls to a model's function from inside a sandbox (stdlib only).
 
 Both code graders run the model's code in a process of its own that only answers calls: the code
-env's test harness (``envs/_code_harness.py``) and the benchmark graders' candidates sandbox
+env's test harness (``stages/envs/_code_harness.py``) and the benchmark graders' candidates sandbox
 (``_bench_grader.py``). :func:`program` writes that process's program. It reads its stdin, writes
 its stdout, discards everything the model's module prints, and speaks length-prefixed pickles: it
 sends ``("load", message)`` when the module fails to load, else ``("ready", None)``, then for each

@@ -21,11 +21,9 @@ float64, the values as recorded) and moved to the model's device in one copy per
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -275,40 +273,6 @@ def retrieve_experiences(
             raise RuntimeError(f"retriever returned trajectory {traj.trajectory_id} as its own experience")
         out.append([e.trajectory for e in found])
     return out
-
-
-def lookup_tools(trajectories: list[Trajectory], data_dir: str | None = None) -> list[list[dict[str, Any]]]:
-    """Tool schemas per trajectory: ``info["tools"]`` when rollout recorded them, else the
-    ``Task.tools`` of the same task id listed by the trajectory's environment, else ``[]``.
-
-    The environment lookup is a stop-gap for stores written before rollout recorded the tools;
-    it loads each (env, split) task list once. It cannot recover tools that an environment
-    changed mid-episode (BFCL multi-turn ``miss_func``): the initial task tools are used.
-    An environment that cannot list its tasks yields ``[]`` for its trajectories.
-    """
-    from stages.core.envs import make_env
-
-    out: list[list[dict[str, Any]]] = []
-    for traj in trajectories:
-        info = json.loads(traj.info) if traj.info else {}
-        if isinstance(info.get("tools"), list):
-            out.append(info["tools"])
-            continue
-        key = (traj.env, traj.split, data_dir)
-        if key not in _TASK_TOOLS:
-            try:
-                env = make_env(traj.env, data_dir=Path(data_dir) if data_dir else None)
-                try:
-                    _TASK_TOOLS[key] = {t.task_id: t.tool_schemas for t in env.tasks(traj.split)}
-                finally:
-                    env.close()
-            except Exception:  # noqa: BLE001 - unknown env / missing data: render without tools
-                _TASK_TOOLS[key] = {}
-        out.append(_TASK_TOOLS[key].get(traj.task_id, []))
-    return out
-
-
-_TASK_TOOLS: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
 
 
 def shift_for_loss(logits_BTV: Tensor, batch: LatentBatch) -> tuple[Tensor, Tensor, Tensor]:

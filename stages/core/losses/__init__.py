@@ -1,4 +1,5 @@
-"""Loss functions as pure tensor functions: LOPD's, knowledge distillation, policy gradient, SDPO.
+"""Loss functions as pure tensor functions: LOPD's, knowledge distillation, policy gradient, SDPO, and the
+chunking they share (:mod:`stages.core.losses.chunking`).
 
 The two names the methods' options take (:mod:`stages.methods.options`) are defined here, without
 torch: a command line is checked against those options before torch loads."""

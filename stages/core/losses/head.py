@@ -29,10 +29,12 @@ from torch import Tensor
 from torch.nn.functional import linear
 from torch.utils.checkpoint import checkpoint
 
-from stages.core.losses.lopd import (
-    DEFAULT_CHUNK_SIZE, Reduction, _ChunkedRowsLoss, _check_chunk_size, _check_token_ids, _mask_positions, _reduction_weights,
-    _token_logprobs, _topm_tail_kl_rows, finite_logprobs, upcast_dtype,
+from stages.core.losses import DEFAULT_CHUNK_SIZE
+from stages.core.losses.chunking import (
+    ChunkedRowsLoss, Reduction, check_chunk_size, check_token_ids, mask_positions, reduction_weights,
+    token_logprob_rows, upcast_dtype,
 )
+from stages.core.losses.lopd import finite_logprobs, topm_tail_kl_rows
 
 
 class LMHead(NamedTuple):
@@ -132,7 +134,7 @@ def _topm_tail_rows(student_cd: Tensor, teacher_cd: Tensor, student_head: LMHead
     with M < V, and its gradients in closed form.
 
     Returns (kl_c, teacher_tail_c, student_tail_c, grad_student_cd or None, grad_teacher_cd or
-    None); the values equal ``_topm_tail_kl_rows`` of :mod:`stages.core.losses.lopd` on the heads'
+    None); the values equal ``topm_tail_kl_rows`` of :mod:`stages.core.losses.lopd` on the heads'
     logits (the -inf handling of ``kl_rows`` included). With q, p the student's and teacher's
     (M + 1) bucket probabilities, fq, fp their log-probs with -inf raised to log(tiny)
     (:func:`~stages.core.losses.lopd.finite_logprobs`), b(v) the bucket of token v and
@@ -252,14 +254,14 @@ def head_topm_tail_reverse_kl(
                          f"{teacher_head.weight_Vd.shape[0]}")
     if M < 1:
         raise ValueError(f"M must be >= 1, got {M}")
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     B, T, _ = student_h_BTd.shape
-    b_idx, t_idx = _mask_positions(mask_BT, (B, T))
+    b_idx, t_idx = mask_positions(mask_BT, (B, T))
     dtype = torch.float64 if student_h_BTd.dtype == torch.float64 else torch.float32
-    weights_N = _reduction_weights(b_idx, B, reduction, dtype)
+    weights_N = reduction_weights(b_idx, B, reduction, dtype)
 
     def rows_fn(s_cd: Tensor, t_cd: Tensor, ws: Tensor, bs: Tensor | None, wt: Tensor, bt: Tensor | None):
-        return _topm_tail_kl_rows(linear(s_cd, ws, bs), linear(t_cd, wt, bt), M)
+        return topm_tail_kl_rows(linear(s_cd, ws, bs), linear(t_cd, wt, bt), M)
 
     num_tokens = b_idx.numel()
     if not num_tokens:  # 0 with a defined, all-zero gradient
@@ -281,7 +283,7 @@ def head_topm_tail_reverse_kl(
             chunk_rows = lambda s_cd, t_cd: GradInForward.apply(s_cd, t_cd, closed_form)  # noqa: E731
         else:  # no tail bucket: the full reverse KL through autograd
             chunk_rows = lambda s_cd, t_cd: rows_fn(s_cd, t_cd, *student_head, *teacher_head)  # noqa: E731
-        loss, t_tail_N, s_tail_N = _ChunkedRowsLoss.apply(
+        loss, t_tail_N, s_tail_N = ChunkedRowsLoss.apply(
             student_h_BTd, teacher_h_BTd, b_idx, t_idx, weights_N, chunk_rows, chunk_size, needs_grad)
     return loss, {"reverse_kl": float(loss.detach()), "teacher_tail_mass": float(t_tail_N.mean()),
                   "student_tail_mass": float(s_tail_N.mean()), "num_tokens": float(num_tokens)}
@@ -317,19 +319,19 @@ def head_token_logprobs(
             position, chunk_size < 1, temperature <= 0.
     """
     check_head(h_BTd, head, "")
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if tuple(token_ids_BT.shape) != tuple(h_BTd.shape[:2]):
         raise ValueError(f"expected ids (B, T) = {tuple(h_BTd.shape[:2])}, got {tuple(token_ids_BT.shape)}")
-    b_idx, t_idx = _mask_positions(mask_BT, tuple(token_ids_BT.shape))
+    b_idx, t_idx = mask_positions(mask_BT, tuple(token_ids_BT.shape))
     ids_N = token_ids_BT[b_idx, t_idx]
-    _check_token_ids(ids_N, head.weight_Vd.shape[0])
+    check_token_ids(ids_N, head.weight_Vd.shape[0])
     dtype = torch.float64 if h_BTd.dtype == torch.float64 else torch.float32
 
     def rows_fn(h_cd: Tensor, ids_c: Tensor, w: Tensor, b: Tensor | None) -> tuple[Tensor]:
         logits_cV = linear(h_cd, w, b)
-        return (_token_logprobs(logits_cV / temperature if temperature != 1.0 else logits_cV, ids_c),)
+        return (token_logprob_rows(logits_cV / temperature if temperature != 1.0 else logits_cV, ids_c),)
 
     parts = _chunks(rows_fn, chunk_size, (h_BTd[b_idx, t_idx], ids_N), tuple(head))
     logp_N = torch.cat([p[0] for p in parts]) if parts else h_BTd.new_zeros(0, dtype=dtype)

@@ -24,7 +24,7 @@ that gather never more than one chunk's [chunk_size x V] working set is alive, i
 and in the backward pass. Half-precision logits are upcast to float32 per chunk; float64
 stays float64. With ``heads`` that are both frozen (a LoRA student), :func:`generalized_jsd`
 instead takes each chunk's gradient w.r.t. the student's hidden states in the forward
-(``_ChunkedRowsLoss``): the backward recomputes nothing, which saves both heads' matmuls a
+(``ChunkedRowsLoss``): the backward recomputes nothing, which saves both heads' matmuls a
 second time (the teacher's needs no gradient at all). For ``beta = 0`` (the forward KL) that
 gradient is in closed form (``_forward_kl_rows``) and every chunk works in the same three
 (chunk_size x V) buffers (``benchmarks/bench_loss_memory.py --impls fkl-head``: at 1024 x 49,152
@@ -51,17 +51,18 @@ from torch.nn.functional import linear
 
 from stages.core.losses import KDReduction
 from stages.core.losses.head import GradInForward, LMHead, Workspace, check_head, head_logits_, log_softmax_
-from stages.core.losses.lopd import (
-    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
-    finite_logprobs, kl_rows, upcast_dtype,
+from stages.core.losses import DEFAULT_CHUNK_SIZE
+from stages.core.losses.chunking import (
+    ChunkedRowsLoss, check_chunk_size, mask_positions, reduction_weights, run_chunk, upcast, upcast_dtype,
 )
+from stages.core.losses.lopd import finite_logprobs, kl_rows
 
 
 def _divergence_rows(student_cV: Tensor, teacher_cV: Tensor, beta: float,
                      temperature: float) -> tuple[Tensor, Tensor, Tensor]:
     """Per position of one chunk: the beta-divergence, and (no grad) forward and reverse KL."""
-    s_logp = torch.log_softmax(_upcast(student_cV) / temperature, dim=-1)
-    t_logp = torch.log_softmax(_upcast(teacher_cV).to(s_logp.dtype) / temperature, dim=-1)
+    s_logp = torch.log_softmax(upcast(student_cV) / temperature, dim=-1)
+    t_logp = torch.log_softmax(upcast(teacher_cV).to(s_logp.dtype) / temperature, dim=-1)
     fwd_c = kl_rows(t_logp, s_logp)  # KL(T || S)
     if beta == 0.0:
         loss_c = fwd_c
@@ -197,15 +198,15 @@ def generalized_jsd(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if reduction not in ("sequence", "token"):
         raise ValueError(f"reduction must be 'sequence' or 'token', got {reduction!r}")
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     B, T, _ = student_logits.shape
-    b_idx, t_idx = _mask_positions(mask, (B, T))
+    b_idx, t_idx = mask_positions(mask, (B, T))
     teacher_BTV = teacher_logits.detach()
     reduce = lambda v: _kd_reduce(v, b_idx, B, reduction, num_sequences, num_tokens)  # noqa: E731
     if heads is not None and b_idx.numel() and not heads[0].trained:
         # frozen heads: each chunk's gradient w.r.t. the student's hidden states taken in the forward
         given = num_tokens if reduction == "token" else num_sequences  # weights with _kd_reduce's denominators
-        weights_N = _reduction_weights(b_idx, B, "token" if reduction == "token" else "trajectory",
+        weights_N = reduction_weights(b_idx, B, "token" if reduction == "token" else "trajectory",
                                        upcast_dtype(student_logits.dtype), None if given is None else max(given, 1))
         student_head, teacher_head = heads[0], heads[1].detached()
         if beta == 0.0:  # the forward KL in closed form, its (c, V) tensors in one workspace
@@ -220,7 +221,7 @@ def generalized_jsd(
         else:
             def rows_fn(s_cd: Tensor, t_cd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
                 return _divergence_rows(linear(s_cd, *student_head), linear(t_cd, *teacher_head), beta, temperature)
-        loss, fwd_N, rev_N = _ChunkedRowsLoss.apply(
+        loss, fwd_N, rev_N = ChunkedRowsLoss.apply(
             student_logits, teacher_BTV, b_idx, t_idx, weights_N, rows_fn, chunk_size,
             (torch.is_grad_enabled() and student_logits.requires_grad, False))
         return loss, {"kd_loss": float(loss.detach()), "forward_kl": float(reduce(fwd_N)),
@@ -233,10 +234,10 @@ def generalized_jsd(
             s_cV, t_cV = linear(s_cV, *heads[0]), linear(t_cV, *heads[1].detached())
         return _divergence_rows(s_cV, t_cV, beta, temperature)
 
-    parts = [_run_chunk(chunk_fn, s, b, t) for s, b, t in
+    parts = [run_chunk(chunk_fn, s, b, t) for s, b, t in
              zip(student_NV.split(chunk_size), b_idx.split(chunk_size), t_idx.split(chunk_size))]
     if not parts:  # nothing supervised: 0 with a defined, all-zero gradient
-        zero = 0.0 * _upcast(student_logits).sum()
+        zero = 0.0 * upcast(student_logits).sum()
         return zero, {"kd_loss": 0.0, "forward_kl": 0.0, "reverse_kl": 0.0, "num_tokens": 0.0}
     loss_N, fwd_N, rev_N = (torch.cat([p[i] for p in parts]) for i in range(3))
     loss = reduce(loss_N)

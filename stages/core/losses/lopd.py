@@ -15,139 +15,29 @@ loss of 0 with an all-zero gradient, never NaN.
 
 Memory: full-vocabulary work runs on chunks of at most ``chunk_size`` positions (one chunk's
 [chunk_size x V] log-softmax alive at a time). :func:`topm_tail_reverse_kl` computes each chunk's
-gradient right after its forward (:class:`_ChunkedRowsLoss`) into one gradient buffer per input
-(benchmarks/bench_loss_memory.py); the other functions checkpoint each chunk. Half-precision
-logits are upcast to float32 inside each chunk; float64 stays float64. Every loss returns
-``(loss, metrics)``: a scalar tensor and a dict of plain floats.
+gradient right after its forward (:class:`~stages.core.losses.chunking.ChunkedRowsLoss`) into one
+gradient buffer per input (benchmarks/bench_loss_memory.py); the other functions checkpoint each
+chunk. Half-precision logits are upcast to float32 inside each chunk; float64 stays float64. Every
+loss returns ``(loss, metrics)``: a scalar tensor and a dict of plain floats.
 """
 from __future__ import annotations
 
-import itertools
 import math
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
 from stages.core.losses import DEFAULT_CHUNK_SIZE
-
-Reduction = Literal["trajectory", "token"]
-
-
-def upcast_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype loss math runs in for inputs of ``dtype``: float32, or float64 for float64."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _upcast(x: Tensor) -> Tensor:
-    return x.to(upcast_dtype(x.dtype))
-
-
-def _check_chunk_size(chunk_size: int) -> None:
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-
-
-def _mask_positions(mask_BT: Tensor, shape_BT: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """(row ids, column ids) of the masked positions; validates shape and 0/1 values."""
-    if tuple(mask_BT.shape) != tuple(shape_BT):
-        raise ValueError(f"mask shape {tuple(mask_BT.shape)} != expected {tuple(shape_BT)}")
-    if mask_BT.dtype != torch.bool:
-        if not bool(((mask_BT == 0) | (mask_BT == 1)).all()):
-            raise ValueError("mask must be bool or hold only 0/1 values")
-        mask_BT = mask_BT != 0
-    b_idx, t_idx = mask_BT.nonzero(as_tuple=True)
-    return b_idx, t_idx
-
-
-def _check_token_ids(ids: Tensor, vocab_size: int) -> None:
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}) at the scored positions")
-
-
-def _run_chunk(fn: Callable[..., Tensor | tuple[Tensor, ...]], *tensors: Tensor):
-    """Call ``fn(*tensors)``, under activation checkpointing when a gradient is needed."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return checkpoint(fn, *tensors, use_reentrant=False)
-    return fn(*tensors)
-
-
-class _ChunkedRowsLoss(torch.autograd.Function):
-    """sum_n w_n f(s_n, t_n) over the masked rows n, each chunk's gradient taken in the forward.
-
-    ``rows_fn(student_cV, teacher_cV, *extras_c)`` returns (values_c, *diagnostics_c) for a chunk
-    of rows; ``extras_N`` (a tuple of (N, ...) tensors, default none) are per-row inputs without
-    a gradient (e.g. sampled token ids), split into the same chunks.
-    The forward gathers one chunk of rows at a time, runs ``rows_fn`` under autograd, takes the
-    gradient of sum_c w_c values_c w.r.t. the chunk's rows at once and writes it into a
-    (B, T, V) buffer per input that needs one; the backward hands those buffers on, scaled in
-    place by the incoming gradient (so a second backward through the same graph is refused).
-    Unlike activation checkpointing, nothing is recomputed and no per-chunk gradients wait to
-    be concatenated: peak memory beyond the inputs is the gradient buffers plus one chunk.
-    """
-
-    @staticmethod
-    def forward(ctx, student_BTV: Tensor, teacher_BTV: Tensor, b_idx: Tensor, t_idx: Tensor,  # type: ignore[override]
-                weights_N: Tensor, rows_fn: Callable[..., tuple[Tensor, ...]], chunk_size: int,
-                needs_grad: tuple[bool, bool], extras_N: tuple[Tensor, ...] = ()) -> tuple[Tensor, ...]:
-        inputs = (student_BTV, teacher_BTV)
-        grads = [torch.zeros_like(x) if need else None for x, need in zip(inputs, needs_grad)]
-        loss = weights_N.new_zeros(())
-        diagnostics: list[tuple[Tensor, ...]] = []
-        chunks = zip(b_idx.split(chunk_size), t_idx.split(chunk_size), weights_N.split(chunk_size),
-                     zip(*(e.split(chunk_size) for e in extras_N)) if extras_N else itertools.repeat(()))
-        for b_c, t_c, w_c, extras_c in chunks:
-            rows = [x[b_c, t_c].requires_grad_(need) for x, need in zip(inputs, needs_grad)]  # 2 x (c, V)
-            with torch.enable_grad():
-                values_c, *diag_c = rows_fn(*rows, *extras_c)
-                chunk_loss = (values_c * w_c).sum()
-            wanted = [(g, r) for g, r in zip(grads, rows) if g is not None]
-            if wanted:
-                row_grads = torch.autograd.grad(chunk_loss, [r for _, r in wanted])
-                for (g, _), rg in zip(wanted, row_grads):
-                    g[b_c, t_c] = rg
-            loss = loss + chunk_loss.detach()
-            diagnostics.append(tuple(d.detach() for d in diag_c))
-        ctx.grads = grads
-        diag_N = [torch.cat(parts) for parts in zip(*diagnostics)] if diagnostics else []
-        ctx.mark_non_differentiable(*diag_N)
-        return (loss, *diag_N)
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor, *_: Tensor):  # type: ignore[override]
-        if ctx.grads is None:
-            raise RuntimeError("the chunked top-M loss supports one backward pass per forward")
-        grads, ctx.grads = ctx.grads, None
-        scaled = [g.mul_(grad_loss.to(g.dtype)) if g is not None else None for g in grads]
-        return (*scaled, None, None, None, None, None, None, None)
-
-
-def _reduction_weights(rows_N: Tensor, num_rows: int, reduction: Reduction, dtype: torch.dtype,
-                       denominator: float | None = None) -> Tensor:
-    """w_N (N,) such that sum_n w_n x_n is the masked mean of x: per row then over the rows that
-    have tokens (``trajectory``), or pooled over all tokens (``token``). ``denominator`` replaces
-    the count the mean divides by last (the rows with tokens, or the tokens): a whole step's
-    count when the batch is one micro-batch of it."""
-    if reduction == "token":
-        n = denominator if denominator is not None else max(rows_N.numel(), 1)
-        return torch.full(rows_N.shape, 1.0 / n, dtype=dtype, device=rows_N.device)
-    if reduction != "trajectory":
-        raise ValueError(f"reduction must be 'trajectory' or 'token', got {reduction!r}")
-    count_B = torch.bincount(rows_N, minlength=num_rows)
-    rows_with_tokens = denominator if denominator is not None else max(int((count_B > 0).sum()), 1)
-    return 1.0 / (count_B[rows_N].to(dtype) * rows_with_tokens)
+from stages.core.losses.chunking import (
+    ChunkedRowsLoss, Reduction, check_chunk_size, check_token_ids, mask_positions, reduction_weights, run_chunk,
+    token_logprob_rows, upcast,
+)
 
 
 def _reduce(values_N: Tensor, rows_N: Tensor, num_rows: int, reduction: Reduction) -> Tensor:
     """Masked mean of per-token values: per trajectory then over trajectories, or pooled."""
-    return (values_N * _reduction_weights(rows_N, num_rows, reduction, values_N.dtype)).sum()
-
-
-def _token_logprobs(logits_XV: Tensor, ids_X: Tensor) -> Tensor:
-    logits_XV = _upcast(logits_XV)
-    picked_X = logits_XV.gather(-1, ids_X.long().unsqueeze(-1)).squeeze(-1)
-    return picked_X - torch.logsumexp(logits_XV, dim=-1)
+    return (values_N * reduction_weights(rows_N, num_rows, reduction, values_N.dtype)).sum()
 
 
 def kl_rows(p_logp_NB: Tensor, q_logp_NB: Tensor) -> Tensor:
@@ -196,12 +86,20 @@ def tail_logsumexp(logp_NV: Tensor, ids_NK: Tensor) -> Tensor:
     return lse_N1.masked_fill(empty_N1, float("-inf"))
 
 
-def _topm_tail_kl_rows(
+def topm_tail_kl_rows(
     student_NV: Tensor, teacher_NV: Tensor, M: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-row reverse KL over the (M+1)-bucket distributions, plus both tail masses."""
-    s_logp_NV = torch.log_softmax(_upcast(student_NV), dim=-1)
-    t_logp_NV = torch.log_softmax(_upcast(teacher_NV), dim=-1)
+    """Per-row reverse KL over the (M+1)-bucket distributions, plus both tail masses.
+
+    Args:
+        student_NV, teacher_NV: float logits (N, V), one row per masked position.
+        M: the teacher's top-M tokens are the buckets; the rest is the tail bucket.
+
+    Returns:
+        kl_N (N,) reverse KL in nats (differentiable), teacher and student tail masses (N,) (detached).
+    """
+    s_logp_NV = torch.log_softmax(upcast(student_NV), dim=-1)
+    t_logp_NV = torch.log_softmax(upcast(teacher_NV), dim=-1)
     vocab_size = t_logp_NV.shape[-1]
     top_ids_NM = t_logp_NV.detach().topk(min(M, vocab_size), dim=-1).indices
     s_buckets = s_logp_NV.gather(-1, top_ids_NM)  # (N, M)
@@ -267,19 +165,19 @@ def topm_tail_reverse_kl(
         )
     if M < 1:
         raise ValueError(f"M must be >= 1, got {M}")
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     B, T, _ = student_logits.shape
-    b_idx, t_idx = _mask_positions(mask, (B, T))
-    weights_N = _reduction_weights(b_idx, B, reduction,
-                                   torch.float64 if student_logits.dtype == torch.float64 else torch.float32)
+    b_idx, t_idx = mask_positions(mask, (B, T))
+    weights_N = reduction_weights(b_idx, B, reduction,
+                                  torch.float64 if student_logits.dtype == torch.float64 else torch.float32)
     needs_grad = (torch.is_grad_enabled() and student_logits.requires_grad,
                   torch.is_grad_enabled() and teacher_logits.requires_grad)
 
     def rows_fn(s: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return _topm_tail_kl_rows(s, t, M)
+        return topm_tail_kl_rows(s, t, M)
 
-    loss, *tails = _ChunkedRowsLoss.apply(student_logits, teacher_logits, b_idx, t_idx, weights_N,
-                                          rows_fn, chunk_size, needs_grad)
+    loss, *tails = ChunkedRowsLoss.apply(student_logits, teacher_logits, b_idx, t_idx, weights_N,
+                                         rows_fn, chunk_size, needs_grad)
     num_tokens = b_idx.numel()
     t_tail_N, s_tail_N = tails if num_tokens else (None, None)  # (N,) each
     metrics = {
@@ -312,16 +210,16 @@ def sampled_token_logprobs(
     Raises:
         ValueError: shape mismatch, token id outside [0, V), chunk_size < 1.
     """
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     if logits_BTV.dim() != 3 or tuple(token_ids_BT.shape) != tuple(logits_BTV.shape[:2]):
         raise ValueError(
             f"expected logits (B, T, V) and ids (B, T), got {tuple(logits_BTV.shape)} and"
             f" {tuple(token_ids_BT.shape)}"
         )
-    _check_token_ids(token_ids_BT, logits_BTV.shape[-1])
+    check_token_ids(token_ids_BT, logits_BTV.shape[-1])
     steps = max(1, -(-chunk_size // max(logits_BTV.shape[0], 1)))  # time steps per chunk
     parts = [
-        _run_chunk(_token_logprobs, lg, ids)
+        run_chunk(token_logprob_rows, lg, ids)
         for lg, ids in zip(logits_BTV.split(steps, dim=1), token_ids_BT.split(steps, dim=1))
     ]
     return torch.cat(parts, dim=1)
@@ -353,19 +251,19 @@ def masked_nll(
     Raises:
         ValueError: shape mismatch, non-0/1 mask, target id outside [0, V), chunk_size < 1.
     """
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     if logits_BTV.dim() != 3 or tuple(token_ids_BT.shape) != tuple(logits_BTV.shape[:2]):
         raise ValueError(
             f"expected logits (B, T, V) and ids (B, T), got {tuple(logits_BTV.shape)} and"
             f" {tuple(token_ids_BT.shape)}"
         )
-    b_idx, t_idx = _mask_positions(mask_BT, tuple(token_ids_BT.shape))
+    b_idx, t_idx = mask_positions(mask_BT, tuple(token_ids_BT.shape))
     ids_N = token_ids_BT[b_idx, t_idx]
-    _check_token_ids(ids_N, logits_BTV.shape[-1])
+    check_token_ids(ids_N, logits_BTV.shape[-1])
     rows_NV = logits_BTV[b_idx, t_idx]
     logp_N = torch.cat(
         [
-            _run_chunk(_token_logprobs, lg, ids)
+            run_chunk(token_logprob_rows, lg, ids)
             for lg, ids in zip(rows_NV.split(chunk_size), ids_N.split(chunk_size))
         ]
     )
@@ -422,7 +320,7 @@ def privileged_margin(
         raise ValueError("rewards must lie in [0, 1] so that A = 2r - 1 lies in [-1, 1]")
     if beta < 0:
         raise ValueError(f"beta (dual variable) must be >= 0, got {beta}")
-    b_idx, t_idx = _mask_positions(mask_BT, tuple(teacher_logp_BT.shape))
+    b_idx, t_idx = mask_positions(mask_BT, tuple(teacher_logp_BT.shape))
     delta_N = teacher_logp_BT[b_idx, t_idx] - student_logp_BT.detach()[b_idx, t_idx]
     advantage_B = 2.0 * rewards_B.to(delta_N.dtype) - 1.0
     Delta = _reduce(advantage_B[b_idx] * delta_N, b_idx, B, reduction)
@@ -492,7 +390,7 @@ def latent_anchor(
         raise ValueError(f"lam must be >= 0, got {lam}")
     if reduction not in ("sum", "token_mean"):
         raise ValueError(f"reduction must be 'sum' or 'token_mean', got {reduction!r}")
-    sq_B = (_upcast(c_phi) - _upcast(c_phi0).detach()).pow(2).sum(dim=(1, 2))
+    sq_B = (upcast(c_phi) - upcast(c_phi0).detach()).pow(2).sum(dim=(1, 2))
     if reduction == "token_mean":
         sq_B = sq_B / c_phi.shape[1]
     anchor = sq_B.mean()

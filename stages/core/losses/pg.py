@@ -26,7 +26,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from stages.core.losses.lopd import DEFAULT_CHUNK_SIZE, _check_chunk_size, _run_chunk, _token_logprobs
+from stages.core.losses import DEFAULT_CHUNK_SIZE
+from stages.core.losses.chunking import check_chunk_size, run_chunk, token_logprob_rows
 
 Aggregation = Literal["token-mean", "seq-mean", "constant"]
 AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean", "constant")
@@ -68,7 +69,7 @@ def token_logprobs(logits_BTV: Tensor, ids_BT: Tensor, temperature: float = 1.0,
     Raises:
         ValueError: shape mismatch, id outside [0, V), temperature <= 0, chunk_size < 1.
     """
-    _check_chunk_size(chunk_size)
+    check_chunk_size(chunk_size)
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if logits_BTV.dim() != 3 or tuple(ids_BT.shape) != tuple(logits_BTV.shape[:2]):
@@ -78,10 +79,10 @@ def token_logprobs(logits_BTV: Tensor, ids_BT: Tensor, temperature: float = 1.0,
         raise ValueError(f"token ids must lie in [0, {logits_BTV.shape[-1]})")
 
     def scaled(lg: Tensor, ids: Tensor) -> Tensor:
-        return _token_logprobs(lg / temperature if temperature != 1.0 else lg, ids)
+        return token_logprob_rows(lg / temperature if temperature != 1.0 else lg, ids)
 
     steps = max(1, -(-chunk_size // max(logits_BTV.shape[0], 1)))
-    parts = [_run_chunk(scaled, lg, ids)
+    parts = [run_chunk(scaled, lg, ids)
              for lg, ids in zip(logits_BTV.split(steps, dim=1), ids_BT.split(steps, dim=1))]
     return torch.cat(parts, dim=1)
 

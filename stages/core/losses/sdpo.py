@@ -16,7 +16,7 @@ Memory: only masked positions are gathered, and the full-vocabulary work runs on
 most ``chunk_size`` positions under activation checkpointing (one [chunk x V] log-softmax alive
 at a time). Half-precision logits are upcast to float32; float64 stays float64. On hidden states
 with frozen heads (a LoRA student) each chunk's gradient is taken in the forward instead
-(``_ChunkedRowsLoss``), so the backward recomputes no logits.
+(``ChunkedRowsLoss``), so the backward recomputes no logits.
 """
 from __future__ import annotations
 
@@ -28,10 +28,11 @@ from torch import Tensor
 from torch.nn.functional import linear
 
 from stages.core.losses.head import LMHead, check_head
-from stages.core.losses.lopd import (
-    DEFAULT_CHUNK_SIZE, _check_chunk_size, _ChunkedRowsLoss, _mask_positions, _reduction_weights, _run_chunk, _upcast,
-    finite_logprobs, kl_rows, tail_logsumexp, upcast_dtype,
+from stages.core.losses import DEFAULT_CHUNK_SIZE
+from stages.core.losses.chunking import (
+    ChunkedRowsLoss, check_chunk_size, mask_positions, reduction_weights, run_chunk, upcast, upcast_dtype,
 )
+from stages.core.losses.lopd import finite_logprobs, kl_rows, tail_logsumexp
 
 Reduction = Literal["token", "trajectory"]
 LOG_RATIO_CLAMP = 20.0  # |logp - logp_old| is clamped before exp (as upstream), so exp never overflows
@@ -80,9 +81,9 @@ def bucket_divergence(s_NB: Tensor, t_NB: Tensor, alpha: float) -> Tensor:
 def _rows(s_NV: Tensor, t_NV: Tensor, ids_N: Tensor, old_N: Tensor, k: int, alpha: float, add_tail: bool,
           is_clip: float | None, temperature: float, loss_temperature: float) -> tuple[Tensor, ...]:
     """One chunk: (weighted divergence, divergence, raw ratio, student tail, teacher tail), each (N,)."""
-    s_NV = _upcast(s_NV)
+    s_NV = upcast(s_NV)
     s_logp_NV = torch.log_softmax(s_NV / loss_temperature, dim=-1)
-    t_logp_NV = torch.log_softmax(_upcast(t_NV) / loss_temperature, dim=-1)
+    t_logp_NV = torch.log_softmax(upcast(t_NV) / loss_temperature, dim=-1)
     ids_NK = s_logp_NV.detach().topk(min(k, s_NV.shape[-1]), dim=-1).indices  # the STUDENT's top-k
     s_NB = topk_buckets(s_logp_NV, ids_NK, add_tail)
     t_NB = topk_buckets(t_logp_NV, ids_NK, add_tail)
@@ -198,8 +199,8 @@ def sdpo_topk_loss(
         raise ValueError(f"denominator must be > 0, got {denominator}")
     if reduction not in ("token", "trajectory"):
         raise ValueError(f"reduction must be 'token' or 'trajectory', got {reduction!r}")
-    _check_chunk_size(chunk_size)
-    b_idx, t_idx = _mask_positions(mask_BT, (B, T))
+    check_chunk_size(chunk_size)
+    b_idx, t_idx = mask_positions(mask_BT, (B, T))
     ids_N = token_ids_BT[b_idx, t_idx].long()
     if ids_N.numel() and (int(ids_N.min()) < 0 or int(ids_N.max()) >= V):
         raise ValueError(f"token ids must lie in [0, {V}) at the masked positions")
@@ -208,9 +209,9 @@ def sdpo_topk_loss(
     N = ids_N.numel()
     if N and heads is not None and not heads[0].trained:
         # frozen heads: each chunk's gradient w.r.t. the student's hidden states taken in the forward
-        weights_N = _reduction_weights(b_idx, B, reduction, upcast_dtype(student_logits_BTV.dtype), denominator)
+        weights_N = reduction_weights(b_idx, B, reduction, upcast_dtype(student_logits_BTV.dtype), denominator)
         student_head, teacher_head = heads[0], heads[1].detached()
-        loss, div_N, raw_N, s_tail_N, t_tail_N = _ChunkedRowsLoss.apply(
+        loss, div_N, raw_N, s_tail_N, t_tail_N = ChunkedRowsLoss.apply(
             student_logits_BTV, teacher_logits_BTV.detach(), b_idx, t_idx, weights_N,
             lambda s, t, ids, old: _rows(linear(s, *student_head), linear(t, *teacher_head), ids, old, k, alpha,
                                          add_tail, is_clip, temperature, loss_temperature),
@@ -228,7 +229,7 @@ def sdpo_topk_loss(
             s, t = linear(s, *heads[0]), linear(t, *heads[1].detached())
         return _rows(s, t, ids, old, k, alpha, add_tail, is_clip, temperature, loss_temperature)
 
-    parts = [_run_chunk(rows_fn, *chunk) for chunk in zip(
+    parts = [run_chunk(rows_fn, *chunk) for chunk in zip(
         student_NV.split(chunk_size), teacher_NV.split(chunk_size), ids_N.split(chunk_size),
         old_N.split(chunk_size))]
     weighted_N, div_N, raw_N, s_tail_N, t_tail_N = (torch.cat([p[i] for p in parts]) for i in range(5))

@@ -31,8 +31,8 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from stages.core.envs.acebench_platforms_zh import AIRLINE_CANCELLED_ZH, CABINS_ZH, CITIES_ZH, TRAVEL_TEXT_ZH
-from stages.core.envs.base import AGENTIC_RULES
+from stages.envs.acebench_platforms_zh import AIRLINE_CANCELLED_ZH, CABINS_ZH, CITIES_ZH, TRAVEL_TEXT_ZH
+from stages.envs.base import AGENTIC_RULES
 
 SYSTEM_PROMPT = ("You are an AI airline agent: you book, change and cancel flight reservations for the user with "
                  "the tools you are given. The current time is July 15, 2024, 08:00 (Beijing time). " + AGENTIC_RULES)

@@ -12,7 +12,7 @@ Splits:
              bfcl-single` scores them.
     test   multi-turn categories multi_turn_base, multi_turn_miss_func, multi_turn_miss_param,
            multi_turn_long_context: executed against BFCL's stateful API classes and scored by its
-           multi-turn checker (see :mod:`stages.core.envs.bfcl_multi`).
+           multi-turn checker (see :mod:`stages.envs.bfcl_multi`).
 
 Data comes from the package (``bfcl/data``) or from ``data_dir`` holding the same files
 (``BFCL_v3_<category>.json``, ``possible_answer/``, ``multi_turn_func_doc/``). Task ids are BFCL's ids.
@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs._bfcl_files import (
+from stages.envs._bfcl_files import (
     load_jsonl,
     log_unknown_types,
     package_data_dir,
     to_openai_tools,
     warn_unknown_types,
 )
-from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
 from stages.core.text.normalise import normalise
 from stages.core.text.toolcalls import ToolCallParseError, format_python_calls, parse_tool_calls
+from stages.envs.base import EnvError, StepResult, register
+from stages.envs.bfcl_multi import MultiTurnEpisode, multi_turn_task
 
 __all__ = ["BFCLEnv", "HELDOUT_RULE", "MULTI_TURN", "SINGLE_TURN", "SPLITS", "load_jsonl", "opening_messages", "package_data_dir",
            "is_heldout", "single_turn_verdict", "system_prompt", "to_openai_tools"]

@@ -23,7 +23,7 @@ BFCL's checker replays the recorded strings with ``eval`` anyway: one checked pa
 
 Model-chosen values: the checked strings still carry model-chosen literals (``power(base=10,
 exponent=1000000000)`` computes for minutes), so neither the executor nor the checker runs in the
-lopd process: both run in a pooled worker process (:mod:`stages.core.envs._bfcl_worker`) with a
+lopd process: both run in a pooled worker process (:mod:`stages.envs._bfcl_worker`) with a
 memory cap, one request per call, each with a wall-clock limit (:data:`CALL_TIMEOUT_S`). A call
 that exceeds it is answered with ``Error during execution: timed out after N s``, is not recorded
 (like a rejected call), and the worker is killed and replaced; the replacement rebuilds the
@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
-from stages.core.envs import _bfcl_worker
-from stages.core.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
-from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
-from stages.core.envs.base import EnvError, StepResult
+from stages.envs import _bfcl_worker
+from stages.envs._bfcl_files import load_jsonl, to_openai_tools, warn_unknown_types
+from stages.envs._worker_process import WorkerFailure, WorkerProcess
+from stages.envs.base import EnvError, StepResult
 from stages.core.text.toolcalls import (
     ToolCallParseError,
     UnsafeCallError,
@@ -119,7 +119,7 @@ def multi_turn_verdict(task: Task, answer: list[list[list[str]]], *, worker: Wor
     """Score a complete multi-turn answer with BFCL's ``multi_turn_checker`` (run in a worker process).
 
     Args:
-        task: a multi-turn task from :class:`stages.core.envs.bfcl.BFCLEnv`.
+        task: a multi-turn task from :class:`stages.envs.bfcl.BFCLEnv`.
         answer: per user turn, per step, the executed call strings (BFCL's decoded format, e.g.
             ``[["cd(folder='docs')"], ["ls()"]]`` for one turn of two steps). Empty steps are dropped.
         worker: the worker to use (default: one from the pool, given back afterwards).
@@ -166,7 +166,7 @@ def score_multi_turn(task: Task, answer: list[list[list[str]]]) -> bool:
 
 
 class MultiTurnEpisode:
-    """The state of one multi-turn BFCL episode (used by :class:`stages.core.envs.bfcl.BFCLEnv`).
+    """The state of one multi-turn BFCL episode (used by :class:`stages.envs.bfcl.BFCLEnv`).
 
     Args:
         task: a multi-turn task; ``max_turns``: cap on actions over the whole episode;

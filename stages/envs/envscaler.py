@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs import envscaler_conv
-from stages.core.envs._envscaler_worker import start_env_worker
-from stages.core.envs._worker_process import WorkerFailure, WorkerProcess
-from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.envs.envscaler_conv import CONV_MAX_STEPS, STOP, User, conv_system_prompt
-from stages.core.envs.envscaler_data import FIXTURES_DIR, HF_ENVS, TOOL_CALL_NOTE, EnvSpec, TaskSpec, load_data
-from stages.core.envs.envscaler_rules import (INVALID_ACTION, EpisodeRules, check_rules, exact_reward, is_lookup,
+from stages.envs import envscaler_conv
+from stages.envs._envscaler_worker import start_env_worker
+from stages.envs._worker_process import WorkerFailure, WorkerProcess
+from stages.envs.base import EnvError, StepResult, register
+from stages.envs.envscaler_conv import CONV_MAX_STEPS, STOP, User, conv_system_prompt
+from stages.envs.envscaler_data import FIXTURES_DIR, HF_ENVS, TOOL_CALL_NOTE, EnvSpec, TaskSpec, load_data
+from stages.envs.envscaler_rules import (INVALID_ACTION, EpisodeRules, check_rules, exact_reward, is_lookup,
                                               official_action, official_reward)
 
 OBSERVATION_MAX_CHARS = 8000
@@ -48,7 +48,7 @@ class EnvScalerEnv:
         max_turns: agent actions per episode; reaching it ends the episode (scored 0 under the
             official rules, on the final state under the lenient ones).
         episode_rules: ``"official"`` (EnvScaler's evaluation) or ``"lenient"``; see
-            :mod:`stages.core.envs.envscaler_rules`.
+            :mod:`stages.envs.envscaler_rules`.
         call_timeout_s: wall-clock limit per worker request (building the instance, one tool
             call); exceeding it kills the worker and fails the episode.
         check_timeout_s: limit per check function (a timed-out check counts as failed).
@@ -327,7 +327,7 @@ class EnvScalerEnv:
             self._worker = None
 
 
-BED_DIR = Path(__file__).resolve().parents[3] / "examples" / "envscaler_bed"
+BED_DIR = Path(__file__).resolve().parents[2] / "examples" / "envscaler_bed"
 
 
 BED_NOTE = ("Call one tool per reply, exactly as\n"

@@ -6,7 +6,7 @@ environment option ``conversation=True`` every task is, its user prompted with :
 task rows as the non-conversational environment, its user prompted with the template
 ``user_system_prompt`` of ``interact_with_env/envscaler_env/utils/user_agent.py`` filled with the
 row's ``task``; :data:`USER_PROMPT` states that template's rules in our words). It is played
-only when the environment has a ``user_model`` (:class:`stages.core.envs.envscaler.EnvScalerEnv`
+only when the environment has a ``user_model`` (:class:`stages.envs.envscaler.EnvScalerEnv`
 leaves such tasks out of its task lists without one, and refuses to reset one). The rules, read
 from RUC-NLPIR/EnvScaler at 87e6673:
 
@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-from stages.core.envs.acebench_multi import SimulatedUser
+from stages.envs.acebench_multi import SimulatedUser
 
 CONV_MAX_STEPS = 40  # agent steps of a conversational episode (run_main.py, envscaler_conversation_rl)
 OPENING = "[Agent] Hi! How can I help you today?"  # user_agent.py, get_init_reply

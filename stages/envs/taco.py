@@ -16,7 +16,7 @@ format, from no benchmark: the offline coding path of a CPU machine; labelled as
 
 Splits: a stable hash of the task id puts ``test_percent`` (default 10) of the problems in
 ``test``, the rest in ``train``. Grading: the LiveCodeBench harness
-(:func:`stages.core.envs.livecodebench.grade`, sandboxed, stops at the first failure); reward 1
+(:func:`stages.envs.livecodebench.grade`, sandboxed, stops at the first failure); reward 1
 when every test passes, else 0 (B.2). Prompts: A.5's coding system prompt and LiveCodeBench's
 question format.
 """
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task
-from stages.core.envs.base import EnvError, StepResult, register
-from stages.core.envs.livecodebench import SYSTEM_PROMPT, extract_code, grade
+from stages.envs.base import EnvError, StepResult, register
+from stages.envs.livecodebench import SYSTEM_PROMPT, extract_code, grade
 
-PRACTICE_DIR = Path(__file__).resolve().parents[3] / "examples" / "coding_train"
+PRACTICE_DIR = Path(__file__).resolve().parents[2] / "examples" / "coding_train"
 _HINT = ("pass --data-dir <TACO/DeepCoder .parquet/.jsonl file or folder> (e.g. the taco/ folder of the "
          "HF dataset agentica-org/DeepCoder-Preview-Dataset)")
 

@@ -9,11 +9,12 @@ An environment is created once per rollout (fresh state per episode) by its regi
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from schemas import Message, Task, ToolCall
+from schemas import Message, Task, ToolCall, Trajectory
 from stages.core.registry import Registry
 
 
@@ -77,7 +78,7 @@ EnvFactory = Callable[..., Environment]
 
 
 def _import_environments() -> None:
-    from stages.core import envs  # noqa: F401  (imports every environment module, filling the registry)
+    from stages import envs  # noqa: F401  (imports every environment module, filling the registry)
 
 
 ENVS: Registry[EnvFactory] = Registry("--env", error=EnvError, load=_import_environments,
@@ -124,3 +125,35 @@ def check_episode_rules(name: str, episode_rules: str | None, bench: str | None 
 def env_names() -> list[str]:
     """Registered environment names."""
     return ENVS.names()
+
+
+def lookup_tools(trajectories: list[Trajectory], data_dir: str | None = None) -> list[list[dict[str, Any]]]:
+    """Tool schemas per trajectory: ``info["tools"]`` when rollout recorded them, else the
+    ``Task.tools`` of the same task id listed by the trajectory's environment, else ``[]``.
+
+    The environment lookup is a stop-gap for stores written before rollout recorded the tools;
+    it loads each (env, split) task list once. It cannot recover tools that an environment
+    changed mid-episode (BFCL multi-turn ``miss_func``): the initial task tools are used.
+    An environment that cannot list its tasks yields ``[]`` for its trajectories.
+    """
+    out: list[list[dict[str, Any]]] = []
+    for traj in trajectories:
+        info = json.loads(traj.info) if traj.info else {}
+        if isinstance(info.get("tools"), list):
+            out.append(info["tools"])
+            continue
+        key = (traj.env, traj.split, data_dir)
+        if key not in _TASK_TOOLS:
+            try:
+                env = make_env(traj.env, data_dir=Path(data_dir) if data_dir else None)
+                try:
+                    _TASK_TOOLS[key] = {t.task_id: t.tool_schemas for t in env.tasks(traj.split)}
+                finally:
+                    env.close()
+            except Exception:  # noqa: BLE001 - unknown env / missing data: render without tools
+                _TASK_TOOLS[key] = {}
+        out.append(_TASK_TOOLS[key].get(traj.task_id, []))
+    return out
+
+
+_TASK_TOOLS: dict[tuple, dict[str, list[dict[str, Any]]]] = {}

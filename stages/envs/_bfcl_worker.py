@@ -1,6 +1,6 @@
 """Worker process that executes BFCL multi-turn API calls and BFCL's checker, away from the lopd process.
 
-The call strings are checked literals (:func:`stages.core.envs.bfcl_multi.check_call_string`), but
+The call strings are checked literals (:func:`stages.envs.bfcl_multi.check_call_string`), but
 their values are model-chosen: ``power(base=10, exponent=10**9)`` computes for minutes, a long
 ``mkdir``/``echo`` sequence can grow memory. So BFCL's executor (``execute_multi_turn_func_call``)
 and checker (``multi_turn_checker``) run here, in a separate interpreter (``python -I -B _worker_process.py this_file``,
@@ -36,7 +36,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stages.core.envs._worker_process import WorkerProcess
+    from stages.envs._worker_process import WorkerProcess
 
 MEMORY_MB = 4096
 MAX_RESULT_CHARS = 1_000_000  # an observation longer than this is cut (the checker sees the full text)
@@ -56,8 +56,8 @@ def start_bfcl_worker(memory_mb: int = MEMORY_MB) -> "WorkerProcess":
     Raises:
         OSError: the process could not be started.
     """
-    from stages.core.envs import _worker_process
-    from stages.core.envs._worker_process import WorkerProcess
+    from stages.envs import _worker_process
+    from stages.envs._worker_process import WorkerProcess
     from stages.core.exec import isolation
 
     serve = os.path.abspath(_worker_process.__file__)  # the child's program: it loads this file

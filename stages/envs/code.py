@@ -36,7 +36,7 @@ from typing import Any
 
 from schemas import Message, Task
 from stages.core.exec import call_server
-from stages.core.envs.base import EnvError, StepResult, register
+from stages.envs.base import EnvError, StepResult, register
 from stages.core.exec.sandbox import PRELUDE, SandboxResult, run_python
 
 DATASETS = ("humaneval", "humaneval-plus", "mbpp-plus")

@@ -1,4 +1,4 @@
-"""Test harness executed inside the sandbox by :mod:`stages.core.envs.code` (never imported).
+"""Test harness executed inside the sandbox by :mod:`stages.envs.code` (never imported).
 
 It runs as the grader, with the audit hook off; its spec arrives as JSON on stdin (never in a file
 the candidate could read). Modes (``SPEC["mode"]``):

@@ -17,7 +17,7 @@ reference actions: the lopd study bed):
   (the environment turned it down, or a tool that is not a lookup changed nothing: see
   :func:`is_lookup`); otherwise the share of checks passed, below 1 while the state differs.
 
-:func:`official_action` reads one reply the official way; :class:`stages.core.envs.envscaler.EnvScalerEnv`
+:func:`official_action` reads one reply the official way; :class:`stages.envs.envscaler.EnvScalerEnv`
 plays the rest.
 """
 from __future__ import annotations

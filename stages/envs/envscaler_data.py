@@ -38,11 +38,11 @@ from typing import Any
 
 from schemas import ToolCall
 from stages.core.data.inputs import hub_dataset_id, read_utf8
-from stages.core.envs.base import AGENTIC_RULES, EnvError
+from stages.envs.base import AGENTIC_RULES, EnvError
 
 log = logging.getLogger(__name__)
 
-FIXTURES_DIR = Path(__file__).resolve().parents[3] / "examples" / "envscaler_fixtures"
+FIXTURES_DIR = Path(__file__).resolve().parents[2] / "examples" / "envscaler_fixtures"
 HF_ENVS = "XXHStudyHard/EnvScaler-191-Env"
 HF_TASKS = "XXHStudyHard/EnvScaler-RL-Scenario"
 TOOL_CALL_NOTE = (

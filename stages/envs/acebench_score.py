@@ -17,7 +17,7 @@ names, an answer class without a match skipped, dict attributes compared on the 
 
 Milestones are steps such as ``"[login_food_platform(username='Eve', password='password123')]"``,
 or a list of such lists when several paths are accepted. Used by
-:class:`stages.core.envs.acebench.AceBenchEnv` for multi-step and multi-turn tasks alike.
+:class:`stages.envs.acebench.AceBenchEnv` for multi-step and multi-turn tasks alike.
 """
 from __future__ import annotations
 

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs.acebench_ast import NORMAL, SPECIAL, check_normal, check_special, decode_reply, find_description
-from stages.core.envs.acebench_prompts import NORMAL_PROMPT, PREFERENCE_PROMPT, SPECIAL_PROMPT, USER_PROMPT
-from stages.core.envs.acebench_prompts_zh import (NORMAL_PROMPT_ZH, PREFERENCE_PROMPT_ZH, SPECIAL_PROMPT_ZH,
+from stages.envs.acebench_ast import NORMAL, SPECIAL, check_normal, check_special, decode_reply, find_description
+from stages.envs.acebench_prompts import NORMAL_PROMPT, PREFERENCE_PROMPT, SPECIAL_PROMPT, USER_PROMPT
+from stages.envs.acebench_prompts_zh import (NORMAL_PROMPT_ZH, PREFERENCE_PROMPT_ZH, SPECIAL_PROMPT_ZH,
                                                   USER_PROMPT_ZH)
-from stages.core.envs.base import StepResult
+from stages.envs.base import StepResult
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The simulated user of ACEBench's agent multi-turn tasks (:class:`stages.core.envs.acebench.AceBenchEnv`).
+"""The simulated user of ACEBench's agent multi-turn tasks (:class:`stages.envs.acebench.AceBenchEnv`).
 
 In a multi-turn task the request is not given up front: a user model is told the instruction
 (the task's ``question``, e.g. "Your name is Grace. You want to send a message to Frank ...") and
@@ -12,7 +12,7 @@ embedded one, an HF id or a folder), greedy (ACEBench samples at temperature 0.0
 per process. ACEBench's user writes up to 1,000 tokens and its whole reply is kept
 (``max_new_tokens=1000, whole_reply=True``); the lenient setting keeps the first line of 64 tokens.
 With ``language="zh"`` the user gets ACEBench's Chinese rules and opening word for word
-(:func:`stages.core.envs.acebench_prompts_zh.user_prompt_zh`, ``OPENING_ZH``).
+(:func:`stages.envs.acebench_prompts_zh.user_prompt_zh`, ``OPENING_ZH``).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from stages.core.envs.acebench_prompts_zh import OPENING_ZH, user_prompt_zh
+from stages.envs.acebench_prompts_zh import OPENING_ZH, user_prompt_zh
 
 USER_PROMPT = """You are a user talking to an assistant agent that operates your phone for you.
 

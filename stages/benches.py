@@ -1,6 +1,6 @@
 """The benchmarks `lopd evaluate` runs: which environment and tasks, decoding defaults, and scoring.
 
-Each :class:`Bench` names an environment (:mod:`stages.core.envs`), builds its task list for a
+Each :class:`Bench` names an environment (:mod:`stages.envs`), builds its task list for a
 config, and turns the finished trajectories into scores. Scores are fractions in [0, 1].
 
 =============== ========================== ====================================================
@@ -55,12 +55,12 @@ from typing import Any, Callable
 
 from schemas import Task, Trajectory
 from stages.core.data.inputs import hub_dataset_id
-from stages.core.envs import EnvError, make_env
-from stages.core.envs.acebench_ast import NORMAL, SPECIAL
-from stages.core.envs.acebench_single import category_of, single_turn_scores
-from stages.core.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
-from stages.core.envs.livecodebench import RELEASE_WINDOWS, official_testing_util
 from stages.core.registry import Registry
+from stages.envs import EnvError, make_env
+from stages.envs.acebench_ast import NORMAL, SPECIAL
+from stages.envs.acebench_single import category_of, single_turn_scores
+from stages.envs.bfcl import HELDOUT_RULE, SINGLE_TURN
+from stages.envs.livecodebench import RELEASE_WINDOWS, official_testing_util
 
 BFCL_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 _EVALPLUS = {
@@ -223,7 +223,7 @@ def _evalplus_prepare(config: Any) -> BenchRun:
 def solution_of(traj: Trajectory, problem: dict[str, Any]) -> str:
     """The complete candidate module of a code trajectory (last action's code, prompt prepended
     for HumanEval-style tasks, as the code environment grades it)."""
-    from stages.core.envs.code import assemble, extract_code
+    from stages.envs.code import assemble, extract_code
 
     action = traj.turns[-1].action if traj.turns else ""
     code = extract_code(action)
@@ -325,7 +325,7 @@ def humaneval_base(solutions: dict[str, str], timeout_s: float = 5.0) -> dict[st
     """
     from stages.core.exec import _bench_grader as grader
 
-    from stages.core.envs.code import _load_humaneval
+    from stages.envs.code import _load_humaneval
 
     problems = _load_humaneval()
     known = {tid: code for tid, code in solutions.items() if tid in problems}
@@ -368,7 +368,7 @@ def _evalplus_score(config: Any, run: BenchRun, trajs: list[Trajectory]) -> tupl
 
 def _envscaler_prepare(config: Any) -> BenchRun:
     """envscaler's test split; with ``--user-model`` also its conversational tasks, played with that
-    simulated user (:mod:`stages.core.envs.envscaler_conv`), named in the report's rules. Without it
+    simulated user (:mod:`stages.envs.envscaler_conv`), named in the report's rules. Without it
     those tasks are left out, as before."""
     named = getattr(config, "user_model", None)
     if not named:
@@ -402,13 +402,13 @@ def _acebench_prepare(config: Any) -> BenchRun:
              f"{travel} of them on Travel)",
              f"agent multi-step and multi-turn (simulated user: {user}, greedy; ACEBench's phone or Travel "
              f"user rules by task, in {language})",
-             f"ACEBench phone platform and Travel API re-implemented ({language}); see stages/core/envs/acebench.py",
+             f"ACEBench phone platform and Travel API re-implemented ({language}); see stages/envs/acebench.py",
              scored, *run.notes]
     who = named if named else f"{user} (the evaluated model: no --user-model given; ACEBench's runs use an API model)"
     rules = f"{run.rules} (ACEBench's checker, exact process strings, its nudge); simulated user: {who}"
     if single:
         rules += (f"; normal and special: ACEBench's {language} prompts, its AST checker and string rules "
-                  "(stages/core/envs/acebench_ast.py)")
+                  "(stages/envs/acebench_ast.py)")
     return BenchRun(run.env_factory, run.tasks, notes, rules=rules)
 
 
@@ -420,7 +420,7 @@ def _acebench_score(_config: Any, run: BenchRun | None,
     model_eval/evaluation_helper.py), ``process_accuracy`` the same mean of the parts' process
     accuracies; ``pooled_*``: over all agent tasks at once (lopd's extra, not ACEBench's). With
     normal and special tasks, first ACEBench's overall ``summary``, the group summaries and each
-    category's accuracy (:func:`stages.core.envs.acebench_single.single_turn_scores`; its notes go
+    category's accuracy (:func:`stages.envs.acebench_single.single_turn_scores`; its notes go
     to ``run.notes``)."""
     infos = {t.task_id: json.loads(t.info) for t in trajs}
     single = {task_id: info.get("valid") is True for task_id, info in infos.items() if category_of(task_id)}

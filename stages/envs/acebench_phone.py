@@ -1,5 +1,5 @@
 """ACEBench's phone platform (BaseApi, MessageApi, ReminderApi, FoodPlatform) as one executable
-state, played by :class:`stages.core.envs.acebench.AceBenchEnv`, in English or Chinese.
+state, played by :class:`stages.envs.acebench.AceBenchEnv`, in English or Chinese.
 
 Re-implements the four ``phone_platform`` classes of ACEBench's repository
 (model_inference/multi_step/scenariosen/phone_platform/ and, for ``language="zh"``, scenarioszh/) with
@@ -15,7 +15,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from stages.core.envs.acebench_platforms_zh import INBOX_ZH, MENUS_ZH, PHONE_TEXT_ZH, REMINDERS_ZH
+from stages.envs.acebench_platforms_zh import INBOX_ZH, MENUS_ZH, PHONE_TEXT_ZH, REMINDERS_ZH
 
 _USERS = {"Eve": ("USR100", "U100", "password123", 500.0), "Frank": ("USR101", "U101", "password456", 300.0),
           "Grace": ("USR102", "U102", "password789", 150.0), "Helen": ("USR103", "U103", "password321", 800.0),

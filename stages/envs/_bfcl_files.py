@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from stages.core.data.inputs import read_utf8
-from stages.core.envs.base import EnvError
 from stages.core.text.toolcalls import unknown_schema_types
+from stages.envs.base import EnvError
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stages.core.envs._worker_process import WorkerProcess
+    from stages.envs._worker_process import WorkerProcess
 
 
 _WORKER_IN_SANDBOX = "/lopd/envscaler_worker.py"  # where this file is bound inside the sandbox
@@ -54,8 +54,8 @@ def start_env_worker(memory_mb: int, cpu_s: int) -> "WorkerProcess":
     Raises:
         IsolationUnavailable: no OS isolation here and ``--unsafe-exec`` was not given.
     """
-    from stages.core.envs import _worker_process
-    from stages.core.envs._worker_process import WorkerProcess
+    from stages.envs import _worker_process
+    from stages.envs._worker_process import WorkerProcess
     from stages.core.exec import isolation  # parent side only: the child runs this file stdlib-only
 
     args = [str(int(memory_mb)), str(int(cpu_s))]

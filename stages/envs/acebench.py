@@ -8,10 +8,10 @@ such as ``"[login_food_platform(username='Eve', password='password123')]"``, or 
 lists when several paths are accepted).
 
 Two platforms, picked by the task's involved classes:
-:class:`stages.core.envs.acebench_phone.PhonePlatform` re-implements the four ``phone_platform``
+:class:`stages.envs.acebench_phone.PhonePlatform` re-implements the four ``phone_platform``
 classes of ACEBench's repository (BaseApi, MessageApi, ReminderApi, FoodPlatform);
-:class:`stages.core.envs.acebench_travel.TravelPlatform` re-implements its ``Travel``
-class (flights, reservations; multi-turn tasks 20-29). Scoring (:mod:`stages.core.envs.acebench_score`)
+:class:`stages.envs.acebench_travel.TravelPlatform` re-implements its ``Travel``
+class (flights, reservations; multi-turn tasks 20-29). Scoring (:mod:`stages.envs.acebench_score`)
 re-implements ACEBench's ``agent_eval``: end-to-end state match and process accuracy.
 
 ``episode_rules="official"`` (the default) plays and scores as ACEBench does: its checker and exact
@@ -25,7 +25,7 @@ The released answers are not fully consistent (some milestones name products tha
 some end states disagree with their milestone); scores inherit that noise, as they do upstream.
 
 Multi-turn tasks are served when the environment has a ``user_model``: a simulated user
-(:mod:`stages.core.envs.acebench_multi`, with ACEBench's phone or travel user rules) opens the
+(:mod:`stages.envs.acebench_multi`, with ACEBench's phone or travel user rules) opens the
 dialogue and answers every agent message without a tool call; "finish conversation" or the step
 cap ends it, scored like multi-step. All 30 multi-turn tasks run (20 phone, 10 Travel).
 
@@ -43,17 +43,17 @@ from pathlib import Path
 from typing import Any
 
 from schemas import Message, Task, ToolCall
-from stages.core.envs import acebench_single
-from stages.core.envs.acebench_phone import PhonePlatform
-from stages.core.envs.acebench_prompts import FINISH_RULE, agent_policy
-from stages.core.envs.acebench_prompts_zh import agent_prompt_zh
-from stages.core.envs.acebench_score import (end_to_end, official_end_to_end, official_process, official_result,
+from stages.envs import acebench_single
+from stages.envs.acebench_phone import PhonePlatform
+from stages.envs.acebench_prompts import FINISH_RULE, agent_policy
+from stages.envs.acebench_prompts_zh import agent_prompt_zh
+from stages.envs.acebench_score import (end_to_end, official_end_to_end, official_process, official_result,
                                              process_accuracy, step_text)
 from stages.core.data.inputs import read_utf8
-from stages.core.envs.acebench_travel import SYSTEM_PROMPT as TRAVEL_SYSTEM_PROMPT
-from stages.core.envs.acebench_travel import TravelPlatform
-from stages.core.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 from stages.core.text.toolcalls import ToolCallParseError, parse_tool_calls
+from stages.envs.acebench_travel import SYSTEM_PROMPT as TRAVEL_SYSTEM_PROMPT
+from stages.envs.acebench_travel import TravelPlatform
+from stages.envs.base import AGENTIC_RULES, EnvError, StepResult, register
 
 _HINT = "pass --data-dir <ACEBench>/data_all/data_en or data_zh (git clone github.com/ACEBench/ACEBench)"
 SYSTEM_PROMPT = "You are an AI agent operating a phone for the user with the tools you are given. " + AGENTIC_RULES
@@ -206,7 +206,7 @@ class AceBenchEnv:
         if task.meta.get("part") == "multi_turn":
             if not self.user_model:
                 raise EnvError(f"{task.task_id}: a multi-turn task needs a user model (--user-model)")
-            from stages.core.envs.acebench_multi import SimulatedUser
+            from stages.envs.acebench_multi import SimulatedUser
 
             official = self.episode_rules == "official"
             self._user = SimulatedUser(self.user_model, task.prompt, classes, max_new_tokens=1000 if official else 64,

@@ -2,8 +2,8 @@
 
 Transcribed from ACEBench at e6db74b, model_inference/multi_turn/scenarioszh/ (phone_platform/base_api.py,
 message.py, reminder.py, food_services.py, travel.py; the multi_step copies differ only in comments).
-The logic is that of the English classes, so :class:`stages.core.envs.acebench_phone.PhonePlatform` and
-:class:`stages.core.envs.acebench_travel.TravelPlatform` play both languages and take their data and
+The logic is that of the English classes, so :class:`stages.envs.acebench_phone.PhonePlatform` and
+:class:`stages.envs.acebench_travel.TravelPlatform` play both languages and take their data and
 messages from here for "zh". Upstream's Chinese data keeps four of the six inbox messages, two of the three
 reminders, the users, the passwords and the flight numbers in English, as transcribed below.
 """

@@ -23,7 +23,7 @@ v6 = 2024-08-01..2025-05-01.
 
 Grading: with LiveCodeBench's own grader installed (``nvidia-livecodebench``), its ``run_test``
 judges the answer in the sandbox, unchanged (:func:`grade_official`). Without it, and for TACO's
-training reward, :func:`grade` uses lopd's judge (:mod:`stages.core.envs.judge`: a fresh program
+training reward, :func:`grade` uses lopd's judge (:mod:`stages.envs.judge`: a fresh program
 with real stdin/stdout per test, numeric tokens compared with a tolerance, the verdict computed
 outside the sandbox); docs/stages/collect.md's coding-rewards table shows where the two differ. Both
 stop at the first failure; reward is 1 when every public and private test passes, else 0.
@@ -44,7 +44,7 @@ from typing import Any
 
 from schemas import Message, Task
 from stages.core.data.inputs import read_utf8
-from stages.core.envs.base import EnvError, StepResult, register
+from stages.envs.base import EnvError, StepResult, register
 
 RELEASE_WINDOWS: dict[str, tuple[date, date]] = {
     "v5": (date(2024, 8, 1), date(2025, 2, 1)),
@@ -193,10 +193,10 @@ def _sandbox_verdicts(program: str, mark: str, tests: int, per_test_s: int, memo
 
 
 def grade(code: str, tests: list[dict[str, str]], func_name: str | None, per_test_s: int = 6) -> dict[str, Any]:
-    """The training reward's verdict on ``code``: :func:`stages.core.envs.judge.grade` (real
+    """The training reward's verdict on ``code``: :func:`stages.envs.judge.grade` (real
     stdin/stdout per test, numeric tolerance, verdict computed outside the sandbox); returns
     ``{passed, total, first_failure}``."""
-    from stages.core.envs.judge import grade as judge
+    from stages.envs.judge import grade as judge
 
     return judge(code, tests, func_name, per_test_s)
 
