@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from stages.core.data.retrieval import HFEmbedder, MiniLMEmbedder
+from stages.core.data.embedders import HFEmbedder, MiniLMEmbedder
 
 TEXTS = ["book a flight to paris", "the weather in paris is sunny", "add two numbers"]
 _WORDS = "book a flight to paris the weather in is sunny add two numbers query passage :".split()

@@ -9,10 +9,10 @@ import pytest
 
 from stages import index as index_stage
 from stages.core.data import retrieval  # index_stage.run loads its embedder from here
+from stages.core.data.embedders import MiniLMEmbedder
 from stages.core.data.retrieval import (
     QUERY_PROMPT,
     Embedder,
-    MiniLMEmbedder,
     Retriever,
     build_indices,
     index_text,
