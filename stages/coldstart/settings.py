@@ -19,9 +19,8 @@ class ColdstartConfig(BaseModel):
     name registered parts (:data:`stages.core.losses.composer_objectives.OBJECTIVES`,
     :data:`stages.core.models.readouts.READOUTS`, :data:`~stages.core.models.readouts.MEMORY_NORMS`);
     ``max_len`` keeps a conversation's start and never cuts its prompt; ``placement`` ``framed``
-    uses the texts of :mod:`stages.core.latent.framing`. On ``resume`` only ``steps``,
-    ``checkpoint_every``, ``eval_every``, ``max_len``, ``device``, ``dtype``, ``log`` and the
-    spelling of paths may change (:mod:`stages.core.run.runs`).
+    uses the texts of :mod:`stages.core.latent.framing`. On ``resume`` only the settings the
+    recipe lists as resumable and the spelling of paths may change (:mod:`stages.core.run.runs`).
     """
 
     model_config = ConfigDict(extra="forbid")
