@@ -1,16 +1,20 @@
-"""Flags shared by several `lopd` commands, and how a command's flags become settings.
+"""How a `lopd` command's flags are made from its stage's settings model, and how the flags given
+become settings.
 
-- Shared typer options (``--config``, ``--device``, ``--dtype``, the rollout flags of collect and
-  evaluate): declared once here, used as parameter defaults in :mod:`lopd_cli.main`.
+- :class:`SettingsCommand` (made by :func:`settings_command`): a command whose flags are the
+  fields of its stage's pydantic settings model (:func:`field_flags`: name, type, default and
+  help from the field), made when the command is first parsed or shown, so a setting's default
+  and help are declared once, in the model; the settings module is imported only then (no torch:
+  a refused command line stays fast).
+- :class:`MethodOptionsCommand`: `lopd distill`'s, which also takes the default method's own
+  options (LOPD's ``Options`` model, :mod:`stages.methods.options`) as flags; its help with
+  ``--method X`` lists method X's options (:func:`method_options_help`).
 - :func:`given_flags`: the flags a command line gave, by setting name, apart from the command's
   defaults (the precedence itself is :func:`stages.settings.resolve`).
-- :class:`MethodOptionsCommand`: a command that also takes the default distill method's own
-  options (LOPD's ``Options`` model, :mod:`stages.methods.lopd`) as flags, made from that model
-  when the command is first parsed or shown, so an option is declared once, in the model; its
-  help with ``--method X`` lists method X's options (:func:`method_options_help`).
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import re
@@ -21,44 +25,11 @@ from typing import Any, Literal, Optional, Union, get_args, get_origin
 import typer
 from typer.core import TyperCommand
 
-from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
-
-CONFIG_HELP = "TOML/YAML/JSON file of option names (as in the flags, with _) and values; flags given override it."
-UNSAFE_EXEC_HELP = ("Run model-written code even where it cannot be isolated (no bubblewrap): "
-                    "only for code you trust on a machine you can lose.")
-DEVICE_HELP = "Torch device of the models: cpu, cuda or cuda:N. (default: cuda when available, else cpu)"
-DTYPE_HELP = ("Parameter dtype: float32, bfloat16, float16 (float64 for tests). "
-              "(default: bfloat16 on cuda, float32 on cpu)")
-ALLOW_OVERLAP_HELP = ("Train on tasks that an evaluation benchmark scores (refused by default: e.g. HumanEval "
-                      "problems as training data contaminate a HumanEval+ result).")
-
-# typer copies an option's declaration for each command that uses it as a default
-CONFIG = typer.Option(None, "--config", help=CONFIG_HELP)
-DEVICE = typer.Option(None, "--device", help=DEVICE_HELP)
-DTYPE = typer.Option(None, "--dtype", metavar="[float32|bfloat16|float16|float64]", help=DTYPE_HELP)
-UNSAFE_EXEC = typer.Option(False, "--unsafe-exec", help=UNSAFE_EXEC_HELP)
-# rollout flags of `lopd collect` and `lopd evaluate`
-EPISODE_BATCH = typer.Option(8, "--batch-size", help="Episodes generated together.")
-PREFIX_CACHE = typer.Option(PREFIX_CACHE_TOKENS, "--prefix-cache-tokens", help=(
-    "Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt "
-    "only encodes what is new (0 = off)."))
-SAMPLING_SEED = typer.Option(0, "--seed", help="Sampling seed.")
-STORE = typer.Option("runs/store", "--store", help="Experience store directory or URI.")
+# `lopd store` takes the store without a default
 STORE_REQUIRED = typer.Option(..., "--store", help="Experience store directory or URI.")
 STORE_TABLE = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings.")
-RESUME_RUN = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override).")
-DATA_DIR = typer.Option(None, "--data-dir", help="Read the environment's task files from here.")
-# the experiment logger of the training stages (distill, coldstart, sft): stages.core.run.tracking
-LOG_HELP = ("Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless "
-            "WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change "
-            "on --resume.")
-LOG = typer.Option("none", "--log", metavar="[none|tensorboard|wandb]", help=LOG_HELP)
-# collect, distill and evaluate: environments with two sets of rules (envscaler, lopd-bed, acebench)
-EPISODE_RULES = typer.Option(None, "--episode-rules", metavar="[official|lenient|exact]", help=(
-    "official | lenient | exact: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's "
-    "own scoring; lenient: tool errors and extra calls do not end or void an episode; exact, lopd-bed only: the "
-    "final state must equal the reference actions' state, an extra change or a refused call scores 0). Recorded "
-    "in the run's config, manifest and report. (default: the environment's, official; exact for lopd-bed)"))
+CONFIG = typer.Option(None, "--config", help="TOML/YAML/JSON file of option names (as in the flags, with _) and "
+                      "values; flags given override it.")
 
 
 def given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:
@@ -95,18 +66,27 @@ def given_flags(ctx: typer.Context, exclude: tuple[str, ...] = ()) -> tuple[dict
 
 
 def _flag_type(annotation: Any) -> Any:
-    """The typer type of an option field: ``X | None`` -> ``Optional[X]``; a type typer cannot
+    """The typer type of a settings field: ``X | None`` -> ``Optional[X]``; a type typer cannot
     parse (a ``Literal``, a list) is read as a string, which the model then validates."""
     if get_origin(annotation) in (Union, types.UnionType):
         annotation = next(a for a in get_args(annotation) if a is not type(None))
     return Optional[annotation if annotation in (bool, int, float, str) else str]
 
 
+def _choices(annotation: Any) -> list[str]:
+    """The values of a ``Literal`` field, also inside ``Literal[...] | None``."""
+    if get_origin(annotation) is Literal:
+        return [str(a) for a in get_args(annotation)]
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [c for a in get_args(annotation) for c in _choices(a)]
+    return []
+
+
 def option_help(field: Any, fallback: str, as_value: bool = False) -> str:
-    """The help of an option (a pydantic ``FieldInfo``): its description (``fallback`` without
-    one), its default appended unless the description names it or the field is required; with
-    ``as_value`` the default is written as ``-o KEY=VALUE`` takes it (JSON: ``true``, ``null``;
-    floats to 6 significant digits)."""
+    """The help of an option (a pydantic ``FieldInfo``) given as ``-o KEY=VALUE``: its
+    description (``fallback`` without one), its default appended unless the description names
+    it or the field is required, written as ``-o KEY=VALUE`` takes it with ``as_value`` (JSON:
+    ``true``, ``null``; floats to 6 significant digits)."""
     text = field.description or fallback
     if "(default" not in text and not field.is_required():
         default = field.default
@@ -159,24 +139,31 @@ def _method_named(args: Sequence[str]) -> str | None:
     return found
 
 
-def option_flags(options_model: type, method: str) -> list:
-    """Typer options for the fields of a method's ``Options`` model, each with default None
-    (not given): the flag ``--<name with ->`` (a bool: ``--<name>/--no-<name>``), or the field's
-    ``json_schema_extra["flag"]`` spelling; the help is the field's description (``"<method>:
-    <name>."`` without one) with its default appended unless the description names it or the
-    field is required.
-
-    Returns: the click parameters of the options, named like the fields.
+def field_flags(model: type, skip: Sequence[str] = (), fallback: str = "") -> list:
+    """Click options for the fields of pydantic model or dataclass ``model`` (but ``skip``), named like the
+    fields, in the model's order. Per field: the flag ``--<name with ->`` (a bool:
+    ``--<name>/--no-<name>``), or the spelling(s) of ``json_schema_extra["flag"]`` (a string or
+    a list: ``["--max-turns", "--max-steps"]``); the field's type (a ``Literal``'s values as the
+    metavar ``[a|b]``, or ``json_schema_extra["metavar"]``); its default (None for a required
+    field: the model names it missing), shown unless the help names it; the help is the field's
+    description (``fallback`` with ``{name}`` filled in without one).
     """
     parameters = []
-    for name, field in options_model.model_fields.items():
+    fields = model.model_fields if hasattr(model, "model_fields") else model.__pydantic_fields__
+    for name, field in fields.items():
+        if name in skip:
+            continue
         kind = _flag_type(field.annotation)
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         dashed = "--" + name.replace("_", "-")
         flag = extra.get("flag") or (f"{dashed}/--no-{dashed[2:]}" if kind == Optional[bool] else dashed)
-        text = option_help(field, f"{method}: {name}.")
-        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
-                                            default=typer.Option(None, flag, help=text)))
+        choices = _choices(field.annotation)
+        text = field.description or fallback.format(name=name)
+        option = typer.Option(None if field.is_required() else field.get_default(call_default_factory=True),
+                              *([flag] if isinstance(flag, str) else flag), help=text,
+                              metavar=extra.get("metavar") or (f"[{'|'.join(choices)}]" if choices else None),
+                              show_default="(default" not in text)
+        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=option))
 
     def command(**values: Any) -> None:
         """Carries the options' declarations; typer reads its signature."""
@@ -187,35 +174,75 @@ def option_flags(options_model: type, method: str) -> list:
     return list(typer.main.get_command(holder).params)
 
 
-class MethodOptionsCommand(TyperCommand):
-    """A command that also takes the options of the default distill method as flags (see
-    :func:`option_flags`). They are made on first use of ``params`` from the method's options
-    model (:mod:`stages.methods.options`: no torch, so a refused command line stays fast; the
-    other commands import no method at all), come in ``ctx.params`` by field name, and
-    are not passed to the callback, which reads them from ``ctx.params``. With ``--method X``
-    (X not the default) its help ends with X's own options (given as ``-o KEY=VALUE``); only
-    that help imports method X."""
+class SettingsCommand(TyperCommand):
+    """A command whose flags, beside its own parameters, are the fields of its stage's settings
+    model (``settings``: ``"module:Model"``; the fields in ``skip`` are no flags; see
+    :func:`field_flags`). They are made on first use of ``params`` (parsing or help: only then is
+    the settings module imported), come in ``ctx.params`` by field name, and are not passed to
+    the callback, which reads them from ``ctx.params`` (:func:`given_flags`)."""
+
+    settings = ""
+    skip: tuple[str, ...] = ()
+
+    def settings_model(self) -> type:
+        """The settings model named by ``settings``."""
+        module, name = self.settings.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def made_flags(self) -> list:
+        """The flags made from the settings model."""
+        return field_flags(self.settings_model(), self.skip)
 
     @property
     def params(self) -> list:
         if self._all_params is None:  # one list: click appends to it and pops from it in place
-            from stages.distill.settings import DistillConfig
-            from stages.methods import method_options
-
-            method = DistillConfig.model_fields["method"].default
-            flags = option_flags(method_options(method), method)
-            twice = {p.name for p in flags} & {p.name for p in self._own_params}
+            made = self.made_flags()
+            twice = {p.name for p in made} & {p.name for p in self._own_params}
             if twice:
-                raise ValueError(f"options of method {method!r} named like settings of the command: {sorted(twice)}")
-            self._method_names = {p.name for p in flags}
-            self._all_params = [*self._own_params, *flags]
+                raise ValueError(f"settings of {self.settings} named like parameters of the command: {sorted(twice)}")
+            self._made_names = {p.name for p in made}
+            self._all_params = [*self._own_params, *made]
         return self._all_params
 
     @params.setter
     def params(self, value: list) -> None:
         self._own_params = list(value)
         self._all_params = None
-        self._method_names: set[str] = set()
+        self._made_names: set[str] = set()
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the callback with the command's own parameters only."""
+        if self.callback is None:
+            return None
+        return ctx.invoke(self.callback, **{k: v for k, v in ctx.params.items() if k not in self._made_names})
+
+
+def settings_command(settings: str, skip: Sequence[str] = ()) -> type[SettingsCommand]:
+    """A :class:`SettingsCommand` class whose flags are the fields of ``settings``
+    (``"module:Model"``) but ``skip``."""
+    return type("SettingsCommand", (SettingsCommand,), {"settings": settings, "skip": tuple(skip)})
+
+
+class MethodOptionsCommand(SettingsCommand):
+    """`lopd distill`: the flags of its settings (:class:`stages.distill.settings.DistillConfig`)
+    and of the default method's own options (its ``Options`` model, :mod:`stages.methods.options`:
+    no torch, so a refused command line stays fast). With ``--method X`` (X not the default) its
+    help ends with X's own options (given as ``-o KEY=VALUE``); only that help imports method X."""
+
+    settings = "stages.distill.settings:DistillConfig"
+    skip = ("options",)  # the method's options: flags of their own, below
+
+    def made_flags(self) -> list:
+        """The settings' flags, then the default method's options'."""
+        from stages.methods import method_options
+
+        made = super().made_flags()
+        method = self.settings_model().model_fields["method"].default
+        options = field_flags(method_options(method), fallback=f"{method}: {{name}}.")
+        twice = {p.name for p in options} & {p.name for p in made}
+        if twice:
+            raise ValueError(f"options of method {method!r} named like settings of the command: {sorted(twice)}")
+        return [*made, *options]
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """Note the ``--method`` of the command line before click parses it (``--help`` is eager:
@@ -232,9 +259,7 @@ class MethodOptionsCommand(TyperCommand):
         """The epilog, then with ``--method X`` (not the default) a section of X's own options."""
         super().format_epilog(ctx, formatter)
         method = ctx.meta.get("lopd.method")
-        from stages.distill.settings import DistillConfig
-
-        if not method or method == DistillConfig.model_fields["method"].default:
+        if not method or method == self.settings_model().model_fields["method"].default:
             return
         intro, rows = method_options_help(method)  # an unknown method was refused in parse_args
         with formatter.section(f"Options of method {method} (pass as -o KEY=VALUE)"):
@@ -242,9 +267,3 @@ class MethodOptionsCommand(TyperCommand):
                 formatter.write_text(intro)
                 formatter.write_paragraph()
             formatter.write_dl(rows)
-
-    def invoke(self, ctx: Any) -> Any:
-        """Run the callback with the command's own options only."""
-        if self.callback is None:
-            return None
-        return ctx.invoke(self.callback, **{k: v for k, v in ctx.params.items() if k not in self._method_names})

@@ -15,49 +15,54 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from schemas import Task, Trajectory
+from stages.envs import EnvError, make_env
 from stages.core.exec import isolation
-from stages.core.models.backbone import DType
+from stages.core.models.backbone import DEFAULT_MODEL
 from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import config_run_id, git_commit, write_manifest
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
-from stages.envs import EnvError, make_env
-from stages.envs.envscaler_rules import EpisodeRules
+from stages.settings import DEFAULT_STORE, AllowOverlap, Device, EpisodeBatch, PrefixCacheTokens, Rules, RunDType, UnsafeExec
 
 
 class CollectConfig(BaseModel):
-    """Settings of one `lopd collect` run (the CLI flags, validated).
-
-    ``max_turns`` (agent actions per episode) is also accepted under its former name ``max_steps``.
-    ``device`` / ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32
-    (:func:`stages.core.models.backbone.resolve_device_dtype`); neither is part of the run id.
-    """
+    """Settings of one `lopd collect` run: the flags, each described by its field. ``device`` /
+    ``dtype`` (:func:`stages.core.models.backbone.resolve_device_dtype`) are no part of the run id."""
 
     model_config = ConfigDict(extra="forbid")
 
-    env: str
-    store: str
-    split: str = Field(default="train", min_length=1)  # the env refuses a split it does not have
-    limit: int | None = Field(default=None, ge=1)
-    samples_per_task: int = Field(default=1, ge=1)
-    model: str = "smollm2-135m"
-    device: str | None = None
-    dtype: DType | None = None
-    data_dir: str | None = None
-    max_turns: int = Field(default=30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
-    episode_rules: EpisodeRules | None = Field(None, description="Episode rules of an environment that has two sets (envscaler, lopd-bed, acebench): 'official' or 'lenient'; None: the environment's default (official; lenient for lopd-bed).")
-    max_new_tokens: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.7, ge=0.0)
-    top_p: float = Field(default=0.95, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
-    seed: int = 0
-    batch_size: int = Field(default=8, ge=1)
-    prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
-    run_id: str | None = None
-    resume: bool = False
-    reference: bool = False
-    unsafe_exec: bool = False  # run model code even where it cannot be isolated
-    allow_overlap: bool = False  # train-split tasks an evaluation benchmark scores (stages.leakage)
+    env: str = Field(description="Environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), acebench, "
+                     "livecodebench, taco (required, as a flag or in --config).")
+    store: str = Field(DEFAULT_STORE, description="Experience store directory or URI.")
+    split: str = Field(default="train", min_length=1, description=(  # the env refuses a split it does not have
+        "Task split: train or test (bfcl also has heldout, its held-out single-turn tasks; lopd-bed also has "
+        "warmup, test_values and transfer)."))
+    limit: int | None = Field(default=None, ge=1, description="Play at most N tasks. (default: all)")
+    samples_per_task: int = Field(default=1, ge=1, description="Rollouts per task (G).",
+                                  json_schema_extra={"flag": ["--samples-per-task", "-G"]})
+    model: str = Field(DEFAULT_MODEL, description="Policy: smollm2-135m (embedded), an HF id or a local path.")
+    device: Device = None
+    dtype: RunDType = None
+    data_dir: str | None = Field(None, description="Read the environment's task files from here.")
+    max_turns: int = Field(default=30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"),
+                           json_schema_extra={"flag": ["--max-turns", "--max-steps"]},
+                           description="Action cap per episode (--max-steps: older spelling).")
+    episode_rules: Rules = None
+    max_new_tokens: int = Field(default=256, ge=1, description="Generated tokens per action.")
+    temperature: float = Field(default=0.7, ge=0.0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(default=0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(default=0, ge=0, description=(
+        "Sample from the k most likely tokens only; 0 = off (the paper samples with 20, B.2)."))
+    seed: int = Field(0, description="Sampling seed.")
+    batch_size: EpisodeBatch = 8
+    prefix_cache_tokens: PrefixCacheTokens = PREFIX_CACHE_TOKENS
+    run_id: str | None = Field(None, description="Run name (default: derived from the settings).")
+    resume: bool = Field(False, description="Skip tasks this run already stored.", json_schema_extra={"flag": "--resume"})
+    reference: bool = Field(False, json_schema_extra={"flag": "--reference"}, description=(
+        "Play each task's reference solution (BFCL possible answer, HumanEval canonical solution) through the real "
+        "environment and checker instead of a model: seeds the store with verified demonstrations."))
+    unsafe_exec: UnsafeExec = False
+    allow_overlap: AllowOverlap = Field(False, json_schema_extra={"flag": "--allow-overlap"})
 
 
 class CollectReport(BaseModel):

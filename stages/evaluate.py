@@ -30,64 +30,81 @@ from rich.table import Table
 
 from schemas import Trajectory
 from stages.benches import BENCHES
+from stages.envs import EnvError, check_episode_rules
 from stages.core.exec import isolation
-from stages.core.models.backbone import DType
+from stages.core.models.backbone import DEFAULT_MODEL
 from stages.core.run.outputs import PartialResults, check_overwrite, partial_path
 from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
-from stages.envs import EnvError, check_episode_rules
-from stages.envs.envscaler_rules import EpisodeRules
+from stages.settings import Device, EpisodeBatch, PrefixCacheTokens, Rules, RunDType, UnsafeExec
 
 BenchName = Literal[tuple(BENCHES.names())]  # the names of the bench registry
 
 
 class EvaluateConfig(BaseModel):
-    """Settings of one `lopd evaluate` run (the CLI flags, validated).
+    """Settings of one `lopd evaluate` run: the flags, each described by its field.
 
-    ``protocol`` fills the decoding settings left None (:func:`apply_protocol`): ``greedy``
-    (temperature 0, the bench's token budget and step cap) or ``paper`` (Table 5 of the LOPD
-    paper: temperature 0.7, top-p 0.95, top-k 20, its budget and step cap per bench); settings
-    given explicitly win. ``max_turns`` is also accepted under its former name ``max_steps``.
-    ``prefix_cache_tokens`` bounds the rollout engine's KV prefix cache (0 turns it off).
-    ``data_dir`` is a folder or file, or for livecodebench also a Hugging Face dataset id.
-    ``workers`` is the evalplus evaluator's process count. ``composer`` (a cold-start or distill
-    composer folder) conditions ``model`` on latents of experiences retrieved from ``store``
-    (:class:`stages.engines.latent.LatentEngine`; Table 3's "base + composer" row). ``engine``
-    generates with transformers (``hf``) or vLLM (``vllm``: the model folder served by vLLM on a
-    GPU, no transformers copy loaded, so no ``reference_nll``; not with ``composer``).
-    ``device`` / ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32
-    (:func:`stages.core.models.backbone.resolve_device_dtype`).
+    ``protocol`` fills the decoding settings left None (:func:`apply_protocol`); settings given
+    explicitly win. ``composer`` conditions ``model`` through
+    :class:`stages.engines.latent.LatentEngine` (Table 3's "base + composer" row); ``engine``
+    ``vllm`` serves the model folder by vLLM on a GPU, no transformers copy loaded. ``device`` /
+    ``dtype``: :func:`stages.core.models.backbone.resolve_device_dtype`.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    bench: BenchName
-    model: str = "smollm2-135m"
-    device: str | None = None
-    dtype: DType | None = None
-    limit: int | None = Field(default=None, ge=1)
-    out: str | None = None
-    data_dir: str | None = None
-    release: Literal["v5", "v6"] = "v6"
-    language: Literal["en", "zh"] = "en"  # acebench: data_en or data_zh (its Chinese prompts and agent platforms)
-    protocol: Literal["greedy", "paper"] = "greedy"
-    temperature: float | None = Field(default=None, ge=0.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=0)
-    max_new_tokens: int | None = Field(default=None, ge=1)
-    max_turns: int | None = Field(default=None, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
-    episode_rules: EpisodeRules | None = Field(None, description="Episode rules of an environment that has two sets (envscaler, lopd-bed, acebench): 'official' or 'lenient'; None: the environment's default (official; lenient for lopd-bed).")
-    batch_size: int = Field(default=8, ge=1)
-    workers: int = Field(default=2, ge=1)
-    prefix_cache_tokens: int = Field(default=PREFIX_CACHE_TOKENS, ge=0)
-    seed: int = 0
-    engine: Literal["hf", "vllm"] = "hf"
-    unsafe_exec: bool = False  # run model code even where it cannot be isolated
-    composer: str | None = None
-    store: str | None = None
-    user_model: str | None = None  # acebench multi-turn: the simulated user (None: the evaluated model); envscaler: the user of conversational tasks (None: they are left out)
-    resume: bool = False  # continue the tasks OUT.partial.jsonl holds (stages.core.run.outputs)
+    bench: BenchName = Field(json_schema_extra={"metavar": "BENCH"}, description=(
+        "Required unless --compare: bfcl-v3, bfcl-single (held-out single-turn), humaneval-plus, mbpp-plus, acebench, "
+        "envscaler, lopd-bed (lopd's study bed, held-out phrasings), lopd-bed-values (new values in train phrasings), "
+        "lopd-bed-transfer (its transfer environments), livecodebench."))
+    model: str = Field(DEFAULT_MODEL, description=(
+        "Model to evaluate: smollm2-135m, an HF id or a local path (e.g. runs/lopd/final/student)."))
+    device: Device = None
+    dtype: RunDType = None
+    limit: int | None = Field(default=None, ge=1, description=(
+        "At most N tasks; bfcl-v3: N per category, of its 4 (base, miss_func, miss_param, long_context), so "
+        "--limit 1 runs 4 tasks. (default: all)"))
+    out: str | None = Field(None, description=(
+        "Report JSON path (default runs/eval/<bench>-<model>[-composer-<composer>].json); a report of other settings "
+        "there is refused, not replaced. With --compare: write the comparison there, JSON for .json, else CSV."))
+    data_dir: str | None = Field(None, description=(
+        "Benchmark data folder/file (or HF dataset id for livecodebench). (default: the bench's packaged data)"))
+    release: Literal["v5", "v6"] = Field("v6", description="LiveCodeBench release window: v5 or v6.")
+    language: Literal["en", "zh"] = Field("en", description=(
+        "acebench: the language of --data-dir, en (ACEBench's data_en) or zh (data_zh: its Chinese prompts and "
+        "Chinese agent platforms)."))
+    protocol: Literal["greedy", "paper"] = Field("greedy", description=(
+        "Decoding protocol: greedy (temperature 0, the bench's budget and step cap) or paper (Table 5 of the LOPD "
+        "paper: temperature 0.7, top-p 0.95, top-k 20, its budgets and step caps). Flags below override it."))
+    temperature: float | None = Field(default=None, ge=0.0, description="Override the protocol's decoding temperature.")
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Override the protocol's nucleus mass.")
+    top_k: int | None = Field(default=None, ge=0, description="Override the protocol's top-k (0 = off).")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="Override the bench's tokens per action.")
+    max_turns: int | None = Field(default=None, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"),
+                                  json_schema_extra={"flag": ["--max-turns", "--max-steps"]}, description=(
+                                      "Override the bench's action cap per episode (--max-steps: older spelling)."))
+    episode_rules: Rules = None
+    batch_size: EpisodeBatch = 8
+    workers: int = Field(default=2, ge=1, description="evalplus evaluator processes.")
+    prefix_cache_tokens: PrefixCacheTokens = PREFIX_CACHE_TOKENS
+    seed: int = Field(0, description="Sampling seed.")
+    engine: Literal["hf", "vllm"] = Field("hf", description=(
+        "Rollout engine: hf (transformers) or vllm (vLLM on a CUDA GPU, pip install '.[vllm]'; no reference_nll, "
+        "not with --composer)."))
+    unsafe_exec: UnsafeExec = False
+    composer: str | None = Field(None, description=(
+        "Composer folder (coldstart/distill output; needs --store): condition the frozen --model on latents of "
+        "experiences retrieved from --store, placed as the composer was trained (the paper's base + composer row)."))
+    store: str | None = Field(None, description=(
+        "Indexed experience store the --composer's experiences come from (successful train-split rows of other "
+        "tasks)."))
+    user_model: str | None = Field(None, description=(
+        "acebench: the model that plays the user of the multi-turn tasks (default: --model); envscaler: the user of "
+        "the conversational tasks (default: none, those tasks are left out)."))
+    resume: bool = Field(False, json_schema_extra={"flag": "--resume"}, description=(  # stages.core.run.outputs
+        "Continue an interrupted evaluation: the tasks finished before (kept in OUT.partial.jsonl as each ends) are "
+        "not played again."))
 
     @model_validator(mode="after")
     def _store_with_composer(self) -> EvaluateConfig:

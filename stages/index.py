@@ -14,37 +14,28 @@ from rich.console import Console
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from stages.settings import DEFAULT_STORE
+
 
 class IndexConfig(BaseModel):
-    """Options of ``lopd index``.
-
-    Attributes:
-        store: experience store path or URI (must exist).
-        embedder: ``minilm`` (packaged all-MiniLM-L6-v2) or a HF sentence-transformers id/path;
-            default: the embedder the store was indexed with, else ``minilm``.
-        field: what is embedded: the task ``prompt``, the rendered ``trajectory`` transcript,
-            or ``trace``: task + observation-lite trace, searched with an instruction-prefixed
-            task query (asymmetric, A.3 of the LOPD paper); default: the field the store was
-            indexed with, else ``task``.
-        batch_size: texts per embedder forward pass.
-        rows_per_write: embeddings per table append (one table version each).
-        ann_threshold: build an ANN index from this many rows on; below, search is exact.
-        max_chars: text length cut for ``field`` ``trajectory`` and ``trace``.
-        rebuild: drop all embeddings and indices first (needed to change embedder or field).
-        progress: show a progress bar.
-    """
+    """Options of ``lopd index``: the flags, each described by its field."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    store: str
-    embedder: str | None = None
-    field: Literal["task", "trajectory", "trace"] | None = None
-    batch_size: int = Field(default=32, ge=1)
-    rows_per_write: int = Field(default=2048, ge=1)
-    ann_threshold: int = Field(default=10_000, ge=1)
-    max_chars: int = Field(default=4000, ge=1)
-    rebuild: bool = False
-    progress: bool = True
+    store: str = Field(DEFAULT_STORE, description="Experience store directory or URI (must exist).")
+    embedder: str | None = Field(None, description=(
+        "minilm (packaged all-MiniLM-L6-v2) or a sentence-transformers id/path. (default: the store's, else minilm)"))
+    field: Literal["task", "trajectory", "trace"] | None = Field(None, description=(
+        "What to embed: task (the task text), trajectory (the transcript), or trace (task + observation-lite "
+        "trace, searched with an instruction-prefixed task query: asymmetric, A.3). (default: the store's, else task)"))
+    batch_size: int = Field(default=32, ge=1, description="Texts per embedder batch.")
+    rows_per_write: int = Field(default=2048, ge=1, description="Embeddings per table append (one table version each).")
+    ann_threshold: int = Field(default=10_000, ge=1, description=(
+        "Build an ANN index from this many rows on (exact search below)."))
+    max_chars: int = Field(default=4000, ge=1, description="Text length cut for --field trajectory and trace (characters).")
+    rebuild: bool = Field(False, json_schema_extra={"flag": "--rebuild"}, description=(
+        "Drop all embeddings and indexes first (to change embedder or field)."))
+    progress: bool = Field(True, description="Show a progress bar.")
 
 
 class IndexReport(BaseModel):

@@ -42,6 +42,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
 from stages.core.losses import DEFAULT_CHUNK_SIZE
 from stages.core.registry import did_you_mean
 from stages.core.run.resources import StepShape, step_memory_bytes
@@ -134,29 +137,32 @@ def backbone_of(name: str) -> Backbone:
         raise ValueError(f"{path}: no field {err} (a decoder-only config is needed)") from None
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class PlanInput:
-    """The settings a plan depends on (the names of `lopd distill`'s flags)."""
+    """The settings a plan depends on (the names of `lopd distill`'s flags; each field's
+    description is the help of its `lopd plan` flag)."""
 
-    backbone: str
-    method: str = "lopd"
-    nproc: int = 1
-    dtype: str = "bfloat16"
-    shard: str = "none"
-    student_lora_rank: int = 8
-    micro_batch: int = 4
-    max_len: int = 2048
-    activation_checkpointing: bool = False
-    rollout_batch: int = 8
-    max_new_tokens: int = 256
-    J: int = 3
-    K: int = 32
-    max_exp_tokens: int = 512
+    backbone: str = Field(json_schema_extra={"flag": "--model"}, description=(
+        "Backbone: a config.json, its folder, or a known name (qwen3-8b, qwen3-4b, qwen3-1.7b, smollm2-135m)."))
+    method: str = Field("lopd", description="lopd, grpo, sdft, opsd, sdpo or skill-sd.")
+    nproc: int = Field(1, ge=1, description="Ranks (GPUs) in all: processes per node x nodes.")
+    dtype: str = Field("bfloat16", json_schema_extra={"metavar": "[bfloat16|float16|float32]"},
+                       description="Run dtype: bfloat16, float16 or float32.")
+    shard: str = Field("none", json_schema_extra={"metavar": "[none|fsdp]"}, description="none or fsdp (as lopd distill --shard).")
+    student_lora_rank: int = Field(8, description="0 = full fine-tuning.")
+    micro_batch: int = Field(4, description="Training sequences per forward/backward.")
+    max_len: int = Field(2048, description="Tokens of a training sequence.")
+    activation_checkpointing: bool = Field(False, description="Recompute activations in backward.")
+    rollout_batch: int = Field(8, description="Episodes generated together.")
+    max_new_tokens: int = Field(256, description="Tokens per action.")
+    J: int = Field(3, description="lopd: retrieved experiences per row.")
+    K: int = Field(32, description="lopd: latent tokens per experience.")
+    max_exp_tokens: int = Field(512, description="lopd: tokens per experience.")
     composer_lora_rank: int = 8
-    composer_blocks: int = 1  # QFormer blocks: 1 when shared (the default), else the depth
-    kl_coef: float = 0.0
-    teacher: str = "frozen"
-    gpu_gb: float = 80.0
+    composer_blocks: int = Field(1, ge=1, description="lopd: QFormer blocks (1 when shared, the default; else the depth).")
+    kl_coef: float = Field(0.0, description="grpo, skill-sd: > 0 keeps a frozen reference copy.")
+    teacher: str = Field("frozen", description="sdft/opsd: frozen, ema or current.")
+    gpu_gb: float = Field(80.0, ge=0.0, description="Memory of one GPU in GB.")
     device: str = "cuda"  # "cpu": the runtime is the process's libraries, not a CUDA context
 
 

@@ -21,13 +21,46 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, ValidationError
+from pydantic import AliasChoices, BaseModel, Field, ValidationError
 
 from stages.core.data.inputs import read_config_file
+from stages.envs.envscaler_rules import EpisodeRules
+from stages.core.models.backbone import DType
 from stages.core.registry import did_you_mean
 from stages.core.run import runs
+from stages.core.run.tracking import Logger
+
+DEFAULT_STORE = "runs/store"  # the experience store of every stage that reads or writes one
+
+# Settings several stages share, declared once: their type and description (the help of their
+# `lopd` flag, lopd_cli.options.field_flags); a stage's field gives the default.
+Device = Annotated[str | None, Field(description=(
+    "Torch device of the models: cpu, cuda or cuda:N. (default: cuda when available, else cpu)"))]
+RunDType = Annotated[DType | None, Field(description=(
+    "Parameter dtype: float32, bfloat16, float16 (float64 for tests). (default: bfloat16 on cuda, float32 on cpu)"))]
+Log = Annotated[Logger, Field(description=(
+    "Also log every step to: none, tensorboard (OUT/tensorboard) or wandb (offline in OUT/wandb unless "
+    "WANDB_API_KEY or WANDB_MODE is set); needs pip install -e '.[tensorboard]' / '.[wandb]'; may change "
+    "on --resume."))]
+ResumeRun = Annotated[bool, Field(json_schema_extra={"flag": "--resume"}, description=(
+    "Continue from the latest checkpoint in --out (its saved settings apply; flags given and --config override)."))]
+Rules = Annotated[EpisodeRules | None, Field(description=(
+    "official | lenient | exact: the episode rules of envscaler, lopd-bed and acebench (official: the benchmark's "
+    "own scoring; lenient: tool errors and extra calls do not end or void an episode; exact, lopd-bed only: the "
+    "final state must equal the reference actions' state, an extra change or a refused call scores 0). Recorded "
+    "in the run's config, manifest and report. (default: the environment's, official; exact for lopd-bed)"))]
+UnsafeExec = Annotated[bool, Field(json_schema_extra={"flag": "--unsafe-exec"}, description=(
+    "Run model-written code even where it cannot be isolated (no bubblewrap): only for code you trust on a "
+    "machine you can lose."))]
+AllowOverlap = Annotated[bool, Field(description=(
+    "Train on tasks that an evaluation benchmark scores (refused by default: e.g. HumanEval problems as "
+    "training data contaminate a HumanEval+ result)."))]
+PrefixCacheTokens = Annotated[int, Field(ge=0, description=(
+    "Keep the KV cache of up to N tokens of earlier prompts and completions, so a multi-turn prompt only "
+    "encodes what is new (0 = off)."))]
+EpisodeBatch = Annotated[int, Field(ge=1, description="Episodes generated together.")]
 
 
 def _print_note(message: str) -> None:
@@ -88,6 +121,8 @@ def error_text(error: Mapping[str, Any]) -> str:
     (``"did you mean 'bfloat16'? Input should be 'float32', 'bfloat16', ... (got 'bf16')"``)."""
     if error["type"] == "value_error":
         return str(error.get("ctx", {}).get("error", error["msg"]))
+    if error["type"] == "missing":  # its input is all the values given: no news
+        return error["msg"]
     given = repr(error.get("input"))
     given = given if len(given) <= 60 else given[:57] + "..."
     hint = ""

@@ -35,8 +35,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from schemas import Trajectory
-from stages.core.models.backbone import DType
-from stages.core.run.tracking import Logger
+from stages.core.models.backbone import DEFAULT_MODEL
+from stages.settings import DEFAULT_STORE, Device, Log, ResumeRun, RunDType
 
 if TYPE_CHECKING:
     import torch
@@ -49,39 +49,39 @@ _RUN_KEYS = ["store", "model", "env", "split", "source", "min_reward", "batch_si
 
 
 class SftConfig(BaseModel):
-    """Settings of one `lopd sft` run.
-
-    ``source``: which rows train: ``reference`` (replayed verified references), ``student``
-    (rows a model policy produced: rejection sampling) or ``any``; ``from_run`` only the rows of
-    that run id (e.g. one collect); rows need reward >= ``min_reward`` and ``success``. ``lora_rank`` 0 fine-tunes every weight (the warm start's
-    default), else a LoRA adapter (alpha 2 x rank) merged into ``final/student``. ``device`` /
-    ``dtype`` None: CUDA in bfloat16 when a GPU is visible, else the CPU in float32. ``log``:
-    also log every step's metrics row to ``tensorboard`` or ``wandb`` (may change on resume).
-    """
+    """Settings of one `lopd sft` run: the flags, each described by its field. Rows train when
+    they count as successes with reward >= ``min_reward``; a LoRA adapter (``lora_rank`` > 0)
+    has alpha 2 x rank."""
 
     model_config = ConfigDict(extra="forbid")
 
-    store: str
-    out: str = "runs/sft"
-    model: str = "smollm2-135m"
-    env: str | None = None
-    split: str = "warmup"
-    source: Source = "any"
-    from_run: str | None = None
-    min_reward: float = Field(default=1.0, ge=0.0, le=1.0)
-    steps: int = Field(default=40, ge=1)
-    batch_size: int = Field(default=4, ge=1)
-    lr: float = Field(default=5e-5, gt=0.0)
-    lora_rank: int = Field(default=0, ge=0)
-    max_len: int = Field(default=1024, ge=2)
-    grad_clip: float = Field(default=1.0, gt=0.0)
-    checkpoint_every: int = Field(default=20, ge=1)
-    keep_checkpoints: int = Field(default=1, ge=1)
-    seed: int = 0
-    device: str | None = None
-    dtype: DType | None = None
-    log: Logger = "none"
-    resume: bool = False
+    store: str = Field(DEFAULT_STORE, description="Experience store whose verified trajectories train the student.")
+    out: str = Field("runs/sft", description="Output folder (checkpoints, metrics.jsonl, final/student: use it as --model).")
+    model: str = Field(DEFAULT_MODEL, description="Student to fine-tune: smollm2-135m, an HF id or a local path.")
+    env: str | None = Field(None, description="Use only this environment's rows.")
+    split: str = Field("warmup", description=(
+        "Split of the rows: warmup (the warm start), train (an SFT / rejection-sampling baseline)."))
+    source: Source = Field("any", description=(
+        "reference (replayed verified references), student (a model's own successes: rejection-sampling "
+        "fine-tuning) or any."))
+    from_run: str | None = Field(None, description=(
+        "Only the rows of this run id (e.g. one lopd collect run: lopd show STORE lists them)."))
+    min_reward: float = Field(default=1.0, ge=0.0, le=1.0, description=(
+        "Least reward of a row that trains (rows must also count as successes)."))
+    steps: int = Field(default=40, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(default=4, ge=1, description="Training sequences per step.")
+    lr: float = Field(default=5e-5, gt=0.0, description="AdamW learning rate.")
+    lora_rank: int = Field(default=0, ge=0, description=(
+        "0: fine-tune every weight; else a LoRA adapter of this rank, merged into final/student."))
+    max_len: int = Field(default=1024, ge=2, description="Token cap of a training sequence.")
+    grad_clip: float = Field(default=1.0, gt=0.0, description="Gradient-norm clipping.")
+    checkpoint_every: int = Field(default=20, ge=1, description="Steps between checkpoints.")
+    keep_checkpoints: int = Field(default=1, ge=1, description="Checkpoints kept (the newest).")
+    seed: int = Field(0, description="Seed of the data order.")
+    device: Device = None
+    dtype: RunDType = None
+    log: Log = "none"
+    resume: ResumeRun = False
 
 
 def select(store: ExperienceStore, config: SftConfig) -> list[Trajectory]:

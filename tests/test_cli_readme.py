@@ -74,6 +74,18 @@ def test_every_config_field_of_every_stage_is_a_flag():
         assert missing == [], f"lopd {name}: settings without a flag"
 
 
+def test_each_stage_flag_s_default_and_help_are_its_field_s():
+    """Declared once: a stage flag is made from its settings field (its description the help, its
+    default the flag's), so the CLI cannot restate either."""
+    for name, config in _stage_configs().items():
+        for field, info in config.model_fields.items():
+            if field == "options":
+                continue
+            param = next(p for p in COMMANDS[name].params if p.name == field)
+            assert info.description and param.help == info.description, (name, field)
+            assert param.default == (None if info.is_required() else info.default), (name, field)
+
+
 def _choices(annotation) -> list[str]:
     """The values of a ``Literal`` field, also inside ``Literal[...] | None``."""
     import types

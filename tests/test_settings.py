@@ -82,7 +82,7 @@ def test_lopd_options_are_distill_flags_with_their_help():
             "--max-exp-tokens", "--exclude-same-task", "--allow-same-task", "--freeze-composer",
             "--train-composer"} <= flags
     shown = " ".join(CliRunner().invoke(app, ["distill", "--help"]).output.split())
-    assert "Privileged margin m (0 = the no-margin ablation). (default 0.05)" in shown
+    assert "Privileged margin m (0 = the no-margin ablation). [default: 0.05]" in shown
 
 
 def test_a_lopd_flag_reaches_the_run_config(tmp_path, monkeypatch):

@@ -5,124 +5,106 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from stages.core.models.backbone import DType
-from stages.core.run.tracking import Logger
+from stages.core.models.backbone import DEFAULT_MODEL
+from stages.settings import DEFAULT_STORE, Device, Log, ResumeRun, RunDType
 
 if TYPE_CHECKING:
     from stages.core.losses.composer_objectives import ObjectiveSettings
 
 
 class ColdstartConfig(BaseModel):
-    """Settings of one `lopd coldstart` run (the CLI flags, validated).
+    """Settings of one `lopd coldstart` run: the flags, each described by its field.
 
-    Attributes:
-        experiences: experience store (indexed with `lopd index`).
-        out: output folder.
-        model: backbone (``smollm2-135m``, HF id or local folder).
-        steps, lr, batch_size: AdamW steps (constant lr, no weight decay), targets per step.
-        lr_encoder: learning rate of the encoder LoRA psi (None: ``lr``; the compressor always
-            trains at ``lr``).
-        objective: what the steps after ``reconstruction_steps`` minimise, a registered objective
-            (:data:`stages.core.losses.composer_objectives.OBJECTIVES`): ``action-nll``,
-            ``contrast`` (needs ``contrast_weight`` > 0) or ``text-kl`` (needs ``text_kl_weight``
-            > 0). Not given: ``contrast`` with a contrast weight above 0, ``text-kl`` with a
-            text-KL weight above 0, else ``action-nll``.
-        reconstruction_steps: the first this many of ``steps`` train the autoencoding objective
-            (``reconstruction``: the teacher reproduces each composer input from its latents)
-            instead of ``objective``.
-        self_retrieval: a training target's own trajectory is its first experience (then the
-            first J - 1 retrieved ones); the official recipe's ``allow_self_retrieval``.
-        text_kl_weight: the ``text-kl`` objective's weight: each step adds weight x the forward KL
-            from the text teacher (the batch's experiences as plain text where the latents go) to
-            the latent teacher on the action tokens.
-        text_kl_top_m: None: that KL over the full vocabulary, the text teacher run at every step;
-            M: over the text teacher's top-M tokens plus a tail bucket, its targets computed once
-            per training target and kept in the run folder (``text_teacher/``).
-        latent_scale: the latents' initial row norm as a multiple of the mean input-embedding row
-            norm (qformer readout; :class:`stages.core.models.composer.Composer`).
-        contrast_weight, contrast_margin: the ``contrast`` objective's weight and margin: each
-            step adds weight x the latent contrast hinge: a target's NLL with its own experiences'
-            latents must be ``contrast_margin`` nats per token below its NLL with another
-            target's (needs ``batch_size`` >= 2).
-        J, K, depth, lora_rank, max_exp_tokens: composer (experiences per target, latents per
-            experience, QFormer block applications, composer LoRA rank, token cap of one experience).
-        qformer_shared: one QFormer block applied ``depth`` times (the paper's) or ``depth`` blocks.
-        memory_norm: ``layer`` (the encoder's hidden states as they are) or ``token`` (each
-            experience's states standardised per feature over its tokens first); registered in
-            :data:`stages.core.models.readouts.MEMORY_NORMS`.
-        readout: ``qformer`` (a LayerNorm of the updated queries), ``pointer`` (each latent a
-            weighted sum of the experience's token embeddings), ``span`` (the embeddings of K
-            tokens of the experience from its first action on, plus a gated qformer readout) or
-            ``centred`` (the qformer readout plus a learned constant; the part of the latents'
-            gradient that the step's experiences share trains the constant alone); registered in
-            :data:`stages.core.models.readouts.READOUTS`.
-        max_len: token cap of a target conversation (keeps the start, never cuts the prompt).
-        placement: where the latents go: ``prefix`` (after the task prompt), ``per-turn``
-            (before each action, Eq. 8) or ``framed`` (inside the first user message between
-            framing texts, A.4; :mod:`stages.core.latent.framing`).
-        heldout_fraction: share of the tasks held out for evaluation.
-        exclude_same_task: retrieve no trajectory of the target's own task (module docstring).
-        checkpoint_every, eval_every: steps between checkpoints / held-out evaluations.
-        seed: seeds the composer init, the task split and the batch order.
-        resume: continue from the latest checkpoint in ``out``; only ``steps``,
-            ``checkpoint_every``, ``eval_every``, ``max_len``, ``device``, ``dtype`` and the
-            spelling of paths may change (:mod:`stages.core.run.runs`).
-        env: use only this environment's trajectories (None = all).
-        activation_checkpointing: recompute the backbone layers in backward (less memory);
-            also accepted as ``grad_checkpointing``.
-        grad_clip: gradient-norm clipping of phi (None = off); also accepted as ``max_grad_norm``.
-        log: also log every step's metrics row to ``tensorboard`` or ``wandb``
-            (:mod:`stages.core.run.tracking`); may change on resume.
-        ladder, ladder_targets: at the end, score the ladder of controls on at most
-            ``ladder_targets`` held-out targets (0 = all; :mod:`stages.coldstart.ladder`), which
-            trains the free-vector control (h) for ``steps`` more steps.
-        device, dtype: where the backbone and composer live and the backbone's dtype (None:
-            CUDA in bfloat16 when a GPU is visible, else the CPU in float32;
-            :func:`stages.core.models.backbone.resolve_device_dtype`).
+    AdamW at a constant ``lr``, no weight decay. ``objective``, ``readout`` and ``memory_norm``
+    name registered parts (:data:`stages.core.losses.composer_objectives.OBJECTIVES`,
+    :data:`stages.core.models.readouts.READOUTS`, :data:`~stages.core.models.readouts.MEMORY_NORMS`);
+    ``max_len`` keeps a conversation's start and never cuts its prompt; ``placement`` ``framed``
+    uses the texts of :mod:`stages.core.latent.framing`. On ``resume`` only the settings the
+    recipe lists as resumable and the spelling of paths may change (:mod:`stages.core.run.runs`).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    experiences: str
-    out: str
-    model: str = "smollm2-135m"
-    steps: int = Field(default=200, ge=1)
-    lr: float = Field(default=1e-4, gt=0)
-    lr_encoder: float | None = Field(default=None, gt=0)
-    objective: Literal["action-nll", "contrast", "text-kl"] = "action-nll"
-    reconstruction_steps: int = Field(default=0, ge=0)
-    self_retrieval: bool = False
-    contrast_weight: float = Field(default=0.0, ge=0)
-    contrast_margin: float = Field(default=0.05, ge=0)
-    text_kl_weight: float = Field(default=0.0, ge=0)
-    text_kl_top_m: int | None = Field(default=None, ge=1)
-    batch_size: int = Field(default=2, ge=1)
-    J: int = Field(default=3, ge=1)
-    K: int = Field(default=32, ge=1)
-    depth: int = Field(default=8, ge=1)
-    qformer_shared: bool = True
-    memory_norm: Literal["layer", "token"] = "layer"
-    readout: Literal["qformer", "pointer", "span", "centred"] = "qformer"
-    latent_scale: float = Field(default=1.0, gt=0)
-    lora_rank: int = Field(default=8, ge=1)
-    max_exp_tokens: int = Field(default=256, ge=1)
-    max_len: int = Field(default=1024, ge=2)
-    placement: Literal["prefix", "per-turn", "framed"] = "prefix"
-    heldout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0)
-    exclude_same_task: bool = True
-    checkpoint_every: int = Field(default=50, ge=1)
-    eval_every: int = Field(default=50, ge=1)
-    seed: int = 0
-    resume: bool = False
-    env: str | None = None
+    experiences: str = Field(DEFAULT_STORE, description=(
+        "Indexed experience store (`lopd index`) whose successful trajectories train the composer."))
+    out: str = Field("runs/composer0", description="Output folder (checkpoints, metrics.jsonl, final/).")
+    model: str = Field(DEFAULT_MODEL, description="Frozen backbone: smollm2-135m, an HF id or a local path.")
+    steps: int = Field(default=200, ge=1, description="Optimizer steps.")
+    lr: float = Field(default=1e-4, gt=0, description="AdamW learning rate of the composer.")
+    lr_encoder: float | None = Field(default=None, gt=0, description=(
+        "Learning rate of the composer's encoder LoRA (default: --lr; the compressor trains at --lr)."))
+    # None (not given) follows the weights, as the description says (_objective_of_weights): never None once validated
+    objective: Literal["action-nll", "contrast", "text-kl"] | None = Field(None, description=(
+        "What the steps after --reconstruction-steps minimise: the action NLL, plus the contrast hinge (contrast) or "
+        "the text teacher's KL (text-kl). (default: contrast with --contrast-weight, text-kl with --text-kl-weight, "
+        "else action-nll)"))
+    reconstruction_steps: int = Field(default=0, ge=0, description=(
+        "The first this many of --steps pre-train the composer to autoencode its inputs (the teacher reproduces "
+        "each from its latents); the rest train the action objective."))
+    self_retrieval: bool = Field(False, description=(
+        "A training target's own trajectory is its first experience (the official recipe's allow_self_retrieval); "
+        "held-out scoring never does this, except the ladder's oracle rung (f)."))
+    contrast_weight: float = Field(default=0.0, ge=0, description=(
+        "Add this times a hinge that makes each target's NLL with its own experiences' latents lower than with "
+        "another target's by --contrast-margin (0 = off; needs --batch-size 2+)."))
+    contrast_margin: float = Field(default=0.05, ge=0, description="The gap (nats per token) --contrast-weight asks for.")
+    text_kl_weight: float = Field(default=0.0, ge=0, description=(
+        "Add this times the forward KL(text teacher || latent teacher) on the action tokens: the teacher reading "
+        "the experiences' latents is asked to predict what it predicts from their plain text (0 = off; not with "
+        "--contrast-weight; one more teacher forward per target)."))
+    text_kl_top_m: int | None = Field(default=None, ge=1, description=(
+        "The text KL over the text teacher's top-M tokens plus a tail bucket, its targets computed once per "
+        "training target and kept in OUT/text_teacher/ (default: over the full vocabulary, the text teacher "
+        "run every step)."))
+    batch_size: int = Field(default=2, ge=1, description="Target trajectories per step.")
+    J: int = Field(default=3, ge=1, description="Retrieved experiences per task.")
+    K: int = Field(default=32, ge=1, description="Latent tokens per experience.")
+    depth: int = Field(default=8, ge=1, description="QFormer block applications.")
+    qformer_shared: bool = Field(True, description=(
+        "One QFormer block applied --depth times (the paper's) or --depth separate blocks."))
+    memory_norm: Literal["layer", "token"] = Field("layer", description=(
+        "What the compressor reads: the encoder's hidden states as they are (layer) or standardised per feature "
+        "over each experience's tokens (token), which removes the component all tokens share."))
+    readout: Literal["qformer", "pointer", "span", "centred"] = Field("qformer", description=(
+        "How the compressor's queries become latents: a LayerNorm of them (qformer), each a weighted sum of the "
+        "experience's token embeddings, pointed at by the query (pointer), or the embeddings of K tokens of the "
+        "experience from its first action on plus a learned, gated qformer readout (span), or the qformer readout "
+        "plus a learned constant that alone takes the part of the gradient all of a step's experiences share, so "
+        "the compressor learns only what differs between them (centred)."))
+    latent_scale: float = Field(default=1.0, gt=0, description=(
+        "The latents' initial norm as a multiple of the mean token-embedding norm (qformer, span and centred "
+        "readouts; pointer latents are embedding mixtures already)."))
+    lora_rank: int = Field(default=8, ge=1, description="Rank of the composer encoder's LoRA.")
+    max_exp_tokens: int = Field(default=256, ge=1, description="Token budget per (task, experience) pair.")
+    max_len: int = Field(default=1024, ge=2, description="Token cap of a target conversation.")
+    placement: Literal["prefix", "per-turn", "framed"] = Field("prefix", description=(
+        "Latents after the task prompt (prefix), before each action (per-turn, Eq. 8), or inside the first user "
+        "message between framing texts (framed, A.4)."))
+    heldout_fraction: float = Field(default=0.2, ge=0.0, lt=1.0, description="Share of tasks held out to measure the NLL.")
+    exclude_same_task: bool = Field(True, json_schema_extra={"flag": "--exclude-same-task/--allow-same-task"},
+                                    description=("Never retrieve a trajectory of the target's own task (it would "
+                                                 "hold the answer)."))
+    checkpoint_every: int = Field(default=50, ge=1, description="Steps between checkpoints.")
+    eval_every: int = Field(default=50, ge=1, description="Steps between held-out evaluations.")
+    seed: int = Field(0, description="Seed of init, split and batch order.")
+    resume: ResumeRun = False
+    env: str | None = Field(None, description="Use only this environment's trajectories (default: all).")
     activation_checkpointing: bool = Field(
-        default=True, validation_alias=AliasChoices("activation_checkpointing", "grad_checkpointing"))
-    grad_clip: float | None = Field(default=1.0, gt=0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
-    ladder: bool = True
-    ladder_targets: int = Field(default=32, ge=0)
-    device: str | None = None
-    dtype: DType | None = None
-    log: Logger = "none"
+        default=True, validation_alias=AliasChoices("activation_checkpointing", "grad_checkpointing"),
+        json_schema_extra={"flag": ["--activation-checkpointing/--no-activation-checkpointing",
+                                    "--grad-checkpointing/--no-grad-checkpointing"]},
+        description=("Recompute backbone activations in backward: less memory, slower steps (--grad-checkpointing: "
+                     "older spelling)."))
+    grad_clip: float | None = Field(default=1.0, gt=0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"),
+                                    json_schema_extra={"flag": ["--grad-clip", "--max-grad-norm"]},
+                                    description="Gradient clipping of phi (--max-grad-norm: older spelling).")
+    ladder: bool = Field(True, description=(
+        "At the end, score the ladder of controls (no latents ... free vectors; trains the free-vector control for "
+        "--steps more steps)."))
+    ladder_targets: int = Field(default=32, ge=0, description="Held-out targets the ladder scores (a seeded subset; 0 = all).")
+    device: Device = None
+    dtype: RunDType = None
+    log: Log = "none"
 
     @model_validator(mode="before")
     @classmethod

@@ -9,77 +9,87 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from stages.envs.envscaler_rules import EpisodeRules
-from stages.core.models.backbone import DType
+from stages.core.models.backbone import DEFAULT_MODEL
 from stages.core.models.composer_config import CONFIG_FILE
-from stages.core.run.tracking import Logger
 from stages.methods import known_methods, method_options
 from stages.envs import env_names
 from stages.core.registry import did_you_mean
-from stages.settings import accepted_names, older_names, read_settings, resolve, validated
+from stages.settings import (DEFAULT_STORE, AllowOverlap, Device, Log, ResumeRun, Rules, RunDType, accepted_names, older_names,
+                             read_settings, resolve, validated)
 
-# Settings a distill run has outside :class:`DistillConfig`'s own defaults (required fields there).
-DEFAULTS = {"store": "runs/store", "out": "runs/lopd"}
 # Keys of older config files that :class:`DistillConfig` converts (``tensorboard = true``: log = "tensorboard").
 OLDER_KEYS = frozenset({"tensorboard"})
 
 
 class DistillConfig(BaseModel):
-    """Settings of one `lopd distill` run (the CLI flags, validated).
+    """Settings of one `lopd distill` run: the flags, each described by its field.
 
     Common settings are fields; the method's own options (``lopd``: composer, margin, J, K, M,
     lambda, ...) are given flat as well (``DistillConfig(method="lopd", margin=0.05, ...)``, or
     keys of a config file) and validated into ``options`` by the method's ``Options`` model; a
-    key that is neither is an error naming the method's options. ``student_lora_rank=0`` =
-    full fine-tuning; ``new_store`` lets a run start an empty store where ``store`` has none
-    (a missing store is refused otherwise); ``max_len`` None = whole sequences (longer ones are cut; a row whose
-    prompt alone fills it is skipped and counted); ``micro_batch`` = training rows per
-    forward/backward; ``embedder`` None = the store's; ``max_turns`` (``max_steps`` in older
-    config files) caps an episode's actions; ``device`` / ``dtype`` None = CUDA in bfloat16 when
-    a GPU is visible, else the CPU in float32 (:func:`stages.core.models.backbone.resolve_device_dtype`;
-    kept None in the frozen config, so a resumed run picks its machine's).
+    key that is neither is an error naming the method's options. ``max_turns`` is also accepted
+    as ``max_steps`` in config files; ``device`` / ``dtype`` stay None in the frozen config, so a
+    resumed run picks its machine's (:func:`stages.core.models.backbone.resolve_device_dtype`).
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    env: str
-    store: str
-    out: str
-    method: str = "lopd"
+    env: str = Field(description=("Training environment: bfcl, code, envscaler, lopd-bed (lopd's bundled study bed), "
+                                  "acebench, livecodebench, taco."))
+    store: str = Field(DEFAULT_STORE, description=(
+        "Indexed experience store (grows during training); refused when missing, unless --new-store."))
+    out: str = Field("runs/lopd", description="Run folder.")
+    method: str = Field("lopd", description="Training method: lopd, lopd-text, grpo, sdft, opsd, sdpo, skill-sd "
+                                            "(stages/methods).")
     options: dict[str, Any] = Field(default_factory=dict)
-    model: str = "smollm2-135m"
-    engine: str = "hf"
-    device: str | None = None
-    dtype: DType | None = None
-    data_dir: str | None = None
-    lr: float = Field(1e-5, gt=0.0)
-    steps: int = Field(10, ge=1)
-    tasks_per_step: int = Field(2, ge=1)
-    group_size: int = Field(2, ge=1)
-    max_turns: int = Field(30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"))
-    episode_rules: EpisodeRules | None = Field(None, description="Episode rules of an environment that has two sets (envscaler, lopd-bed, acebench): 'official' or 'lenient'; None: the environment's default (official; lenient for lopd-bed).")
-    max_new_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.7, ge=0.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
-    student_lora_rank: int = Field(8, ge=0)
-    max_len: int | None = Field(None, ge=2)
-    micro_batch: int = Field(4, ge=1)
-    rollout_batch: int = Field(8, ge=1)
-    compile_decode: bool = False
+    model: str = Field(DEFAULT_MODEL, description="Student/teacher backbone.")
+    engine: str = Field("hf", json_schema_extra={"metavar": "[hf|vllm]"}, description="Rollout engine: hf or vllm.")
+    device: Device = None
+    dtype: RunDType = None
+    data_dir: str | None = Field(None, description="Environment task files. (default: the environment's packaged data)")
+    lr: float = Field(1e-5, gt=0.0, description="Learning rate.")
+    steps: int = Field(10, ge=1, description="Training steps.")
+    tasks_per_step: int = Field(2, ge=1, description="Tasks per step (B).")
+    group_size: int = Field(2, ge=1, description="Rollouts per task (G).")
+    max_turns: int = Field(30, ge=1, validation_alias=AliasChoices("max_turns", "max_steps"),
+                           description="Environment step cap per episode.")
+    episode_rules: Rules = None
+    max_new_tokens: int = Field(256, ge=1, description="Tokens per action.")
+    temperature: float = Field(0.7, ge=0.0, description="Rollout sampling temperature.")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="Rollout nucleus mass.")
+    top_k: int = Field(0, ge=0, description="Rollout top-k, 0 = off (the paper samples with 20, B.2).")
+    seed: int = Field(0, description="Seed of the initialisation, the task order and the rollouts' sampling.")
+    student_lora_rank: int = Field(8, ge=0, description="Student LoRA rank; 0 = full fine-tuning.")
+    max_len: int | None = Field(None, ge=2, description=(
+        "Token cap of a training sequence; a sequence whose prompt alone fills it is skipped and counted. "
+        "(default: none)"))
+    micro_batch: int = Field(4, ge=1, description=(
+        "Training sequences per forward/backward (gradients accumulate exactly)."))
+    rollout_batch: int = Field(8, ge=1, description="Episodes generated together.")
+    compile_decode: bool = Field(False, description=(
+        "hf engine on a GPU: compile the decoding forward (torch.compile; about 4x faster calls once compiled, but "
+        "each new batch or length bucket compiles again for a minute or more: for one-turn rollouts at a fixed "
+        "batch); may change on --resume."))
     activation_checkpointing: bool = Field(False, validation_alias=AliasChoices(
-        "activation_checkpointing", "grad_checkpointing"))
-    embedder: str | None = None
-    checkpoint_every: int = Field(5, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
-    log: Logger = "none"
-    grad_clip: float = Field(1.0, ge=0.0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"))
-    run_id: str | None = None
-    resume: bool = False
-    allow_overlap: bool = False  # train on tasks an evaluation benchmark scores (stages.leakage)
-    new_store: bool = False  # start an empty store at ``store`` when none is there (else refused)
-    shard: Literal["none", "fsdp"] = "none"  # fsdp: shard a fully fine-tuned student (stages.core.run.sharding)
+        "activation_checkpointing", "grad_checkpointing"), description=(
+        "Recompute activations in backward: less memory, slower steps."))
+    embedder: str | None = Field(None, description=(
+        "Embedder of new rollouts (lopd, the method that retrieves; the other methods append them unembedded for "
+        "`lopd index`). (default: the store's)"))
+    checkpoint_every: int = Field(5, ge=1, description=(
+        "Steps between checkpoints (one is also written after step 1 and after the last)."))
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept (the newest).")
+    log: Log = "none"
+    grad_clip: float = Field(1.0, ge=0.0, validation_alias=AliasChoices("grad_clip", "max_grad_norm"),
+                             description="Gradient-norm clipping, 0 = off.")
+    run_id: str | None = Field(None, description="Run name in the store. (default: the saved one, else random)")
+    resume: ResumeRun = False
+    allow_overlap: AllowOverlap = False  # stages.leakage
+    new_store: bool = Field(False, json_schema_extra={"flag": "--new-store"}, description=(
+        "Start an empty experience store at --store when none is there (else a missing store is refused)."))
+    shard: Literal["none", "fsdp"] = Field("none", description=(  # stages.core.run.sharding
+        "none, or fsdp: shard a fully fine-tuned student (--student-lora-rank 0) over the --nproc / torchrun "
+        "processes (FSDP2; lopd and grpo, hf engine)."))
 
     @model_validator(mode="before")
     @classmethod
@@ -93,7 +103,7 @@ class DistillConfig(BaseModel):
                 data["log"] = "tensorboard"
                 warnings.warn('the setting "tensorboard = true" is deprecated: use log = "tensorboard"',
                               FutureWarning, stacklevel=2)
-        name = data.get("method", "lopd")
+        name = data.get("method", cls.model_fields["method"].default)
         options_cls = method_options(name)
         common = accepted_names(cls)
         options = dict(data.pop("options", None) or {})
@@ -190,8 +200,8 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
 
     Precedence (:func:`stages.settings.resolve`): flags given (not None) > ``config_file`` >
     with ``resume`` the saved ``OUT/config.json`` (method options flattened) > for a composer
-    method (lopd) the composer's J and K (:func:`composer_shape`) > defaults (store
-    ``runs/store``, out ``runs/lopd``, then :class:`DistillConfig`'s and the method's).
+    method (lopd) the composer's J and K (:func:`composer_shape`) > the defaults of
+    :class:`DistillConfig`'s fields and the method's.
 
     Raises:
         ValueError: unreadable config file, a key of it that is no setting nor option of the
@@ -201,9 +211,10 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
     """
     given = {k: v for k, v in flags.items() if v is not None}
     from_file = load_config(config_file) if config_file else {}
-    values = resolve(DistillConfig, "distill", given, config_file, defaults=DEFAULTS, resume=resume,
+    out = DistillConfig.model_fields["out"].default  # where --resume looks without --out
+    values = resolve(DistillConfig, "distill", given, config_file, defaults={"out": out}, resume=resume,
                      read=lambda _: from_file)
-    method = values.get("method", "lopd")
+    method = values.get("method", DistillConfig.model_fields["method"].default)
     try:
         options_cls = method_options(method)
     except ValueError as err:

@@ -43,7 +43,7 @@ class LOPDOptions(BaseModel):
     must equal its K. ``lam`` is the anchor weight lambda (``lambda`` in config files).
     ``composer_lr`` None = the run's ``lr``; ``max_exp_tokens`` None = the composer's value
     (512 if it has none); ``freeze_composer`` is the paper's frozen-composer ablation.
-    ``exclude_same_task`` (default True, as `lopd coldstart`): retrieve no experience of the
+    ``exclude_same_task`` (as `lopd coldstart`): retrieve no experience of the
     trajectory's own task. The paper's teacher sees "a reference example from a different task";
     with the task's own verified answer in the store the teacher would see what OPSD's teacher
     sees. On the bed study (docs/results/bed-cpu, seed 0) the two settings trained to the same
@@ -52,26 +52,26 @@ class LOPDOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    # descriptions: the help of the `lopd distill` flags (lopd_cli.options.option_flags)
+    # descriptions: the help of the `lopd distill` flags (lopd_cli.options.field_flags)
     composer: str = Field(description="lopd: cold-start composer folder (lopd coldstart's final/).",
                           json_schema_extra={"made_by": "`lopd coldstart --experiences STORE --out DIR` makes one "
                                                         "(then --composer DIR/final)"})
-    margin: float = Field(0.05, ge=0.0, description="Privileged margin m (0 = the no-margin ablation). (default 0.05)")
-    J: int = Field(3, ge=1, description="Retrieved experiences per task. (default: the composer's, else 3)")
-    K: int = Field(32, ge=1, description="Latent tokens per experience (must match the composer). (default: the composer's)")
-    M: int = Field(20, ge=1, description="Teacher top-M tokens in the KL (plus a tail bucket). (default 20)")
+    margin: float = Field(0.05, ge=0.0, description="Privileged margin m (0 = the no-margin ablation).")
+    J: int = Field(3, ge=1, description="Retrieved experiences per task (not given: the composer's J, else the default).")
+    K: int = Field(32, ge=1, description="Latent tokens per experience (must match the composer; not given: the composer's K).")
+    M: int = Field(20, ge=1, description="Teacher top-M tokens in the KL (plus a tail bucket).")
     lam: float = Field(0.2, ge=0.0, validation_alias=AliasChoices("lam", "lambda"), json_schema_extra={"flag": "--lambda"},
-                       description="Anchor weight lambda. (default 0.2)")
-    eta_beta: float = Field(0.5, ge=0.0, description="Dual step size of beta. (default 0.5)")
-    beta0: float = Field(0.0, ge=0.0, description="lopd: initial dual variable beta. (default 0)")
+                       description="Anchor weight lambda.")
+    eta_beta: float = Field(0.5, ge=0.0, description="Dual step size of beta.")
+    beta0: float = Field(0.0, ge=0.0, description="lopd: initial dual variable beta.")
     composer_lr: float | None = Field(None, gt=0.0, description="lopd: learning rate of the composer. (default: --lr)")
     freeze_composer: bool = Field(False, json_schema_extra={"flag": "--freeze-composer/--train-composer"},
-                                  description="Freeze the composer (the paper's ablation). (default train)")
+                                  description="Freeze the composer (the paper's ablation).")
     max_exp_tokens: int | None = Field(None, ge=1, description=(
         "lopd: token budget per (task, experience) pair. (default: the composer's)"))
     exclude_same_task: bool = Field(True, json_schema_extra={"flag": "--exclude-same-task/--allow-same-task"},
                                     description=("lopd: never retrieve an experience of the trajectory's own task, "
-                                                 "as coldstart does. (default exclude)"))
+                                                 "as coldstart does."))
 
 
 class LOPDTextOptions(BaseModel):

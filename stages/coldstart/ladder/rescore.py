@@ -96,6 +96,9 @@ def _saved_config(folder: Path) -> ColdstartConfig:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"]) or "(top level)"
         raise ValueError(f"{path}: field '{field}': {err['msg']}") from None
+    unnamed = [name for name in ("experiences", "out") if name not in config.model_fields_set]
+    if unnamed:  # a run's config names where it ran: no defaults here
+        raise ValueError(f"{path}: field '{unnamed[0]}': Field required")
     if not Path(config.experiences).exists():
         raise ValueError(f"{path}: field 'experiences': {config.experiences} is not there from {Path.cwd()}; "
                          "run `lopd ladder` from the folder the cold start ran in")
