@@ -1,5 +1,5 @@
-"""The flag tables of the stage pages (docs/stages/<stage>.md) and the CLI cannot drift apart: every
-flag of every stage has a row on its page, and every flag a row names exists."""
+"""The flag tables of the stage pages (docs/stages/<stage>.md) are made from the CLI
+(:mod:`lopd_cli.flag_tables`), so they cannot drift apart; the CLI's flags are its settings' fields."""
 from __future__ import annotations
 
 import re
@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import typer
 
+from lopd_cli import flag_tables
+from lopd_cli.flag_tables import flag_table
 from lopd_cli.main import app
 
 STAGES = Path(__file__).resolve().parents[1] / "docs" / "stages"
@@ -20,24 +22,30 @@ def _section(name: str) -> str:
     return page.read_text()
 
 
-def _documented_flags(section: str) -> set[str]:
-    """Flags inside backticks on the table rows of ``section`` (a row names older spellings in
-    its meaning cell)."""
-    rows = "\n".join(line for line in section.splitlines() if line.startswith("| `-"))
-    return {flag for span in re.findall(r"`([^`]*)`", rows) for flag in re.findall(r"--[A-Za-z][\w-]*", span)}
-
-
 @pytest.mark.parametrize("name", sorted(n for n in COMMANDS if n != "store"))
-def test_every_flag_has_a_docs_row_and_every_row_a_flag(name):
-    cli = {o for p in COMMANDS[name].params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
-    documented = _documented_flags(_section(name))
-    assert cli - documented == set(), f"flags of `lopd {name}` without a row in docs/stages/{name}.md"
-    assert documented - cli == set(), f"rows of docs/stages/{name}.md naming flags `lopd {name}` does not have"
+def test_every_command_s_page_holds_its_generated_flag_table(name):
+    """A page's flag table is made from the command (`python -m lopd_cli.flag_tables`): every flag
+    has a row, with its default and help as `lopd NAME --help` shows them."""
+    page = _section(name)
+    assert f"<!-- flags:{name} -->\n{flag_table(COMMANDS[name])}\n<!-- /flags -->" in page, (
+        f"docs/stages/{name}.md: flag table out of date; run python -m lopd_cli.flag_tables")
+    rows = page.split(f"<!-- flags:{name} -->")[1].split("<!-- /flags -->")[0]
+    flags = {o for p in COMMANDS[name].params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+    assert {f for f in flags if f"`{f}`" not in rows and f"`{f}/" not in rows and f"/{f}`" not in rows} == set()
 
 
-def test_the_check_sees_a_missing_row():
-    assert "--out" in _documented_flags(_section("report"))
-    assert "--out" not in _documented_flags("| `--steps` | 1 | |")
+def test_no_page_s_flag_table_is_out_of_date():
+    assert flag_tables.write(check=True) == []
+
+
+def test_a_help_s_named_default_goes_to_the_default_column():
+    table = flag_tables.flag_table(COMMANDS["evaluate"])
+    row = next(line for line in table.splitlines() if line.startswith("| `--limit` |"))
+    assert row.startswith("| `--limit` | all | At most N tasks;") and "(default" not in row
+    assert flag_tables._default_in_help("Path (default: a (b) c); more.") == ("Path; more.", "a (b) c")
+    assert "| `--resume/--no-resume` |" not in table and "| `--resume` | off |" in table
+    with pytest.raises(ValueError, match="no command 'nope'"):
+        flag_tables.with_tables("<!-- flags:nope -->\n<!-- /flags -->", {"ladder": ""})
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
