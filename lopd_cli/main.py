@@ -140,7 +140,7 @@ def sft(ctx: typer.Context, config: Optional[str] = CONFIG) -> None:
 @friendly
 def distill(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML/JSON file with any of these options; flags override it."),
+    config: Optional[str] = typer.Option(None, "--config", help="TOML/YAML/JSON file with any of these options; flags override it; the resolved config is saved as OUT/config.json."),
     option: list[str] = typer.Option([], "--option", "-o", help="A method option as KEY=VALUE (JSON value, else a string), repeatable: -o ppo_epochs=2."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Train data-parallel in N processes on this node (launches torchrun; one GPU each under CUDA); --tasks-per-step is the global batch, split over them; --resume needs the same N."),
 ) -> None:
@@ -212,7 +212,7 @@ def study(
     config: str = typer.Option(..., "--config", help="Study file (TOML): store, bench, seeds, a `distill` table of shared settings and `runs` entries (name, method, seeds, settings). See examples/study/."),
     out: Optional[str] = typer.Option(None, "--out", help="Study folder (default: the file's `out`, else runs/study)."),
     report_only: bool = typer.Option(False, "--report-only", help="Train and evaluate nothing: write the results of what the study folder holds into --out (unfinished runs show as pending; the study's results folder is read, not written); with no run folders, they are redrawn from the results folder's results.json alone."),
-    only: Optional[list[str]] = typer.Option(None, "--only", metavar="NAME[:SEED]", help="Train only this run, NAME or NAME:SEED (repeatable; the others are left as they are): run a study in parts, in any order."),
+    only: Optional[list[str]] = typer.Option(None, "--only", metavar="NAME[:SEED]", help="Train only this run, NAME or NAME:SEED (repeatable; the others are left as they are): run a study in parts, in any order; an unknown name or seed is refused with the list of runs or seeds."),
 ) -> None:
     """Compare methods at the same rollout budget on held-out tasks: every run trained and evaluated,
     then results.json/.csv, a markdown table and plots in the study folder. Rerun to resume."""
@@ -228,7 +228,7 @@ def study(
 @friendly
 def report(
     runs: list[str] = typer.Argument(..., metavar="RUN", help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out).", show_default=False),
-    out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report; report files alone: <their folder>/report)."),
     samples_steps: int = typer.Option(3, "--samples-steps", min=0, help="Sample rollouts (first, best, worst) of the last N steps of each distill run in summary.md, from its experience store; 0 = none."),
 ) -> None:
     """Plot a run's training curves (reward, losses, LOPD's Delta and beta, anchor, gradient norms,
@@ -264,7 +264,7 @@ def export(
     out: str = typer.Option(..., "--out", help="Folder to write (new or empty): model or adapter, tokenizer, README.md model card."),
     step: Optional[int] = typer.Option(None, "--step", help="Export checkpoints/step-N instead of final/student (default: final, else the newest checkpoint)."),
     merge: bool = typer.Option(False, "--merge", help="Merge a LoRA adapter into its base and write a whole model (default: the adapter alone, on the base's Hugging Face id)."),
-    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Also upload the folder to this Hugging Face model repo (owner/name; needs a token and the network)."),
+    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Also upload the folder to this Hugging Face model repo (owner/name; needs a token and the network; offline it fails in one line and the export stays)."),
 ) -> None:
     """Write a run's trained student as a folder that `lopd evaluate --model` and
     transformers' AutoModelForCausalLM.from_pretrained load, with a model card."""

@@ -29,7 +29,7 @@ from typer.core import TyperCommand
 STORE_REQUIRED = typer.Option(..., "--store", help="Experience store directory or URI.")
 STORE_TABLE = typer.Option("trajectories", "--table", help="Table: trajectories or embeddings.")
 CONFIG = typer.Option(None, "--config", help="TOML/YAML/JSON file of option names (as in the flags, with _) and "
-                      "values; flags given override it.")
+                      "values; flags given override it; an older name is accepted with a note.")
 
 
 def given_options(ctx: typer.Context, skip: tuple[str, ...] = ()) -> list[str]:

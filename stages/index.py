@@ -24,7 +24,8 @@ class IndexConfig(BaseModel):
 
     store: str = Field(DEFAULT_STORE, description="Experience store directory or URI (must exist).")
     embedder: str | None = Field(None, description=(
-        "minilm (packaged all-MiniLM-L6-v2) or a sentence-transformers id/path. (default: the store's, else minilm)"))
+        "minilm (packaged all-MiniLM-L6-v2) or a sentence-transformers id/path; another than the store's needs "
+        "--rebuild. (default: the store's, else minilm)"))
     field: Literal["task", "trajectory", "trace"] | None = Field(None, description=(
         "What to embed: task (the task text), trajectory (the transcript), or trace (task + observation-lite "
         "trace, searched with an instruction-prefixed task query: asymmetric, A.3). (default: the store's, else task)"))
@@ -35,7 +36,7 @@ class IndexConfig(BaseModel):
     max_chars: int = Field(default=4000, ge=1, description="Text length cut for --field trajectory and trace (characters).")
     rebuild: bool = Field(False, json_schema_extra={"flag": "--rebuild"}, description=(
         "Drop all embeddings and indexes first (to change embedder or field)."))
-    progress: bool = Field(True, description="Show a progress bar.")
+    progress: bool = Field(True, description="Show a progress bar (the summary table prints either way).")
 
 
 class IndexReport(BaseModel):

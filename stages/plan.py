@@ -153,15 +153,16 @@ class PlanInput:
     micro_batch: int = Field(4, description="Training sequences per forward/backward.")
     max_len: int = Field(2048, description="Tokens of a training sequence.")
     activation_checkpointing: bool = Field(False, description="Recompute activations in backward.")
-    rollout_batch: int = Field(8, description="Episodes generated together.")
+    rollout_batch: int = Field(8, description="Episodes generated together (their KV cache).")
     max_new_tokens: int = Field(256, description="Tokens per action.")
     J: int = Field(3, description="lopd: retrieved experiences per row.")
     K: int = Field(32, description="lopd: latent tokens per experience.")
-    max_exp_tokens: int = Field(512, description="lopd: tokens per experience.")
+    max_exp_tokens: int = Field(512, description=(
+        "lopd: tokens per experience (the paper's 512; lopd coldstart's own default is 256)."))
     composer_lora_rank: int = 8
     composer_blocks: int = Field(1, ge=1, description="lopd: QFormer blocks (1 when shared, the default; else the depth).")
     kl_coef: float = Field(0.0, description="grpo, skill-sd: > 0 keeps a frozen reference copy.")
-    teacher: str = Field("frozen", description="sdft/opsd: frozen, ema or current.")
+    teacher: str = Field("frozen", description="sdft/opsd: frozen, ema or current (no copy).")
     gpu_gb: float = Field(80.0, ge=0.0, description="Memory of one GPU in GB.")
     device: str = "cuda"  # "cpu": the runtime is the process's libraries, not a CUDA context
 

@@ -61,7 +61,8 @@ class ColdstartConfig(BaseModel):
     K: int = Field(default=32, ge=1, description="Latent tokens per experience.")
     depth: int = Field(default=8, ge=1, description="QFormer block applications.")
     qformer_shared: bool = Field(True, description=(
-        "One QFormer block applied --depth times (the paper's) or --depth separate blocks."))
+        "One QFormer block applied --depth times (the paper's) or --depth separate blocks (composers saved "
+        "before this option load as separate blocks)."))
     memory_norm: Literal["layer", "token"] = Field("layer", description=(
         "What the compressor reads: the encoder's hidden states as they are (layer) or standardised per feature "
         "over each experience's tokens (token), which removes the component all tokens share."))

@@ -59,7 +59,8 @@ class DistillConfig(BaseModel):
     top_p: float = Field(0.95, gt=0.0, le=1.0, description="Rollout nucleus mass.")
     top_k: int = Field(0, ge=0, description="Rollout top-k, 0 = off (the paper samples with 20, B.2).")
     seed: int = Field(0, description="Seed of the initialisation, the task order and the rollouts' sampling.")
-    student_lora_rank: int = Field(8, ge=0, description="Student LoRA rank; 0 = full fine-tuning.")
+    student_lora_rank: int = Field(8, ge=0, description=(
+        "Student LoRA rank; 0 = full fine-tuning (then a frozen teacher copy is kept)."))
     max_len: int | None = Field(None, ge=2, description=(
         "Token cap of a training sequence; a sequence whose prompt alone fills it is skipped and counted. "
         "(default: none)"))
