@@ -232,3 +232,14 @@ def test_a_bad_embedder_is_one_line_and_a_rebuild_with_it_drops_nothing(indexed,
             index_stage.run(config)
         assert "\n" not in str(err.value)
         assert open_embeddings(indexed).count_rows() == len(ROWS)
+
+
+def test_indexing_again_with_nothing_new_writes_no_version(indexed, monkeypatch):
+    """A second `lopd index` (a rerun of `make demo` with nothing to do) leaves both tables' versions."""
+    monkeypatch.setattr(retrieval, "load_embedder", lambda name, batch_size: HashEmbedder())
+    before = (len(indexed.versions()), retrieval.open_embeddings(indexed).version)
+    index_stage.run(index_stage.IndexConfig(store=indexed.uri, progress=False))
+    assert (len(ExperienceStore.open(indexed.uri, create=False).versions()),
+            retrieval.open_embeddings(indexed).version) == before
+    indexed.append([make_traj("t-new", "task9", prompt="alpha omega", success=True)])
+    assert indexed.index_ids() is True and indexed.index_ids() is False  # new rows: the ids index again, once

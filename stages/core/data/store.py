@@ -401,12 +401,20 @@ class ExperienceStore:
                 for v in self._table.list_versions()]
 
     @_guarded
-    def index_ids(self) -> None:
+    def index_ids(self) -> bool:
         """(Re)build a BTREE index on ``trajectory_id`` so that :meth:`get` reads only the rows it
         wants: a store written one task per transaction has one data file per task, and without
         the index every lookup opens all of them (801 files: 0.46 s per lookup, 0.03 s with it).
-        Rows appended later are searched without the index until the next call."""
+        Rows appended later are searched without the index until the next call. An index that
+        already covers every row is left as it is (no new version of the table); returns whether
+        it was (re)built."""
+        for index in self._table.list_indices():
+            if list(index.columns) == ["trajectory_id"]:
+                stats = self._table.index_stats(index.name)
+                if stats is not None and stats.num_unindexed_rows == 0:
+                    return False
         self._table.create_scalar_index("trajectory_id", index_type="BTREE", replace=True)
+        return True
 
     def _lookup(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         """Rows whose trajectory_id is in ``ids`` (any order), queried in chunks."""
