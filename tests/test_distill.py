@@ -291,6 +291,15 @@ def test_k_mismatch_is_a_clear_error(assets, tmp_path):
         Distiller(make_config(assets, tmp_path, "k", K=8))
 
 
+def test_lopd_refuses_options_not_resolved_against_the_composer():
+    """A config built by hand must be resolved (DistillConfig.resolved) before LOPD trains on it."""
+    from stages.methods.lopd import LOPD
+    from stages.methods.options import LOPDOptions
+
+    with pytest.raises(ValueError, match=r"^lopd: options not resolved against the composer"):
+        LOPD(LOPDOptions(composer="c"), None, None, {})
+
+
 def test_load_config_toml_yaml_and_overrides(tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text('env = "bfcl"\nstore = "s"\ncomposer = "c"\nout = "o"\nlambda = 0.3\nJ = 2\n')

@@ -150,6 +150,20 @@ def test_j_and_k_come_from_the_composer_unless_given(assets, tmp_path):
         settings(base, str(toml))  # given in a file: kept, and refused against the composer
 
 
+def test_settings_hand_on_the_method_options_typed_and_resolved(assets, tmp_path):
+    """The run's settings hold the method's Options model, resolved against the composer when they
+    are built (max_exp_tokens from it: 64), and save as the mapping a resume reads back."""
+    from stages.distill.settings import DistillConfig
+    from stages.methods.options import LOPDOptions
+
+    _, composer_dir, _ = assets
+    config = settings({"env": ENV, "composer": str(composer_dir), "out": str(tmp_path / "o")})
+    assert isinstance(config.options, LOPDOptions) and config.options.max_exp_tokens == 64
+    saved = json.loads(config.model_dump_json())
+    assert saved["options"] == config.options.model_dump() and saved["options"]["max_exp_tokens"] == 64
+    assert DistillConfig.model_validate(saved) == config
+
+
 def test_an_option_flag_in_its_older_spelling_wins_over_the_file(tmp_path):
     """``-o lambda=...`` (the paper's name of LOPD's anchor weight) against a file's ``lambda`` or
     ``lam``: the flag's value, whichever spelling each used; both spellings as flags: refused."""
