@@ -65,7 +65,7 @@ def child(method: str, tasks: int, generations: int, prompt: int, response: int,
                            out=str(root / "out"), model=spec.model_path, steps=1, tasks_per_step=tasks,
                            group_size=generations, max_turns=1, max_new_tokens=response, temperature=1.0, top_p=1.0,
                            student_lora_rank=8, micro_batch=rows, rollout_batch=rows, max_len=prompt + response,
-                           checkpoint_every=2, run_id="memest", **options)
+                           checkpoint_every=2, run_id="memest", **options).resolved()
     if method == "lopd":  # the pre-flight of the code under test must not stop the measurement
         get_method("lopd").check_resources = lambda self, store: None
     distiller = Distiller(config, console=Console(file=io.StringIO()))
@@ -94,9 +94,9 @@ def estimate_mb(result: dict) -> float:
     from stages.distill.settings import DistillConfig
     from stages.plan import plan, run_plan_input
 
-    config = DistillConfig.model_validate(result["config"])
+    config = DistillConfig.model_validate({**result["config"], "options": result["options"]})  # resolved options
     cpu = {"device": "cpu"} if "device" in inspect.signature(run_plan_input).parameters else {}  # older code: none
-    p = run_plan_input(config, result["options"], nproc=1, dtype="float32", available_bytes=0, **cpu)
+    p = run_plan_input(config, nproc=1, dtype="float32", available_bytes=0, **cpu)
     return plan(p).peak / 2**20
 
 

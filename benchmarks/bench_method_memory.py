@@ -78,7 +78,7 @@ def child(args: argparse.Namespace) -> dict:
         composer = json.loads((Path(args.composer) / "composer_config.json").read_text())
         options = {"composer": args.composer, "J": composer["J"], "K": composer["K"]}
     config = distill.DistillConfig(env="bfcl", store=str(store), out=str(root / "run"), method=args.method,
-                                   steps=args.steps, seed=0, checkpoint_every=args.steps + 1, **options)
+                                   steps=args.steps, seed=0, checkpoint_every=args.steps + 1, **options).resolved()
     distiller = distill.Distiller(config)
     gc.collect()
     result = {"method": args.method, "setup_rss_mb": status_mb("VmRSS"), "tensors_mb": _tensor_mb(), "steps": []}

@@ -244,7 +244,7 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
         save_composer(composer, scratch / "composer0", {"backbone_id": name})
         spare.append(composer.backbone.unload())  # the plain model again, for load_models
         options = {"composer": str(scratch / "composer0"), "J": args.J, "K": args.K, "M": args.M}
-    options = method_cls.resolve_options(method_cls.Options(**options))
+    options = method_cls.Options(**options).resolve()
     with mock.patch.object(stages.core.models.assembly, "load_policy", load), \
             mock.patch.object(stages.core.models.backbone, "load_policy", load), \
             mock.patch.object(stages.core.models.assembly, "resolve_model", lambda name: name):  # no such model on disk

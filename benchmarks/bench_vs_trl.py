@@ -231,7 +231,7 @@ def lopd_worker(method: str, spec: Spec, conn) -> None:
                            tasks_per_step=spec.batch, group_size=spec.generations, max_turns=1,
                            max_new_tokens=spec.response, temperature=1.0, top_p=1.0, student_lora_rank=8,
                            micro_batch=rows, rollout_batch=rows, checkpoint_every=spec.steps + 1,
-                           run_id=f"bench-{store.name}", **options)
+                           run_id=f"bench-{store.name}", **options).resolved()
     distiller = Distiller(config, console=Console(file=io.StringIO()))
     conn.send({"setup_rss_mb": status_mb("VmRSS")})
     for step in range(1, spec.steps + 1):

@@ -328,7 +328,7 @@ def check_bf16_parity(s: Setup) -> tuple[bool, str]:
     save_composer(Composer(backbone, J=J, K=K, depth=2, max_exp_tokens=64), s.scratch / "parity-composer",
                   {"backbone_id": str(folder)})
     lopd = get_method("lopd")
-    options = lopd.resolve_options(lopd.Options(composer=str(s.scratch / "parity-composer"), J=J, K=K, M=8))
+    options = lopd.Options(composer=str(s.scratch / "parity-composer"), J=J, K=K, M=8).resolve()
     rows, extras = _parity_rows(tokenizer, J)
     out = {}
     for dtype in ("float32", "bfloat16"):

@@ -159,11 +159,7 @@ def distill(
 
         if flags["model"] != DEFAULT_MODEL:
             resolve_model(flags["model"])
-    run_config = settings(flags, config, ctx.params["resume"])
-    if "composer" in run_config.options:  # a composer method (lopd): a folder that holds none, refused before torch
-        from stages.core.models.composer_config import read_composer_config
-
-        read_composer_config(run_config.options["composer"])
+    run_config = settings(flags, config, ctx.params["resume"])  # validated and resolved (lopd: its composer read)
     if nproc > 1:  # every check that needs no model, here, before torchrun starts N processes
         from stages.core.run import distributed
         from stages.distill.checks import preflight

@@ -374,10 +374,10 @@ def render_fit(fit: Fit, gpu_gb: float) -> str:
 PROMPT_TOKENS = 512
 
 
-def run_plan_input(config: Any, options: dict, *, nproc: int, dtype: str, available_bytes: int,
+def run_plan_input(config: Any, *, nproc: int, dtype: str, available_bytes: int,
                    device: str = "cuda") -> PlanInput | None:
-    """The :class:`PlanInput` of a `lopd distill` run's settings (``config``: a DistillConfig,
-    ``options``: its method's resolved options), to be compared with ``available_bytes``; None
+    """The :class:`PlanInput` of a `lopd distill` run's settings (``config``: a DistillConfig, its
+    method's options resolved), to be compared with ``available_bytes``; None
     when the plan cannot tell (a method outside :data:`PLAN_METHODS`, a backbone it cannot read).
     Without ``max_len`` the sequence is ``PROMPT_TOKENS + max_turns * max_new_tokens`` tokens,
     at most the model's ``max_position_embeddings``."""
@@ -389,6 +389,7 @@ def run_plan_input(config: Any, options: dict, *, nproc: int, dtype: str, availa
         return None
     max_len = config.max_len or min(PROMPT_TOKENS + config.max_turns * config.max_new_tokens,
                                     _context_length(config.model))
+    options = config.options.model_dump()
     lopd = {k: options[k] for k in ("J", "K", "max_exp_tokens") if options.get(k) is not None}
     extra = {k: options[k] for k in ("kl_coef", "teacher") if k in options}
     return PlanInput(backbone=config.model, method=config.method, nproc=nproc, dtype=dtype, shard=config.shard,
@@ -429,7 +430,7 @@ def check_run_memory(p: PlanInput, *, stage: str = "distill", where: str = "free
                      + render_fit(fitting(p), round(p.gpu_gb, 1)))
 
 
-def check_distill_memory(config: Any, options: dict, world_size: int = 1) -> Plan | None:
+def check_distill_memory(config: Any, world_size: int = 1) -> Plan | None:
     """Before a `lopd distill` run loads a model: its planned peak per rank (:func:`run_plan_input`)
     against the memory free now (a CUDA device's free memory; on the CPU the machine's available
     memory shared by the ``world_size`` processes), refused with the flags that would fit
@@ -455,7 +456,7 @@ def check_distill_memory(config: Any, options: dict, world_size: int = 1) -> Pla
     else:
         free, where = psutil.virtual_memory().available // world_size, "of memory available" + (
             f" per process ({world_size} on this machine)" if world_size > 1 else "")
-    p = run_plan_input(config, options, nproc=world_size, dtype=dtype, available_bytes=free, device=device)
+    p = run_plan_input(config, nproc=world_size, dtype=dtype, available_bytes=free, device=device)
     if p is None:
         return None
     assumed = "" if config.max_len else (f" (no --max-len: whole episodes of {config.max_turns} turns x "

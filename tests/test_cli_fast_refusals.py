@@ -25,6 +25,8 @@ REFUSED = [  # (command line, the start of its one error line)
     (["distill", "--env", "lopd-bed", "--composer", "/nonexistent", "--store", "s", "--out", "o"],
      "error: /nonexistent/composer_config.json: no composer checkpoint (composer_config.json missing; "
      "`lopd coldstart --experiences STORE --out DIR` makes one in DIR/final)"),
+    (["distill", "--env", "lopd-bed", "--composer", "k4", "--K", "8", "--store", "s", "--out", "o"],
+     "error: k4/composer_config.json: field 'K' is 4, but the run asks for K=8 (K must match the cold-start composer)"),
     (["evaluate", "--bench", "bfcl_v3"], "error: invalid option --bench: did you mean 'bfcl-v3'?"),
     (["evaluate", "--bench", "lopd-bed", "--composer", "/nonexistent", "--store", "s"],
      "error: /nonexistent/composer_config.json: no composer checkpoint (composer_config.json missing; "
@@ -60,6 +62,8 @@ print(json.dumps({"results": results, "loaded": sorted(m for m in ("torch", "tra
 
 
 def test_refused_command_lines_load_no_model_library(tmp_path):
+    (tmp_path / "k4").mkdir()
+    (tmp_path / "k4" / "composer_config.json").write_text('{"K": 4}')  # a composer of another K
     out = subprocess.run([sys.executable, "-c", _CODE, json.dumps([args for args, _ in REFUSED])], cwd=tmp_path,
                          capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})

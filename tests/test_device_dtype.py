@@ -80,7 +80,7 @@ def _config(assets, tmp_path, method: str) -> DistillConfig:
                   device="cpu", dtype="float64")
     if method == "lopd":
         values.update(composer=str(composer_dir), J=2, K=4, M=5)
-    return DistillConfig(**values)
+    return DistillConfig(**values).resolved()
 
 
 @pytest.mark.parametrize("method", ["lopd", "grpo", "opsd"])

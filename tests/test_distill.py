@@ -127,7 +127,7 @@ def make_config(assets, tmp_path, name: str, **overrides) -> DistillConfig:
                   model=str(model_dir), J=2, K=4, M=5, lr=1e-2, steps=3, tasks_per_step=2,
                   group_size=2, max_new_tokens=8, temperature=1.0, student_lora_rank=4,
                   checkpoint_every=2, micro_batch=2, max_len=256, run_id="lopd-test")
-    return DistillConfig(**{**values, **overrides})
+    return DistillConfig(**{**values, **overrides}).resolved()
 
 
 def metrics(out) -> list[dict]:
@@ -153,15 +153,15 @@ def test_three_steps_metrics_store_and_dual_update(straight):
         assert set(METRIC_FIELDS) <= set(r)
         assert all(math.isfinite(r[k]) for k in METRIC_FIELDS), r
         assert r["action_tokens"] > 0 and r["tokens"] > 0
-        assert 0 < r["experiences"] <= config.options["J"] and 0 <= r["no_experience_frac"] < 1  # per row, this step
+        assert 0 < r["experiences"] <= config.options.J and 0 <= r["no_experience_frac"] < 1  # per row, this step
         # where the time went: the training phases add up to train_s, the step holds them all
         phases = [r[k] for k in ("prepare_s", "forward_s", "backward_s", "optimizer_s", "sync_s")]
         assert all(v >= 0 for v in phases) and r["forward_s"] > 0 and r["backward_s"] > 0
         assert sum(phases) == pytest.approx(r["train_s"], abs=0.05)
         assert r["rollout_s"] + r["train_s"] + r["memory_s"] <= r["seconds"] + 1e-6
-    beta = config.options["beta0"]
+    beta = config.options.beta0
     for r in rows:  # Eq. 13 dual ascent from the logged Delta
-        beta = dual_update(beta, config.options["margin"], r["Delta"], config.options["eta_beta"])
+        beta = dual_update(beta, config.options.margin, r["Delta"], config.options.eta_beta)
         assert r["beta"] == pytest.approx(beta, abs=1e-12)
     assert report.method_state == {"beta": rows[-1]["beta"]}
     store = ExperienceStore.open(config.store)
@@ -291,6 +291,15 @@ def test_k_mismatch_is_a_clear_error(assets, tmp_path):
         Distiller(make_config(assets, tmp_path, "k", K=8))
 
 
+def test_lopd_refuses_options_not_resolved_against_the_composer():
+    """A config built by hand must be resolved (DistillConfig.resolved) before LOPD trains on it."""
+    from stages.methods.lopd import LOPD
+    from stages.methods.options import LOPDOptions
+
+    with pytest.raises(ValueError, match=r"^lopd: options not resolved against the composer"):
+        LOPD(LOPDOptions(composer="c"), None, None, {})
+
+
 def test_load_config_toml_yaml_and_overrides(tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text('env = "bfcl"\nstore = "s"\ncomposer = "c"\nout = "o"\nlambda = 0.3\nJ = 2\n')
@@ -300,7 +309,7 @@ def test_load_config_toml_yaml_and_overrides(tmp_path):
     for path in (toml, yml):
         config = DistillConfig.model_validate({**load_config(path), "steps": 7})
         o = config.options
-        assert (o["lam"], o["J"], config.steps, o["K"]) == (0.3, 2, 7, 32)
+        assert (o.lam, o.J, config.steps, o.K) == (0.3, 2, 7, 32)
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just\n- a list\n")
     with pytest.raises(ValueError, match="bad.yaml: the top level must be a mapping"):

@@ -141,24 +141,40 @@ def test_j_and_k_come_from_the_composer_unless_given(assets, tmp_path):
     _, composer_dir, _ = assets  # trained with J=2, K=4
     base = {"env": ENV, "composer": str(composer_dir), "out": str(tmp_path / "o")}
     config = settings(base)
-    assert (config.options["J"], config.options["K"]) == (2, 4)
+    assert (config.options.J, config.options.K) == (2, 4)
     config = settings({**base, "J": 5})
-    assert (config.options["J"], config.options["K"]) == (5, 4)  # J may differ from the composer's
+    assert (config.options.J, config.options.K) == (5, 4)  # J may differ from the composer's
     toml = tmp_path / "run.toml"
     toml.write_text("K = 8\n")
-    assert settings(base, str(toml)).options["K"] == 8  # given in a file: kept, refused by the run's check
+    with pytest.raises(ValueError, match=r"composer_config.json: field 'K' is 4, but the run asks for K=8"):
+        settings(base, str(toml))  # given in a file: kept, and refused against the composer
+
+
+def test_settings_hand_on_the_method_options_typed_and_resolved(assets, tmp_path):
+    """The run's settings hold the method's Options model, resolved against the composer when they
+    are built (max_exp_tokens from it: 64), and save as the mapping a resume reads back."""
+    from stages.distill.settings import DistillConfig
+    from stages.methods.options import LOPDOptions
+
+    _, composer_dir, _ = assets
+    config = settings({"env": ENV, "composer": str(composer_dir), "out": str(tmp_path / "o")})
+    assert isinstance(config.options, LOPDOptions) and config.options.max_exp_tokens == 64
+    saved = json.loads(config.model_dump_json())
+    assert saved["options"] == config.options.model_dump() and saved["options"]["max_exp_tokens"] == 64
+    assert DistillConfig.model_validate(saved) == config
 
 
 def test_an_option_flag_in_its_older_spelling_wins_over_the_file(tmp_path):
     """``-o lambda=...`` (the paper's name of LOPD's anchor weight) against a file's ``lambda`` or
     ``lam``: the flag's value, whichever spelling each used; both spellings as flags: refused."""
     base = {"env": ENV, "composer": str(tmp_path), "out": str(tmp_path / "o")}
+    (tmp_path / "composer_config.json").write_text('{"K": 32}')
     for written in ("lambda", "lam"):
         toml = tmp_path / f"{written}.toml"
         toml.write_text(f"{written} = 0.1\n")
-        assert settings({**base, "lambda": 0.2}, str(toml)).options["lam"] == 0.2
-        assert settings({**base, "lam": 0.3}, str(toml)).options["lam"] == 0.3
-        assert settings(base, str(toml)).options["lam"] == 0.1
+        assert settings({**base, "lambda": 0.2}, str(toml)).options.lam == 0.2
+        assert settings({**base, "lam": 0.3}, str(toml)).options.lam == 0.3
+        assert settings(base, str(toml)).options.lam == 0.1
     with pytest.raises(ValueError, match="^lam is given twice, as 'lambda' and as 'lam': give it once$"):
         settings({**base, "lambda": 0.2, "lam": 0.3})
 

@@ -121,15 +121,15 @@ def test_distill_refuses_a_step_that_outgrows_free_memory_with_the_flags_that_fi
                                          r"4 x 8192 tokens \(no --max-len: whole episodes of 30 turns x 256 tokens "
                                          r"assumed\), float32; .*\), 20\.0 GB of memory available: fits 20 GB with "
                                          r"--activation-checkpointing"):
-        check_distill_memory(config, config.options)
-    p = run_plan_input(config, config.options, nproc=1, dtype="float32", available_bytes=int(20 * GB))
+        check_distill_memory(config)
+    p = run_plan_input(config, nproc=1, dtype="float32", available_bytes=int(20 * GB))
     changes = fitting(p).changes
     fixed = config.model_copy(update=changes)
-    assert check_distill_memory(fixed, fixed.options).fits
+    assert check_distill_memory(fixed).fits
     monkeypatch.setenv("LOPD_MEMORY_CHECK", "0")
-    assert check_distill_memory(config, config.options) is None
+    assert check_distill_memory(config) is None
     monkeypatch.delenv("LOPD_MEMORY_CHECK")
-    two = check_distill_memory(fixed.model_copy(update={"max_len": 1024}), fixed.options, world_size=2)
+    two = check_distill_memory(fixed.model_copy(update={"max_len": 1024}), world_size=2)
     assert two.gpu_bytes == int(10 * GB)  # two processes share the machine's memory
 
 
@@ -157,12 +157,12 @@ def test_the_bench_vs_trl_opsd_step_is_estimated_near_its_measured_peak_and_not_
     from stages.plan import check_distill_memory, run_plan_input
 
     config = DistillConfig(**BENCH_VS_TRL)
-    p = run_plan_input(config, config.options, nproc=1, dtype="float32", available_bytes=int(22.1e9), device="cpu")
+    p = run_plan_input(config, nproc=1, dtype="float32", available_bytes=int(22.1e9), device="cpu")
     assert p.max_len == 576 and p.micro_batch == 16
     peak_mib = plan(p).peak / 2**20
     assert 0.7 * MEASURED_16_ROWS_576_MIB < peak_mib < 1.3 * MEASURED_16_ROWS_576_MIB, peak_mib
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=int(22.1e9)))
-    assert check_distill_memory(config, config.options).fits
+    assert check_distill_memory(config).fits
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=int(4e9)))
     with pytest.raises(ValueError, match=r"^distill: a step needs about \d+\.\d GB .* 4\.0 GB of memory available"):
-        check_distill_memory(config, config.options)  # what does not fit is still refused
+        check_distill_memory(config)  # what does not fit is still refused

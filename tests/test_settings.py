@@ -93,14 +93,14 @@ def test_a_lopd_flag_reaches_the_run_config(tmp_path, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(distill, "run", lambda config: seen.setdefault("config", config))
-    (tmp_path / "composer_config.json").write_text("{}")  # the CLI reads it before the run (a fast refusal)
+    (tmp_path / "composer_config.json").write_text('{"K": 4}')  # the CLI reads it before the run (a fast refusal)
     result = CliRunner().invoke(app, ["distill", "--env", "bfcl", "--composer", str(tmp_path), "--margin", "0.07",
                                       "--J", "2", "--K", "4", "--lambda", "0.3", "--exclude-same-task",
                                       "-o", "M=5", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     options = seen["config"].options
-    assert (options["margin"], options["J"], options["K"], options["lam"], options["M"]) == (0.07, 2, 4, 0.3, 5)
-    assert options["exclude_same_task"] is True and options["eta_beta"] == 0.5
+    assert (options.margin, options.J, options.K, options.lam, options.M) == (0.07, 2, 4, 0.3, 5)
+    assert options.exclude_same_task is True and options.eta_beta == 0.5
 
 
 def test_a_name_that_is_no_string_gets_the_one_line_refusal_without_a_hint():

@@ -12,8 +12,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from schemas import Task
 from stages.core.data.retrieval import check_serves
 from stages.core.data.store import ExperienceStore, StoreError
@@ -26,7 +24,7 @@ from stages.distill.settings import DistillConfig
 from stages.engines import check_engine
 from stages.envs import make_env
 from stages.leakage import check_train_tasks
-from stages.methods import get_method
+from stages.methods import Method, get_method
 from stages.plan import check_distill_memory
 
 # Fields that may differ between a run and its --resume: they do not change the meaning of the
@@ -40,16 +38,15 @@ class Checked:
     """What :func:`preflight` found.
 
     Attributes:
-        config: the settings with the method's options resolved against their files (e.g.
-            ``max_exp_tokens`` from the composer) and, on the main process, ``run_id`` filled
-            (the saved one, else a fresh ``distill-<12 hex>``).
-        options: the method's validated options (``config.options`` as the Options model).
+        config: the settings, on the main process with ``run_id`` filled (the saved one, else a
+            fresh ``distill-<12 hex>``).
+        method: the class of ``config.method`` (:func:`stages.methods.get_method`).
         tasks: the environment's train tasks (non-empty).
         folder: the run folder check (:func:`stages.core.run.runs.open_run`); None off the main process.
     """
 
     config: DistillConfig
-    options: BaseModel
+    method: type[Method]
     tasks: list[Task]
     folder: runs.RunFolder | None
 
@@ -96,10 +93,12 @@ def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) 
     ``--model`` name (a misspelt embedded name or missing folder, without hub access), the
     logger package, the rollout engine, isolation of model code (an env that runs it), the
     method's data-parallel split over ``world_size`` processes and its sharding (``--shard``),
-    the method's options against their files (LOPD: K against the composer), the environment's
-    train tasks, on the main process the run folder (``out`` holds another run, or a resumed
+    the environment's train tasks, on the main process the run folder (``out`` holds another run, or a resumed
     run changes a fixed setting) and the store, and last a step's planned memory against the
     free memory (:func:`stages.plan.check_distill_memory`). Nothing is written.
+
+    ``config``'s method options are resolved against their files already
+    (:func:`stages.distill.settings.settings`, :meth:`DistillConfig.resolved`).
 
     Raises:
         ValueError, StoreError, EnvError, FileNotFoundError, IsolationUnavailable: one line naming
@@ -113,8 +112,6 @@ def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) 
     method_cls = get_method(config.method)
     distributed.check_split(distributed.World(size=world_size), method_cls, config.tasks_per_step)
     check_shard(config, world_size)
-    options = method_cls.resolve_options(method_cls.Options.model_validate(config.options))
-    config = config.model_copy(update={"options": options.model_dump()})
     tasks = train_tasks(config)
     folder = None
     if is_main:
@@ -128,5 +125,5 @@ def preflight(config: DistillConfig, world_size: int = 1, is_main: bool = True) 
         if method_cls.retrieves and not config.new_store:  # every row would get no experience
             check_serves(ExperienceStore.open(config.store, create=False), [config.env], who=f"--method {config.method}",
                          allow_empty=True)  # an empty store fills with the run's own successes
-    check_distill_memory(config, config.options, world_size)  # lopd plan's estimate against the free memory
-    return Checked(config, options, tasks, folder)
+    check_distill_memory(config, world_size)  # lopd plan's estimate against the free memory
+    return Checked(config, method_cls, tasks, folder)

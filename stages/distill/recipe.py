@@ -47,7 +47,7 @@ from stages.engines import SamplingParams, make_engine
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
 from stages.engines.rollout import RolloutStats, play
 from stages.envs import make_env
-from stages.methods import Method, StepBatch, StepContext, get_method
+from stages.methods import Method, StepBatch, StepContext
 from stages.samples import chosen_samples, samples_markdown
 
 COMMON_FIELDS = (
@@ -93,7 +93,9 @@ class DistillReport(BaseModel):
 class Distiller:
     """The state of one run: method (with its models), optimizer, engine, data position, store.
 
-    Built from a :class:`DistillConfig` (fresh, or resumed from ``out``'s newest checkpoint);
+    Built from a :class:`DistillConfig` whose method options are resolved
+    (:func:`stages.distill.settings.settings` or :meth:`DistillConfig.resolved`), fresh or
+    resumed from ``out``'s newest checkpoint;
     :meth:`fit` runs the remaining steps. Attributes useful for inspection: ``method`` (e.g.
     :class:`stages.methods.lopd.LOPD` with ``composer`` and ``beta``), ``student``
     (:class:`stages.methods.Student`), ``step``.
@@ -103,8 +105,7 @@ class Distiller:
     folder and the store, every rank builds the same models and takes the same updates.
 
     Raises:
-        ValueError: unknown method or option, a method option that does not fit its files
-            (e.g. K against the composer), ``out`` holds another run (or a run with different
+        ValueError: unknown method, ``out`` holds another run (or a run with different
             settings under ``resume``), the ``log`` package is not installed (checked first:
             no model is loaded and no run folder is made), or the engine cannot run here
             or cannot sample at ``temperature``
@@ -121,9 +122,8 @@ class Distiller:
         resources.map_large_blocks()  # freed activations leave the resident set at once
         self.world = distributed.world(torch.device(device).type)
         self.console = (console or Console()) if self.world.is_main else Console(quiet=True)
-        method_cls = get_method(config.method)
         checked = preflight(config, self.world.size, self.world.is_main)  # no model loaded, nothing written
-        self.out, options, self.tasks = Path(config.out), checked.options, checked.tasks
+        self.out, method_cls, self.tasks = Path(config.out), checked.method, checked.tasks
         resolved = None
         if self.world.is_main:  # rank 0 checks the run folder; the others take its run id
             if note := runs.start_note(checked.folder, config.resume):
@@ -153,7 +153,7 @@ class Distiller:
         if not self.world.is_main:  # the store as rank 0 left it
             self.store = ExperienceStore.open(config.store, create=False)
         torch.manual_seed(config.seed)
-        self.method: Method = method_cls(options, config, resume_from, state)
+        self.method: Method = method_cls(config.options, config, resume_from, state)
         self.student = self.method.student
         for module in _training_modules(self.method):  # adapters restored from checkpoints included
             disable_dropout(module)  # train() mode engages activation checkpointing, never dropout
@@ -411,7 +411,7 @@ def run(config: DistillConfig, console: Console | None = None) -> DistillReport:
     """Train with ``config.method`` as configured (Algorithm 1 of the LOPD paper); returns the summary.
 
     Raises:
-        ValueError: bad config against the composer checkpoint or ``out`` (see :class:`Distiller`).
+        ValueError: a config that cannot run (e.g. against ``out``; see :class:`Distiller`).
         FloatingPointError: non-finite loss or gradient ("... last good checkpoint: DIR").
         StoreError, EnvError: unusable store or environment.
     """

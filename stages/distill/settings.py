@@ -7,11 +7,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SerializeAsAny, model_validator
 
 from stages.core.models.backbone import DEFAULT_MODEL
-from stages.core.models.composer_config import CONFIG_FILE
 from stages.methods import known_methods, method_options
+from stages.methods.options import MethodOptions
 from stages.envs import env_names
 from stages.core.registry import did_you_mean
 from stages.settings import (DEFAULT_STORE, AllowOverlap, Device, Log, ResumeRun, Rules, RunDType, accepted_names, older_names,
@@ -26,8 +26,11 @@ class DistillConfig(BaseModel):
 
     Common settings are fields; the method's own options (``lopd``: composer, margin, J, K, M,
     lambda, ...) are given flat as well (``DistillConfig(method="lopd", margin=0.05, ...)``, or
-    keys of a config file) and validated into ``options`` by the method's ``Options`` model; a
-    key that is neither is an error naming the method's options. ``max_turns`` is also accepted
+    keys of a config file) and validated into ``options``, an instance of the method's
+    ``Options`` model (:mod:`stages.methods.options`; saved in ``config.json`` as a mapping); a
+    key that is neither is an error naming the method's options. Options that depend on files
+    (LOPD's, on the composer) are filled by :meth:`resolved`, which :func:`settings` calls: a
+    run is handed resolved settings. ``max_turns`` is also accepted
     as ``max_steps`` in config files; ``device`` / ``dtype`` stay None in the frozen config, so a
     resumed run picks its machine's (:func:`stages.core.models.backbone.resolve_device_dtype`).
     """
@@ -41,7 +44,7 @@ class DistillConfig(BaseModel):
     out: str = Field("runs/lopd", description="Run folder.")
     method: str = Field("lopd", description="Training method: lopd, lopd-text, grpo, sdft, opsd, sdpo, skill-sd "
                                             "(stages/methods).")
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: SerializeAsAny[MethodOptions]  # the method's Options (filled by the validator below)
     model: str = Field(DEFAULT_MODEL, description="Student/teacher backbone.")
     engine: str = Field("hf", json_schema_extra={"metavar": "[hf|vllm]"}, description="Rollout engine: hf or vllm.")
     device: Device = None
@@ -107,19 +110,29 @@ class DistillConfig(BaseModel):
         name = data.get("method", cls.model_fields["method"].default)
         options_cls = method_options(name)
         common = accepted_names(cls)
-        options = dict(data.pop("options", None) or {})
+        options = data.pop("options", None) or {}
+        options = options.model_dump() if isinstance(options, BaseModel) else dict(options)
         options.update({k: data.pop(k) for k in list(data) if k not in common})
         known = accepted_names(options_cls)
         unknown = sorted(set(options) - known)
         if unknown:
             raise ValueError(unknown_option_message(unknown[0], name, common))
-        data["options"] = options_cls.model_validate(options).model_dump()
+        data["options"] = options_cls.model_validate(options)
         return data
 
     def flat(self) -> dict[str, Any]:
         """Common settings and method options in one mapping (how they are given)."""
-        values = self.model_dump(exclude={"options"})
-        return {**values, **self.options}
+        return {**self.model_dump(exclude={"options"}), **self.options.model_dump()}
+
+    def resolved(self) -> DistillConfig:
+        """These settings with the method's options resolved against their files
+        (:meth:`stages.methods.options.MethodOptions.resolve`: LOPD's K checked against the
+        composer, ``max_exp_tokens`` filled from it).
+
+        Raises:
+            ValueError: an option that does not fit its file, or a file missing (named).
+        """
+        return self.model_copy(update={"options": self.options.resolve()})
 
 
 def option_defaults(options_cls: type[BaseModel]) -> str:
@@ -185,30 +198,21 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def composer_shape(composer: str | Path) -> dict[str, int]:
-    """``{"J": ..., "K": ...}`` of the composer checkpoint folder ``composer`` (what it was
-    trained with); {} when it has no readable ``composer_config.json`` (the run's checks name
-    the missing file later)."""
-    try:
-        saved = json.loads((Path(composer) / CONFIG_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: saved[k] for k in ("J", "K") if isinstance(saved, dict) and isinstance(saved.get(k), int)}
-
-
 def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool = False) -> DistillConfig:
     """The run's settings from CLI flags, an optional config file and the run's saved settings.
 
     Precedence (:func:`stages.settings.resolve`): flags given (not None) > ``config_file`` >
-    with ``resume`` the saved ``OUT/config.json`` (method options flattened) > for a composer
-    method (lopd) the composer's J and K (:func:`composer_shape`) > the defaults of
-    :class:`DistillConfig`'s fields and the method's.
+    with ``resume`` the saved ``OUT/config.json`` (method options flattened) > the defaults the
+    method's options read from their files (:meth:`MethodOptions.file_defaults`: lopd, the
+    composer's J and K) > the defaults of :class:`DistillConfig`'s fields and the method's.
+    Returns them validated and resolved (:meth:`DistillConfig.resolved`).
 
     Raises:
         ValueError: unreadable config file, a key of it that is no setting nor option of the
             method (checked first; the file named), a missing required setting (``env``; the
             method's own, e.g. ``composer`` for lopd), an unknown option, an invalid value of
-            the file (its key named, :func:`stages.settings.validated`).
+            the file (its key named, :func:`stages.settings.validated`), an option that does not
+            fit its file (lopd: a composer folder without ``composer_config.json``, another K).
     """
     given = {k: v for k, v in flags.items() if v is not None}
     from_file = load_config(config_file) if config_file else {}
@@ -239,8 +243,7 @@ def settings(flags: dict[str, Any], config_file: str | None = None, resume: bool
             made = (field.json_schema_extra or {}).get("made_by") if isinstance(field.json_schema_extra, dict) else None
             raise ValueError(f"--{name} is required by method {method!r} (as a flag or in the --config file)"
                              + (f"; {made}" if made else ""))
-    if "composer" in options_cls.model_fields:  # a composer method (lopd): J and K come from its checkpoint
-        values.update({k: v for k, v in composer_shape(values["composer"]).items() if k not in values})
+    values.update({k: v for k, v in options_cls.file_defaults(values).items() if k not in values})
     values["resume"] = resume
     return validated(DistillConfig, values, flags=given, config_file=config_file,
-                     aliases=older_names(options_cls))
+                     aliases=older_names(options_cls)).resolved()

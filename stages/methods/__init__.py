@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
-
 from schemas import Trajectory
 from stages.core.models.backbone import resolve_device_dtype
 from stages.core.registry import Registry
+from stages.methods.options import MethodOptions
 
 if TYPE_CHECKING:  # the package loads no torch: the CLI reads the methods' names and options first
     import torch
@@ -49,10 +48,8 @@ _MODULES = {"lopd": "stages.methods.lopd",
 METHODS: Registry[type[Method]] = Registry("method", modules=_MODULES)
 
 
-class NoOptions(BaseModel):
+class NoOptions(MethodOptions):
     """Options of a method that has none (unknown keys are an error)."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass
@@ -139,14 +136,14 @@ class Method:
             (teacher copies, reference models) with them and moves each batch to ``device``.
 
     Args:
-        options: validated ``Options`` (after :meth:`resolve_options`).
+        options: the run's ``Options``, resolved (``config.options``, :meth:`MethodOptions.resolve`).
         config: the whole :class:`stages.distill.settings.DistillConfig` (common settings).
         resume_from: the checkpoint folder the run resumes from, or None: a method restores
             what its :meth:`save` wrote there (e.g. an EMA teacher) in its ``__init__``.
         state: the method's :meth:`state` saved in that checkpoint ({} when fresh).
     """
 
-    Options: ClassVar[type[BaseModel]] = NoOptions
+    Options: ClassVar[type[MethodOptions]] = NoOptions
     metrics: ClassVar[tuple[str, ...]] = ()
     needs_composer: ClassVar[bool] = False
     retrieves: ClassVar[bool] = False
@@ -157,16 +154,10 @@ class Method:
     # (B, T, V) logits everywhere (the same values, more memory and time; tests compare the two)
     head_at_supervised: ClassVar[bool] = True
 
-    def __init__(self, options: BaseModel, config: Any, resume_from: Path | None, state: dict) -> None:
+    def __init__(self, options: MethodOptions, config: Any, resume_from: Path | None, state: dict) -> None:
         self.options, self.config = options, config
         self.device, self.dtype = resolve_device_dtype(config.device, config.dtype)
         self.student = self.build_student(resume_from)
-
-    @classmethod
-    def resolve_options(cls, options: BaseModel) -> BaseModel:
-        """Fill option defaults that depend on files (e.g. a checkpoint's values) before the
-        run's settings are frozen or compared on resume; raises ValueError on a mismatch."""
-        return options
 
     def output_head(self, model: nn.Module) -> LMHead | None:
         """``model``'s LM head for a loss that applies it only at supervised positions
@@ -243,7 +234,7 @@ def known_methods() -> list[str]:
     return METHODS.names()
 
 
-def method_options(name: str) -> type[BaseModel]:
+def method_options(name: str) -> type[MethodOptions]:
     """The options model of method ``name`` without importing the method (which loads torch):
     :data:`stages.methods.options.METHOD_OPTIONS`, else (a method registered elsewhere) its class's.
 

@@ -22,7 +22,7 @@ from stages.core.data.rows import TrainRow, pad_id
 from stages.core.latent.contexts import build_batch, encode_experiences, retrieve_experiences, shift_for_loss
 from stages.core.models.assembly import load_models
 from stages.core.models.composer import base_model, enable_activation_checkpointing, save_composer
-from stages.core.models.composer_config import CONFIG_FILE, read_composer_config
+from stages.core.models.composer_config import read_composer_config
 from stages.core.losses import DEFAULT_CHUNK_SIZE
 from stages.core.run.resources import check_step_memory, shape_of
 from stages.core.losses.head import head_token_logprobs, head_topm_tail_reverse_kl
@@ -50,22 +50,14 @@ class LOPD(Method):
     needs_composer = True
 
     def __init__(self, options: LOPDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
+        if options.max_exp_tokens is None:
+            raise ValueError("lopd: options not resolved against the composer (LOPDOptions.resolve; "
+                             "stages.distill.settings.settings and DistillConfig.resolved do it)")
         self.composer_cfg = read_composer_config(options.composer)
         self.placement = get_placement(self.composer_cfg.get("placement", "prefix"))
         self.beta = state.get("beta", options.beta0)
         self.shared: SharedLatents | None = None  # the current update's latents (begin_update)
         super().__init__(options, config, resume_from, state)
-
-    @classmethod
-    def resolve_options(cls, options: LOPDOptions) -> LOPDOptions:
-        """Check K against the composer checkpoint and fill ``max_exp_tokens`` from it."""
-        cfg_file = Path(options.composer) / CONFIG_FILE
-        cfg = read_composer_config(options.composer)  # a missing file: names the command that makes one
-        if cfg["K"] != options.K:
-            raise ValueError(f"{cfg_file}: field 'K' is {cfg['K']}, but the run asks "
-                             f"for K={options.K} (K must match the cold-start composer)")
-        return options.model_copy(update={"max_exp_tokens": options.max_exp_tokens
-                                          or cfg.get("max_exp_tokens") or 512})
 
     def build_student(self, resume_from: Path | None) -> Student:
         """Student, composer phi and frozen phi_0 on one backbone (:func:`stages.core.models.assembly.load_models`)."""

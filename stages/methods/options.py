@@ -1,25 +1,50 @@
 """The options of each `lopd distill` method: one pydantic model per method, by the method's name
 (:data:`METHOD_OPTIONS`), importable without torch. The CLI makes the distill flags from them and
 checks a command line against them before any model library loads; each method's class declares
-its ``Options`` from here (:mod:`stages.methods`).
+its ``Options`` from here (:mod:`stages.methods`). A run's options are resolved against their files
+once, when its settings are built (:meth:`MethodOptions.resolve`).
 """
 from __future__ import annotations
 
 import math
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from typing_extensions import Self
 
 from stages.core.losses import DEFAULT_CHUNK_SIZE, KDReduction
+from stages.core.models.composer_config import CONFIG_FILE, read_composer_config
 
 TeacherKind = Literal["frozen", "ema", "current"]
 
 
-class ReferenceOptions(BaseModel):
-    """Options shared by the reference-context methods (sdft, opsd): the verified reference in
-    the teacher's context, a divergence between teacher and student on the student's tokens."""
+class MethodOptions(BaseModel):
+    """Base of a method's options: unknown keys are an error; :meth:`resolve` fills what depends
+    on files."""
 
     model_config = ConfigDict(extra="forbid")
+
+    def resolve(self) -> Self:
+        """The options with the values that depend on files filled and checked (a checkpoint's
+        values), before the run's settings are frozen or compared on resume: these options
+        (default), or a copy. Idempotent.
+
+        Raises:
+            ValueError: an option that does not fit its file (one line naming the file and field).
+        """
+        return self
+
+    @classmethod
+    def file_defaults(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Defaults that files named in ``values`` (the run's settings by name, before
+        validation) give these options, below every value given: {} (default)."""
+        return {}
+
+
+class ReferenceOptions(MethodOptions):
+    """Options shared by the reference-context methods (sdft, opsd): the verified reference in
+    the teacher's context, a divergence between teacher and student on the student's tokens."""
 
     demo_tokens: int = Field(1024, ge=1, description="Token budget of the rendered reference.")
     max_observation_chars: int = Field(300, ge=0, description="An environment answer longer than this is not shown.")
@@ -36,7 +61,7 @@ class ReferenceOptions(BaseModel):
     chunk_size: int = Field(DEFAULT_CHUNK_SIZE, ge=1, description="Positions per full-vocabulary chunk of the loss.")
 
 
-class LOPDOptions(BaseModel):
+class LOPDOptions(MethodOptions):
     """LOPD's options (defaults = the paper's; official code for lambda, eta_beta).
 
     ``composer`` is the cold-start composer folder (``lopd coldstart``'s ``final/``); ``K``
@@ -73,15 +98,38 @@ class LOPDOptions(BaseModel):
                                     description=("lopd: never retrieve an experience of the trajectory's own task, "
                                                  "as coldstart does."))
 
+    @classmethod
+    def file_defaults(cls, values: dict[str, Any]) -> dict[str, int]:
+        """``{"J": ..., "K": ...}`` of the composer checkpoint folder ``values["composer"]`` (what
+        it was trained with); {} when it has no readable ``composer_config.json`` (:meth:`resolve`
+        names the missing file)."""
+        try:
+            saved = read_composer_config(values["composer"])
+        except ValueError:
+            return {}
+        return {k: saved[k] for k in ("J", "K") if isinstance(saved.get(k), int)}
 
-class LOPDTextOptions(BaseModel):
+    def resolve(self) -> LOPDOptions:
+        """K checked against the composer checkpoint; ``max_exp_tokens`` None filled from it (512
+        when it has none).
+
+        Raises:
+            ValueError: the composer folder holds no ``composer_config.json`` (naming the command
+                that makes one), or K differs from the composer's (naming the file and field).
+        """
+        cfg = read_composer_config(self.composer)
+        if cfg.get("K") != self.K:
+            raise ValueError(f"{Path(self.composer) / CONFIG_FILE}: field 'K' is {cfg.get('K')}, but the run asks "
+                             f"for K={self.K} (K must match the cold-start composer)")
+        return self.model_copy(update={"max_exp_tokens": self.max_exp_tokens or cfg.get("max_exp_tokens") or 512})
+
+
+class LOPDTextOptions(MethodOptions):
     """LOPD-text's options: LOPD's retrieval and KL, with no composer (:mod:`stages.methods.lopd_text`).
 
     ``max_exp_tokens`` caps each composer input row (task text plus one experience) that the
     teacher reads as text; ``placement`` is where that text goes (a latent placement's name).
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     J: int = Field(3, ge=1, description="Retrieved experiences per task, shown to the teacher as text.")
     M: int = Field(20, ge=1, description="Teacher top-M tokens in the KL (plus a tail bucket).")
@@ -91,10 +139,8 @@ class LOPDTextOptions(BaseModel):
     exclude_same_task: bool = Field(True, description="Never retrieve an experience of the trajectory's own task.")
 
 
-class GRPOOptions(BaseModel):
+class GRPOOptions(MethodOptions):
     """GRPO's options (defaults = B.1 of the LOPD paper where it says; otherwise kl_coef 0, scale_std on, token-mean)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     eps_lo: float = Field(0.2, ge=0.0, lt=1.0, description="PPO clip below: the ratio is clipped at 1 - eps_lo.")
     eps_hi: float = Field(0.2, ge=0.0, description="PPO clip above: the ratio is clipped at 1 + eps_hi (DAPO: 0.28).")
@@ -156,10 +202,8 @@ class OPSDOptions(ReferenceOptions):
                                    "token-mean per sequence, then the mean over sequences.")
 
 
-class SDPOOptions(BaseModel):
+class SDPOOptions(MethodOptions):
     """SDPO's options (defaults: B.1 of the LOPD paper; upstream values noted per option)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     k: int = Field(20, ge=1, description="Student top-k support of the divergence (upstream yaml 100).")
     ema_rate: float = Field(0.05, ge=0.0, le=1.0, description="Teacher EMA rate per step.")
@@ -186,7 +230,7 @@ class SDPOOptions(BaseModel):
 
 
 # by method name (the registry's names, stages.methods._MODULES)
-METHOD_OPTIONS: dict[str, type[BaseModel]] = {
+METHOD_OPTIONS: dict[str, type[MethodOptions]] = {
     "lopd": LOPDOptions, "lopd-text": LOPDTextOptions, "grpo": GRPOOptions, "sdft": SDFTOptions, "opsd": OPSDOptions, "sdpo": SDPOOptions,
     "skill-sd": SkillSDOptions,
 }

@@ -319,7 +319,7 @@ def run_study(config: StudyConfig, console: Console | None = None, report_only: 
                 done = json.dumps({"run": label, "method": run.method, "final_dir": str(final),
                                    "seconds": time.perf_counter() - t0}, indent=2)
             else:
-                distiller = distill.Distiller(distill_config(config, run, seed), console)
+                distiller = distill.Distiller(distill_config(config, run, seed).resolved(), console)
                 report = distiller.fit(on_step=_evaluate_inside(config, folder, label, console))
                 _final_evals(config, f"{label}@final", folder / "evals", console, distiller)
                 done = report.model_dump_json(indent=2)
