@@ -203,10 +203,23 @@ def test_nproc_relaunches_the_given_options_under_torchrun(monkeypatch, tmp_path
                                       "--max-len", "512", "--store", store, "--new-store", "--out", out,
                                       "-o", "ppo_epochs=2", "--resume", "--nproc", "2"])
     assert result.exit_code == 0, result.output
-    assert launched == [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                         "-m", "lopd_cli", "distill", "--method", "grpo", "--option", "ppo_epochs=2", "--env", "bfcl",
-                         "--store", store, "--new-store", "--out", out, "--steps", "3", "--max-len", "512",
-                         "--resume"]]
+    head = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "lopd_cli",
+            "distill"]
+    assert len(launched) == 1 and launched[0][:len(head)] == head
+
+    def flags(argv: list[str]) -> list[tuple[str, ...]]:
+        """Each flag with the value that follows it (the order of flags does not matter to the CLI)."""
+        groups: list[list[str]] = []
+        for arg in argv:
+            if arg.startswith("--"):
+                groups.append([arg])
+            else:
+                groups[-1].append(arg)
+        return sorted(map(tuple, groups))
+
+    assert flags(launched[0][len(head):]) == flags(
+        ["--method", "grpo", "--option", "ppo_epochs=2", "--env", "bfcl", "--store", store, "--new-store",
+         "--out", out, "--steps", "3", "--max-len", "512", "--resume"])
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     with pytest.raises(ValueError, match="inside torchrun"):
         distributed.launch(2, ["distill"])
