@@ -25,14 +25,15 @@ from typing import Any
 import torch
 
 from stages.core.data.rows import TrainRow
-from stages.core.latent.contexts import build_batch, retrieve_experiences, shift_for_loss
+from stages.core.latent.contexts import build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import text_teacher_logits
 from stages.core.losses.head import head_token_logprobs, head_topm_tail_reverse_kl
 from stages.core.losses.lopd import privileged_margin, sampled_token_logprobs, topm_tail_reverse_kl
 from stages.core.models.student import student_logits
-from stages.methods import Method, StepBatch, StepContext, register
+from stages.methods import Method, register
 from stages.methods._text_context import TextTeacher
+from stages.methods.lopd import LOPD
 from stages.methods.options import LOPDTextOptions
 
 
@@ -49,12 +50,7 @@ class LOPDText(Method):
         self.placement = get_placement(options.placement)
         self.teacher = TextTeacher(self.student, "frozen", device=self.device, dtype=self.dtype)
 
-    def prepare(self, batch: StepBatch, context: StepContext) -> list[list]:
-        """J retrieved successful training-split experiences per row, as LOPD's ([] without an index)."""
-        if context.retriever is None:
-            return [[] for _ in batch.rows]
-        return retrieve_experiences(context.retriever, [r.trajectory for r in batch.rows], self.options.J,
-                                    split="train", exclude_same_task=self.options.exclude_same_task)
+    prepare = LOPD.prepare  # the same J retrieved training-split experiences per row as LOPD's
 
     def loss(self, rows: list[TrainRow], extras: list[list], weight: float) -> tuple[torch.Tensor, dict[str, float]]:
         """The top-M + tail reverse KL to the text teacher on one micro-batch, times ``weight``
