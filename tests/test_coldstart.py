@@ -305,3 +305,20 @@ def test_heldout_other_experiences_is_the_trained_composer_on_moved_lists(tmp_pa
     assert moved.nll_other_experiences is not None and moved.nll_other_experiences != moved.nll_trained
     one_task = [make_traj(f"s{i}", 50, 1) for i in range(2)]
     assert heldout.evaluate_heldout(composer, tok, one_task, [pool[:2]] * 2, **kw).nll_other_experiences is None
+
+
+def test_the_progress_bar_ends_before_the_final_heldout_scoring(tmp_path, store_path, tiny_dir):
+    """A plain log (no terminal) shows the last step done before the final held-out scoring's lines, not
+    a bar stuck one step short whose ETA grows while the scoring (the ladder: minutes) runs."""
+    import io
+
+    from rich.console import Console
+
+    from stages.coldstart.recipe import run as run_with_console
+
+    log = io.StringIO()
+    run_with_console(cfg(tmp_path, store_path, tiny_dir, steps=2, eval_every=100), console=Console(file=log, width=100),
+                     embedder=HashEmbedder())
+    text = log.getvalue()
+    assert "coldstart: 2/2 (100%)" in text and "held-out NLL:" in text
+    assert text.index("coldstart: 2/2 (100%)") < text.index("held-out NLL:")

@@ -288,10 +288,7 @@ class Coldstart:
             untrained_phi=self.untrained_phi if baselines else None, baselines=baselines, console=self.console)
 
     def loss_step(self, step: int) -> dict:
-        """Train 0-based step ``step`` on its seeded batch; returns its metrics row (step + 1).
-
-        The held-out NLL joins the row every ``eval_every`` steps, four ways at the last step.
-        """
+        """Train 0-based step ``step`` on its seeded batch; returns its metrics row (step + 1)."""
         c, t0 = self.config, time.perf_counter()
         self.composer.backbone.train(c.activation_checkpointing)  # HF checkpoints layers in train mode only
         batch_ids = coldstart_stream(len(self.targets.train), c.seed, step * c.batch_size, c.batch_size)
@@ -313,6 +310,12 @@ class Coldstart:
                   "lr": c.lr, "tokens": int(m["num_tokens"]),
                   "seconds": time.perf_counter() - t0, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb(),
                   **{k: v for k, v in m.items() if k.startswith(("contrast_", "text_kl"))}}
+        return record
+
+    def evaluate_into(self, record: dict) -> dict:
+        """Add the held-out NLL to the metrics row ``record`` every ``eval_every`` steps, four ways
+        (:meth:`final_heldout`) at the last step; returns it."""
+        c, done = self.config, record["step"]
         if done == c.steps and self.targets.heldout:  # the final evaluation, four ways, on the curve too
             self.result = self.final_heldout()
             record.update(heldout_nll=self.result.nll_trained, heldout_nll_no_latents=self.result.nll_no_latents)
@@ -344,14 +347,15 @@ class Coldstart:
                                **_bar_loss(self.losses))
             for step in range(self.start_step, c.steps):
                 record = self.loss_step(step)
+                self.losses.append(record["loss"])
+                bar.update(job, advance=1, **_bar_loss(self.losses))  # done before the held-out scoring below
+                self.evaluate_into(record)
                 self.step_seconds.append(record["seconds"])
                 append_metrics(self.metrics_path, record)
                 self.logger.log(record, record["step"])
-                self.losses.append(record["loss"])
                 done = record["step"]
                 if done % c.checkpoint_every == 0 or done == c.steps:
                     self.save_checkpoint(done)
-                bar.update(job, advance=1, **_bar_loss(self.losses))
 
     def finish(self) -> ColdstartReport:
         """Write ``final/`` and ``heldout.json``, check the backbone, and summarise the run.
