@@ -222,6 +222,7 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
     assert "ladder: the control (h'), read from task_only_composer.safetensors" in said.getvalue()
     assert "ladder: scoring 10 rungs on 3 held-out targets" in said.getvalue()  # a phase line before the long work
     assert "A negative difference favours the first rung" in said.getvalue()  # the table's caption
+    assert f"(h') learning rate {ladder.task_only_lr:g}, chosen on training tasks" in said.getvalue()
     assert again is not None and again.targets == 3 and set(again.target_ids) <= set(ladder.target_ids)
     assert Ladder.model_validate_json((tmp_path / "l.json").read_text()) == again
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before

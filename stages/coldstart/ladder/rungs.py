@@ -72,7 +72,7 @@ RUNGS: dict[str, str] = {
     "f": "the target's own trajectory (oracle)",
     "g": "retrieved experiences as plain text",
     "h": "J x K free vectors (learned prompt)",
-    "h'": "task-only composer: the task text, no experiences (like-with-like learned prompt)",
+    "h'": "task-only composer (reads the task text, no experiences)",
     "i": "another environment's experiences as plain text",
 }
 # (x, y) pairs reported as x - y with paired standard errors
@@ -431,7 +431,7 @@ READING = ("A negative difference favours the first rung. Latents carry content 
 
 def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder (held-out teacher NLL)") -> None:
     """The ladder as a table: per rung the pooled NLL on all and on decisive tokens; then the
-    differences; the criteria (:data:`READING`) as its caption."""
+    differences; the criteria (:data:`READING`) as its caption; below it the lr of (h')."""
     table = Table(title=f"{title}: {ladder.targets} targets, {ladder.tokens} action tokens, "
                         f"{ladder.decisive_tokens} decisive (> {DECISIVE_NATS:g} nat without latents)",
                   caption=READING)
@@ -446,9 +446,9 @@ def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder
     table.add_row("", "latent cosine, different experiences", f"{ladder.latent_cosine:.3f}", "")
     if ladder.latent_cosine_untrained is not None:
         table.add_row("", "the same, untrained composer", f"{ladder.latent_cosine_untrained:.3f}", "")
-    if ladder.task_only_lr is not None:
-        table.add_row("", task_only_line(ladder), "", "")
     console.print(table)
+    if ladder.task_only_lr is not None:
+        console.print(task_only_line(ladder))
 
 
 def ladder_markdown(ladder: Ladder) -> list[str]:
