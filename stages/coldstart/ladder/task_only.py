@@ -195,7 +195,7 @@ def task_only_of(composer: Composer, data: ColdstartData, train: list[Trajectory
     control = new_composer(backbone, config, data.tokenizer, adapter_name=TASK_ONLY_ADAPTER, shared=shared)
     path, key = out / TASK_ONLY, trained_by(config, train, shared)
     try:
-        if kept(out, config, train, shared):
+        if key_in(path) == key:
             values = load_file(str(path), device=str(backbone.get_input_embeddings().weight.device))
             _load(control, [values[f"phi.{i}"] for i in range(len(values))])
             with safe_open(str(path), framework="pt") as f:
