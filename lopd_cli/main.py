@@ -119,8 +119,10 @@ def ladder(
 ) -> None:
     """Score a finished cold start's composer on the ladder of controls: (a) no latents, (b) untrained,
     (c) retrieved, (d) another task's, (e) another environment's, (f) its own trajectory, (g) as text,
-    (h) free vectors, (i) another environment's as text. The run folder gains only free_prompt.safetensors:
-    when the run has none, (h) trains first for the run's --steps (about as long as the cold start)."""
+    (h) free vectors, (h') a composer reading the task text alone, (i) another environment's as text. The
+    run folder gains only free_prompt.safetensors and task_only_composer.safetensors: when the run has none
+    (or they were trained from other settings), (h) trains first for the run's --steps (about as long as the
+    cold start) and (h') for 4 x --steps (an lr sweep of three on the training tasks, then the final run)."""
     from stages.coldstart.ladder.rescore import rescore
 
     rescore(run, targets=targets, seed=seed, out=out)

@@ -179,11 +179,22 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
     # the two long phases report progress to the end (plain lines: the captured console is no terminal)
     printed = capsys.readouterr().out
     assert "ladder: training the free-vector control (h): 25/25 (100%)" in printed
+    assert "ladder: choosing the task-only composer's lr (h'): 75/75 (100%)" in printed
+    assert "ladder: training the task-only composer (h'): 25/25 (100%)" in printed
     batches = -(-ladder.targets // config.batch_size)
-    assert f"ladder: scoring 9 rungs on {ladder.targets} held-out targets: {9 * batches}/{9 * batches} (100%)" in printed
+    assert f"ladder: scoring 10 rungs on {ladder.targets} held-out targets: {10 * batches}/{10 * batches} (100%)" in printed
     assert 2 <= ladder.targets <= report.heldout_trajectories and ladder.tokens > 0
     assert Ladder.model_validate_json((tmp_path / "out" / "ladder.json").read_text()) == ladder
     assert (tmp_path / "out" / "free_prompt.safetensors").is_file()
+    assert (tmp_path / "out" / "task_only_composer.safetensors").is_file()
+    # (h') is scored, with its lr chosen by the sweep, and (c) - (h') is reported beside (c) - (h)
+    assert "h'" in ladder.nll and ladder.task_only_lr in [pytest.approx(f * config.lr) for f in (0.3, 1.0, 3.0)]
+    assert len(ladder.task_only_sweep) == 3 and ladder.task_only_sweep[f"{ladder.task_only_lr:g}"] == min(
+        ladder.task_only_sweep.values())
+    pairs = [(d.x, d.y) for d in ladder.differences]
+    assert pairs.index(("c", "h'")) == pairs.index(("c", "h")) + 1
+    c_h = next(d for d in ladder.differences if (d.x, d.y) == ("c", "h'"))
+    assert c_h.diff == pytest.approx(ladder.nll["c"] - ladder.nll["h'"]) and ladder.nll["h'"] != ladder.nll["h"]
     assert ladder.nll["f"] < ladder.nll["a"]
     f_a = next(d for d in ladder.differences if (d.x, d.y) == ("f", "a"))
     assert f_a.diff == pytest.approx(ladder.nll["f"] - ladder.nll["a"]) and f_a.se > 0
@@ -199,15 +210,19 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
     report_stage.run(ReportConfig(runs=[str(tmp_path / "out")]))
     report_md = tmp_path / "out" / "report" / "summary.md"
     assert "Composer ladder" in report_md.read_text() and "| (h) | J x K free vectors" in report_md.read_text()
+    assert "| (h') | task-only composer" in report_md.read_text() and "| (c) - (h') |" in report_md.read_text()
+    assert f"(h') learning rate {ladder.task_only_lr:g}, chosen on training tasks" in report_md.read_text()
     assert READING in report_md.read_text()
     before = sorted(p.name for p in (tmp_path / "out").iterdir())
     monkeypatch.setattr("stages.core.data.retrieval.load_embedder", lambda *a, **k: HashEmbedder())
     said = io.StringIO()
     again = rescore(str(tmp_path / "out"), targets=3, seed=1, out=str(tmp_path / "l.json"),
                     console=Console(file=said, width=300))
-    assert "ladder: the free-vector control (h), read from free_prompt.safetensors" in said.getvalue()
-    assert "ladder: scoring 9 rungs on 3 held-out targets" in said.getvalue()  # a phase line before the long work
+    assert "ladder: the control (h), read from free_prompt.safetensors" in said.getvalue()
+    assert "ladder: the control (h'), read from task_only_composer.safetensors" in said.getvalue()
+    assert "ladder: scoring 10 rungs on 3 held-out targets" in said.getvalue()  # a phase line before the long work
     assert "A negative difference favours the first rung" in said.getvalue()  # the table's caption
+    assert f"(h') learning rate {ladder.task_only_lr:g}, chosen on training tasks" in said.getvalue()
     assert again is not None and again.targets == 3 and set(again.target_ids) <= set(ladder.target_ids)
     assert Ladder.model_validate_json((tmp_path / "l.json").read_text()) == again
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before

@@ -85,10 +85,13 @@ class ColdstartData:
             self._tools[t.trajectory_id] = tools
         return [self._tools[t.trajectory_id] for t in trajs]
 
-    def batch(self, trajs: list[Trajectory], heldout: bool, device: str) -> LatentBatch:
-        """The :class:`stages.core.latent.contexts.LatentBatch` of ``trajs`` on ``device``."""
+    def batch(self, trajs: list[Trajectory], heldout: bool, device: str, blank: bool = False) -> LatentBatch:
+        """The :class:`stages.core.latent.contexts.LatentBatch` of ``trajs`` on ``device``; with ``blank``
+        nothing is retrieved and each of a target's J composer input rows is its task text alone
+        ("Current task: <x>", :func:`stages.core.latent.contexts.encode_experiences` without experiences)."""
+        exps = [[] for _ in trajs] if blank else self.experiences(trajs, heldout)
         return build_batch(
-            self.tokenizer, trajs, self.experiences(trajs, heldout), J=self.config.J,
+            self.tokenizer, trajs, exps, J=self.config.J,
             max_exp_tokens=self.config.max_exp_tokens, max_len=self.config.max_len,
             tools=self.tools(trajs), framed=get_placement(self.config.placement).needs_frame_ids,
         ).to(device)

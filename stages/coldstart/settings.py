@@ -100,8 +100,9 @@ class ColdstartConfig(BaseModel):
                                     json_schema_extra={"flag": ["--grad-clip", "--max-grad-norm"]},
                                     description="Gradient clipping of phi (--max-grad-norm: older spelling).")
     ladder: bool = Field(True, description=(
-        "At the end, score the ladder of controls (no latents ... free vectors; trains the free-vector control for "
-        "--steps more steps)."))
+        "At the end, score the ladder of controls (no latents ... free vectors, task-only composer; trains the "
+        "free-vector control for --steps more steps and the task-only composer for 4 x --steps: an lr sweep of three "
+        "and the final run)."))
     ladder_targets: int = Field(default=32, ge=0, description="Held-out targets the ladder scores (a seeded subset; 0 = all).")
     device: Device = None
     dtype: RunDType = None

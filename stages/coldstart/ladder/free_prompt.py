@@ -32,9 +32,9 @@ FREE_PROMPT = "free_prompt.safetensors"  # rung (h)'s trained vectors, in the ru
 TRAINED_BY = "trained_by"  # the file's metadata key: what trained the vectors (:func:`trained_by`)
 # the settings the free vectors' training reads; the experiences' settings only where the objective
 # reads the experiences (the text teacher)
-_TRAINING_FIELDS = ("J", "K", "seed", "steps", "lr", "grad_clip", "placement", "batch_size", "objective",
+TRAINING_FIELDS = ("J", "K", "seed", "steps", "lr", "grad_clip", "placement", "batch_size", "objective",
                     "text_kl_weight", "text_kl_top_m", "activation_checkpointing", "max_len")
-_TEXT_FIELDS = ("self_retrieval", "max_exp_tokens", "exclude_same_task")
+TEXT_FIELDS = ("self_retrieval", "max_exp_tokens", "exclude_same_task")
 
 
 class FreePrompt(nn.Module):
@@ -87,22 +87,33 @@ def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentB
     return losses
 
 
-def trained_by(config: ColdstartConfig, train: list[Trajectory]) -> str:
-    """What the free vectors of a run are trained from, as one JSON string: the settings their
-    training reads and the sha256 of the training targets' ids, in order."""
-    fields = _TRAINING_FIELDS + (_TEXT_FIELDS if config.objective == "text-kl" else ())
+def settings_key(config: ColdstartConfig, fields: tuple[str, ...], train: list[Trajectory], **extra) -> str:
+    """What a ladder control is trained from, as one JSON string: the ``fields`` of ``config``,
+    ``extra`` and the sha256 of the training targets' ids, in order."""
     ids = hashlib.sha256("\n".join(t.trajectory_id for t in train).encode()).hexdigest()
-    return json.dumps({**{f: getattr(config, f) for f in fields}, "train_ids_sha256": ids}, sort_keys=True)
+    return json.dumps({**{f: getattr(config, f) for f in fields}, **extra, "train_ids_sha256": ids}, sort_keys=True)
+
+
+def key_in(path: Path) -> str | None:
+    """The :data:`TRAINED_BY` metadata of the safetensors file ``path`` ("" when it has none); None
+    when there is no such file."""
+    if not path.is_file():
+        return None
+    with safe_open(str(path), framework="pt") as f:
+        return (f.metadata() or {}).get(TRAINED_BY, "")
+
+
+def trained_by(config: ColdstartConfig, train: list[Trajectory]) -> str:
+    """What the free vectors of a run are trained from (:func:`settings_key`): the settings their
+    training reads and the training targets."""
+    return settings_key(config, TRAINING_FIELDS + (TEXT_FIELDS if config.objective == "text-kl" else ()), train)
 
 
 def kept(out: Path, config: ColdstartConfig, train: list[Trajectory]) -> bool | None:
     """Whether ``out/free_prompt.safetensors`` was trained from what this run trains from
     (:func:`trained_by`); None when there is no such file."""
-    path = out / FREE_PROMPT
-    if not path.is_file():
-        return None
-    with safe_open(str(path), framework="pt") as f:
-        return (f.metadata() or {}).get(TRAINED_BY) == trained_by(config, train)
+    key = key_in(out / FREE_PROMPT)
+    return None if key is None else key == trained_by(config, train)
 
 
 def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajectory], config: ColdstartConfig,

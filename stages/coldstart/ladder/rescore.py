@@ -4,8 +4,9 @@
 The store and settings are the run's own (its ``config.json``; relative paths are read from the
 current folder, so run it from the folder the cold start ran in); the composer is the run's
 ``final/``, the untrained rung (b) its seeded init (:mod:`stages.coldstart.composer`). Nothing of
-the training loop runs. The one file it adds to the run folder is the free-vector control (h)
-(``free_prompt.safetensors``) when it had to train one, so that a second scoring reuses it.
+the training loop runs. The files it adds to the run folder are the free-vector control (h)
+(``free_prompt.safetensors``) and the task-only composer (h') (``task_only_composer.safetensors``)
+when it had to train them, so that a second scoring reuses them.
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def _ladder_of(config: ColdstartConfig, folder: Path, targets: int | None, seed:
     composer = load_composer(model, folder / FINAL, trainable=True, backbone_id=backbone_id)
     untrained = initial_phi(composer, config, tokenizer)
     disable_dropout(composer.backbone)
-    if config.activation_checkpointing:  # the free-vector control (h) trains as the composer did
+    if config.activation_checkpointing:  # the controls (h) and (h') train as the composer did
         enable_activation_checkpointing(composer.backbone)
     composer.backbone.eval()
     data = ColdstartData(Retriever(store), tokenizer, config, split.heldout_tasks)

@@ -1,6 +1,6 @@
 """The composer ladder: does the content of the latents change the teacher? (`lopd coldstart`, `lopd ladder`).
 
-Teacher NLL of held-out reference actions under nine contexts, the rungs:
+Teacher NLL of held-out reference actions under ten contexts, the rungs:
 
 - (a) no latents (the plain frozen backbone);
 - (b) the untrained composer (its seeded init) on the retrieved experiences;
@@ -14,16 +14,19 @@ Teacher NLL of held-out reference actions under nine contexts, the rungs:
   Related experience: ...") embedded as tokens and placed where the latents go (the text bound);
 - (h) J x K free vectors, the same for every input (:class:`FreePrompt`), trained with the same
   objective, steps, learning rate and batches as the composer (the learned-prompt control);
+- (h') a second composer built and trained as the run's on input rows blanked to the target's
+  task text (:mod:`stages.coldstart.ladder.task_only`, its own lr chosen on training tasks): the
+  like-with-like learned prompt, which reads everything (c) reads but the experiences;
 - (i) (e)'s experiences, another environment's, as plain text like (g): how much of the text
   bound is the experiences' content and how much text in that place helps whatever it says.
 
 (c) below (d) and (e) says the latents carry the experiences' content (reachable as far as (g)
-is below (i)); (c) equal to (h) says the
-composer acts as a learned constant prompt. Scores are per target (sums of token NLL and token
-counts), pooled over all action tokens and over the decisive ones (where (a) costs more than
-:data:`DECISIVE_NATS`), and compared in pairs over targets (:func:`pooled_difference`). Latent
-diversity: the mean cosine similarity of the flattened K x d latents of different composer rows
-(:func:`mean_pairwise_cosine`).
+is below (i)); (c) equal to (h) says the composer acts as a learned constant prompt, (c) equal to
+(h') that it acts as a prompt learned from the task text, whatever the experiences say. Scores
+are per target (sums of token NLL and token counts), pooled over all action tokens and over the
+decisive ones (where (a) costs more than :data:`DECISIVE_NATS`), and compared in pairs over
+targets (:func:`pooled_difference`). Latent diversity: the mean cosine similarity of the
+flattened K x d latents of different composer rows (:func:`mean_pairwise_cosine`).
 """
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
 from stages.coldstart.ladder.free_prompt import FREE_PROMPT, FreePrompt, free_prompt_of, kept
 from stages.coldstart.ladder.heldout import HeldoutResult, swapped_phi
+from stages.coldstart.ladder.task_only import TASK_ONLY, TaskOnlyControl, task_only_of
+from stages.coldstart.ladder.task_only import kept as task_only_kept
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
@@ -67,11 +72,12 @@ RUNGS: dict[str, str] = {
     "f": "the target's own trajectory (oracle)",
     "g": "retrieved experiences as plain text",
     "h": "J x K free vectors (learned prompt)",
+    "h'": "task-only composer (reads the task text, no experiences)",
     "i": "another environment's experiences as plain text",
 }
 # (x, y) pairs reported as x - y with paired standard errors
-COMPARISONS: tuple[tuple[str, str], ...] = (("c", "a"), ("c", "d"), ("c", "e"), ("c", "h"), ("f", "a"),
-                                            ("g", "a"), ("c", "g"), ("b", "a"), ("g", "i"))
+COMPARISONS: tuple[tuple[str, str], ...] = (("c", "a"), ("c", "d"), ("c", "e"), ("c", "h"), ("c", "h'"), ("h'", "h"),
+                                            ("f", "a"), ("g", "a"), ("c", "g"), ("b", "a"), ("g", "i"))
 
 
 class Difference(BaseModel):
@@ -93,6 +99,8 @@ class Ladder(BaseModel):
         differences: the :data:`COMPARISONS` whose rungs are present.
         latent_cosine: mean cosine similarity of the latents of different composer rows (c);
             latent_cosine_untrained: the same for the untrained composer (b) (None: not scored).
+        task_only_lr, task_only_sweep: the learning rate of the task-only composer (h') and the
+            sweep that chose it (:class:`TaskOnlyControl`); None: (h') not scored.
         targets, tokens, decisive_tokens: how many targets / action tokens were scored.
         target_ids: the scored targets' trajectory ids.
         sums, sums_decisive: per rung, per target, the summed token NLL (nats); counts,
@@ -104,6 +112,8 @@ class Ladder(BaseModel):
     differences: list[Difference]
     latent_cosine: float
     latent_cosine_untrained: float | None = None
+    task_only_lr: float | None = None
+    task_only_sweep: dict[str, float] | None = None
     targets: int
     tokens: int
     decisive_tokens: int
@@ -252,9 +262,10 @@ class LadderInputs:
 
 
 def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: list[Tensor] | None,
-                    free_prompt: FreePrompt | None, progress: Progress | None = None) -> Ladder:
-    """Score every rung on ``inputs.targets``; rungs (b) and (h) are left out when
-    ``untrained_phi`` / ``free_prompt`` is None. The scoring is a task of ``progress`` when given,
+                    free_prompt: FreePrompt | None, task_only: TaskOnlyControl | None = None,
+                    progress: Progress | None = None) -> Ladder:
+    """Score every rung on ``inputs.targets``; rungs (b), (h) and (h') are left out when
+    ``untrained_phi`` / ``free_prompt`` / ``task_only`` is None. The scoring is a task of ``progress`` when given,
     advanced after each batch of each rung.
 
     Raises:
@@ -275,7 +286,8 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                             framed=get_placement(t.placement).needs_frame_ids).to(device)
                 for lo in range(0, n, t.batch_size)]
 
-    scored = [r for r in RUNGS if (r != "b" or untrained_phi is not None) and (r != "h" or free_prompt is not None)]
+    left_out = {"b": untrained_phi is None, "h": free_prompt is None, "h'": task_only is None}
+    scored = [r for r in RUNGS if not left_out.get(r)]
     task = None if progress is None else progress.add_task(
         f"ladder: scoring {len(scored)} rungs on {n} held-out targets", total=len(scored) * math.ceil(n / t.batch_size))
 
@@ -316,11 +328,17 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
             if free_prompt is not None:
                 rows["h"] = [r for bt in deployed for r in counted(token_nll_rows(
                     backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement))]
+            if task_only is not None:  # no experiences: each composer input row is the task text alone
+                rows["h'"] = [r for bt in batches([[] for _ in range(n)]) for r in counted(token_nll_rows(
+                    backbone, bt, task_only.composer(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement))]
             cosine = mean_pairwise_cosine(distinct_rows(torch.cat(latents), deployed))
             cosine_b = mean_pairwise_cosine(distinct_rows(torch.cat(untrained), deployed)) if untrained else None
     finally:
         backbone.train(was_training)
-    return ladder_of(rows, [traj.trajectory_id for traj in t.targets], cosine, cosine_b)
+    ladder = ladder_of(rows, [traj.trajectory_id for traj in t.targets], cosine, cosine_b)
+    if task_only is None:
+        return ladder
+    return ladder.model_copy(update={"task_only_lr": task_only.lr, "task_only_sweep": task_only.sweep})
 
 
 def distinct_rows(latents_NKd: Tensor, batches: list[LatentBatch]) -> Tensor:
@@ -391,24 +409,29 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
                           J=config.J,
                           max_exp_tokens=config.max_exp_tokens, max_len=config.max_len, placement=config.placement,
                           batch_size=config.batch_size)
-    reuse = kept(out, config, train)
-    if console is not None and reuse is not None:
-        console.print(f"ladder: the free-vector control (h), read from {FREE_PROMPT}" if reuse else
-                      f"ladder: {FREE_PROMPT} was trained from other settings or targets: (h) is trained again")
+    shared = composer.hparams["qformer_shared"]
+    for rung, name, reuse in (("(h)", FREE_PROMPT, kept(out, config, train)),
+                              ("(h')", TASK_ONLY, task_only_kept(out, config, train, shared))):
+        if console is not None and reuse is not None:
+            console.print(f"ladder: the control {rung}, read from {name}" if reuse else
+                          f"ladder: {name} was trained from other settings or targets: {rung} is trained again")
     with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        console=console, transient=True, disable=console is None) as bar:
         free = free_prompt_of(composer, data, train, config, out, progress=bar)
-        return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free, progress=bar)
+        with task_only_of(composer, data, train, config, out, progress=bar) as task_only:
+            return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free,
+                                   task_only=task_only, progress=bar)
 
 
 # how to read a ladder: the criteria its differences are judged by
 READING = ("A negative difference favours the first rung. Latents carry content when, on decisive tokens, (c) is below "
-           "(e) and below (h) by at least 3 paired SE; the channel's capacity is shown when (f) is at most half of (a).")
+           "(e) and below (h') (which reads the task text, not the experiences) by at least 3 paired SE; the channel's "
+           "capacity is shown when (f) is at most half of (a).")
 
 
 def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder (held-out teacher NLL)") -> None:
     """The ladder as a table: per rung the pooled NLL on all and on decisive tokens; then the
-    differences; the criteria (:data:`READING`) as its caption."""
+    differences; the criteria (:data:`READING`) as its caption; below it the lr of (h')."""
     table = Table(title=f"{title}: {ladder.targets} targets, {ladder.tokens} action tokens, "
                         f"{ladder.decisive_tokens} decisive (> {DECISIVE_NATS:g} nat without latents)",
                   caption=READING)
@@ -424,6 +447,8 @@ def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder
     if ladder.latent_cosine_untrained is not None:
         table.add_row("", "the same, untrained composer", f"{ladder.latent_cosine_untrained:.3f}", "")
     console.print(table)
+    if ladder.task_only_lr is not None:
+        console.print(task_only_line(ladder))
 
 
 def ladder_markdown(ladder: Ladder) -> list[str]:
@@ -438,8 +463,16 @@ def ladder_markdown(ladder: Ladder) -> list[str]:
               for d in ladder.differences]
     untrained = ("" if ladder.latent_cosine_untrained is None
                  else f" (untrained composer: {ladder.latent_cosine_untrained:.3f})")
-    lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}{untrained}.", "", READING, ""]
-    return lines
+    lines += ["", f"Latent cosine between different experiences: {ladder.latent_cosine:.3f}{untrained}."]
+    lines += [] if ladder.task_only_lr is None else ["", task_only_line(ladder) + "."]
+    return lines + ["", READING, ""]
+
+
+def task_only_line(ladder: Ladder) -> str:
+    """The task-only composer's (h') learning rate and the sweep that chose it, as one line."""
+    sweep = ", ".join(f"{lr}: {nll:.4f}" for lr, nll in (ladder.task_only_sweep or {}).items())
+    how = f"chosen on training tasks (validation NLL {sweep})" if sweep else "the run's (no validation tasks)"
+    return f"(h') learning rate {ladder.task_only_lr:g}, {how}"
 
 
 def heldout_of(ladder: Ladder) -> HeldoutResult:
