@@ -116,6 +116,7 @@ def ladder(
     targets: Optional[int] = typer.Option(None, "--targets", min=0, help="Held-out targets to score (a seeded subset; 0 = all; default: the run's --ladder-targets)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the subset (default: the run's --seed)."),
     out: Optional[str] = typer.Option(None, "--out", help="Also write the ladder as JSON here."),
+    rungs: str = typer.Option("a,b,c,d,e,f,g,h,h',i", "--rungs", help="The rungs to score, comma-separated ((a) and (c) always; leaving out h and h' skips their training)."),
 ) -> None:
     """Score a finished cold start's composer on the ladder of controls: (a) no latents, (b) untrained,
     (c) retrieved, (d) another task's, (e) another environment's, (f) its own trajectory, (g) as text,
@@ -125,7 +126,7 @@ def ladder(
     cold start) and (h') for 4 x --steps (an lr sweep of three on the training tasks, then the final run)."""
     from stages.coldstart.ladder.rescore import rescore
 
-    rescore(run, targets=targets, seed=seed, out=out)
+    rescore(run, targets=targets, seed=seed, out=out, rungs=rungs)
 
 
 @app.command(cls=settings_command("stages.sft:SftConfig"))

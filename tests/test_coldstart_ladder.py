@@ -13,6 +13,7 @@ from stages.coldstart import recipe as coldstart
 from stages import report as report_stage
 from stages.coldstart.recipe import ColdstartConfig
 from stages.coldstart.ladder.rescore import rescore
+from stages.coldstart.settings import RUNG_NAMES, rung_list
 from stages.core.latent.composer_teacher import composer_loss
 from stages.coldstart.ladder.free_prompt import FreePrompt, train_free_prompt
 from stages.coldstart.ladder.rungs import READING, RUNGS, Ladder, ladder_subset, mean_pairwise_cosine, partners, pooled_difference
@@ -172,7 +173,7 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
                              lr=1e-2, lr_encoder=3e-3, batch_size=4, J=1, K=4, depth=1, lora_rank=4,
                              max_exp_tokens=96, heldout_fraction=0.5, checkpoint_every=25, eval_every=25,
                              self_retrieval=True, reconstruction_steps=2, ladder_targets=0,
-                             activation_checkpointing=False)
+                             ladder_rungs=",".join(RUNG_NAMES), activation_checkpointing=False)
     report = coldstart.run(config, embedder=HashEmbedder())
     ladder = report.ladder
     assert ladder is not None and set(ladder.nll) == set(RUNGS)
@@ -233,6 +234,22 @@ def test_coldstart_writes_every_rung_and_a_copying_composer_beats_no_latents(tmp
     default = rescore(str(tmp_path / "out"), console=Console(file=io.StringIO()))
     assert default is not None and default.target_ids == ladder.target_ids
     assert default.nll == pytest.approx(ladder.nll, rel=1e-5)
+    # --rungs d: (a), (c) and (d) only, the same numbers
+    said = io.StringIO()
+    subset = rescore(str(tmp_path / "out"), rungs="d", console=Console(file=said, width=300))
+    assert set(subset.nll) == {"a", "c", "d"} and "scoring 3 rungs" in said.getvalue()
+    assert subset.nll == pytest.approx({k: ladder.nll[k] for k in "acd"}, rel=1e-5)
+    assert [(d.x, d.y) for d in subset.differences] == [("c", "a"), ("c", "d")]
+
+
+def test_ladder_rungs_default_leaves_out_the_costly_task_only_control_and_names_unknown_rungs(tmp_path):
+    config = ColdstartConfig(experiences="s", out=str(tmp_path / "o"))
+    assert rung_list(config.ladder_rungs) == [r for r in RUNG_NAMES if r != "h'"]
+    assert rung_list("d, h'") == ["a", "c", "d", "h'"]
+    with pytest.raises(ValueError, match=r"--ladder-rungs: unknown rung\(s\) z"):
+        ColdstartConfig(experiences="s", out=str(tmp_path / "o"), ladder_rungs="a,z")
+    with pytest.raises(ValueError, match=r"--rungs: unknown rung\(s\) x"):
+        rescore(str(tmp_path), rungs="c,x")
 
 
 def test_rescore_refuses_bad_runs_in_one_line_naming_the_file(tmp_path, monkeypatch):

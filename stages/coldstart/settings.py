@@ -3,13 +3,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stages.core.models.backbone import DEFAULT_MODEL
 from stages.settings import DEFAULT_STORE, Device, Log, ResumeRun, RunDType
 
 if TYPE_CHECKING:
     from stages.core.losses.composer_objectives import ObjectiveSettings
+
+
+# the composer ladder's rungs (stages/coldstart/ladder/rungs.py: RUNGS names what each scores)
+RUNG_NAMES = ("a", "b", "c", "d", "e", "f", "g", "h", "h'", "i")
+
+
+def rung_list(text: str) -> list[str]:
+    """The rung names of a comma-separated ``--ladder-rungs`` / ``--rungs`` value, with (a) and (c) (always scored)."""
+    named = [r.strip() for r in text.split(",") if r.strip()]
+    return [r for r in RUNG_NAMES if r in ("a", "c") or r in named] + [r for r in named if r not in RUNG_NAMES]
 
 
 class ColdstartConfig(BaseModel):
@@ -100,13 +110,24 @@ class ColdstartConfig(BaseModel):
                                     json_schema_extra={"flag": ["--grad-clip", "--max-grad-norm"]},
                                     description="Gradient clipping of phi (--max-grad-norm: older spelling).")
     ladder: bool = Field(True, description=(
-        "At the end, score the ladder of controls (no latents ... free vectors, task-only composer; trains the "
-        "free-vector control for --steps more steps and the task-only composer for 4 x --steps: an lr sweep of three "
-        "and the final run)."))
+        "At the end, score the ladder of controls (--ladder-rungs) on held-out targets."))
     ladder_targets: int = Field(default=32, ge=0, description="Held-out targets the ladder scores (a seeded subset; 0 = all).")
+    ladder_rungs: str = Field(default=",".join(r for r in RUNG_NAMES if r != "h'"), description=(
+        "The ladder's rungs, comma-separated ((a) and (c) are always scored): a no latents, b untrained, c retrieved, "
+        "d another task's, e another environment's, f own trajectory, g as text, h free vectors (trains for --steps "
+        "more steps), h' task-only composer (trains for 4 x --steps: an lr sweep of three, then the final run; "
+        "`lopd ladder` scores it by default), i another environment's as text."))
     device: Device = None
     dtype: RunDType = None
     log: Log = "none"
+
+    @field_validator("ladder_rungs")
+    @classmethod
+    def _known_rungs(cls, value: str) -> str:
+        unknown = [r for r in rung_list(value) if r not in RUNG_NAMES]
+        if unknown:
+            raise ValueError(f"--ladder-rungs: unknown rung(s) {', '.join(unknown)} (known: {', '.join(RUNG_NAMES)})")
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -19,22 +19,26 @@ from rich.console import Console
 from stages.coldstart.composer import FINAL, initial_phi
 from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
 from stages.coldstart.ladder.rungs import Ladder, print_ladder, run_ladder
-from stages.coldstart.settings import ColdstartConfig
+from stages.coldstart.settings import RUNG_NAMES, ColdstartConfig, rung_list
 from stages.core.models.composer_config import CONFIG_FILE
 from stages.core.run.resources import map_large_blocks
 
 
 def rescore(run: str, *, targets: int | None = None, seed: int | None = None, out: str | None = None,
-            console: Console | None = None) -> Ladder | None:
+            rungs: str = ",".join(RUNG_NAMES), console: Console | None = None) -> Ladder | None:
     """The ladder of the finished run ``run`` on at most ``targets`` held-out targets (0 = all)
-    chosen with ``seed`` (defaults: the run's ``ladder_targets`` and ``seed``); printed, and
-    written as JSON to ``out`` when given. None when fewer than 2 held-out targets have partners
-    in their own and in another environment.
+    chosen with ``seed`` (defaults: the run's ``ladder_targets`` and ``seed``), its ``rungs``
+    (comma-separated; default all); printed, and written as JSON to ``out`` when given. None when
+    fewer than 2 held-out targets have partners in their own and in another environment.
 
     Raises:
         ValueError: ``run`` is missing, not a folder, holds no readable ``config.json``, names a
-            store that is not there from the current folder, or is not finished (file named).
+            store that is not there from the current folder, or is not finished (file named); an
+            unknown rung.
     """
+    unknown = [r for r in rung_list(rungs) if r not in RUNG_NAMES]
+    if unknown:
+        raise ValueError(f"--rungs: unknown rung(s) {', '.join(unknown)} (known: {', '.join(RUNG_NAMES)})")
     console = console or Console()
     folder = Path(run)
     config = _saved_config(folder)
@@ -44,7 +48,7 @@ def rescore(run: str, *, targets: int | None = None, seed: int | None = None, ou
     if not final.is_file() or json.loads(final.read_text()).get("coldstart_steps") != config.steps:
         raise ValueError(f"{folder}: not finished (no {FINAL}/ composer of its {config.steps} steps)")
     map_large_blocks()
-    ladder = _ladder_of(config, folder, targets, seed, console)
+    ladder = _ladder_of(config, folder, targets, seed, rungs, console)
     if ladder is None:
         console.print(f"[yellow]{folder}: fewer than 2 held-out targets have another task's experiences of their "
                       "own and of another environment: no ladder[/]")
@@ -56,8 +60,8 @@ def rescore(run: str, *, targets: int | None = None, seed: int | None = None, ou
     return ladder
 
 
-def _ladder_of(config: ColdstartConfig, folder: Path, targets: int | None, seed: int | None, console: Console
-               ) -> Ladder | None:
+def _ladder_of(config: ColdstartConfig, folder: Path, targets: int | None, seed: int | None, rungs: str,
+               console: Console) -> Ladder | None:
     """The run's final composer on its backbone, store and task split, scored on the ladder."""
     from stages.core.data.retrieval import Retriever
     from stages.core.data.store import ExperienceStore
@@ -79,7 +83,7 @@ def _ladder_of(config: ColdstartConfig, folder: Path, targets: int | None, seed:
     composer.backbone.eval()
     data = ColdstartData(Retriever(store), tokenizer, config, split.heldout_tasks)
     return run_ladder(composer, tokenizer, data, split.train, split.heldout, config, untrained, folder,
-                      limit=targets, seed=seed, console=console)
+                      limit=targets, seed=seed, console=console, rungs=rungs)
 
 
 def _saved_config(folder: Path) -> ColdstartConfig:

@@ -30,10 +30,11 @@ flattened K x d latents of different composer rows (:func:`mean_pairwise_cosine`
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,7 @@ from stages.coldstart.ladder.free_prompt import FREE_PROMPT, FreePrompt, free_pr
 from stages.coldstart.ladder.heldout import HeldoutResult, swapped_phi
 from stages.coldstart.ladder.task_only import TASK_ONLY, TaskOnlyControl, task_only_of
 from stages.coldstart.ladder.task_only import kept as task_only_kept
-from stages.coldstart.settings import ColdstartConfig
+from stages.coldstart.settings import RUNG_NAMES, ColdstartConfig, rung_list
 from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import latent_teacher_logits, text_teacher_logits
@@ -63,18 +64,18 @@ if TYPE_CHECKING:
 
 LADDER = "ladder.json"
 DECISIVE_NATS = 1.0  # a token is decisive where the teacher without latents costs more than this
-RUNGS: dict[str, str] = {
-    "a": "no latents",
-    "b": "untrained composer",
-    "c": "retrieved experiences (as deployed)",
-    "d": "another task's experiences, same environment",
-    "e": "another environment's experiences",
-    "f": "the target's own trajectory (oracle)",
-    "g": "retrieved experiences as plain text",
-    "h": "J x K free vectors (learned prompt)",
-    "h'": "task-only composer (reads the task text, no experiences)",
-    "i": "another environment's experiences as plain text",
-}
+RUNGS: dict[str, str] = dict(zip(RUNG_NAMES, (
+    "no latents",
+    "untrained composer",
+    "retrieved experiences (as deployed)",
+    "another task's experiences, same environment",
+    "another environment's experiences",
+    "the target's own trajectory (oracle)",
+    "retrieved experiences as plain text",
+    "J x K free vectors (learned prompt)",
+    "task-only composer (reads the task text, no experiences)",
+    "another environment's experiences as plain text",
+), strict=True))
 # (x, y) pairs reported as x - y with paired standard errors
 COMPARISONS: tuple[tuple[str, str], ...] = (("c", "a"), ("c", "d"), ("c", "e"), ("c", "h"), ("c", "h'"), ("h'", "h"),
                                             ("f", "a"), ("g", "a"), ("c", "g"), ("b", "a"), ("g", "i"))
@@ -263,10 +264,10 @@ class LadderInputs:
 
 def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: list[Tensor] | None,
                     free_prompt: FreePrompt | None, task_only: TaskOnlyControl | None = None,
-                    progress: Progress | None = None) -> Ladder:
-    """Score every rung on ``inputs.targets``; rungs (b), (h) and (h') are left out when
-    ``untrained_phi`` / ``free_prompt`` / ``task_only`` is None. The scoring is a task of ``progress`` when given,
-    advanced after each batch of each rung.
+                    progress: Progress | None = None, rungs: Collection[str] = RUNG_NAMES) -> Ladder:
+    """Score ``rungs`` ((a) and (c) always) on ``inputs.targets``; rungs (b), (h) and (h') are left out
+    when ``untrained_phi`` / ``free_prompt`` / ``task_only`` is None. The scoring is a task of ``progress``
+    when given, advanced after each batch of each rung.
 
     Raises:
         ValueError: fewer than 2 targets.
@@ -287,7 +288,7 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                 for lo in range(0, n, t.batch_size)]
 
     left_out = {"b": untrained_phi is None, "h": free_prompt is None, "h'": task_only is None}
-    scored = [r for r in RUNGS if not left_out.get(r)]
+    scored = [r for r in RUNGS if not left_out.get(r) and (r in rungs or r in ("a", "c"))]
     task = None if progress is None else progress.add_task(
         f"ladder: scoring {len(scored)} rungs on {n} held-out targets", total=len(scored) * math.ceil(n / t.batch_size))
 
@@ -307,7 +308,7 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                                                                                composer.hparams["hidden_size"]),
                 "prefix"))]
             untrained = []
-            if untrained_phi is not None:
+            if "b" in scored:
                 with swapped_phi(composer, untrained_phi):
                     rows["b"] = []
                     for bt in deployed:
@@ -315,20 +316,22 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                         untrained.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
                         rows["b"] += counted(token_nll_rows(backbone, bt, c_BNd, t.placement))
             latents = []
-            for rung in ("c", "d", "e", "f"):
+            for rung in (r for r in ("c", "d", "e", "f") if r in scored):
                 rows[rung] = []
                 for bt in deployed if rung == "c" else batches(exps_of[rung]):
                     c_BNd = composer(bt.exp_ids_BJL, bt.exp_mask_BJL)
                     if rung == "c":
                         latents.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
                     rows[rung] += counted(token_nll_rows(backbone, bt, c_BNd, t.placement))
-            for rung, bts in (("g", deployed), ("i", batches(t.other_env_experiences))):
+            for rung, bts in (("g", deployed), ("i", batches(t.other_env_experiences) if "i" in scored else [])):
+                if rung not in scored:
+                    continue
                 rows[rung] = [r for bt in bts
                               for r in counted(logits_nll_rows(text_teacher_logits(backbone, bt, t.placement), bt))]
-            if free_prompt is not None:
+            if "h" in scored:
                 rows["h"] = [r for bt in deployed for r in counted(token_nll_rows(
                     backbone, bt, free_prompt(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement))]
-            if task_only is not None:  # no experiences: each composer input row is the task text alone
+            if "h'" in scored:  # no experiences: each composer input row is the task text alone
                 rows["h'"] = [r for bt in batches([[] for _ in range(n)]) for r in counted(token_nll_rows(
                     backbone, bt, task_only.composer(bt.exp_ids_BJL, bt.exp_mask_BJL), t.placement))]
             cosine = mean_pairwise_cosine(distinct_rows(torch.cat(latents), deployed))
@@ -392,10 +395,14 @@ def ladder_of(rows: dict[str, list[Tensor]], target_ids: list[str], latent_cosin
 
 def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: ColdstartData, train: list[Trajectory],
                heldout: list[Trajectory], config: ColdstartConfig, untrained_phi: list[Tensor] | None, out: Path,
-               limit: int | None = None, seed: int | None = None, console: Console | None = None) -> Ladder | None:
+               limit: int | None = None, seed: int | None = None, console: Console | None = None,
+               rungs: str | None = None) -> Ladder | None:
     """The ladder of a cold-start run on at most ``limit`` (default ``config.ladder_targets``)
-    held-out targets chosen with ``seed`` (default ``config.seed``; :func:`ladder_subset`); None
-    with fewer than 2 targets that have both partners. ``console`` gets a line as each phase starts."""
+    held-out targets chosen with ``seed`` (default ``config.seed``; :func:`ladder_subset`), its
+    ``rungs`` (comma-separated, default ``config.ladder_rungs``; (h) and (h') are trained only when
+    scored); None with fewer than 2 targets that have both partners. ``console`` gets a line as each
+    phase starts."""
+    wanted = rung_list(config.ladder_rungs if rungs is None else rungs)
     exps = data.experiences(heldout, heldout=True)
     envs = environments_of(heldout)
     idx = ladder_subset(heldout, exps, envs, config.ladder_targets if limit is None else limit,
@@ -410,17 +417,18 @@ def run_ladder(composer: Composer, tokenizer: PreTrainedTokenizerBase, data: Col
                           max_exp_tokens=config.max_exp_tokens, max_len=config.max_len, placement=config.placement,
                           batch_size=config.batch_size)
     shared = composer.hparams["qformer_shared"]
-    for rung, name, reuse in (("(h)", FREE_PROMPT, kept(out, config, train)),
-                              ("(h')", TASK_ONLY, task_only_kept(out, config, train, shared))):
+    for rung, name, reuse in (("(h)", FREE_PROMPT, kept(out, config, train) if "h" in wanted else None),
+                              ("(h')", TASK_ONLY, task_only_kept(out, config, train, shared) if "h'" in wanted else None)):
         if console is not None and reuse is not None:
             console.print(f"ladder: the control {rung}, read from {name}" if reuse else
                           f"ladder: {name} was trained from other settings or targets: {rung} is trained again")
     with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        console=console, transient=True, disable=console is None) as bar:
-        free = free_prompt_of(composer, data, train, config, out, progress=bar)
-        with task_only_of(composer, data, train, config, out, progress=bar) as task_only:
+        free = free_prompt_of(composer, data, train, config, out, progress=bar) if "h" in wanted else None
+        with (task_only_of(composer, data, train, config, out, progress=bar) if "h'" in wanted
+              else contextlib.nullcontext()) as task_only:
             return evaluate_ladder(composer, inputs, untrained_phi=untrained_phi, free_prompt=free,
-                                   task_only=task_only, progress=bar)
+                                   task_only=task_only, progress=bar, rungs=wanted)
 
 
 # how to read a ladder: the criteria its differences are judged by
