@@ -96,6 +96,7 @@ class BenchConfig:
     top_p: float = 0.95
     top_k: int = 20
     grad_clip: float = 1.0
+    options: object = None  # the method's Options, resolved (set once the method is known)
 
 
 # ------------------------------------------------------------------------ model, tokenizer --
@@ -244,11 +245,11 @@ def build(args: argparse.Namespace, scratch: Path) -> Bench:
         save_composer(composer, scratch / "composer0", {"backbone_id": name})
         spare.append(composer.backbone.unload())  # the plain model again, for load_models
         options = {"composer": str(scratch / "composer0"), "J": args.J, "K": args.K, "M": args.M}
-    options = method_cls.Options(**options).resolve()
+    config.options = method_cls.Options(**options).resolve()
     with mock.patch.object(stages.core.models.assembly, "load_policy", load), \
             mock.patch.object(stages.core.models.backbone, "load_policy", load), \
             mock.patch.object(stages.core.models.assembly, "resolve_model", lambda name: name):  # no such model on disk
-        method = method_cls(options, config, None, {})
+        method = method_cls(config, None, {})
     student = method.student
     if config.activation_checkpointing:  # as Distiller does; a composer method did it on its backbone
         if student.adapter is None:

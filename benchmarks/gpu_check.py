@@ -333,9 +333,9 @@ def check_bf16_parity(s: Setup) -> tuple[bool, str]:
     out = {}
     for dtype in ("float32", "bfloat16"):
         config = SimpleNamespace(model=str(folder), device=s.device, dtype=dtype, student_lora_rank=8, lr=1e-5,
-                                 activation_checkpointing=False, max_len=None, micro_batch=len(rows))
+                                 activation_checkpointing=False, max_len=None, micro_batch=len(rows), options=options)
         torch.manual_seed(0)
-        method = lopd(options, config, None, {})
+        method = lopd(config, None, {})
         with torch.no_grad():  # a trained student: its LoRA B away from zero (the same values in both)
             _perturb_([p for n, p in method.student.model.named_parameters() if "lora_B" in n and p.requires_grad],
                       seed=3, scale=0.1, relative=False)

@@ -11,6 +11,7 @@ import json
 import math
 import shutil
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -297,7 +298,7 @@ def test_lopd_refuses_options_not_resolved_against_the_composer():
     from stages.methods.options import LOPDOptions
 
     with pytest.raises(ValueError, match=r"^lopd: options not resolved against the composer"):
-        LOPD(LOPDOptions(composer="c"), None, None, {})
+        LOPD(SimpleNamespace(options=LOPDOptions(composer="c")), None, {})
 
 
 def test_load_config_toml_yaml_and_overrides(tmp_path):

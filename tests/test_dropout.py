@@ -70,9 +70,9 @@ def test_lora_dropout_and_torch_dropout_modules_are_switched_off(dropout_dir):
 
 def _sdpo(model_dir, rank: int) -> SDPO:
     config = SimpleNamespace(model=str(model_dir), student_lora_rank=rank, temperature=0.7, device="cpu",
-                             dtype="float32")
+                             dtype="float32", options=SDPOOptions(k=5))
     torch.manual_seed(0)
-    return SDPO(SDPOOptions(k=5), config, None, {})
+    return SDPO(config, None, {})
 
 
 def test_on_policy_ratio_is_one_and_teacher_targets_repeat_in_train_mode(dropout_dir):

@@ -90,6 +90,22 @@ def test_build_names_a_broken_module_and_skips_it_only_when_asked(tmp_path):
     assert meta["counts"]["tasks"] == {"warmup": 120} and len(task_rows) == 120
 
 
+def test_build_loads_a_domain_package_and_reloads_it_from_another_folder(tmp_path):
+    first, second = tmp_path / "a" / "domains", tmp_path / "b" / "domains"
+    for folder in (first, second):
+        shutil.copytree(BED / "domains" / "smart_home", folder / "smart_home",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(BED / "domains" / "personal.py", first / "personal.py")
+    lights = second / "smart_home" / "lights.py"
+    lights.write_text(lights.read_text().replace('"bed_smart_home_lights"', '"bed_smart_home_lamps"'))
+    env_rows, _, _, problems = build.build(first)
+    assert problems == [] and [r["env_id"] for r in env_rows] == [
+        "bed_personal_notes", "bed_personal_todo", "bed_personal_contacts", "bed_smart_home_lights",
+        "bed_smart_home_thermostats", "bed_smart_home_security", "bed_smart_home_irrigation"]
+    env_rows, _, _, problems = build.build(second)  # same package name: its own lights module, not the first's
+    assert problems == [] and env_rows[0]["env_id"] == "bed_smart_home_lamps"
+
+
 @pytest.fixture
 def bed_copy(tmp_path):
     """A bed of the first two calendar tasks, with broken reference actions and a leaked test text;

@@ -52,8 +52,8 @@ def _group_batch():
 
 def _method(model_dir, rank: int = 4, **options):
     config = SimpleNamespace(model=str(model_dir), student_lora_rank=rank, temperature=0.7,
-                             device=None, dtype=None)
-    return SDPO(SDPOOptions(**options), config, None, {})
+                             device=None, dtype=None, options=SDPOOptions(**options))
+    return SDPO(config, None, {})
 
 
 def _prepare(method, trajs):
@@ -150,8 +150,8 @@ def test_the_teacher_is_saved_and_restored_exactly(assets, tmp_path, rank):
     method.save(folder)
     assert (folder / "teacher").is_dir()
     config = SimpleNamespace(model=str(assets[0]), student_lora_rank=rank, temperature=0.7,
-                             device=None, dtype=None)
-    again = SDPO(SDPOOptions(), config, folder, {})
+                             device=None, dtype=None, options=SDPOOptions())
+    again = SDPO(config, folder, {})
     if rank:
         want, got = adapter_parameters(s.model, "teacher"), adapter_parameters(again.student.model, "teacher")
         assert all(not p.requires_grad for p in got) and all(p.requires_grad for p in again.student.params)

@@ -2,8 +2,8 @@
 
     python examples/envscaler_bed/build.py [--skip-broken] [--domains DIR]
 
-Every module in ``domains/`` (sorted by name; ``_common.py``, the builders they share, aside)
-defines ``ENVS``; each environment's tasks come from its
+Every module or package in ``domains/`` (sorted by name; those named ``_*``, the builders and
+draws they share, aside) defines ``ENVS``; each environment's tasks come from its
 ``make_task(random.Random(f"{env_id}:{seed}"))`` for seed = 0, 1, 2, ... (a task whose text repeats
 an earlier one of the same environment is skipped), so the output is the same on every run.
 Tasks per role (:data:`SPLITS_BY_ROLE`): main 40 "train", 15 "test" and 10 "test_values";
@@ -57,15 +57,23 @@ class BedError(Exception):
 
 
 def load_domain(path: Path, where: str) -> list[dict[str, Any]]:
-    """The ``ENVS`` list of one domain module, checked against the contract (no task generated yet);
-    ``where`` names the module in messages.
+    """The ``ENVS`` list of one domain module (a ``.py`` file, or a package folder whose modules
+    import each other relatively), checked against the contract (no task generated yet); ``where``
+    names the module in messages.
 
     Raises:
         BedError: the module fails to import, has no ``ENVS`` list, or an environment lacks a field,
             has a wrong role, or its ``env_class_code`` does not define ``env_class_name``.
     """
     try:
-        spec = importlib.util.spec_from_file_location(f"lopd_bed_domain_{path.stem}", path)
+        name = f"lopd_bed_domain_{path.stem}"
+        if path.is_dir():
+            spec = importlib.util.spec_from_file_location(name, path / "__init__.py",
+                                                          submodule_search_locations=[str(path)])
+            for stale in [m for m in sys.modules if m.startswith(f"{name}.")]:  # submodules of a package of
+                del sys.modules[stale]  # this name loaded before, maybe from another folder: reload them
+        else:
+            spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses and pickling look their module up there
         spec.loader.exec_module(module)
@@ -260,6 +268,13 @@ def split_digest(task_ids: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(task_ids)).encode()).hexdigest()[:16]
 
 
+def domain_paths(domains_dir: Path) -> list[Path]:
+    """The domain modules of ``domains_dir`` in build order (by name): ``*.py`` files and folders with an
+    ``__init__.py``, those whose name starts with ``_`` (shared builders, ``__pycache__``) aside."""
+    return sorted((p for p in domains_dir.iterdir() if not p.name.startswith("_")
+                   and ((p.is_file() and p.suffix == ".py") or (p / "__init__.py").is_file())), key=lambda p: p.stem)
+
+
 def build(domains_dir: Path = DOMAINS_DIR, skip_broken: bool = False) -> tuple[list, list, dict, list[str]]:
     """Environment rows, task rows, bed.json content and the problems found (one line each).
 
@@ -267,7 +282,7 @@ def build(domains_dir: Path = DOMAINS_DIR, skip_broken: bool = False) -> tuple[l
     rows empty. Environment ids must be unique across modules.
     """
     env_rows, task_rows, problems, seen = [], [], [], {}
-    for path in sorted(p for p in domains_dir.glob("*.py") if not p.name.startswith("_")):  # _common, __init__
+    for path in domain_paths(domains_dir):
         try:
             envs = load_domain(path, f"{domains_dir.name}/{path.name}")
             rows = []

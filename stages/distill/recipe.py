@@ -153,7 +153,7 @@ class Distiller:
         if not self.world.is_main:  # the store as rank 0 left it
             self.store = ExperienceStore.open(config.store, create=False)
         torch.manual_seed(config.seed)
-        self.method: Method = method_cls(config.options, config, resume_from, state)
+        self.method: Method = method_cls(config, resume_from, state)
         self.student = self.method.student
         for module in _training_modules(self.method):  # adapters restored from checkpoints included
             disable_dropout(module)  # train() mode engages activation checkpointing, never dropout

@@ -130,20 +130,23 @@ class Method:
             rank the same result for the same global batch and store.
 
     Attributes:
+        options: the run's options (``config.options``: an instance of the class's ``Options``,
+            resolved by :meth:`MethodOptions.resolve`); a subclass annotates it with its own model.
         device, dtype: where every model of the run lives and its parameter dtype (strings,
             ``config.device`` / ``config.dtype`` resolved by
             :func:`stages.core.models.backbone.resolve_device_dtype`); a method loads its own modules
             (teacher copies, reference models) with them and moves each batch to ``device``.
 
     Args:
-        options: the run's ``Options``, resolved (``config.options``, :meth:`MethodOptions.resolve`).
-        config: the whole :class:`stages.distill.settings.DistillConfig` (common settings).
+        config: the whole :class:`stages.distill.settings.DistillConfig` (common settings and
+            ``options``).
         resume_from: the checkpoint folder the run resumes from, or None: a method restores
             what its :meth:`save` wrote there (e.g. an EMA teacher) in its ``__init__``.
         state: the method's :meth:`state` saved in that checkpoint ({} when fresh).
     """
 
     Options: ClassVar[type[MethodOptions]] = NoOptions
+    options: MethodOptions
     metrics: ClassVar[tuple[str, ...]] = ()
     needs_composer: ClassVar[bool] = False
     retrieves: ClassVar[bool] = False
@@ -154,8 +157,8 @@ class Method:
     # (B, T, V) logits everywhere (the same values, more memory and time; tests compare the two)
     head_at_supervised: ClassVar[bool] = True
 
-    def __init__(self, options: MethodOptions, config: Any, resume_from: Path | None, state: dict) -> None:
-        self.options, self.config = options, config
+    def __init__(self, config: Any, resume_from: Path | None, state: dict) -> None:
+        self.options, self.config = config.options, config
         self.device, self.dtype = resolve_device_dtype(config.device, config.dtype)
         self.student = self.build_student(resume_from)
 

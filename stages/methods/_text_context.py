@@ -251,11 +251,12 @@ class ReferenceMethod(Method):
     """
 
     Options = ReferenceOptions
+    options: ReferenceOptions
     loss_metrics: tuple[str, ...] = ("forward_kl", "reverse_kl")
 
-    def __init__(self, options: ReferenceOptions, config, resume_from: Path | None, state: dict) -> None:
-        super().__init__(options, config, resume_from, state)
-        self.teacher = TextTeacher(self.student, options.teacher, options.ema_rate, resume_from,
+    def __init__(self, config, resume_from: Path | None, state: dict) -> None:
+        super().__init__(config, resume_from, state)
+        self.teacher = TextTeacher(self.student, self.options.teacher, self.options.ema_rate, resume_from,
                                    device=self.device, dtype=self.dtype)
         self._step_stats: dict[str, float] = {}
 

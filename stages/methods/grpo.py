@@ -98,15 +98,16 @@ class GRPO(Method):
     """GRPO in the distill loop; see the module docstring."""
 
     Options = GRPOOptions
+    options: GRPOOptions
     metrics = ("pg_loss", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "adv_abs_mean",
                "kl_ref", "zero_var_groups", "no_logprob_rows", "rollout_logp_abs_diff", "rollout_is_mean")
 
-    def __init__(self, options: GRPOOptions, config: Any, resume_from: Path | None, state: dict) -> None:
-        super().__init__(options, config, resume_from, state)
-        self.update_epochs = options.ppo_epochs
+    def __init__(self, config: Any, resume_from: Path | None, state: dict) -> None:
+        super().__init__(config, resume_from, state)
+        self.update_epochs = self.options.ppo_epochs
         self.temperature = config.temperature if config.temperature > 0 else 1.0  # greedy: T=1 log-probs
         self.reference_policy = None  # full fine-tuning with a KL: a frozen copy of the initial weights
-        if options.kl_coef > 0 and self.student.adapter is None:
+        if self.options.kl_coef > 0 and self.student.adapter is None:
             from stages.core.models.assembly import frozen_teacher_copy
             from stages.core.models.backbone import load_policy
             initial = load_policy(config.model, dtype=self.dtype, device=self.device)[0]

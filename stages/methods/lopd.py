@@ -44,12 +44,14 @@ class LOPD(Method):
     """LOPD in the distill loop; see the module docstring. ``beta`` is the dual variable."""
 
     Options = LOPDOptions
+    options: LOPDOptions
     retrieves = True
     metrics = ("reverse_kl", "Delta", "beta", "anchor", "margin_term", "latent_norm", "grad_norm_composer",
                "experiences", "no_experience_frac")
     needs_composer = True
 
-    def __init__(self, options: LOPDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
+    def __init__(self, config: Any, resume_from: Path | None, state: dict) -> None:
+        options: LOPDOptions = config.options
         if options.max_exp_tokens is None:
             raise ValueError("lopd: options not resolved against the composer (LOPDOptions.resolve; "
                              "stages.distill.settings.settings and DistillConfig.resolved do it)")
@@ -57,7 +59,7 @@ class LOPD(Method):
         self.placement = get_placement(self.composer_cfg.get("placement", "prefix"))
         self.beta = state.get("beta", options.beta0)
         self.shared: SharedLatents | None = None  # the current update's latents (begin_update)
-        super().__init__(options, config, resume_from, state)
+        super().__init__(config, resume_from, state)
 
     def build_student(self, resume_from: Path | None) -> Student:
         """Student, composer phi and frozen phi_0 on one backbone (:func:`stages.core.models.assembly.load_models`)."""

@@ -42,12 +42,13 @@ class LOPDText(Method):
     """LOPD with its experiences as text in the teacher's context (module docstring)."""
 
     Options = LOPDTextOptions
+    options: LOPDTextOptions
     retrieves = True
     metrics = ("reverse_kl", "Delta", "context_tokens", "experiences", "no_experience_frac")
 
-    def __init__(self, options: LOPDTextOptions, config: Any, resume_from: Path | None, state: dict) -> None:
-        super().__init__(options, config, resume_from, state)
-        self.placement = get_placement(options.placement)
+    def __init__(self, config: Any, resume_from: Path | None, state: dict) -> None:
+        super().__init__(config, resume_from, state)
+        self.placement = get_placement(self.options.placement)
         self.teacher = TextTeacher(self.student, "frozen", device=self.device, dtype=self.dtype)
 
     prepare = LOPD.prepare  # the same J retrieved training-split experiences per row as LOPD's

@@ -147,11 +147,12 @@ class SDPO(Method):
     """SDPO in the distill loop; see the module docstring."""
 
     Options = SDPOOptions
+    options: SDPOOptions
     metrics = ("reverse_kl", "distill_loss", "is_ratio", "is_clip_frac", "student_tail_mass",
                "teacher_tail_mass", "distill_tokens", "no_context_frac", "sibling_frac", "feedback_frac")
 
-    def __init__(self, options: SDPOOptions, config: Any, resume_from: Path | None, state: dict) -> None:
-        super().__init__(options, config, resume_from, state)
+    def __init__(self, config: Any, resume_from: Path | None, state: dict) -> None:
+        super().__init__(config, resume_from, state)
         s = self.student
         saved = resume_from / TEACHER if resume_from else None
         if s.adapter is None:  # full fine-tuning: a separate frozen module

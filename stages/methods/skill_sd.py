@@ -232,11 +232,12 @@ class SkillSD(GRPO):
     """Skill-SD in the distill loop; see the module docstring."""
 
     Options = SkillSDOptions
+    options: SkillSDOptions
     metrics = GRPO.metrics + ("sdl", "sdl_gap", "no_skill_frac", "skills_written", "bank_size", "skill_credits")
     data_parallel = False  # prepare writes the skills table and generates summaries
 
-    def __init__(self, options: SkillSDOptions, config: Any, resume_from: Path | None, state: dict) -> None:
-        super().__init__(options, config, resume_from, state)
+    def __init__(self, config: Any, resume_from: Path | None, state: dict) -> None:
+        super().__init__(config, resume_from, state)
         self.teacher_model = None if self.student.adapter else frozen_teacher_copy(self.student.model)
         self.sync_teacher()  # the teacher is the current student (restored one on resume)
         self.bank = SkillBank(ExperienceStore.open(config.store, create=False).db, config.run_id)
