@@ -93,9 +93,9 @@ class Bench:
         prepare: ``(config) -> BenchRun``; raises :class:`EnvError` with the flag to pass when
             data is missing.
         score: ``(config, run, trajectories) -> (scores, per-task extras by task_id)``.
-        reference_nll: also score each task's verified reference action by its log-likelihood
-            under the evaluated model (single-turn benches whose environment has references;
-            see :func:`stages.evaluate.reference_nll`).
+        reference_nll: also score each task's verified reference action (a multi-turn task: its
+            first action) by its log-likelihood under the evaluated model (benches whose
+            environment has references; see :func:`stages.evaluate.reference_nll`).
     """
 
     name: str
@@ -481,9 +481,12 @@ for _bench in (
     Bench("mbpp-plus", "code", 512, 1, _evalplus_prepare, _evalplus_score),
     Bench("acebench", "acebench", 256, 20, _acebench_prepare, _acebench_score),
     Bench("envscaler", "envscaler", 256, 30, _envscaler_prepare, _success_scores),
-    Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores),
-    Bench("lopd-bed-values", "lopd-bed", 64, 6, _simple("lopd-bed", split="test_values"), _success_scores),
-    Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores),
+    Bench("lopd-bed", "lopd-bed", 64, 6, _simple("lopd-bed"), _success_scores,
+          reference_nll=True),
+    Bench("lopd-bed-values", "lopd-bed", 64, 6, _simple("lopd-bed", split="test_values"), _success_scores,
+          reference_nll=True),
+    Bench("lopd-bed-transfer", "lopd-bed", 64, 6, _simple("lopd-bed", split="transfer"), _success_scores,
+          reference_nll=True),
     Bench("livecodebench", "livecodebench", 1024, 1, _livecodebench_prepare, _pass_at_1),
 ):
     BENCHES.add(_bench.name, _bench)
