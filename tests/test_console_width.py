@@ -1,5 +1,6 @@
-"""Every table the CLI prints reads whole in a 100-column console: no line past 100 characters,
-the title's words intact (never folded mid-word into a narrower table), no cell cut to "…"."""
+"""What the CLI prints reads whole in a 100-column console: every table has no line past 100
+characters, its title's words intact (never folded mid-word into a narrower table), no cell cut to
+"…"; a distill step's line breaks only between its fields."""
 from __future__ import annotations
 
 import json
@@ -96,3 +97,21 @@ def test_every_table_fits_100_columns_with_its_title_words_whole(name, tmp_path,
     assert "…" not in text, text  # no cell cut short
     above = set(text.split("┏")[0].split())  # the title's words: everything above the top border
     assert [w for w in title.split() if w not in above] == [], text
+
+
+def test_a_distill_step_breaks_only_between_fields_at_100_columns():
+    from types import SimpleNamespace
+
+    from stages.distill.recipe import Distiller
+    from stages.methods.lopd import LOPD
+
+    row = {"step": 12, "reward_mean": 0.125, "success_rate": 0.0625, "loss": 0.12345, "tokens_per_s": 123.4,
+           "seconds": 45.6, "peak_rss_mb": 2345.0, "skipped_rows": 0, "action_tokens": 100,
+           **{k: 12.25 for k in LOPD.metrics}}  # at 100 columns rich broke "margin_term | 12.25"
+    text = _rendered(lambda c: Distiller._log(SimpleNamespace(
+        console=c, method=SimpleNamespace(metrics=LOPD.metrics), config=SimpleNamespace(steps=20), logger=None), row))
+    lines = text.splitlines()
+    assert lines[0].startswith("step 12/20 reward 0.125") and max(len(line) for line in lines) <= WIDTH, text
+    fields = ["reward 0.125", "success 6%", *(f"{k} 12.25" for k in LOPD.metrics), "loss 0.1235", "123 tok/s",
+              "2345 MB"]
+    assert [f for f in fields if not any(f in line for line in lines)] == [], text  # none split over two lines
