@@ -66,5 +66,8 @@ if [ "$BED" = 1 ]; then
   evaluate lopd-bed bed-sft --limit "$BED_TASKS" --batch-size 10
   lopd evaluate --compare "$RUN/eval/lopd-bed-base.json" "$RUN/eval/lopd-bed-bed-sft.json"
 fi
-lopd report "$RUN/composer0" "$RUN/lopd" "$RUN/eval/bfcl-single-base.json" --out "$RUN/report"  # training curves + summary.md
+# training curves + summary.md: every training of this run and every evaluation report in $RUN/eval
+inputs=("$RUN/composer0" "$RUN/lopd" "$RUN/eval")
+if [ "$BED" = 1 ]; then inputs+=("$RUN/bed-sft"); fi
+lopd report "${inputs[@]}" --out "$RUN/report"
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN, plots in $RUN/report"
