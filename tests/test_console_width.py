@@ -115,3 +115,14 @@ def test_a_distill_step_breaks_only_between_fields_at_100_columns():
     fields = ["reward 0.125", "success 6%", *(f"{k} 12.25" for k in LOPD.metrics), "loss 0.1235", "123 tok/s",
               "2345 MB"]
     assert [f for f in fields if not any(f in line for line in lines)] == [], text  # none split over two lines
+
+
+def test_a_plan_breaks_its_long_lines_at_spaces_at_100_columns():
+    from typer.testing import CliRunner
+
+    from lopd_cli.main import app
+
+    out = CliRunner().invoke(app, ["plan", "--model", "qwen3-4b", "--gpu-gb", "16"]).output
+    assert max(len(line) for line in out.splitlines()) <= WIDTH, out
+    assert "plan: qwen3-4b (4.02B parameters), --method lopd, LoRA rank 8, bfloat16, not sharded; micro-batch 4 x " \
+           "2048 tokens" in " ".join(x.strip() for x in out.splitlines()), out  # whole words, in order
