@@ -187,9 +187,10 @@ def read_inputs(given: list[Path]) -> Inputs:
                 elif file.is_relative_to(path):
                     parts.append(f"run `{label}`: {unread[label]}")
                     problems.append(f"{file.parent}: {unread[label]}")
-            for name, report in find_reports([path]):
-                found.setdefault(name, report)
-                parts.append(f"evaluation report `{name}`")
+            reports = find_reports([path])
+            found.update({name: report for name, report in reports if name not in found})
+            if reports:
+                parts.append(f"{len(reports)} evaluation report(s): " + ", ".join(f"`{name}`" for name, _ in reports))
             why = None if parts else f"no {METRICS_FILE} under it, nor an evaluation report"
         elif path.is_file():
             report = report_or_reason(path)
