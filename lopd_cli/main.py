@@ -226,7 +226,7 @@ def study(
 @app.command()
 @friendly
 def report(
-    runs: list[str] = typer.Argument(..., metavar="RUN", help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out).", show_default=False),
+    runs: list[str] = typer.Argument(..., metavar="RUN", help="Run folders: coldstart, distill or study folders (several are overlaid), folders of evaluation reports, or report files (lopd evaluate --out); summary.md has a line for each, or why it gave nothing.", show_default=False),
     out: Optional[str] = typer.Option(None, "--out", help="Where the plots and summary.md go (default: <first run folder>/report; report files alone: <their folder>/report)."),
     samples_steps: int = typer.Option(3, "--samples-steps", min=0, help="Sample rollouts (first, best, worst) of the last N steps of each distill run in summary.md, from its experience store; 0 = none."),
 ) -> None:

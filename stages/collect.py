@@ -12,12 +12,12 @@ from pathlib import Path
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from schemas import Task, Trajectory
 from stages.envs import EnvError, make_env
 from stages.core.exec import isolation
 from stages.core.models.backbone import DEFAULT_MODEL
+from stages.core.run.printing import titled_table
 from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import config_run_id, git_commit, write_manifest
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
@@ -209,7 +209,7 @@ def run(config: CollectConfig, console: Console | None = None) -> CollectReport:
 
 
 def _print_summary(console: Console, r: CollectReport, config: CollectConfig) -> None:
-    table = Table(title=f"collect {config.env}/{config.split} -> {config.store}")
+    table = titled_table(f"collect {config.env}/{config.split} -> {config.store}")
     for col in ("tasks", "trajectories", "mean reward", "success rate", "tokens/s", "wall s"):
         table.add_column(col, justify="right")
     table.add_row(str(r.tasks), str(r.trajectories), f"{r.mean_reward:.3f}",

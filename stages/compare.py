@@ -14,6 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from stages.benches import standard_error
+from stages.core.run.printing import titled_table
 
 
 def _load_report(path: Path) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def compare(paths: list[Path]) -> Table:
     """
     reports = _reports(paths)
     on_fixtures = " (on bundled test fixtures, not the benchmark)" if reports[0].get("fixtures") else ""
-    table = Table(title=f"compare {reports[0]['bench']}{on_fixtures}")
+    table = titled_table(f"compare {reports[0]['bench']}{on_fixtures}")
     table.add_column("metric", overflow="fold")
     for label in _labels(paths, reports):
         table.add_column(label, justify="right", overflow="fold")  # a long model path wraps, never cut to "…"

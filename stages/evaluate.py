@@ -34,6 +34,7 @@ from stages.envs import EnvError, check_episode_rules
 from stages.core.exec import isolation
 from stages.core.models.backbone import DEFAULT_MODEL
 from stages.core.run.outputs import PartialResults, check_overwrite, partial_path
+from stages.core.run.printing import titled_table
 from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import git_commit
 from stages.engines.prefix_cache import PREFIX_CACHE_TOKENS
@@ -439,7 +440,7 @@ def _task_row(t: Trajectory, extra: dict[str, Any]) -> dict[str, Any]:
 def report_table(report: dict[str, Any]) -> Table:
     """Scores and behaviour statistics of one report as a two-column rich table."""
     rules = f"; {report['rules']}" if report.get("rules") else ""
-    table = Table(title=f"{report['bench']} - {report['model']}", caption=f"{len(report['per_task'])} tasks{rules}")
+    table = titled_table(f"{report['bench']} - {report['model']}", caption=f"{len(report['per_task'])} tasks{rules}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in report["scores"].items():

@@ -38,6 +38,7 @@ below tried in turn, each kept while it lowers the peak, until the peak fits.
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -278,8 +279,9 @@ def plan(p: PlanInput) -> Plan:
     return out
 
 
-def render(p: PlanInput, result: Plan) -> str:
-    """The plan as text: one line per component (GB per rank), both phases and the verdict."""
+def render(p: PlanInput, result: Plan, width: int = 100) -> str:
+    """The plan as text: one line per component (GB per rank), both phases and the verdict; a
+    line longer than ``width`` characters is broken at spaces (continued indented), never in a word."""
     sharding = f"FSDP2 over {p.nproc} ranks" if p.shard == "fsdp" and p.nproc > 1 else "not sharded"
     student = "full fine-tuning" if p.student_lora_rank == 0 else f"LoRA rank {p.student_lora_rank}"
     lines = [f"plan: {p.backbone} ({result.params / 1e9:.2f}B parameters), --method {p.method}, {student}, "
@@ -295,7 +297,8 @@ def render(p: PlanInput, result: Plan) -> str:
                  f"({(result.gpu_bytes - result.peak) / GB:+.1f} GB headroom)")
     if not result.fits:
         lines.append(render_fit(fitting(p), p.gpu_gb))
-    return "\n".join(lines)
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False,
+                                   drop_whitespace=True) if len(line) > width else line for line in lines)
 
 
 # The changes :func:`fitting` tries, in this order: (field, the next value after the current

@@ -9,10 +9,14 @@ evaluation reports alone is summarised without plots. Writes into ``out``:
 - one PNG per metric group present (rewards, losses, coldstart's held-out NLL, LOPD's dual,
   anchor and latents, gradient norms, seconds per step, peak memory): one panel per metric, one line per run, against
   generations when every row has them (distill), else against steps;
-- ``summary.md``: per run the steps, first / last / min / max of each metric (for a distill run
-  also sample rollouts of its last steps: :mod:`stages.samples`; for a cold start its ladder of
-  controls, ``ladder.json``: :mod:`stages.coldstart.ladder.rungs`), and the scores of the evaluation
-  reports found.
+- ``summary.md``: first a line per path given: the runs and evaluation reports read from it, or
+  why nothing was (no such path, not an evaluation report, no step yet); then per run the steps,
+  first / last / min / max of each metric (for a distill run also sample rollouts of its last
+  steps: :mod:`stages.samples`; for a cold start its ladder of controls, ``ladder.json``:
+  :mod:`stages.coldstart.ladder.rungs`), and the scores of the evaluation reports found.
+
+A path that cannot be read is a warning and its line in the summary; only when no path gives a
+run or a report is it an error.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
+from rich.markup import escape
 
 from stages.core.data.inputs import read_utf8
 from stages.core.run.runs import METRICS_FILE
@@ -71,7 +76,8 @@ class ReportConfig(BaseModel):
 def find_runs(folders: list[Path]) -> dict[str, Path]:
     """``{label: metrics file}`` for every ``metrics.jsonl`` under ``folders`` (labels are the
     path below the given folder, ``train`` and ``runs`` parts dropped; prefixed by the folder's
-    name when several folders are given).
+    name when several folders are given; the run folder's whole path where that label is taken,
+    e.g. two folders named ``lopd``).
 
     Raises:
         FileNotFoundError: a folder does not exist.
@@ -83,7 +89,7 @@ def find_runs(folders: list[Path]) -> dict[str, Path]:
         for path in sorted(folder.rglob(METRICS_FILE)):
             parts = [p for p in path.parent.relative_to(folder).parts if p not in ("train", "runs")]
             label = "/".join(([folder.name] if len(folders) > 1 or not parts else []) + parts)
-            found[label] = path
+            found[label if label not in found else str(path.parent)] = path
     return found
 
 
@@ -105,15 +111,20 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_report(path: Path) -> dict[str, Any] | None:
-    """The evaluate report in ``path`` (a JSON object with ``bench`` and ``scores``), else None."""
+def report_or_reason(path: Path) -> dict[str, Any] | str:
+    """The evaluate report in ``path`` (a JSON object with ``bench`` and ``scores``), else why
+    not, in words (e.g. ``"not JSON (Expecting value at line 1 column 1)"``)."""
     if path.stat().st_size > 50_000_000:
-        return None
+        return "larger than 50 MB, not read"
     try:
         report = json.loads(read_utf8(path))
-    except (json.JSONDecodeError, ValueError):
-        return None
-    return report if isinstance(report, dict) and isinstance(report.get("scores"), dict) and "bench" in report else None
+    except json.JSONDecodeError as err:
+        return f"not JSON ({err.msg} at line {err.lineno} column {err.colno})"
+    except ValueError as err:  # unreadable, or not UTF-8: the message names the file first
+        return str(err).removeprefix(f"{path}: ")
+    if isinstance(report, dict) and isinstance(report.get("scores"), dict) and "bench" in report:
+        return report
+    return "not an evaluation report (a lopd evaluate --out JSON with bench and scores)"
 
 
 def _inside(model: Any, folder: Path) -> bool:
@@ -123,28 +134,76 @@ def _inside(model: Any, folder: Path) -> bool:
     return Path(model).resolve().is_relative_to(folder.resolve())
 
 
-def find_reports(folders: list[Path], files: list[Path] = ()) -> list[tuple[str, dict[str, Any]]]:
-    """``(path, report)`` for every evaluate report under ``folders``, in ``files``, and in the
-    ``eval`` folder beside each of ``folders`` when its ``model`` lies inside that folder.
-
-    Raises:
-        ValueError: a file of ``files`` is no evaluate report.
-    """
+def find_reports(folders: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """``(path, report)`` for every evaluate report under ``folders``, and in the ``eval``
+    folder beside each of them when its ``model`` lies inside that folder."""
     found: dict[str, dict[str, Any]] = {}
-    for path in files:
-        report = read_report(path)
-        if report is None:
-            raise ValueError(f"{path}: not an evaluation report (a lopd evaluate --out JSON with bench and scores)")
-        found[str(path)] = report
     for folder in folders:
         for path in sorted(folder.rglob("*.json")):
-            if (report := read_report(path)) is not None:
+            if isinstance(report := report_or_reason(path), dict):
                 found.setdefault(str(path), report)
         beside = folder.parent / "eval"
         for path in sorted(beside.glob("*.json")) if beside.resolve() != folder.resolve() else []:
-            if (report := read_report(path)) is not None and _inside(report.get("model"), folder):
+            if isinstance(report := report_or_reason(path), dict) and _inside(report.get("model"), folder):
                 found.setdefault(str(path), report)
     return list(found.items())
+
+
+class Inputs(BaseModel):
+    """What the paths given to `lopd report` hold: ``metric_files`` (:func:`find_runs`), ``runs``
+    their rows by label (runs with a step), ``reports`` ``(path, report)``, ``lines`` one markdown
+    line per path given (what was read from it, or why nothing was) and ``problems`` one line
+    ``"PATH: why"`` per path or run that gave nothing."""
+
+    metric_files: dict[str, Path]
+    runs: dict[str, list[dict]]
+    reports: list[tuple[str, dict[str, Any]]]
+    lines: list[str]
+    problems: list[str]
+
+
+def read_inputs(given: list[Path]) -> Inputs:
+    """Read every path given (:class:`Inputs`): a folder's runs (:func:`find_runs`) and evaluation
+    reports (:func:`find_reports`), a file as an evaluation report; nothing raises for one path."""
+    metric_files = find_runs([p for p in given if p.is_dir()])
+    runs, unread = {}, {}
+    for label, path in metric_files.items():
+        try:
+            rows = read_rows(path)
+        except ValueError as err:  # unreadable, or not UTF-8
+            rows, unread[label] = [], str(err).removeprefix(f"{path}: ")
+        if rows:
+            runs[label] = rows
+        else:
+            unread.setdefault(label, f"its {METRICS_FILE} holds no step yet")
+    found: dict[str, dict[str, Any]] = {}
+    lines, problems = [], []
+    for path in given:
+        parts, why = [], None
+        if path.is_dir():
+            for label, file in metric_files.items():
+                if file.is_relative_to(path) and label in runs:
+                    parts.append(f"run `{label}` ({len(runs[label])} steps, last {runs[label][-1]['step']})")
+                elif file.is_relative_to(path):
+                    parts.append(f"run `{label}`: {unread[label]}")
+                    problems.append(f"{file.parent}: {unread[label]}")
+            reports = find_reports([path])
+            found.update({name: report for name, report in reports if name not in found})
+            if reports:
+                parts.append(f"{len(reports)} evaluation report(s): " + ", ".join(f"`{name}`" for name, _ in reports))
+            why = None if parts else f"no {METRICS_FILE} under it, nor an evaluation report"
+        elif path.is_file():
+            report = report_or_reason(path)
+            if isinstance(report, dict):
+                found.setdefault(str(path), report)
+                parts.append(f"evaluation report ({report['bench']}, {report.get('model', '-')})")
+            else:
+                why = report
+        else:
+            why = "no such run folder or report file"
+        lines.append(f"- `{path}`: " + ("; ".join(parts) if why is None else f"not read: {why}"))
+        problems += [] if why is None else [f"{path}: {why}"]
+    return Inputs(metric_files=metric_files, runs=runs, reports=list(found.items()), lines=lines, problems=problems)
 
 
 def _numeric(rows: list[dict], key: str) -> list[tuple[int, float]]:
@@ -281,13 +340,14 @@ def summary_row(path: str, report: dict[str, Any]) -> str:
 
 
 def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
-            samples: dict[str, list[str]] | None = None, ladders: dict[str, Ladder] | None = None) -> str:
-    """The markdown summary: metrics per run (first, last, min, max), its ``samples`` lines
-    (sample rollouts, by run label) and a cold start's ladder of controls (``ladders``, by run
-    label), then evaluation scores."""
+            samples: dict[str, list[str]] | None = None, ladders: dict[str, Ladder] | None = None,
+            inputs: list[str] = ()) -> str:
+    """The markdown summary: the ``inputs`` lines (:func:`read_inputs`), metrics per run (first,
+    last, min, max), its ``samples`` lines (sample rollouts, by run label) and a cold start's
+    ladder of controls (``ladders``, by run label), then evaluation scores."""
     from stages.coldstart.ladder.rungs import ladder_markdown
 
-    lines = ["# Run report", ""]
+    lines = ["# Run report", ""] + (["## Inputs", "", *inputs, ""] if inputs else [])
     for label, rows in runs.items():
         keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "step" and _numeric(rows, k)]
         lines += [f"## {label}", "", f"{len(rows)} steps (last: {rows[-1]['step'] if rows else '-'}).", "",
@@ -324,24 +384,23 @@ def lopd_margins(folders: dict[str, Path]) -> dict[str, float]:
 def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
     """Write the plots and ``summary.md`` of ``config.runs`` into ``config.out``; returns what was written.
 
+    A path that gives nothing (missing, not a report, no step yet) is a warning and its line in
+    ``summary.md`` (:func:`read_inputs`).
+
     Raises:
-        FileNotFoundError: a run folder does not exist.
-        ValueError: a file given is no evaluation report; neither a metrics row nor an evaluation
-            report in any of them.
+        ValueError: no path gives a metrics row or an evaluation report (one line: each path and why).
     """
     console = console or Console()
     given = [Path(r) for r in config.runs]
-    files = [p for p in given if p.is_file()]
-    folders = [p for p in given if not p.is_file()]
-    metric_files = find_runs(folders)
-    runs = {label: rows for label, path in metric_files.items() if (rows := read_rows(path))}
-    reports = find_reports(folders, files)
+    inputs = read_inputs(given)
+    metric_files, runs, reports = inputs.metric_files, inputs.runs, inputs.reports
     if not runs and not reports:
-        where = ", ".join(config.runs)
-        raise ValueError(f"the {METRICS_FILE} files under {where} hold no step yet, and no evaluation report is there"
-                         if metric_files else f"no {METRICS_FILE} under {where}, nor an evaluation report (give a "
-                         "coldstart, distill or study folder, a folder of lopd evaluate reports, or report files)")
-    out = Path(config.out) if config.out else (folders[0] if folders else files[0].parent) / "report"
+        raise ValueError("; ".join(inputs.problems) + (" (give a coldstart, distill or study folder, a folder of "
+                                                      "lopd evaluate reports, or report files)"))
+    for problem in inputs.problems:
+        console.print(f"[yellow]warning:[/] {escape(problem)} (its line in summary.md says so)", soft_wrap=True)
+    first = next(p if p.is_dir() else p.parent for p in given if p.exists())
+    out = Path(config.out) if config.out else first / "report"
     out.mkdir(parents=True, exist_ok=True)
     x = "generations" if all("generations" in r for rows in runs.values() for r in rows) else "step"
     plots = []
@@ -356,7 +415,7 @@ def run(config: ReportConfig, console: Console | None = None) -> dict[str, Any]:
     samples = {label: run_samples(metric_files[label].parent, config.samples_steps) for label in runs}
     ladders = {label: Ladder.model_validate_json(read_utf8(path)) for label in runs
                if (path := metric_files[label].parent / LADDER).is_file()}
-    (out / "summary.md").write_text(summary(runs, reports, samples, ladders))
+    (out / "summary.md").write_text(summary(runs, reports, samples, ladders, inputs.lines))
     console.print(f"[bold]report[/] of {len(runs)} run(s) ({', '.join(runs) or 'no metrics'}) and {len(reports)} "
                   f"evaluation report(s): {', '.join([*plots, 'summary.md'])} written to {out}", soft_wrap=True)
     return {"out": str(out), "plots": plots, "runs": list(runs), "reports": [p for p, _ in reports]}

@@ -17,9 +17,9 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from stages.core.data.store import TRAJECTORIES, StoreError, lance_failure, unreadable_message
+from stages.core.run.printing import titled_table
 
 
 class StoreAdminConfig(BaseModel):
@@ -183,9 +183,10 @@ def run_versions(config: StoreAdminConfig, console: Console | None = None) -> li
     """Print the table of versions (`lopd store versions`) and return them."""
     console = console or Console()
     versions = list_versions(config.store, config.table, console)
-    table = Table(title=f"{config.store}: table '{config.table}'")
-    for col in ("version", "written", "rows", "readable"):
-        table.add_column(col, justify="right" if col in ("version", "rows") else "left")
+    table = titled_table(f"{config.store}: table '{config.table}'")
+    for col in ("version", "written", "rows"):
+        table.add_column(col, justify="right" if col != "written" else "left", no_wrap=True)
+    table.add_column("readable", overflow="fold")  # a problem's long path wraps, never cut to "…"
     for v in versions:
         table.add_row(str(v.version), f"{v.timestamp:%Y-%m-%d %H:%M:%S}", str(v.rows),
                       "yes" if v.readable else f"[red]no[/]: {v.problem}")

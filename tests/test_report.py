@@ -90,29 +90,70 @@ def test_a_run_reports_its_evaluations_beside_it_and_report_files_given(tmp_path
     assert "mean_reward 0.500" in text and "mean_reward 0.125" in text and "mean_reward 0.750" not in text
     assert "## lopd" in text and (tmp_path / "runs" / "lopd" / "report" / "reward.png").is_file()
     (tmp_path / "notes.json").write_text("{}")
-    result = runner.invoke(app, ["report", str(tmp_path / "runs" / "lopd"), str(tmp_path / "notes.json")])
+    result = runner.invoke(app, ["report", str(tmp_path / "notes.json")])
     assert result.exit_code == 2 and "notes.json: not an evaluation report" in result.output
 
 
-def test_the_quickstart_s_report_shows_the_base_model_and_the_student(tmp_path):
-    """examples/quickstart/run.sh's `lopd report` line, on a run folder laid out as the script leaves it."""
-    import shlex
+def test_summary_names_every_input_with_its_numbers_or_why_it_gave_none(tmp_path):
+    """Each path given has its line in summary.md; nothing is dropped in silence, not even a run
+    whose folder has the name of another's (two `lopd` folders), and one bad path costs its line only."""
+    _write(tmp_path / "a" / "lopd", _distill_rows(1.0))
+    _write(tmp_path / "b" / "lopd", [{"step": 1, "loss": 7.5}])
+    _write(tmp_path / "fresh", [])  # started, no step yet
+    (tmp_path / "bare").mkdir()
+    _eval_report(tmp_path / "eval" / "base.json", "smollm2-135m", 0.125)
+    _eval_report(tmp_path / "kept.json", "runs/x/final/student", 0.375)
+    (tmp_path / "notes.json").write_text("{}")
+    (tmp_path / "cut.json").write_text('{"bench": ')
+    given = [tmp_path / n for n in ("a/lopd", "b/lopd", "fresh", "bare", "eval", "kept.json", "notes.json",
+                                    "cut.json", "gone")]
+    result = runner.invoke(app, ["report", *map(str, given), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "r" / "summary.md").read_text()
+    lines = {path: next((x for x in text.splitlines() if x.startswith(f"- `{path}`: ")), None) for path in given}
+    assert None not in lines.values(), text
+    assert "(3 steps, last 3)" in lines[given[0]] and "(1 steps, last 1)" in lines[given[1]]
+    assert "| reward_mean | 0.1 | 0.3 | 0.1 | 0.3 |" in text and "| loss | 7.5 | 7.5 | 7.5 | 7.5 |" in text
+    assert "no step yet" in lines[given[2]] and "no metrics.jsonl under it" in lines[given[3]]
+    assert "base.json" in lines[given[4]] and "mean_reward 0.125" in text and "mean_reward 0.375" in text
+    assert "not read: not an evaluation report" in lines[given[6]] and "not read: not JSON" in lines[given[7]]
+    assert "not read: no such run folder" in lines[given[8]]
+    for path in given[2:4] + given[6:]:  # each unread path also warned of, in one line
+        assert str(path) in result.output.replace("\n", "")
+
+
+def test_the_quickstart_s_report_shows_every_training_and_evaluation(tmp_path):
+    """examples/quickstart/run.sh's `lopd report` line, run by bash on a run folder laid out as the
+    script leaves it (BFCL=1 included): the warm start, the composer, the LOPD student and every
+    evaluation are in summary.md."""
+    import subprocess
     from pathlib import Path
 
     script = (Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "run.sh").read_text()
-    line = next(x for x in script.splitlines() if x.startswith("lopd report "))
+    start = script.index("\nlopd report ")
+    line = script[start:script.index("\n", start + 1)]
     run = tmp_path / "quickstart"
-    _write(run / "composer0", [{"step": s, "loss": 1.0 / s} for s in (1, 2)])
+    _write(run / "warm", [{"step": s, "nll": 2.0 / s} for s in (1, 2, 3, 4)])
+    _write(run / "composer", [{"step": s, "loss": 1.0 / s} for s in (1, 2)])
     _write(run / "lopd", _distill_rows(1.0))
-    (run / "lopd" / "final" / "student").mkdir(parents=True)
-    _eval_report(run / "eval" / "bfcl-single-base.json", "smollm2-135m", 0.125)
-    _eval_report(run / "eval" / "bfcl-single-lopd.json", run / "lopd" / "final" / "student", 0.5)
-    args = shlex.split(line.split("#")[0].replace("$RUN", str(run)))[1:]
+    for name, student, score in (("lopd-bed-warm", "warm", 0.05), ("lopd-bed-lopd", "lopd", 0.1),
+                                 ("bfcl-single-warm", "warm", 0.0), ("bfcl-single-lopd", "lopd", 0.125)):
+        model = run / student / "final" / "student"
+        model.mkdir(parents=True, exist_ok=True)
+        _eval_report(run / "eval" / f"{name}.json", model, score)
+    # `lopd` stands for a function that writes its arguments, one per line
+    subprocess.run(["bash", "-c", f"set -eu; lopd() {{ printf '%s\\n' \"$@\" > args; }}\n{line}"], cwd=tmp_path,
+                   env={"RUN": str(run), "PATH": "/usr/bin:/bin"}, check=True)
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[0] == "report"
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     text = (run / "report" / "summary.md").read_text()
-    assert "bfcl-single-base.json" in text and "mean_reward 0.125" in text  # the base model
-    assert "bfcl-single-lopd.json" in text and "mean_reward 0.500" in text  # the student
+    assert "## warm" in text and "| nll | 2 | 0.5 | 0.5 | 2 |" in text  # the warm start
+    assert "## composer" in text and "## lopd" in text
+    assert "lopd-bed-warm.json" in text and "mean_reward 0.050" in text
+    assert "lopd-bed-lopd.json" in text and "mean_reward 0.100" in text
+    assert "bfcl-single-lopd.json" in text and "mean_reward 0.125" in text
 
 
 def _distill_run(tmp_path, store_path):

@@ -66,7 +66,7 @@ if [ "$BFCL" = 1 ]; then
   evaluate bfcl-single lopd "$RUN/lopd/final/student" --limit "$HELDOUT" --max-new-tokens 96 --batch-size 8
   lopd evaluate --compare "$RUN/eval/bfcl-single-warm.json" "$RUN/eval/bfcl-single-lopd.json"
 fi
-step "report: training curves, summary.md and what happened"
-lopd report "$RUN/warm" "$RUN/composer" "$RUN/lopd" "$RUN"/eval/*.json --out "$RUN/report"  # plots + summary.md
+step "report: training curves, summary.md (every training and evaluation of this run) and what happened"
+lopd report "$RUN/warm" "$RUN/composer" "$RUN/lopd" "$RUN/eval" --out "$RUN/report"
 python "$here/closing.py" "$RUN"
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN, plots in $RUN/report"

@@ -54,7 +54,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
 from stages.coldstart.composer import FINAL, initial_phi, new_composer
 from stages.coldstart.data import ColdstartData, split_targets, successful_trajectories
@@ -70,6 +69,7 @@ from stages.core.models.composer import (
     Composer, adapter_parameters, base_parameters, enable_activation_checkpointing, save_composer,
 )
 from stages.core.models.assembly import load_composer
+from stages.core.run.printing import titled_table
 from stages.core.run.progress import StageProgress
 from stages.core.run.tracking import RunLogger, check_logger
 from stages.core.run.resources import map_large_blocks, peak_rss_mb, release_free_memory, rss_mb
@@ -447,9 +447,9 @@ def run(config: ColdstartConfig, console: Console | None = None, embedder=None) 
 
 
 def _print_summary(console: Console, r: ColdstartReport) -> None:
-    table = Table(title=f"coldstart -> {r.out}")
+    table = titled_table(f"coldstart -> {r.out}")
     table.add_column("what")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")  # the composer's path wraps, never cut to "…"
     table.add_row("steps", f"{r.start_step} -> {r.steps}")
     table.add_row("train / held-out trajectories", f"{r.train_trajectories} / {r.heldout_trajectories}")
     table.add_row(f"final train loss (mean of the last {r.final_loss_steps} steps)" if r.final_loss_steps

@@ -38,6 +38,7 @@ from stages.core.models.backbone import disable_dropout, resolve_device_dtype
 from stages.core.models.composer import base_model, enable_activation_checkpointing
 from stages.core.run import checkpoint as ckpt
 from stages.core.run import distributed, resources, runs, sharding
+from stages.core.run.printing import field_lines
 from stages.core.run.provenance import git_commit
 from stages.core.run.tracking import RunLogger
 from stages.distill.checks import preflight
@@ -379,11 +380,12 @@ class Distiller:
                                    "mix)", soft_wrap=True)
 
     def _log(self, row: dict) -> None:
-        shown = " ".join(f"{k} {row[k]:.4g}" for k in self.method.metrics if k in row)
-        self.console.print(
-            f"step {row['step']}/{self.config.steps} reward {row['reward_mean']:.3f} "
-            f"success {row['success_rate']:.0%} {shown} loss {row['loss']:.4f} "
-            f"| {row['tokens_per_s']:.0f} tok/s, {row['seconds']:.1f}s, {row['peak_rss_mb']:.0f} MB")
+        fields = [f"step {row['step']}/{self.config.steps}", f"reward {row['reward_mean']:.3f}",
+                  f"success {row['success_rate']:.0%}", *(f"{k} {row[k]:.4g}" for k in self.method.metrics if k in row),
+                  f"loss {row['loss']:.4f}", f"| {row['tokens_per_s']:.0f} tok/s,", f"{row['seconds']:.1f}s,",
+                  f"{row['peak_rss_mb']:.0f} MB"]
+        # one line per step where it fits; else broken between fields, never inside one
+        self.console.print(field_lines(fields, self.console.width), soft_wrap=True)
         if row["skipped_rows"]:
             trained = "no action token was trained" if not row["action_tokens"] else f"{row['action_tokens']} action tokens trained"
             self.console.print(f"[yellow]warning:[/] step {row['step']}: {row['skipped_rows']} training sequences "

@@ -44,7 +44,6 @@ from torch import Tensor, nn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from schemas import Trajectory
 from stages.coldstart.data import ColdstartData
@@ -57,6 +56,7 @@ from stages.core.latent.contexts import LatentBatch, build_batch, shift_for_loss
 from stages.core.latent.placements import get_placement
 from stages.core.latent.teacher import latent_teacher_logits, text_teacher_logits
 from stages.core.models.composer import Composer
+from stages.core.run.printing import titled_table
 from stages.core.run.progress import StageProgress
 
 if TYPE_CHECKING:
@@ -440,7 +440,7 @@ READING = ("A negative difference favours the first rung. Latents carry content 
 def print_ladder(console: Console, ladder: Ladder, title: str = "composer ladder (held-out teacher NLL)") -> None:
     """The ladder as a table: per rung the pooled NLL on all and on decisive tokens; then the
     differences; the criteria (:data:`READING`) as its caption; below it the lr of (h')."""
-    table = Table(title=f"{title}: {ladder.targets} targets, {ladder.tokens} action tokens, "
+    table = titled_table(f"{title}: {ladder.targets} targets, {ladder.tokens} action tokens, "
                         f"{ladder.decisive_tokens} decisive (> {DECISIVE_NATS:g} nat without latents)",
                   caption=READING)
     for col in ("rung", "context", "NLL", "NLL decisive"):
