@@ -42,7 +42,7 @@ step "coldstart: the composer on the warm start ($COMPOSER_STEPS steps, action N
 # final check scores the teacher on held-out train-task targets with the retrieved experiences and
 # with another task's: the composer's own control
 lopd coldstart --experiences "$RUN/store" --model "$student" --out "$RUN/composer" --steps "$COMPOSER_STEPS" \
-  --J 2 --K 8 --depth 2 --max-exp-tokens 192 --lr 1e-3 --no-activation-checkpointing --batch-size 2 \
+  --J 2 --K 8 --depth 2 --max-exp-tokens 192 --lr 1e-4 --no-activation-checkpointing --batch-size 2 \
   --self-retrieval --memory-norm token --placement framed --text-kl-weight 1 \
   --ladder-rungs a,c,d --ladder-targets 16 --checkpoint-every 5 --eval-every 1000 --resume
 
