@@ -116,7 +116,7 @@ def ladder(
     targets: Optional[int] = typer.Option(None, "--targets", min=0, help="Held-out targets to score (a seeded subset; 0 = all; default: the run's --ladder-targets)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the subset (default: the run's --seed)."),
     out: Optional[str] = typer.Option(None, "--out", help="Also write the ladder as JSON here."),
-    rungs: str = typer.Option("a,b,c,d,e,f,g,h,h',i", "--rungs", help="The rungs to score, comma-separated ((a) and (c) always; leaving out h and h' skips their training)."),
+    rungs: Optional[str] = typer.Option(None, "--rungs", help="The rungs to score, comma-separated, e.g. d,e ((a) and (c) always; leaving out h and h' skips their training; default: all)."),
 ) -> None:
     """Score a finished cold start's composer on the ladder of controls: (a) no latents, (b) untrained,
     (c) retrieved, (d) another task's, (e) another environment's, (f) its own trajectory, (g) as text,

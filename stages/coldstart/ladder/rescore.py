@@ -25,10 +25,10 @@ from stages.core.run.resources import map_large_blocks
 
 
 def rescore(run: str, *, targets: int | None = None, seed: int | None = None, out: str | None = None,
-            rungs: str = ",".join(RUNG_NAMES), console: Console | None = None) -> Ladder | None:
+            rungs: str | None = None, console: Console | None = None) -> Ladder | None:
     """The ladder of the finished run ``run`` on at most ``targets`` held-out targets (0 = all)
     chosen with ``seed`` (defaults: the run's ``ladder_targets`` and ``seed``), its ``rungs``
-    (comma-separated; default all); printed, and written as JSON to ``out`` when given. None when
+    (comma-separated; None: all); printed, and written as JSON to ``out`` when given. None when
     fewer than 2 held-out targets have partners in their own and in another environment.
 
     Raises:
@@ -36,6 +36,7 @@ def rescore(run: str, *, targets: int | None = None, seed: int | None = None, ou
             store that is not there from the current folder, or is not finished (file named); an
             unknown rung.
     """
+    rungs = ",".join(RUNG_NAMES) if rungs is None else rungs
     unknown = [r for r in rung_list(rungs) if r not in RUNG_NAMES]
     if unknown:
         raise ValueError(f"--rungs: unknown rung(s) {', '.join(unknown)} (known: {', '.join(RUNG_NAMES)})")
