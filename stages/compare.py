@@ -8,6 +8,7 @@ the file and the field.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,7 @@ def compare(paths: list[Path]) -> Table:
         stats = [paired_difference(_task_rows(reports[0]), _task_rows(r), key) for r in reports[1:]]
         if any(stats):
             table.add_row(f"paired Δ {key}", "-", *(
-                f"{d:+.3f} ± {se:.3f} ({up} higher / {down} lower, n {n})" if n else "-"
+                f"{plus_minus(d, se)} ({up} higher / {down} lower, n {n})" if n else "-"
                 for d, se, n, up, down in (st or (0.0, 0.0, 0, 0, 0) for st in stats)))
     return table
 
@@ -180,6 +181,13 @@ def _task_rows(report: dict[str, Any]) -> list[dict]:
     """A report's per-task rows (objects only; none when the report has no ``per_task`` list)."""
     rows = report.get("per_task")
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def plus_minus(diff: float, se: float) -> str:
+    """``diff ± se`` with 3 decimals, more where the standard error would print as 0.000 (two
+    significant digits of it, at most 6 decimals): ``-0.0034 ± 0.00041``."""
+    decimals = 3 if se >= 0.001 or se <= 0 else min(6, 1 - math.floor(math.log10(se)))
+    return f"{diff:+.{decimals}f} ± {se:.{decimals}f}"
 
 
 def paired_difference(base: list[dict], other: list[dict], key: str) -> tuple[float, float, int, int, int] | None:

@@ -17,6 +17,11 @@ def _report(successes: list[bool], nll: list[float]) -> dict:
                          for i, (s, x) in enumerate(zip(successes, nll))]}
 
 
+def test_a_tiny_standard_error_keeps_two_significant_digits():
+    assert closing.plus_minus(-0.0034, 0.00041) == "-0.00340 ± 0.00041"
+    assert closing.plus_minus(0.25, 0.25) == "+0.250 ± 0.250" and closing.plus_minus(0.0, 0.0) == "+0.000 ± 0.000"
+
+
 def test_verdict_needs_two_standard_errors_and_knows_which_way_is_better():
     assert closing.verdict(0.10, 0.04) == "better"
     assert closing.verdict(0.10, 0.06) == "no change beyond 2 SE"
@@ -43,7 +48,8 @@ def test_closing_words_say_what_moved_and_what_did_not(tmp_path, capsys):
         {"step": 2, "reverse_kl": 0.2, "Delta": 0.3, "reward_mean": 0.5})))
     assert closing.main(run) == 0
     out = capsys.readouterr().out
-    assert "the warm start solved 1 and LOPD's student 2 (two standard errors of a success rate near 0.1 over 4 tasks: ±0.30)" in out
+    assert ("the warm start solved 1 and LOPD's student 2 (one evaluation at their rate 0.375 has two standard "
+            "errors of ±0.484)") in out
     assert "success rate: +0.250 ± 0.250 paired over 4 tasks (1 higher, 0 lower): no change beyond 2 SE." in out
     assert "(nats/token): -0.137 ± 0.024 paired over 4 tasks (0 higher, 4 lower): better." in out
     assert "with its latents against without: -1.200 ± 0.200 nats: better." in out

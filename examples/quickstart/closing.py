@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from stages.compare import paired_difference
+from stages.compare import paired_difference, plus_minus
 
 MOVED_SE = 2.0  # a paired difference beyond this many standard errors is reported as a change
 
@@ -28,15 +28,17 @@ def evaluation_words(warm: dict, lopd: dict) -> list[str]:
     """Sentences on LOPD's student against the warm start, task by task (paired)."""
     tasks = len(warm.get("per_task", []))
     solved = [sum(bool(r.get("success")) for r in rep.get("per_task", [])) for rep in (warm, lopd)]
+    rate = sum(solved) / max(2 * tasks, 1)  # the two models' pooled success rate
     lines = [f"On {tasks} held-out bed tasks the warm start solved {solved[0]} and LOPD's student {solved[1]} "
-             f"(two standard errors of a success rate near 0.1 over {tasks} tasks: ±{2 * (0.09 / max(tasks, 1)) ** 0.5:.2f})."]
+             f"(one evaluation at their rate {rate:.3f} has two standard errors of "
+             f"±{2 * (rate * (1 - rate) / max(tasks, 1)) ** 0.5:.3f})."]
     for key, what, lower in (("success", "success rate", False), ("reward", "share of checks passed", False),
                              ("reference_nll", "NLL of each task's verified first action (nats/token)", True)):
         stat = paired_difference(warm.get("per_task", []), lopd.get("per_task", []), key)
         if stat is None:
             continue
         diff, se, n, up, down = stat
-        lines.append(f"  {what}: {diff:+.3f} ± {se:.3f} paired over {n} tasks ({up} higher, {down} lower): "
+        lines.append(f"  {what}: {plus_minus(diff, se)} paired over {n} tasks ({up} higher, {down} lower): "
                      f"{verdict(diff, se, lower)}.")
     return lines
 
