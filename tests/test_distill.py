@@ -170,6 +170,9 @@ def test_three_steps_metrics_store_and_dual_update(straight):
     assert store.count() == SEED_ROWS + 3 * 4 and len(ours) == 12 and report.rows_added == 12
     assert sorted(json.loads(t.info)[STEP_KEY] for t in ours) == [1] * 4 + [2] * 4 + [3] * 4
     assert open_embeddings(store).count_rows() == store.count()  # every row retrievable
+    # the id index covers the appended rollouts: a later `lopd index` with nothing new writes no version
+    versions = len(store.versions())
+    assert store.index_ids() is False and len(store.versions()) == versions
     assert [p.name for p in ckpt.checkpoint_dirs(out)] == ["step-2", "step-3"]
     state = ckpt.read_state(out / "checkpoints" / "step-3")
     assert state == {"step": 3, "beta": rows[-1]["beta"], "data_position": 6, "run_id": "lopd-test"}

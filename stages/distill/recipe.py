@@ -350,6 +350,8 @@ class Distiller:
                 on_step(self, row)
             if step % c.checkpoint_every == 0 or step in (1, c.steps):  # step 1: a run that dies later resumes
                 self.save_checkpoint()
+        if self.world.is_main and rows:  # the id index over this run's rollouts: a later `lopd index` has nothing to do
+            self.store.index_ids()
         last = ckpt.latest_checkpoint(self.out)
         final = self.out / "final"
         student = self.shard.exported() if self.shard else self.student.model  # gathered on rank 0
