@@ -458,3 +458,16 @@ def test_method_options_from_the_command_line():
         "margin": 0.1, "freeze_composer": True, "composer": "runs/c0", "J": 2}
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
         parse_options(["margin"])
+
+
+def test_a_log_shows_the_run_s_progress_from_its_start(assets, tmp_path):
+    """Output to a file (no terminal): a progress line before the first step's rollouts, then one every
+    30 s while a step runs, and the last when the run ends (a CPU step takes about a minute)."""
+    import io
+
+    from rich.console import Console
+
+    log = io.StringIO()
+    Distiller(make_config(assets, tmp_path, "progress", steps=2), console=Console(file=log, width=100)).fit()
+    text = log.getvalue()
+    assert text.index("distill lopd: 0/2 (0%)") < text.index("step 1/2") < text.index("distill lopd: 2/2 (100%)")

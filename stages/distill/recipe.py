@@ -27,6 +27,7 @@ import torch
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from schemas import Task, Trajectory
 from stages.core.data import experience_rows
@@ -39,6 +40,7 @@ from stages.core.models.composer import base_model, enable_activation_checkpoint
 from stages.core.run import checkpoint as ckpt
 from stages.core.run import distributed, resources, runs, sharding
 from stages.core.run.printing import field_lines
+from stages.core.run.progress import StageProgress
 from stages.core.run.provenance import git_commit
 from stages.core.run.tracking import RunLogger
 from stages.distill.checks import preflight
@@ -339,17 +341,23 @@ class Distiller:
                            f"{c.tasks_per_step} tasks x {c.group_size} rollouts, env={c.env}, out={c.out}, "
                            f"{self.method.device} {self.method.dtype}")
         metrics_file = self.out / runs.METRICS_FILE
-        for step in range(first, c.steps + 1):
-            row = self.train_step(step)
-            if self.world.is_main:
-                runs.append_metrics(metrics_file, row)
-            rows.append(row)
-            self._log(row)
-            self._check_zero_gradient(row)
-            if on_step is not None:
-                on_step(self, row)
-            if step % c.checkpoint_every == 0 or step in (1, c.steps):  # step 1: a run that dies later resumes
-                self.save_checkpoint()
+        # a bar on a terminal; in a log, a line every 30 s while a step (rollouts, update) runs
+        with StageProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TimeRemainingColumn(), console=self.console, transient=True,
+                           disable=not self.world.is_main) as bar:
+            job = bar.add_task(f"distill {c.method}", total=c.steps, completed=first - 1)
+            for step in range(first, c.steps + 1):
+                row = self.train_step(step)
+                if self.world.is_main:
+                    runs.append_metrics(metrics_file, row)
+                rows.append(row)
+                self._log(row)
+                self._check_zero_gradient(row)
+                bar.update(job, advance=1)
+                if on_step is not None:
+                    on_step(self, row)
+                if step % c.checkpoint_every == 0 or step in (1, c.steps):  # step 1: a run that dies later resumes
+                    self.save_checkpoint()
         if self.world.is_main and rows:  # the id index over this run's rollouts: a later `lopd index` has nothing to do
             self.store.index_ids()
         last = ckpt.latest_checkpoint(self.out)
