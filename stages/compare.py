@@ -137,7 +137,7 @@ def compare(paths: list[Path]) -> Table:
                     cells.append(f"{value:.3f} ({value - base:+.3f})")
             table.add_row(key if section == "scores" else f"[dim]{key}[/]", *cells)
     for key in ("reward", "success", "reference_nll"):
-        stats = [paired_difference(_task_rows(reports[0]), _task_rows(r), key) for r in reports[1:]]
+        stats = [paired_difference(task_rows(reports[0]), task_rows(r), key) for r in reports[1:]]
         if any(stats):
             table.add_row(f"paired Δ {key}", "-", *(
                 f"{plus_minus(d, se)} ({up} higher / {down} lower, n {n})" if n else "-"
@@ -155,9 +155,9 @@ def differences(paths: list[Path]) -> list[str]:
     """
     reports = _reports(paths)
     first, lines = reports[0], []
-    tasks0 = {r.get("task_id") for r in _task_rows(first)}
+    tasks0 = {r.get("task_id") for r in task_rows(first)}
     for path, report in zip(paths[1:], reports[1:]):
-        tasks = {r.get("task_id") for r in _task_rows(report)}
+        tasks = {r.get("task_id") for r in task_rows(report)}
         if tasks != tasks0:
             lines.append(f"{path} scored other tasks than {paths[0]} ({len(tasks - tasks0)} only in it, "
                          f"{len(tasks0 - tasks)} only in the first, {len(tasks & tasks0)} in both): its score deltas "
@@ -177,7 +177,7 @@ def differences(paths: list[Path]) -> list[str]:
     return lines
 
 
-def _task_rows(report: dict[str, Any]) -> list[dict]:
+def task_rows(report: dict[str, Any]) -> list[dict]:
     """A report's per-task rows (objects only; none when the report has no ``per_task`` list)."""
     rows = report.get("per_task")
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
@@ -225,7 +225,7 @@ def comparison_rows(paths: list[Path]) -> list[dict[str, Any]]:
                              "section": section, "metric": key, "value": value, "delta": delta})
     for path, r in zip(paths[1:], reports[1:]):
         for key in ("reward", "success", "reference_nll"):
-            stat = paired_difference(_task_rows(reports[0]), _task_rows(r), key)
+            stat = paired_difference(task_rows(reports[0]), task_rows(r), key)
             if stat:
                 mean, se, n, up, down = stat
                 rows.append({"report": str(path), "model": r["model"], "composer": _setting(r, "composer"),

@@ -362,8 +362,31 @@ def summary(runs: dict[str, list[dict]], reports: list[tuple[str, dict]],
     if reports:
         lines += ["## Evaluation reports", "", "| report | bench | model | tasks | scores |", "|---|---|---|---|---|"]
         lines += [summary_row(path, report) for path, report in reports]
-        lines.append("")
+        lines += ["", *paired_markdown(reports)]
     return "\n".join(lines)
+
+
+def paired_markdown(reports: list[tuple[str, dict]]) -> list[str]:
+    """Per bench with two or more reports: each later report against the first, paired over the tasks
+    both scored (``lopd evaluate --compare``'s paired rows: mean difference ± its standard error,
+    tasks higher / lower), as markdown lines; none when no bench has two reports."""
+    from stages.compare import paired_difference, plus_minus, task_rows
+
+    lines: list[str] = []
+    for bench in dict.fromkeys(report["bench"] for _, report in reports):
+        same = [(path, report) for path, report in reports if report["bench"] == bench]
+        rows = []
+        for path, report in same[1:]:
+            for key in ("success", "reward", "reference_nll"):
+                stat = paired_difference(task_rows(same[0][1]), task_rows(report), key)
+                if stat:
+                    diff, se, n, up, down = stat
+                    rows.append(f"| {path} | {key} | {plus_minus(diff, se)} | {n} | {up} / {down} |")
+        if rows:
+            lines += [f"Paired over tasks, {bench}: each report minus {same[0][0]}.", "",
+                      "| report | per-task value | difference ± SE | tasks | higher / lower |", "|---|---|---|---|---|",
+                      *rows, ""]
+    return lines
 
 
 def lopd_margins(folders: dict[str, Path]) -> dict[str, float]:

@@ -61,10 +61,29 @@ def test_report_errors_are_one_line(tmp_path):
     assert not (tmp_path / "empty" / "report").exists()
 
 
-def _eval_report(path, model, accuracy):
+def _eval_report(path, model, accuracy, bench="lopd-bed"):
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"bench": "lopd-bed", "model": str(model), "scores": {"mean_reward": accuracy},
-                                "behaviour": {}, "per_task": [{"task_id": "a"}, {"task_id": "b"}]}))
+    path.write_text(json.dumps({"bench": bench, "model": str(model), "scores": {"mean_reward": accuracy},
+                                "behaviour": {}, "per_task": [{"task_id": "a", "reward": accuracy},
+                                                              {"task_id": "b", "reward": 0.0}]}))
+
+
+def test_summary_pairs_the_reports_of_one_bench_task_by_task(tmp_path):
+    """Two reports of the same bench: summary.md gives `lopd evaluate --compare`'s paired differences."""
+    for name, successes, nll in (("warm", [1, 0, 0], [0.5, 0.7, 0.9]), ("lopd", [1, 1, 0], [0.4, 0.6, 0.85])):
+        path = tmp_path / "eval" / f"lopd-bed-{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"bench": "lopd-bed", "model": name, "scores": {"success_rate": sum(successes) / 3},
+                                    "behaviour": {}, "per_task": [
+                                        {"task_id": f"t{i}", "success": bool(x), "reward": float(x), "reference_nll": y}
+                                        for i, (x, y) in enumerate(zip(successes, nll))]}))
+    given = [str(tmp_path / "eval" / f"lopd-bed-{name}.json") for name in ("warm", "lopd")]  # the first is the base
+    result = runner.invoke(app, ["report", *given, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "r" / "summary.md").read_text()
+    assert "Paired over tasks, lopd-bed: each report minus" in text and "lopd-bed-warm.json." in text
+    assert "lopd-bed-lopd.json | success | +0.333 ± 0.333 | 3 | 1 / 0 |" in text
+    assert "lopd-bed-lopd.json | reference_nll | -0.083 ± 0.017 | 3 | 0 / 3 |" in text
 
 
 def test_a_folder_of_evaluation_reports_alone_is_summarised(tmp_path):
@@ -130,8 +149,8 @@ def test_the_quickstart_s_report_shows_every_training_and_evaluation(tmp_path):
     from pathlib import Path
 
     script = (Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "run.sh").read_text()
-    start = script.index("\nlopd report ")
-    line = script[start:script.index("\n", start + 1)]
+    start = script.index("\ninputs=(")
+    line = script[start:script.index("\n", script.index("\nlopd report ", start) + 1)]
     run = tmp_path / "quickstart"
     _write(run / "warm", [{"step": s, "nll": 2.0 / s} for s in (1, 2, 3, 4)])
     _write(run / "composer", [{"step": s, "loss": 1.0 / s} for s in (1, 2)])
@@ -140,10 +159,10 @@ def test_the_quickstart_s_report_shows_every_training_and_evaluation(tmp_path):
                                  ("bfcl-single-warm", "warm", 0.0), ("bfcl-single-lopd", "lopd", 0.125)):
         model = run / student / "final" / "student"
         model.mkdir(parents=True, exist_ok=True)
-        _eval_report(run / "eval" / f"{name}.json", model, score)
+        _eval_report(run / "eval" / f"{name}.json", model, score, bench=name.rsplit("-", 1)[0])
     # `lopd` stands for a function that writes its arguments, one per line
     subprocess.run(["bash", "-c", f"set -eu; lopd() {{ printf '%s\\n' \"$@\" > args; }}\n{line}"], cwd=tmp_path,
-                   env={"RUN": str(run), "PATH": "/usr/bin:/bin"}, check=True)
+                   env={"RUN": str(run), "BFCL": "1", "PATH": "/usr/bin:/bin"}, check=True)
     args = (tmp_path / "args").read_text().splitlines()
     assert args[0] == "report"
     result = runner.invoke(app, args)
@@ -154,6 +173,8 @@ def test_the_quickstart_s_report_shows_every_training_and_evaluation(tmp_path):
     assert "lopd-bed-warm.json" in text and "mean_reward 0.050" in text
     assert "lopd-bed-lopd.json" in text and "mean_reward 0.100" in text
     assert "bfcl-single-lopd.json" in text and "mean_reward 0.125" in text
+    assert "Paired over tasks, lopd-bed: each report minus" in text and "lopd-bed-warm.json." in text  # the base
+    assert "lopd-bed-lopd.json | reward | +0.025 ± 0.025 | 2 | 1 / 0 |" in text
 
 
 def _distill_run(tmp_path, store_path):

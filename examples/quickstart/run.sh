@@ -67,6 +67,8 @@ if [ "$BFCL" = 1 ]; then
   lopd evaluate --compare "$RUN/eval/bfcl-single-warm.json" "$RUN/eval/bfcl-single-lopd.json"
 fi
 step "report: training curves, summary.md (every training and evaluation of this run) and what happened"
-lopd report "$RUN/warm" "$RUN/composer" "$RUN/lopd" "$RUN/eval" --out "$RUN/report"
-python "$here/closing.py" "$RUN"
+inputs=("$RUN/warm" "$RUN/composer" "$RUN/lopd" "$RUN/eval/lopd-bed-warm.json" "$RUN/eval/lopd-bed-lopd.json")
+if [ "$BFCL" = 1 ]; then inputs+=("$RUN/eval/bfcl-single-warm.json" "$RUN/eval/bfcl-single-lopd.json"); fi
+lopd report "${inputs[@]}" --out "$RUN/report"  # each bench's reports paired against the warm start's
+python "$here/closing.py" "$RUN" | tee "$RUN/report/what-happened.txt"
 echo "quickstart finished in $(( $(date +%s) - start )) s; artifacts in $RUN, plots in $RUN/report"
