@@ -49,25 +49,30 @@ def check(item: str, expr: str) -> dict[str, str]:
 
 
 def done(item_id: str) -> dict[str, str]:
+    """Item ``item_id`` is done."""
     return check(f"Is {item_id} done?", f"final_state['items'][{item_id!r}]['done'] is True")
 
 
 def only_done(item_id: str) -> dict[str, str]:
+    """Every item but ``item_id`` is as it was (no item added or removed)."""
     others = lambda state: f"{{k: v for k, v in {state}['items'].items() if k != {item_id!r}}}"
     return check("Is every other item as it was?", f"{others('final_state')} == {others('initial_state')}")
 
 
 def added(title: str) -> dict[str, str]:
+    """An open item titled ``title`` is on the list."""
     return check(f"Is {title!r} on the list, open?",
                  f"any(i['title'] == {title!r} and not i['done'] for i in final_state['items'].values())")
 
 
 def kept() -> dict[str, str]:
+    """Every item of the initial state is as it was."""
     return check("Are the earlier items as they were?",
                  "all(final_state['items'].get(k) == v for k, v in initial_state['items'].items())")
 
 
 def call(name: str, **arguments: str) -> dict[str, Any]:
+    """One reference action."""
     return {"name": name, "arguments": arguments}
 
 
