@@ -209,6 +209,7 @@ class RunManifest(_Frozen):
     git_commit: str = ""
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     data: str = ""  # the data the run read (file, folder or hub id; bundled fixtures say so)
+    resumes: list[str] = []  # each later start of the same run (--resume): "<ISO time> <git commit>"
 
     @field_validator("config")
     @classmethod

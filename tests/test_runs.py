@@ -184,3 +184,26 @@ def test_a_damaged_checkpoint_file_is_one_line_naming_it(tmp_path):
     with pytest.raises(KeyError):
         with ckpt.readable(folder, "anything"):
             raise KeyError("not a loading failure")
+
+
+def test_a_resumed_run_s_manifest_keeps_its_first_start_and_lists_the_resumes(tmp_path, monkeypatch):
+    """A rerun with --resume (even one with nothing left to do) must not overwrite when and at which
+    commit the run was made: the first start stays, each later one is listed."""
+    from pydantic import BaseModel
+
+    from schemas import RunManifest
+    from stages.core.run import provenance
+
+    class Settings(BaseModel):
+        steps: int = 3
+
+    path = tmp_path / "manifest.json"
+    monkeypatch.setattr(provenance, "git_commit", lambda: "aaa")
+    first = provenance.write_manifest(path, "sft", "sft-1", Settings())
+    monkeypatch.setattr(provenance, "git_commit", lambda: "bbb")
+    provenance.write_manifest(path, "sft", "sft-1", Settings())
+    again = RunManifest.model_validate_json(path.read_text())
+    assert (again.git_commit, again.created_at) == ("aaa", first.created_at)
+    assert len(again.resumes) == 1 and again.resumes[0].endswith(" bbb")
+    provenance.write_manifest(path, "sft", "sft-2", Settings())  # another run in the folder: a fresh manifest
+    assert RunManifest.model_validate_json(path.read_text()).git_commit == "bbb"

@@ -42,11 +42,22 @@ def config_run_id(stage: str, config: BaseModel, keys: list[str]) -> str:
 
 
 def write_manifest(path: Path, stage: str, run_id: str, config: BaseModel, data: str = "") -> RunManifest:
-    """Write the run manifest (stage, resolved config, version, commit, the data it read) as JSON at ``path``."""
+    """Write the run manifest (stage, resolved config, version, commit, the data it read) as JSON at ``path``.
+
+    A manifest of the same run already there (a resumed run) keeps its first start's time and
+    commit; this start is added to its ``resumes``."""
     manifest = RunManifest(
         run_id=run_id, stage=stage, config=config.model_dump_json(),
         lopd_version=lopd_version(), git_commit=git_commit(), data=data,
     )
+    try:
+        first = RunManifest.model_validate_json(path.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: this start is the first
+        first = None
+    if first is not None and first.run_id == run_id:
+        manifest = manifest.model_copy(update={
+            "created_at": first.created_at, "git_commit": first.git_commit,
+            "resumes": [*first.resumes, f"{manifest.created_at.isoformat()} {manifest.git_commit}"]})
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(manifest.model_dump_json(indent=2))
