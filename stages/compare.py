@@ -17,6 +17,8 @@ from rich.table import Table
 from stages.benches import standard_error
 from stages.core.run.printing import titled_table
 
+PAIRED_KEYS = ("reward", "success", "reference_nll")  # per-task values compared in pairs over tasks
+
 
 def _load_report(path: Path) -> dict[str, Any]:
     """A report file checked field by field: one-line ``ValueError`` naming file and field."""
@@ -136,7 +138,7 @@ def compare(paths: list[Path]) -> Table:
                 else:
                     cells.append(f"{value:.3f} ({value - base:+.3f})")
             table.add_row(key if section == "scores" else f"[dim]{key}[/]", *cells)
-    for key in ("reward", "success", "reference_nll"):
+    for key in PAIRED_KEYS:
         stats = [paired_difference(task_rows(reports[0]), task_rows(r), key) for r in reports[1:]]
         if any(stats):
             table.add_row(f"paired Δ {key}", "-", *(
@@ -224,7 +226,7 @@ def comparison_rows(paths: list[Path]) -> list[dict[str, Any]]:
                 rows.append({"report": str(path), "model": r["model"], "composer": _setting(r, "composer"),
                              "section": section, "metric": key, "value": value, "delta": delta})
     for path, r in zip(paths[1:], reports[1:]):
-        for key in ("reward", "success", "reference_nll"):
+        for key in PAIRED_KEYS:
             stat = paired_difference(task_rows(reports[0]), task_rows(r), key)
             if stat:
                 mean, se, n, up, down = stat

@@ -370,14 +370,14 @@ def paired_markdown(reports: list[tuple[str, dict]]) -> list[str]:
     """Per bench with two or more reports: each later report against the first, paired over the tasks
     both scored (``lopd evaluate --compare``'s paired rows: mean difference ± its standard error,
     tasks higher / lower), as markdown lines; none when no bench has two reports."""
-    from stages.compare import paired_difference, plus_minus, task_rows
+    from stages.compare import PAIRED_KEYS, paired_difference, plus_minus, task_rows
 
     lines: list[str] = []
     for bench in dict.fromkeys(report["bench"] for _, report in reports):
         same = [(path, report) for path, report in reports if report["bench"] == bench]
         rows = []
         for path, report in same[1:]:
-            for key in ("success", "reward", "reference_nll"):
+            for key in PAIRED_KEYS:
                 stat = paired_difference(task_rows(same[0][1]), task_rows(report), key)
                 if stat:
                     diff, se, n, up, down = stat

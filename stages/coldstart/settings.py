@@ -16,10 +16,17 @@ if TYPE_CHECKING:
 RUNG_NAMES = ("a", "b", "c", "d", "e", "f", "g", "h", "h'", "i")
 
 
-def rung_list(text: str) -> list[str]:
-    """The rung names of a comma-separated ``--ladder-rungs`` / ``--rungs`` value, with (a) and (c) (always scored)."""
+def rung_list(text: str, flag: str = "--ladder-rungs") -> list[str]:
+    """The rung names of a comma-separated ``--ladder-rungs`` / ``--rungs`` value, in ladder order, with
+    (a) and (c) (always scored).
+
+    Raises:
+        ValueError: an unknown rung (one line naming ``flag`` and the known rungs).
+    """
     named = [r.strip() for r in text.split(",") if r.strip()]
-    return [r for r in RUNG_NAMES if r in ("a", "c") or r in named] + [r for r in named if r not in RUNG_NAMES]
+    if unknown := [r for r in named if r not in RUNG_NAMES]:
+        raise ValueError(f"{flag}: unknown rung(s) {', '.join(unknown)} (known: {', '.join(RUNG_NAMES)})")
+    return [r for r in RUNG_NAMES if r in ("a", "c") or r in named]
 
 
 class ColdstartConfig(BaseModel):
@@ -124,9 +131,7 @@ class ColdstartConfig(BaseModel):
     @field_validator("ladder_rungs")
     @classmethod
     def _known_rungs(cls, value: str) -> str:
-        unknown = [r for r in rung_list(value) if r not in RUNG_NAMES]
-        if unknown:
-            raise ValueError(f"--ladder-rungs: unknown rung(s) {', '.join(unknown)} (known: {', '.join(RUNG_NAMES)})")
+        rung_list(value)  # raises on an unknown rung
         return value
 
     @model_validator(mode="before")

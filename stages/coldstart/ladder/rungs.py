@@ -323,9 +323,8 @@ def evaluate_ladder(composer: Composer, inputs: LadderInputs, *, untrained_phi: 
                     if rung == "c":
                         latents.append(c_BNd.reshape(-1, composer.K, c_BNd.shape[-1]))
                     rows[rung] += counted(token_nll_rows(backbone, bt, c_BNd, t.placement))
-            for rung, bts in (("g", deployed), ("i", batches(t.other_env_experiences) if "i" in scored else [])):
-                if rung not in scored:
-                    continue
+            for rung in (r for r in ("g", "i") if r in scored):
+                bts = deployed if rung == "g" else batches(t.other_env_experiences)
                 rows[rung] = [r for bt in bts
                               for r in counted(logits_nll_rows(text_teacher_logits(backbone, bt, t.placement), bt))]
             if "h" in scored:
