@@ -87,6 +87,15 @@ def train_free_prompt(prompt: FreePrompt, batch_of_step: Callable[[int], LatentB
     return losses
 
 
+def advancer(progress: Progress | None, description: str, total: int) -> Callable[[], None]:
+    """A new task of ``progress`` (``total`` steps) and the function that advances it by one; a
+    function that does nothing when ``progress`` is None."""
+    if progress is None:
+        return lambda: None
+    task = progress.add_task(description, total=total)
+    return lambda: progress.advance(task)
+
+
 def settings_key(config: ColdstartConfig, fields: tuple[str, ...], train: list[Trajectory], **extra) -> str:
     """What a ladder control is trained from, as one JSON string: the ``fields`` of ``config``,
     ``extra`` and the sha256 of the training targets' ids, in order."""
@@ -125,7 +134,7 @@ def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajecto
     and written there; the training is a task of ``progress`` when given."""
     prompt = FreePrompt(composer.backbone, config.J, config.K, seed=config.seed)
     path, key = out / FREE_PROMPT, trained_by(config, train)
-    if kept(out, config, train):
+    if key_in(path) == key:
         prompt.load_state_dict(load_file(str(path), device=str(prompt.vectors_Nd.device)))
         return prompt
     c = config
@@ -134,10 +143,7 @@ def free_prompt_of(composer: Composer, data: ColdstartData, train: list[Trajecto
         ids = coldstart_stream(len(train), c.seed, step * c.batch_size, c.batch_size)
         return data.batch([train[i] for i in ids], heldout=False, device=str(prompt.vectors_Nd.device))
 
-    advance: Callable[[], None] = lambda: None
-    if progress is not None:
-        task = progress.add_task("ladder: training the free-vector control (h)", total=c.steps)
-        advance = lambda: progress.advance(task)  # noqa: E731
+    advance = advancer(progress, "ladder: training the free-vector control (h)", c.steps)
     composer.backbone.train(c.activation_checkpointing)  # as the composer's steps ran
     try:
         train_free_prompt(prompt, batch_of_step, steps=c.steps, lr=c.lr, grad_clip=c.grad_clip, placement=c.placement,

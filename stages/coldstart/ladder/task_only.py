@@ -42,7 +42,9 @@ from torch import Tensor
 from schemas import Trajectory
 from stages.coldstart.composer import new_composer
 from stages.coldstart.data import ColdstartData, split_tasks
-from stages.coldstart.ladder.free_prompt import TEXT_FIELDS, TRAINING_FIELDS, TRAINED_BY, key_in, settings_key
+from stages.coldstart.ladder.free_prompt import (
+    TEXT_FIELDS, TRAINED_BY, TRAINING_FIELDS, advancer, key_in, settings_key,
+)
 from stages.coldstart.settings import ColdstartConfig
 from stages.core.latent.composer_teacher import composer_loss
 from stages.core.latent.contexts import LatentBatch
@@ -161,15 +163,9 @@ def _trained(composer: Composer, data: ColdstartData, train: list[Trajectory], c
     fit_tasks, val_tasks = split_tasks({t.task_id for t in train}, VALIDATION_FRACTION, c.seed)
     fit, val = [t for t in train if t.task_id in fit_tasks], [t for t in train if t.task_id in val_tasks]
 
-    def bar(what: str, total: int) -> Callable[[], None]:
-        if progress is None:
-            return lambda: None
-        task = progress.add_task(what, total=total)
-        return lambda: progress.advance(task)
-
     sweep = {}
     if val:
-        advance = bar("ladder: choosing the task-only composer's lr (h')", len(LR_FACTORS) * c.steps)
+        advance = advancer(progress, "ladder: choosing the task-only composer's lr (h')", len(LR_FACTORS) * c.steps)
         for factor in LR_FACTORS:
             _load(composer, init)
             composer.backbone.train(c.activation_checkpointing)  # as the composer's steps ran
@@ -179,7 +175,7 @@ def _trained(composer: Composer, data: ColdstartData, train: list[Trajectory], c
     lr = float(min(sweep, key=sweep.__getitem__)) if sweep else c.lr
     _load(composer, init)
     composer.backbone.train(c.activation_checkpointing)
-    advance = bar("ladder: training the task-only composer (h')", c.steps)
+    advance = advancer(progress, "ladder: training the task-only composer (h')", c.steps)
     train_task_only(composer, data, train, c, lr, text_targets, advance)
     return lr, sweep
 
